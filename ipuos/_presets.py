@@ -1,0 +1,122 @@
+"""Hardware presets: how many tiles, how much SRAM, and how each tile's SRAM is laid out.
+
+A preset fixes the chip (tiles per chip, SRAM per tile) and the default SRAM layout every
+tile boots with: its exchange buffers, its own SRAM disk, and its share of the chip disk.
+Everything can be overridden per machine with :meth:`Preset.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+KiB = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    tiles_per_chip: int
+    sram_per_tile: int
+    #: bytes of SRAM each tile reserves for outgoing exchange payloads in one superstep
+    exchange_out: int
+    #: bytes of SRAM each tile reserves for incoming exchange payloads (messages not yet
+    #: received, collective results)
+    exchange_in: int
+    #: size and block size of the tile's own SRAM disk, mounted at ``/`` (0: no disk)
+    disk_size: int
+    disk_block_size: int
+    #: bytes every tile but tile 0 gives to the chip disk striped over them (0: no chip disk)
+    chipdisk_share: int
+    chipdisk_block_size: int
+    description: str = ""
+
+    def replace(self, **changes) -> "Preset":
+        """A copy with some fields changed, checked like the built-in presets."""
+        preset = dataclasses.replace(self, **changes)
+        preset.validate()
+        return preset
+
+    def validate(self) -> None:
+        if self.tiles_per_chip < 1:
+            raise ValueError(f"preset {self.name!r}: tiles_per_chip must be at least 1")
+        if self.sram_per_tile < 4 * KiB or self.sram_per_tile % 8:
+            raise ValueError(
+                f"preset {self.name!r}: sram_per_tile must be a multiple of 8 bytes and at least 4 KiB"
+            )
+        for field in ("exchange_out", "exchange_in", "disk_size", "chipdisk_share"):
+            if getattr(self, field) < 0:
+                raise ValueError(f"preset {self.name!r}: {field} cannot be negative")
+        for size, block, what in (
+            (self.disk_size, self.disk_block_size, "disk"),
+            (self.chipdisk_share, self.chipdisk_block_size, "chipdisk"),
+        ):
+            if size and (block < 128 or size % block):
+                raise ValueError(
+                    f"preset {self.name!r}: {what} size {size} must be a whole number of "
+                    f"blocks of at least 128 bytes (block size {block})"
+                )
+        reserved = self.exchange_out + self.exchange_in + self.disk_size + self.chipdisk_share
+        if reserved > self.sram_per_tile:
+            raise ValueError(
+                f"preset {self.name!r}: the default layout needs {reserved} bytes per tile "
+                f"but a tile has only {self.sram_per_tile}"
+            )
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            name="mk2",
+            tiles_per_chip=1472,
+            sram_per_tile=624 * KiB,
+            exchange_out=16 * KiB,
+            # a 1472-tile alltoall of 64-byte objects needs ~100 KiB on every tile
+            exchange_in=112 * KiB,
+            disk_size=128 * KiB,
+            disk_block_size=4 * KiB,
+            chipdisk_share=64 * KiB,
+            chipdisk_block_size=4 * KiB,
+            description="GC200: 1472 tiles x 624 KiB (~900 MiB per chip)",
+        ),
+        Preset(
+            name="mk1",
+            tiles_per_chip=1216,
+            sram_per_tile=256 * KiB,
+            exchange_out=8 * KiB,
+            exchange_in=96 * KiB,
+            disk_size=64 * KiB,
+            disk_block_size=4 * KiB,
+            chipdisk_share=32 * KiB,
+            chipdisk_block_size=4 * KiB,
+            description="GC2: 1216 tiles x 256 KiB",
+        ),
+        Preset(
+            name="tiny",
+            tiles_per_chip=16,
+            sram_per_tile=64 * KiB,
+            exchange_out=4 * KiB,
+            exchange_in=8 * KiB,
+            disk_size=16 * KiB,
+            disk_block_size=512,
+            chipdisk_share=16 * KiB,
+            chipdisk_block_size=512,
+            description="16 tiles x 64 KiB, for tests",
+        ),
+    )
+}
+
+DEFAULT_PRESET = "mk2"
+
+
+def get_preset(name: str | Preset) -> Preset:
+    """Look a preset up by name (a :class:`Preset` is returned as is)."""
+    if isinstance(name, Preset):
+        name.validate()
+        return name
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown preset {name!r}; choose one of {', '.join(sorted(PRESETS))}"
+        ) from None

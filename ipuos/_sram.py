@@ -1,0 +1,190 @@
+"""Tile SRAM: one flat numpy array for the whole machine, carved into named regions.
+
+Why one anonymous mapping rather than ``numpy.zeros``: numpy asks the kernel for huge pages
+on big arrays, so touching one byte would make 2 MiB resident; a 32-chip machine (28 GiB
+of SRAM) must cost nothing until used. The mapping is ``MAP_NORESERVE`` with huge pages
+off, and 0x00 is the erased state so nothing is filled at boot.
+
+Why one array for all chips rather than one per chip: the exchange engine moves bytes
+between any two tiles with a single vectorised copy over flat indices.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+import numpy as np
+
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
+#: regions start on 8-byte boundaries so the exchange can copy 64-bit words
+ALIGN = 8
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+@dataclass(frozen=True, eq=False)
+class Region:
+    """A named, contiguous piece of one tile's SRAM."""
+
+    tile: int
+    name: str
+    offset: int  # inside the tile's SRAM
+    size: int
+    array: np.ndarray  # uint8 view of exactly this region
+    view: memoryview  # writable byte view of exactly this region
+    #: offset of the region's first byte in the machine-wide SRAM array
+    base: int
+
+    def __repr__(self) -> str:
+        return f"<Region tile {self.tile} {self.name!r} {self.size} B at {self.offset}>"
+
+
+class TileMemory:
+    """The region allocator of one tile: named regions within a fixed byte budget."""
+
+    __slots__ = ("tile", "size", "_sram", "_regions")
+
+    def __init__(self, sram: "SRAM", tile: int):
+        self.tile = tile
+        self.size = sram.bytes_per_tile
+        self._sram = sram
+        self._regions: dict[str, Region] = {}
+
+    def alloc(self, name: str, size: int) -> Region:
+        """Reserve ``size`` bytes under ``name``; MemoryError if the tile cannot fit it."""
+        if name in self._regions:
+            raise ValueError(f"tile {self.tile} already has an SRAM region named {name!r}")
+        if size < 0:
+            raise ValueError(f"region size cannot be negative ({size})")
+        need = _align(size)
+        offset = self._find_gap(need)
+        if offset is None:
+            raise MemoryError(self._overflow_message(name, size))
+        base = self.tile * self.size + offset
+        flat = self._sram.flat
+        region = Region(
+            tile=self.tile,
+            name=name,
+            offset=offset,
+            size=size,
+            array=flat[base : base + size],
+            view=self._sram.view[base : base + size],
+            base=base,
+        )
+        self._regions[name] = region
+        return region
+
+    def free(self, name: str) -> None:
+        """Release a region. Its bytes are zeroed: 0x00 is the erased state of SRAM."""
+        region = self._regions.pop(name, None)
+        if region is None:
+            raise KeyError(f"tile {self.tile} has no SRAM region named {name!r}")
+        if region.size:
+            region.array[:] = 0
+
+    def get(self, name: str) -> Region | None:
+        return self._regions.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._regions
+
+    @property
+    def regions(self) -> list[Region]:
+        return sorted(self._regions.values(), key=lambda r: r.offset)
+
+    @property
+    def used(self) -> int:
+        return sum(_align(r.size) for r in self._regions.values())
+
+    @property
+    def free_bytes(self) -> int:
+        return self.size - self.used
+
+    def largest_free(self) -> int:
+        """The biggest region that could still be allocated."""
+        best, cursor = 0, 0
+        for region in self.regions:
+            best = max(best, region.offset - cursor)
+            cursor = region.offset + _align(region.size)
+        return max(best, self.size - cursor)
+
+    def usage(self) -> dict:
+        """Per-region usage, for ``free``, ``ps`` and ``top``."""
+        return {
+            "tile": self.tile,
+            "size": self.size,
+            "used": self.used,
+            "free": self.free_bytes,
+            "regions": [
+                {"name": r.name, "offset": r.offset, "size": r.size} for r in self.regions
+            ],
+        }
+
+    def _find_gap(self, need: int) -> int | None:
+        cursor = 0
+        for region in self.regions:
+            if region.offset - cursor >= need:
+                return cursor
+            cursor = region.offset + _align(region.size)
+        return cursor if self.size - cursor >= need else None
+
+    def _overflow_message(self, name: str, size: int) -> str:
+        held = ", ".join(f"{r.name} {r.size} B" for r in self.regions) or "none"
+        return (
+            f"tile {self.tile}: cannot allocate {size} B of SRAM for {name!r}: "
+            f"{self.free_bytes} B free of {self.size} B (largest gap {self.largest_free()} B); "
+            f"regions held: {held}"
+        )
+
+
+class SRAM:
+    """All tiles' SRAM as one lazily-backed ``uint8`` array, ``tiles * bytes_per_tile`` long."""
+
+    def __init__(self, tiles: int, bytes_per_tile: int):
+        if bytes_per_tile % ALIGN:
+            raise ValueError(f"bytes per tile must be a multiple of {ALIGN}")
+        self.tiles = tiles
+        self.bytes_per_tile = bytes_per_tile
+        self.nbytes = tiles * bytes_per_tile
+        self._mmap = mmap.mmap(
+            -1, self.nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
+        )
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            self._mmap.madvise(mmap.MADV_NOHUGEPAGE)
+        self.flat = np.frombuffer(self._mmap, dtype=np.uint8)
+        #: 64-bit word view of the same memory, for word-wise exchange copies
+        self.words = self.flat.view(np.uint64)
+        self.view = memoryview(self._mmap)
+        self._memories: dict[int, TileMemory] = {}
+
+    def tile_array(self, tile: int) -> np.ndarray:
+        """The whole SRAM of one tile as a ``uint8`` array."""
+        self._check_tile(tile)
+        start = tile * self.bytes_per_tile
+        return self.flat[start : start + self.bytes_per_tile]
+
+    def memory(self, tile: int) -> TileMemory:
+        """The region allocator of ``tile`` (created on first use)."""
+        mem = self._memories.get(tile)
+        if mem is None:
+            self._check_tile(tile)
+            mem = self._memories[tile] = TileMemory(self, tile)
+        return mem
+
+    def _check_tile(self, tile: int) -> None:
+        if not 0 <= tile < self.tiles:
+            raise IndexError(f"no tile {tile}: this machine has tiles 0-{self.tiles - 1}")
+
+    def close(self) -> None:
+        """Release the mapping. Views handed out earlier must be dropped first."""
+        self._memories.clear()
+        del self.flat, self.words
+        self.view.release()
+        try:
+            self._mmap.close()
+        except BufferError:
+            # a numpy view still exists somewhere; the mapping goes with the last of them
+            pass

@@ -1,0 +1,102 @@
+"""Tile specifications like ``0-99,200,300-310`` and their inverse for reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class TileSpecError(ValueError):
+    """A tile specification that does not parse or names tiles the machine lacks."""
+
+
+def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
+    """Parse ``spec`` into a sorted list of distinct tile ids below ``ntiles``.
+
+    ``None``, ``"all"`` and ``"*"`` mean every tile. Ranges are inclusive. Integers and
+    iterables of integers are accepted too, so the Python API and the CLI share one check.
+    """
+    if spec is None:
+        return list(range(ntiles))
+    if isinstance(spec, int):
+        tiles = [spec]
+    elif isinstance(spec, str):
+        tiles = _parse_text(spec, ntiles)
+    else:
+        tiles = list(spec)
+        for tile in tiles:
+            if not isinstance(tile, int) or isinstance(tile, bool):
+                raise TileSpecError(f"tile ids must be integers, not {tile!r}")
+    bad = [t for t in tiles if not 0 <= t < ntiles]
+    if bad:
+        raise TileSpecError(
+            f"no tile {bad[0]} on this machine: it has tiles 0-{ntiles - 1}"
+        )
+    if not tiles:
+        raise TileSpecError("the tile specification selects no tiles")
+    return sorted(set(tiles))
+
+
+def _parse_text(spec: str, ntiles: int) -> list[int]:
+    text = spec.strip()
+    if text in ("all", "*"):
+        return list(range(ntiles))
+    if not text:
+        raise TileSpecError("empty tile specification; use e.g. 0-15,20 or all")
+    tiles: list[int] = []
+    for part in text.split(","):
+        tiles.extend(_parse_part(spec, part.strip(), ntiles))
+    return tiles
+
+
+def _parse_part(spec: str, part: str, ntiles: int) -> range:
+    span, colon, step_text = part.partition(":")
+    lo, dash, hi = span.partition("-")
+    numbers = [lo, hi] if dash else [lo]
+    if colon:
+        numbers.append(step_text)
+    if not all(n.strip().isdigit() for n in numbers) or (colon and not dash):
+        raise TileSpecError(
+            f"bad tile specification {spec!r}: {part!r} is not a tile id or a range "
+            "like 0-15 (or 0-14:2 for every second tile)"
+        )
+    first = int(lo)
+    last = int(hi) if dash else first
+    step = int(step_text) if colon else 1
+    if step < 1:
+        raise TileSpecError(f"bad tile specification {spec!r}: the step in {part!r} must be at least 1")
+    if last < first:
+        raise TileSpecError(f"bad tile specification {spec!r}: range {part!r} runs backwards")
+    if last >= ntiles:
+        raise TileSpecError(
+            f"bad tile specification {spec!r}: no tile {last} on this machine "
+            f"(it has tiles 0-{ntiles - 1})"
+        )
+    return range(first, last + 1, step)
+
+
+def format_tiles(tiles: Iterable[int]) -> str:
+    """``[0, 1, 2, 5, 7, 9, 11]`` -> ``"0-2,5-11:2"``; the inverse of :func:`parse_tiles`.
+
+    Runs of consecutive ids become ``a-b``; runs of three or more with a constant larger
+    step become ``a-b:step``, so tiles 0,3,6,...,1470 read ``0-1470:3``.
+    """
+    ordered = sorted(set(tiles))
+    parts: list[str] = []
+    i, n = 0, len(ordered)
+    while i < n:
+        j = i
+        if i + 1 < n:
+            step = ordered[i + 1] - ordered[i]
+            while j + 1 < n and ordered[j + 1] - ordered[j] == step:
+                j += 1
+            if step > 1 and j - i < 2:
+                j = i  # two ids with a gap are clearer as a list
+        first, last = ordered[i], ordered[j]
+        if i == j:
+            parts.append(str(first))
+        elif ordered[i + 1] - first == 1:
+            parts.append(f"{first}-{last}")
+        else:
+            parts.append(f"{first}-{last}:{ordered[i + 1] - first}")
+        i = j + 1
+    return ",".join(parts)

@@ -1,0 +1,117 @@
+"""Tile SRAM: lazily backed memory and the per-tile region allocator."""
+
+from __future__ import annotations
+
+import resource
+
+import numpy as np
+import pytest
+
+from ipuos._sram import SRAM
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def test_untouched_sram_costs_no_host_memory():
+    before = rss_bytes()
+    sram = SRAM(tiles=1472, bytes_per_tile=624 * 1024)  # a whole mk2 chip: ~900 MiB
+    try:
+        assert rss_bytes() - before < 16 << 20
+        sram.tile_array(7)[0] = 1  # touching one byte of one tile costs one page, not 2 MiB
+        assert rss_bytes() - before < 16 << 20
+    finally:
+        sram.close()
+
+
+def test_sram_starts_erased_as_zero():
+    sram = SRAM(tiles=4, bytes_per_tile=8192)
+    try:
+        assert not sram.tile_array(3).any()
+    finally:
+        sram.close()
+
+
+def test_regions_are_disjoint_aligned_views_of_the_tile():
+    sram = SRAM(tiles=2, bytes_per_tile=4096)
+    try:
+        mem = sram.memory(1)
+        a = mem.alloc("a", 13)
+        b = mem.alloc("b", 100)
+        assert a.offset % 8 == 0 and b.offset % 8 == 0
+        assert a.offset + 13 <= b.offset
+        a.view[:] = b"x" * 13
+        b.array[:] = 7
+        tile = sram.tile_array(1)
+        assert bytes(tile[a.offset : a.offset + 13]) == b"x" * 13
+        assert (tile[b.offset : b.offset + 100] == 7).all()
+        assert not sram.tile_array(0).any()  # the other tile is untouched
+        assert a.base == 4096 + a.offset
+    finally:
+        sram.close()
+
+
+def test_over_budget_is_a_memory_error_naming_tile_request_and_regions():
+    sram = SRAM(tiles=3, bytes_per_tile=4096)
+    try:
+        mem = sram.memory(2)
+        mem.alloc("exchange.in", 3000)
+        with pytest.raises(MemoryError) as info:
+            mem.alloc("program", 2000)
+        message = str(info.value)
+        assert "tile 2" in message and "'program'" in message and "2000 B" in message
+        assert "exchange.in 3000 B" in message
+        assert "program" not in mem  # nothing half-allocated
+    finally:
+        sram.close()
+
+
+def test_free_zeroes_and_makes_room_again():
+    sram = SRAM(tiles=1, bytes_per_tile=4096)
+    try:
+        mem = sram.memory(0)
+        first = mem.alloc("first", 4000)
+        first.array[:] = 0xAB
+        mem.free("first")
+        assert not sram.tile_array(0).any()
+        assert mem.alloc("second", 4096).size == 4096
+        with pytest.raises(KeyError, match="no SRAM region named 'first'"):
+            mem.free("first")
+    finally:
+        sram.close()
+
+
+def test_usage_report_lists_every_region():
+    sram = SRAM(tiles=1, bytes_per_tile=8192)
+    try:
+        mem = sram.memory(0)
+        mem.alloc("x", 100)
+        mem.alloc("y", 1000)
+        usage = mem.usage()
+        assert [r["name"] for r in usage["regions"]] == ["x", "y"]
+        assert usage["used"] == 104 + 1000 and usage["free"] == 8192 - 1104
+    finally:
+        sram.close()
+
+
+def test_duplicate_region_name_and_bad_tile_are_refused():
+    sram = SRAM(tiles=2, bytes_per_tile=4096)
+    try:
+        sram.memory(0).alloc("r", 8)
+        with pytest.raises(ValueError, match="already has an SRAM region named 'r'"):
+            sram.memory(0).alloc("r", 8)
+        with pytest.raises(IndexError, match="no tile 5"):
+            sram.memory(5)
+    finally:
+        sram.close()
+
+
+def test_word_view_aliases_the_bytes():
+    sram = SRAM(tiles=1, bytes_per_tile=64)
+    try:
+        sram.words[1] = np.uint64(0x0102030405060708)
+        assert bytes(sram.flat[8:16]) == bytes([8, 7, 6, 5, 4, 3, 2, 1])
+    finally:
+        sram.close()

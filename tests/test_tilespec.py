@@ -1,0 +1,56 @@
+"""Tile specifications: parsing, errors, and the formatting that reports use."""
+
+from __future__ import annotations
+
+import pytest
+
+from ipuos import TileSpecError, format_tiles, parse_tiles
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("0-3,7", [0, 1, 2, 3, 7]),
+        (" 5 ", [5]),
+        ("0-10:5", [0, 5, 10]),
+        ("3,1,2,1", [1, 2, 3]),
+        ("all", list(range(16))),
+        (None, list(range(16))),
+        ([4, 2], [2, 4]),
+        (9, [9]),
+    ],
+)
+def test_parse(spec, expected):
+    assert parse_tiles(spec, 16) == expected
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("", "empty tile specification"),
+        ("0-16", "no tile 16 on this machine"),
+        ("5-2", "runs backwards"),
+        ("x", "'x' is not a tile id"),
+        ("1,,2", "'' is not a tile id"),
+        ("0-8:0", "step"),
+        ([1, 99], "no tile 99"),
+        (["1"], "must be integers"),
+    ],
+)
+def test_bad_specs_say_what_is_wrong(spec, message):
+    with pytest.raises(TileSpecError, match=message):
+        parse_tiles(spec, 16)
+
+
+@pytest.mark.parametrize(
+    "tiles, text",
+    [
+        ([0, 1, 2, 5], "0-2,5"),
+        (list(range(0, 1472, 3)), "0-1470:3"),
+        ([1, 3], "1,3"),
+        ([7], "7"),
+    ],
+)
+def test_format_round_trips(tiles, text):
+    assert format_tiles(tiles) == text
+    assert parse_tiles(text, 1472) == tiles
