@@ -1,0 +1,46 @@
+"""Tiles as greenlets in bulk-synchronous supersteps, and the exchange between them.
+
+The public API of the scheduler layer; everything else here is private.
+"""
+
+from ._api import TileAPI
+from ._errors import (
+    CollectiveMismatchError,
+    ComputeBudgetExceeded,
+    DeadlockError,
+    ExchangeError,
+    JobAborted,
+    TileBusyError,
+    TileFailed,
+    TileInterrupt,
+)
+from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, TileResult
+from ._payload import decode, encode
+from ._scheduler import Scheduler
+from ._tile import Tile
+from ._watchdog import TILE_GLOBALS_MARKER
+
+__all__ = [
+    "ABORTED",
+    "ERROR",
+    "INTERRUPTED",
+    "OK",
+    "TILE_GLOBALS_MARKER",
+    "CollectiveMismatchError",
+    "ComputeBudgetExceeded",
+    "DeadlockError",
+    "ExchangeError",
+    "Job",
+    "JobAborted",
+    "JobReport",
+    "JobStats",
+    "Scheduler",
+    "Tile",
+    "TileAPI",
+    "TileBusyError",
+    "TileFailed",
+    "TileInterrupt",
+    "TileResult",
+    "decode",
+    "encode",
+]

@@ -1,0 +1,207 @@
+"""The exchange primitives a tile program calls: sync, send/recv and the collectives.
+
+Semantics follow BSP and what users of ePython and mpi4py expect: data sent in superstep S
+is visible after the sync, in S+1; ``send`` never blocks; ``recv`` waits across supersteps
+until a message from that sender has arrived, and messages from one sender arrive in
+order. Collectives are called by every tile of the job; ranks are job-relative.
+
+``sync`` is the hottest path in the system (an empty superstep is one ``sync`` per tile),
+so it is written out by hand instead of going through :meth:`Tile.wait`.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import TYPE_CHECKING, Callable
+
+from ._collectives import ALLGATHER, ALLTOALL, BCAST, GATHER, SYNC
+from ._errors import CollectiveMismatchError, describe_tiles
+from ._exchange import KIND_USER
+from ._payload import decode, encode
+
+if TYPE_CHECKING:
+    from ._job import Job
+    from ._tile import Tile
+
+_REDUCE_OPS: dict[str, Callable] = {
+    "sum": lambda values: functools.reduce(operator.add, values),
+    "prod": lambda values: functools.reduce(operator.mul, values),
+    "min": min,
+    "max": max,
+}
+
+
+_WAIT_LABELS = {(ALLTOALL, None): "alltoall()", (ALLGATHER, None): "allgather()"}
+
+
+def _note_kind(job: "Job", key: tuple) -> None:
+    # the first tile to arrive fixes the collective; anyone else arriving at another is a mismatch
+    if job.arrived == 1:
+        job.coll_kind = key
+    else:
+        job.mismatch = True
+
+
+class TileAPI:
+    """The exchange as seen by one tile of one job."""
+
+    __slots__ = ("_tile", "_job", "_engine", "tileid", "numtiles")
+
+    def __init__(self, tile: "Tile", job: "Job"):
+        self._tile = tile
+        self._job = job
+        self._engine = tile.sched.engine
+        #: this tile's rank in the job, 0..numtiles-1
+        self.tileid = tile.rank
+        self.numtiles = job.nranks
+
+    @property
+    def physical_tile(self) -> int:
+        """The machine-wide id of the tile this program runs on."""
+        return self._tile.id
+
+    @property
+    def tile(self) -> "Tile":
+        return self._tile
+
+    @property
+    def job(self) -> "Job":
+        return self._job
+
+    # -- barrier -------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """End this superstep: wait until every live tile of the job has called ``sync``."""
+        job = self._job
+        job.arrived += 1
+        if job.coll_kind is not SYNC:
+            _note_kind(job, SYNC)
+        if job.arrived >= job.nlive:
+            job.sched._ready_jobs.append(job)
+        gen = job.gen
+        tile = self._tile
+        tile.park()
+        if job.gen == gen or tile.signal is not None:
+            tile.wait(lambda: job.gen != gen, "sync()")
+
+    barrier = sync
+
+    # -- point to point ------------------------------------------------------------------
+
+    def send(self, dst: int, obj) -> None:
+        """Queue ``obj`` for tile ``dst`` of this job; it arrives after the next sync."""
+        job = self._job
+        if not isinstance(dst, int) or not 0 <= dst < job.nranks:
+            raise ValueError(f"send(): no tile {dst!r} in this job (tiles 0-{job.nranks - 1})")
+        payload = encode(obj)
+        tile = self._tile
+        off = self._engine.write_out(tile, payload)
+        self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank))
+
+    def recv(self, src: int):
+        """Wait for the next message from tile ``src`` of this job and return it."""
+        tile = self._tile
+        job = self._job
+        queue = tile.inbox.get(src)
+        if not queue:
+            if not isinstance(src, int) or not 0 <= src < job.nranks:
+                raise ValueError(f"recv(): no tile {src!r} in this job (tiles 0-{job.nranks - 1})")
+            job.nrecv += 1
+            tile.recv_src = src
+            try:
+                tile.wait(lambda: bool(tile.inbox.get(src)), f"recv from tile {src}")
+            finally:
+                job.nrecv -= 1
+                tile.recv_src = -1
+            queue = tile.inbox[src]
+        msg = queue.popleft()
+        start = tile.xin.base + msg.off
+        try:
+            return decode(self._engine.view[start : start + msg.length])
+        finally:
+            tile.consume(msg)
+
+    def poll(self, src: int) -> bool:
+        """True if a message from ``src`` has arrived and ``recv(src)`` would not wait."""
+        return bool(self._tile.inbox.get(src))
+
+    # -- collectives ---------------------------------------------------------------------
+
+    def alltoall(self, obj) -> list:
+        """Every tile contributes ``obj``; every tile gets the list of all, in rank order."""
+        return self._collective((ALLTOALL, None), obj)
+
+    def allgather(self, obj) -> list:
+        """Same as :meth:`alltoall` (the MPI name)."""
+        return self._collective((ALLGATHER, None), obj)
+
+    def bcast(self, obj, root: int = 0):
+        """Every tile gets the ``obj`` of tile ``root`` (other tiles' ``obj`` is ignored)."""
+        self._check_root(root, "bcast")
+        payload = obj if self._tile.rank == root else None
+        return self._collective((BCAST, root), payload, send=self._tile.rank == root)
+
+    def gather(self, obj, root: int = 0):
+        """Tile ``root`` gets the list of every tile's ``obj``; the others get None."""
+        self._check_root(root, "gather")
+        return self._collective((GATHER, root), obj)
+
+    def reduce(self, obj, op="sum", root: int = 0):
+        """Combine every tile's ``obj`` with ``op`` on tile ``root``; the others get None.
+
+        ``op`` is ``"sum"``, ``"prod"``, ``"min"``, ``"max"`` or a two-argument callable.
+        """
+        combine = self._reducer(op)
+        values = self.gather(obj, root)
+        return combine(values) if values is not None else None
+
+    def allreduce(self, obj, op="sum"):
+        """Like :meth:`reduce`, and every tile gets the result (a gather, then a bcast)."""
+        combine = self._reducer(op)
+        values = self.gather(obj, 0)
+        return self.bcast(combine(values) if values is not None else None, 0)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _collective(self, key: tuple, obj, send: bool = True):
+        tile = self._tile
+        job = self._job
+        if job.nlive < job.nranks:
+            finished = [r for r in range(job.nranks) if r not in job.live]
+            raise CollectiveMismatchError(
+                f"{key[0]}() needs every tile of the job, but {describe_tiles(finished)} "
+                "already finished"
+            )
+        if send:
+            payload = encode(obj)
+            job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
+            job.coll_len[tile.rank] = len(payload)
+        job.arrived += 1
+        if job.coll_kind != key:
+            _note_kind(job, key)
+        if job.arrived >= job.nlive:
+            job.sched._ready_jobs.append(job)
+        gen = job.gen
+        what = _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})"
+        tile.waiting = what
+        tile.park()
+        if job.gen == gen or tile.signal is not None:
+            tile.wait(lambda: job.gen != gen, what)
+        tile.waiting = None
+        return job.coll_result.value_for(tile)
+
+    def _check_root(self, root, name: str) -> None:
+        if not isinstance(root, int) or not 0 <= root < self._job.nranks:
+            raise ValueError(f"{name}(): root {root!r} is not a tile of this job (0-{self._job.nranks - 1})")
+
+    @staticmethod
+    def _reducer(op) -> Callable:
+        if callable(op):
+            return lambda values: functools.reduce(op, values)
+        try:
+            return _REDUCE_OPS[op]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"unknown reduction {op!r}: use 'sum', 'prod', 'min', 'max' or a function of two values"
+            ) from None

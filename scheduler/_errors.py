@@ -1,0 +1,59 @@
+"""Exceptions a tile program can see from the exchange, and why each one exists.
+
+They carry the tiles involved, so a report can name them: a hang the user has to diagnose
+by hand is the failure mode these replace.
+"""
+
+from __future__ import annotations
+
+
+def describe_tiles(ranks) -> str:
+    """``[0, 1, 2, 5]`` -> ``"tiles 0-2,5"`` (``"tile 3"`` for one)."""
+    from ipuos._tilespec import format_tiles
+
+    ranks = sorted(set(ranks))
+    return ("tile " if len(ranks) == 1 else "tiles ") + format_tiles(ranks)
+
+
+class ExchangeError(RuntimeError):
+    """A tile program used the exchange in a way that cannot complete."""
+
+
+class DeadlockError(ExchangeError):
+    """Every live tile of a job waits and nothing in flight can wake any of them."""
+
+
+class CollectiveMismatchError(ExchangeError):
+    """The tiles of a job called different collectives (or different roots) in one step."""
+
+
+class JobAborted(ExchangeError):
+    """Another tile of the job failed; this tile is stopped at its next exchange point."""
+
+
+class TileBusyError(RuntimeError):
+    """A job was asked to start on a tile that is already running one."""
+
+
+class TileInterrupt(BaseException):
+    """Raised inside a tile program to stop it (Ctrl-C, ``kill``, a compute budget).
+
+    A BaseException, like KeyboardInterrupt, so that ``except Exception`` in user code
+    does not swallow it.
+    """
+
+
+class ComputeBudgetExceeded(TileInterrupt):
+    """The tile computed longer than its per-superstep budget without reaching an exchange."""
+
+
+class TileFailed(OSError):
+    """A tile that backs a device or serves a request has stopped answering."""
+
+
+# shown to users as ipuos.scheduler.X (where they are exported), not the private module
+for _cls in (
+    ExchangeError, DeadlockError, CollectiveMismatchError, JobAborted, TileBusyError,
+    TileInterrupt, ComputeBudgetExceeded, TileFailed,
+):
+    _cls.__module__ = "ipuos.scheduler"

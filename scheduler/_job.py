@@ -1,0 +1,190 @@
+"""A job: one program launched on a set of tiles, which are its group for collectives."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ._errors import JobAborted, TileInterrupt, describe_tiles
+
+if TYPE_CHECKING:
+    from ._scheduler import Scheduler
+    from ._tile import Tile
+
+# how a tile's part of a job ended
+OK = "ok"
+ERROR = "error"  # the program raised (its own exception, a deadlock, a mismatch ...)
+ABORTED = "aborted"  # stopped because another tile of the job failed
+INTERRUPTED = "interrupted"  # Ctrl-C, kill, or a compute budget
+
+
+@dataclass
+class TileResult:
+    rank: int
+    tile: int
+    status: str
+    value: Any = None
+    error: BaseException | None = None
+    #: the formatted traceback (tile program frames only) for ERROR results
+    traceback: str = ""
+
+
+@dataclass
+class JobStats:
+    supersteps: int = 0
+    wall_seconds: float = 0.0
+    sim_seconds: float = 0.0
+    bytes_exchanged: int = 0
+    dropped_messages: int = 0
+
+
+class Job:
+    """Scheduler-side state of a running job. Created only by :meth:`Scheduler.start_job`."""
+
+    def __init__(
+        self,
+        sched: "Scheduler",
+        job_id: int,
+        tiles: list["Tile"],
+        target: Callable,
+        name: str,
+        budget: float | None,
+    ):
+        self.sched = sched
+        self.id = job_id
+        self.name = name
+        self.tiles = tiles
+        self.ids = [t.id for t in tiles]
+        self.nranks = len(tiles)
+        self.target = target
+        #: seconds a tile may compute in one superstep before it is interrupted (None: no limit)
+        self.budget = budget
+        #: tiles whose program still runs, by rank
+        self.live: dict[int, "Tile"] = dict(enumerate(tiles))
+        self.nlive = len(tiles)
+        self._live_resumes: list | None = None
+        # the collective in progress: arrivals, what was called, contributions
+        self.gen = 0
+        self.arrived = 0
+        self.coll_kind: tuple | None = None
+        self.mismatch = False
+        self.coll_off = [0] * self.nranks
+        self.coll_len = [0] * self.nranks
+        self.coll_result = None
+        #: tiles waiting in recv (for deadlock detection)
+        self.nrecv = 0
+        #: a waiting tile was woken by a message in the last exchange
+        self.progress = False
+        #: a tile finished since the last exchange (recv waits may have become hopeless)
+        self.finished_changed = False
+        self.results: list[TileResult | None] = [None] * self.nranks
+        self.first_failure: TileResult | None = None
+        self.interrupted: str | None = None
+        #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
+        self.abort_reason: str | None = None
+        self.future: Future = Future()
+        self.waiters: list["Tile"] = []
+        self.stats = JobStats()
+        self._start_superstep = sched.superstep
+        self._start_cycles = sched.engine.sim_cycles
+        self._start_wall = time.perf_counter()
+        #: every tile has its incoming buffer at the same offset: broadcasts are one 2-D copy
+        layouts = {(t.xin.offset, t.xin.size) for t in tiles}
+        self.xin_offset = layouts.pop()[0] if len(layouts) == 1 else None
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.name!r} on {describe_tiles(self.ids)}>"
+
+    @property
+    def done(self) -> bool:
+        return self.nlive == 0
+
+    # -- called on tile greenlets --------------------------------------------------------
+
+    def finish_tile(self, tile: "Tile", result: TileResult) -> None:
+        """Record a tile's end; fail the others if it failed on its own."""
+        self.results[result.rank] = result
+        del self.live[result.rank]
+        self._live_resumes = None
+        self.nlive -= 1
+        self.finished_changed = True
+        if result.status == ERROR and self.first_failure is None:
+            self.first_failure = result
+            self.abort(
+                JobAborted(
+                    f"job {self.id} stopped: tile {result.rank} failed with "
+                    f"{type(result.error).__name__}: {result.error}"
+                )
+            )
+        elif result.status == INTERRUPTED and self.interrupted is None:
+            # one tile was interrupted (the watchdog got there first): so are the rest
+            self.interrupt(self.abort_reason or "interrupted")
+        if self.nlive == 0:
+            self.sched._job_finished(self)
+        elif self.arrived and self.arrived >= self.nlive:
+            # the finished tile no longer takes part: the others' barrier may be complete
+            self.sched._ready_jobs.append(self)
+
+    def live_resumes(self) -> list:
+        """The resume methods of the live tiles (cached: a barrier wakes them all)."""
+        resumes = self._live_resumes
+        if resumes is None:
+            resumes = self._live_resumes = [t.resume for t in self.live.values()]
+        return resumes
+
+    def abort(self, signal: BaseException) -> None:
+        """Deliver ``signal`` to every live tile at its next exchange point.
+
+        A tile computing without reaching one is interrupted by the watchdog instead.
+        """
+        if self.abort_reason is None:
+            self.abort_reason = str(signal)
+        self.sched.watchdog.interrupt(self, type(signal))
+        for tile in self.live.values():
+            if tile.signal is None:
+                # a fresh instance per tile: each raise writes its own traceback into it
+                tile.signal = type(signal)(*signal.args)
+            self.sched.wake(tile)
+
+    def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
+        self.interrupted = reason
+        self.abort(kind(reason))
+
+    # -- reports -------------------------------------------------------------------------
+
+    def waiting_report(self) -> str:
+        """``tiles 0-5 wait in sync(); tile 6 waits in recv from tile 7``."""
+        groups: dict[str, list[int]] = {}
+        for rank, tile in self.live.items():
+            groups.setdefault(tile.waiting or "sync()", []).append(rank)
+        parts = []
+        for what, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
+            verb = "waits" if len(ranks) == 1 else "wait"
+            parts.append(f"{describe_tiles(ranks)} {verb} in {what}")
+        return "; ".join(parts)
+
+    def _finalise_stats(self) -> None:
+        sched = self.sched
+        # the superstep the job ends in counts: a program without a sync ran in one
+        self.stats.supersteps = sched.superstep - self._start_superstep + 1
+        self.stats.wall_seconds = time.perf_counter() - self._start_wall
+        self.stats.sim_seconds = sched.engine.cost.seconds(
+            sched.engine.sim_cycles - self._start_cycles
+        )
+
+
+@dataclass
+class JobReport:
+    """What :meth:`Scheduler.start_job`'s future resolves to."""
+
+    job_id: int
+    name: str
+    tiles: list[int]
+    results: list[TileResult]
+    stats: JobStats = field(default_factory=JobStats)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == OK for r in self.results)

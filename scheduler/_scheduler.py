@@ -1,0 +1,528 @@
+"""The superstep loop: compute, sync, exchange; and the doors into it from the host.
+
+One thread owns every tile greenlet (greenlets belong to the thread that made them). Host
+threads never touch tiles: they queue a callable with :meth:`Scheduler.call` or a kernel
+request with :meth:`Scheduler.submit` and wait on the returned Future; the scheduler runs
+queued work between supersteps. When no tile is runnable and nothing is in flight the
+thread sleeps until the host queues something, so an idle machine costs no CPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+import traceback
+from concurrent.futures import Future
+from typing import Callable, Iterable
+
+import greenlet
+
+from ipuos._costmodel import CostModel
+
+from . import _collectives
+from ._api import TileAPI
+from ._errors import (
+    ComputeBudgetExceeded,
+    DeadlockError,
+    JobAborted,
+    TileBusyError,
+    TileFailed,
+    TileInterrupt,
+    describe_tiles,
+)
+from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
+from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, TileResult
+from ._payload import decode, encode
+from ._tile import Request, Tile
+from ._watchdog import Watchdog
+
+#: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
+STOP_GRACE_SECONDS = 5.0
+
+
+class Scheduler:
+    """Runs every tile of a machine in bulk-synchronous supersteps."""
+
+    def __init__(
+        self,
+        sram,
+        tiles_per_chip: int,
+        exchange_out: int,
+        exchange_in: int,
+        cost_model: CostModel | None = None,
+    ):
+        self.sram = sram
+        self.ntiles = sram.tiles
+        self.tiles_per_chip = tiles_per_chip
+        self.nchips = (self.ntiles + tiles_per_chip - 1) // tiles_per_chip
+        self.tiles: list[Tile] = []
+        for tile_id in range(self.ntiles):
+            memory = sram.memory(tile_id)
+            xout = memory.alloc("exchange.out", exchange_out)
+            xin = memory.alloc("exchange.in", exchange_in)
+            self.tiles.append(Tile(self, tile_id, tile_id // tiles_per_chip, memory, xout, xin))
+        self.engine = ExchangeEngine(sram, self.ntiles, tiles_per_chip, cost_model or CostModel())
+        #: kernel services by name: ``fn(tile, *args)`` run on the owning tile's greenlet
+        self.services: dict[str, Callable] = {"job.run": _run_job}
+        self.jobs: dict[int, Job] = {}
+        self.superstep = 0
+        #: True while tile greenlets run (the compute phase); read by the watchdog
+        self.in_compute = False
+        #: problems inside the scheduler itself, kept for ``status`` and tests
+        self.internal_errors: list[str] = []
+        self.thread_ident: int | None = None
+        self._job_ids = itertools.count(1)
+        self._call_tags = itertools.count(1)
+        #: the resume (greenlet switch) methods of the tiles to run next superstep
+        self._runnable: list[Callable] = []
+        self._ready_jobs: list[Job] = []
+        self._finished_jobs: list[Job] = []
+        self._host_replies: list[tuple[Future, bool, object]] = []
+        self._deferred_replies: list[tuple[Tile, Tile, bytes]] = []
+        self._calls: collections.deque = collections.deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self.watchdog = Watchdog(self)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scheduler thread (tile greenlets are created inside it)."""
+        if self._thread is not None:
+            raise RuntimeError("the scheduler is already running")
+        self._thread = threading.Thread(target=self._thread_main, name="ipuos-scheduler", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        self.watchdog.start()
+
+    def stop(self, timeout: float = STOP_GRACE_SECONDS) -> None:
+        """Interrupt running jobs, let tiles reach a safe point, and end the thread."""
+        if self._thread is None:
+            return
+        # a tile stuck in pure compute holds the scheduler thread: interrupt it from here
+        for job in _snapshot(self.jobs):
+            self.interrupt_job(job, "the machine is shutting down")
+        self._stopping = True
+        with self._cond:
+            self._cond.notify_all()
+        self._thread.join(timeout + 5)
+        self.watchdog.stop()
+        self.engine.close()
+        self._thread = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    def _thread_main(self) -> None:
+        main = greenlet.getcurrent()
+        for tile in self.tiles:
+            tile.start(main)
+        self.thread_ident = threading.get_ident()
+        self._started.set()
+        try:
+            self._loop()
+        except BaseException:
+            self.report_internal_error("the scheduler loop crashed", traceback.format_exc())
+        finally:
+            self._shutdown_tiles()
+
+    # -- host side (any thread) ----------------------------------------------------------
+
+    def call(self, fn: Callable, *args) -> Future:
+        """Run ``fn(*args)`` on the scheduler thread between supersteps."""
+        future: Future = Future()
+        self._enqueue(future, fn, args)
+        return future
+
+    def call_wait(self, fn: Callable, *args, timeout: float | None = None):
+        """:meth:`call` and wait for the result (runs inline on the scheduler thread)."""
+        if threading.get_ident() == self.thread_ident:
+            return fn(*args)
+        return self.call(fn, *args).result(timeout)
+
+    def submit(self, tile_id: int, service: str, *args) -> Future:
+        """Send kernel request ``service(*args)`` to tile ``tile_id``; a Future of its reply."""
+        future: Future = Future()
+        self._enqueue(None, self._deliver_host_request, (tile_id, service, args, future))
+        return future
+
+    def _enqueue(self, future, fn, args) -> None:
+        if not self.running:
+            raise RuntimeError("the machine is not running")
+        self._calls.append((future, fn, args))
+        with self._cond:
+            self._cond.notify()
+
+    def start_job(
+        self,
+        tile_ids: Iterable[int],
+        target: Callable[[TileAPI], object],
+        name: str = "job",
+        budget: float | None = None,
+    ) -> Job:
+        """Launch ``target(api)`` on every tile in ``tile_ids`` (rank order = list order).
+
+        Thread-safe. Returns the Job; ``job.future`` resolves to a :class:`JobReport`.
+        TileBusyError if any tile already runs a job.
+        """
+        return self.call_wait(self._start_job, list(tile_ids), target, name, budget)
+
+    def interrupt_job(self, job: Job, reason: str = "interrupted by the user") -> None:
+        """Stop every tile of ``job`` (thread-safe; works on tiles stuck in pure compute)."""
+        if job.abort_reason is None:
+            job.abort_reason = reason  # before the watchdog's bare exception can land
+        self.watchdog.interrupt(job, TileInterrupt)
+        if threading.get_ident() == self.thread_ident:
+            job.interrupt(reason)
+        else:
+            self.call(lambda: job.done or job.interrupt(reason))
+
+    # -- scheduler thread ----------------------------------------------------------------
+
+    def wake(self, tile: Tile) -> None:
+        """Make ``tile`` runnable next superstep (harmless if it has nothing to do)."""
+        self._runnable.append(tile.resume)
+
+    def _loop(self) -> None:
+        calls = self._calls
+        while True:
+            if calls:
+                self._run_calls()
+            if self._stopping:
+                return
+            if not self._runnable and not self._exchange_pending():
+                with self._cond:
+                    while not calls and not self._stopping:
+                        self._cond.wait()
+                continue
+            self._superstep()
+
+    def _superstep(self) -> None:
+        # written like a bare greenlet loop: per-tile work here costs 1472x per superstep
+        runnable, self._runnable = self._runnable, []
+        self.in_compute = True
+        for resume in runnable:
+            resume()
+        self.in_compute = False
+        self._exchange_phase()
+
+    def _run_calls(self) -> None:
+        calls = self._calls
+        while calls:
+            future, fn, args = calls.popleft()
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                if future is None:
+                    self.report_internal_error(f"host call {fn!r} failed", traceback.format_exc())
+                else:
+                    future.set_exception(exc)
+            else:
+                if future is not None:
+                    future.set_result(result)
+
+    def _exchange_pending(self) -> bool:
+        return bool(
+            self.engine.has_posted() or self._ready_jobs or self._finished_jobs
+            or self._host_replies or self._deferred_replies
+        )
+
+    def _exchange_phase(self) -> None:
+        engine = self.engine
+        engine.settle()
+        engine.deliver_p2p(self._land)
+        engine.deliver_dma()
+        if self._ready_jobs:
+            ready, self._ready_jobs = self._ready_jobs, []
+            for job in ready:
+                if job.arrived and job.arrived >= job.nlive:
+                    _collectives.complete(job)
+        if self.jobs:
+            self._detect_deadlocks()
+        if self._finished_jobs:
+            finished, self._finished_jobs = self._finished_jobs, []
+            for job in finished:
+                self._finalise_job(job)
+        if self._host_replies:
+            replies, self._host_replies = self._host_replies, []
+            for future, ok, value in replies:
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(value)
+        engine.reset_out_buffers()
+        if self._deferred_replies:
+            deferred, self._deferred_replies = self._deferred_replies, []
+            for server, client, payload in deferred:
+                self._post_reply_payload(server, client, payload)
+        engine.end_superstep(self.nchips)
+        self.superstep += 1
+
+    # -- messages arriving ---------------------------------------------------------------
+
+    def _land(self, dst: Tile, arrivals) -> None:
+        view = self.engine.view
+        for kind, meta, src, abs_off, length, msg in arrivals:
+            if kind == KIND_USER:
+                job, src_rank = meta
+                if dst.job is not job:  # the receiver finished: nobody will recv it
+                    job.stats.dropped_messages += 1
+                    continue
+                msg.src_rank = src_rank
+                queue = dst.inbox.get(src_rank)
+                if queue is None:
+                    queue = dst.inbox[src_rank] = collections.deque()
+                queue.append(msg)
+                dst.land(msg)
+                if dst.recv_src >= 0:
+                    job.progress = True
+                    self._runnable.append(dst.resume)
+                continue
+            payload = decode(view[abs_off : abs_off + length])
+            if kind == KIND_REQUEST:
+                tag, service, args = payload
+                if not dst.alive:
+                    self._queue_reply(dst, src, tag, False, TileFailed(5, f"tile {dst.id} is not answering"))
+                    continue
+                dst.requests.append(Request(service, args, self._tile_replier(dst, src, tag)))
+            else:  # KIND_REPLY
+                tag, ok, value = payload
+                dst.replies[tag] = (ok, value)
+            self._runnable.append(dst.resume)
+        if dst.in_live == 0:
+            dst.in_used = 0
+
+    def _tile_replier(self, server: Tile, client: Tile, tag: int):
+        return lambda ok, value: self._queue_reply(server, client, tag, ok, value)
+
+    def _queue_reply(self, server: Tile, client: Tile, tag: int, ok: bool, value) -> None:
+        try:
+            payload = encode((tag, ok, value))
+        except TypeError as exc:
+            payload = encode((tag, False, TypeError(f"the reply could not be sent: {exc}")))
+        self._post_reply_payload(server, client, payload)
+
+    def _post_reply_payload(self, server: Tile, client: Tile, payload: bytes) -> None:
+        engine = self.engine
+        if len(payload) > server.xout.size:
+            tag = decode(payload)[0]
+            payload = encode((tag, False, ValueError(
+                f"a reply of {len(payload)} B is larger than tile {server.id}'s outgoing "
+                f"exchange buffer ({server.xout.size} B); ask for less at a time"
+            )))
+        try:
+            off = engine.write_out(server, payload)
+        except ValueError:  # the buffer is full this superstep: send it with the next one
+            self._deferred_replies.append((server, client, payload))
+            return
+        engine.post(server, client, off, len(payload), KIND_REPLY, None)
+
+    def _deliver_host_request(self, tile_id: int, service: str, args: tuple, future: Future) -> None:
+        if not 0 <= tile_id < self.ntiles:
+            future.set_exception(IndexError(f"no tile {tile_id}: this machine has tiles 0-{self.ntiles - 1}"))
+            return
+        tile = self.tiles[tile_id]
+        if not tile.alive:
+            future.set_exception(TileFailed(5, f"tile {tile_id} is not answering (it has failed)"))
+            return
+        replies = self._host_replies
+        tile.requests.append(Request(service, args, lambda ok, value: replies.append((future, ok, value))))
+        self._runnable.append(tile.resume)
+
+    # -- kernel calls between tiles (on tile greenlets) ----------------------------------
+
+    def call_tile(self, tile: Tile, dst_id: int, service: str, *args):
+        """From ``tile``'s greenlet: run ``service(*args)`` on tile ``dst_id`` and return its result.
+
+        The request and the reply ride the exchange like any other message, so they cost
+        a superstep each and are limited by the exchange buffers.
+        """
+        if dst_id == tile.id:
+            return self.services[service](tile, *args)
+        if not 0 <= dst_id < self.ntiles:
+            raise IndexError(f"no tile {dst_id}: this machine has tiles 0-{self.ntiles - 1}")
+        tag = next(self._call_tags)
+        payload = encode((tag, service, args))
+        off = self.engine.write_out(tile, payload)
+        self.engine.post(tile, self.tiles[dst_id], off, len(payload), KIND_REQUEST, None)
+        replies = tile.replies
+        tile.wait(lambda: tag in replies, f"reply from tile {dst_id}")
+        ok, value = replies.pop(tag)
+        if ok:
+            return value
+        raise value
+
+    def wait_job(self, tile: Tile, job: Job) -> JobReport:
+        """From ``tile``'s greenlet: wait until ``job`` has finished on every tile."""
+        if not job.future.done():
+            job.waiters.append(tile)
+            tile.wait(job.future.done, f"job {job.id}")
+        return job.future.result()
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def _start_job(self, tile_ids: list[int], target, name: str, budget: float | None) -> Job:
+        if not tile_ids:
+            raise ValueError("a job needs at least one tile")
+        if len(set(tile_ids)) != len(tile_ids):
+            raise ValueError("a job cannot use a tile twice")
+        tiles = [self.tiles[i] for i in tile_ids]
+        busy = [t for t in tiles if t.job is not None]
+        if busy:
+            jobs = sorted({t.job.id for t in busy})
+            verb = "runs" if len(busy) == 1 else "run"
+            raise TileBusyError(
+                f"{describe_tiles(t.id for t in busy)} already {verb} job "
+                f"{', '.join(map(str, jobs))}; wait for it or kill it first"
+            )
+        dead = [t.id for t in tiles if not t.alive]
+        if dead:
+            raise TileFailed(5, f"{describe_tiles(dead)} have failed and cannot run programs")
+        job = Job(self, next(self._job_ids), tiles, target, name, budget)
+        self.jobs[job.id] = job
+        for rank, tile in enumerate(tiles):
+            tile.job = job
+            tile.rank = rank
+            tile.requests.append(Request("job.run", (job,), None))
+        self._runnable.extend(t.resume for t in tiles)
+        if budget:
+            self.watchdog.watch(job)
+        return job
+
+    def _job_finished(self, job: Job) -> None:
+        self._finished_jobs.append(job)
+
+    def _finalise_job(self, job: Job) -> None:
+        self.jobs.pop(job.id, None)
+        job._finalise_stats()
+        job.stats.bytes_exchanged = 0
+        report = JobReport(job.id, job.name, job.ids, list(job.results), job.stats)
+        job.future.set_result(report)
+        self._runnable.extend(t.resume for t in job.waiters)
+        job.waiters.clear()
+        self.watchdog.forget(job)
+
+    def _detect_deadlocks(self) -> None:
+        for job in list(self.jobs.values()):
+            if job.interrupted is not None:
+                continue  # its tiles are being stopped: waiting on each other is expected
+            if job.finished_changed:
+                job.finished_changed = False
+                self._fail_hopeless_recvs(job)
+            if job.progress:
+                job.progress = False
+                continue
+            waiting = job.arrived + job.nrecv
+            if job.nlive and job.arrived < job.nlive and waiting >= job.nlive:
+                self._fail_hopeless_recvs(job)  # the more specific report, where it applies
+                error = DeadlockError(
+                    f"deadlock in job {job.id}: every live tile waits and nothing in flight "
+                    f"can wake them: {job.waiting_report()}"
+                )
+                job.abort(error)
+
+    def _fail_hopeless_recvs(self, job: Job) -> None:
+        for tile in job.live.values():
+            src = tile.recv_src
+            if src >= 0 and job.results[src] is not None and not tile.inbox.get(src) and tile.signal is None:
+                tile.signal = DeadlockError(
+                    f"tile {tile.rank} waits to recv from tile {src}, which has finished "
+                    "and sent nothing more"
+                )
+                self._runnable.append(tile.resume)
+
+    # -- faults and diagnostics ----------------------------------------------------------
+
+    def fail_tile(self, tile_id: int) -> None:
+        """Fault injection: the tile stops answering exchange traffic and requests."""
+        self.call_wait(setattr, self.tiles[tile_id], "alive", False)
+
+    def report_internal_error(self, what: str, details: str) -> None:
+        self.internal_errors.append(f"{what}\n{details}")
+
+    def stats(self) -> dict:
+        engine = self.engine
+        return {
+            "supersteps": self.superstep,
+            "supersteps_with_traffic": engine.supersteps_with_traffic,
+            "bytes_exchanged": int(engine.bytes_out.sum()),
+            "simulated_exchange_seconds": engine.cost.seconds(engine.sim_cycles),
+        }
+
+    def _shutdown_tiles(self) -> None:
+        """Interrupt jobs, let tiles leave filesystem callbacks, then end their greenlets.
+
+        A greenlet paused inside a littlefs callback is never killed: littlefs would carry
+        on with an error it cannot recover from. Such tiles are left alone.
+        """
+        for job in list(self.jobs.values()):
+            self.watchdog.interrupt(job, TileInterrupt)
+            job.interrupt("the machine is shutting down")
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while (self.jobs or self._runnable or self._exchange_pending()) and time.monotonic() < deadline:
+            if self._calls:
+                self._run_calls()
+            self._superstep()
+        for tile in self.tiles:
+            glet = tile.glet
+            if glet and tile.fs_depth == 0:
+                try:
+                    glet.throw(greenlet.GreenletExit)
+                except BaseException as exc:
+                    self.report_internal_error(f"tile {tile.id} did not stop cleanly", repr(exc))
+
+
+def _run_job(tile: Tile, job: Job) -> None:
+    """The ``job.run`` kernel service: run the job's program on this tile."""
+    api = TileAPI(tile, job)
+    try:
+        value = job.target(api)
+    except ComputeBudgetExceeded as exc:
+        if not exc.args:  # raised by the watchdog, which can only inject a bare class
+            exc.args = (f"tile {tile.rank} computed for more than {job.budget} s without reaching an exchange point",)
+        result = TileResult(tile.rank, tile.id, ERROR, error=exc, traceback=_format(exc))
+    except (TileInterrupt, JobAborted) as exc:
+        if not exc.args:
+            exc.args = (job.abort_reason or "interrupted",)
+        status = ABORTED if isinstance(exc, JobAborted) else INTERRUPTED
+        result = TileResult(tile.rank, tile.id, status, error=exc)
+    except greenlet.GreenletExit:
+        raise
+    except BaseException as exc:
+        result = TileResult(tile.rank, tile.id, ERROR, error=exc, traceback=_format(exc))
+    else:
+        result = TileResult(tile.rank, tile.id, OK, value=value)
+    _release_tile(tile)
+    job.finish_tile(tile, result)
+
+
+def _release_tile(tile: Tile) -> None:
+    tile.job = None
+    tile.rank = -1
+    tile.signal = None
+    tile.waiting = None
+    tile.recv_src = -1
+    tile.inbox.clear()
+    for msg in tile.in_msgs:
+        msg.off = -1
+    tile.in_msgs.clear()
+    tile.in_live = 0
+    tile.in_used = 0
+
+
+def _snapshot(table: dict) -> list:
+    """The values of a dict another thread may be changing."""
+    while True:
+        try:
+            return list(table.values())
+        except RuntimeError:  # changed size during iteration: try again
+            continue
+
+
+def _format(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -1,0 +1,189 @@
+"""One tile: its greenlet, its kernel loop, and the one way it waits.
+
+Every wait is a loop that re-checks its condition after each wake, so any wake may be
+spurious: wakers never need to know exactly what a tile waits for, and a tile that is
+woken twice in one superstep merely parks again. While parked, a tile serves the kernel
+requests queued for it (file operations from the shell, the host, other tiles), except
+while it is itself inside a filesystem operation: littlefs is not re-entrant, and the
+ownership rule says only this greenlet may touch this tile's filesystems.
+"""
+
+from __future__ import annotations
+
+import collections
+import traceback
+from typing import TYPE_CHECKING, Callable
+
+import greenlet
+
+from ._errors import TileInterrupt
+
+if TYPE_CHECKING:
+    from ._job import Job
+    from ._scheduler import Scheduler
+
+#: how deep requests may nest while a tile waits inside a request it is serving
+MAX_SERVICE_DEPTH = 8
+
+
+class Request:
+    """A kernel request: run service ``name`` on the owner tile and reply to ``origin``."""
+
+    __slots__ = ("name", "args", "reply")
+
+    def __init__(self, name: str, args: tuple, reply: Callable[[bool, object], None] | None):
+        self.name = name
+        self.args = args
+        #: called on the serving tile with (ok, value); None for fire-and-forget requests
+        self.reply = reply
+
+
+class Tile:
+    """Scheduler-side state of one tile. Tile programs never see this object directly."""
+
+    __slots__ = (
+        "id", "chip", "sched", "memory", "glet", "resume", "park",
+        "job", "rank", "signal", "waiting",
+        "requests", "service_depth", "fs_depth",
+        "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
+        "alive", "__weakref__",
+    )  # fmt: skip
+
+    def __init__(self, sched: "Scheduler", tile_id: int, chip: int, memory, xout, xin):
+        self.id = tile_id
+        self.chip = chip
+        self.sched = sched
+        self.memory = memory
+        self.glet: greenlet.greenlet | None = None
+        self.resume: Callable | None = None
+        self.park: Callable | None = None
+        #: the job this tile runs (None when idle), and its rank in that job
+        self.job: Job | None = None
+        self.rank = -1
+        #: an exception to raise at the next exchange point (abort, interrupt, deadlock)
+        self.signal: BaseException | None = None
+        #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
+        self.waiting: str | None = None
+        self.requests: collections.deque[Request] = collections.deque()
+        self.service_depth = 0
+        #: >0 while inside a filesystem operation: requests are not served then
+        self.fs_depth = 0
+        self.xout = xout
+        self.xin = xin
+        #: bytes of the outgoing exchange buffer used this superstep
+        self.out_used = 0
+        #: end of the received-message arena in the incoming exchange buffer
+        self.in_used = 0
+        #: live (not yet consumed) messages in the incoming arena, for compaction
+        self.in_msgs: list = []
+        self.in_live = 0
+        #: user messages per sending rank, in arrival order
+        self.inbox: dict[int, collections.deque] = {}
+        #: the rank this tile waits to recv from (-1: not in recv)
+        self.recv_src = -1
+        #: replies to kernel calls this tile made, by call tag
+        self.replies: dict[int, object] = {}
+        #: False once the tile has been failed on purpose (fault injection): it stops answering
+        self.alive = True
+
+    def __repr__(self) -> str:
+        return f"<Tile {self.id}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self, main: greenlet.greenlet) -> None:
+        """Create the tile's greenlet (in the scheduler thread; it runs on first wake)."""
+        self.glet = greenlet.greenlet(self._kernel_main, parent=main)
+        self.resume = self.glet.switch
+        self.park = main.switch
+
+    def _kernel_main(self) -> None:
+        """The tile's kernel: wait for requests, serve them, forever."""
+        requests = self.requests
+        while True:
+            while not requests:
+                self.waiting = None
+                self.park()
+            self._serve_requests()
+
+    @property
+    def state(self) -> str:
+        """``idle``, ``running``, ``waiting`` or ``dead``, for ``ps`` and ``top``."""
+        if not self.alive:
+            return "dead"
+        if self.job is None and self.service_depth == 0:
+            return "idle"
+        return "waiting" if self.waiting else "running"
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def wait(self, ready: Callable[[], bool], what: str) -> None:
+        """Park until ``ready()`` holds, serving requests meanwhile.
+
+        Raises the tile's pending signal (an abort, an interrupt, a deadlock report) if
+        one arrives first. ``what`` describes the wait for ``ps`` and error reports.
+        """
+        while True:
+            if self.signal is not None:
+                self.raise_signal()
+            if ready():
+                return
+            if self.requests and self.can_serve():
+                self._serve_requests()
+                continue
+            self.waiting = what
+            self.park()
+            self.waiting = None
+
+    def raise_signal(self) -> None:
+        signal, self.signal = self.signal, None
+        raise signal
+
+    def can_serve(self) -> bool:
+        return self.fs_depth == 0 and self.service_depth < MAX_SERVICE_DEPTH
+
+    def land(self, msg) -> None:
+        """Account a message that arrived in the incoming arena."""
+        self.in_msgs.append(msg)
+        self.in_live += 1
+
+    def consume(self, msg) -> None:
+        """Release a received message's bytes; an emptied arena starts over at offset 0."""
+        msg.off = -1
+        self.in_live -= 1
+        if self.in_live == 0:
+            self.in_used = 0
+            self.in_msgs.clear()
+
+    # -- serving kernel requests ---------------------------------------------------------
+
+    def _serve_requests(self) -> None:
+        requests = self.requests
+        services = self.sched.services
+        while requests and self.can_serve():
+            request = requests.popleft()
+            service = services.get(request.name)
+            self.service_depth += 1
+            try:
+                if service is None:
+                    raise LookupError(f"tile {self.id} has no kernel service {request.name!r}")
+                ok, value = True, service(self, *request.args)
+            except TileInterrupt as exc:
+                ok, value = False, exc
+            except Exception as exc:  # the requester gets the error; the kernel carries on
+                ok, value = False, exc
+            except BaseException as exc:
+                # GreenletExit at shutdown must unwind the tile; anything else is reported
+                if isinstance(exc, greenlet.GreenletExit):
+                    raise
+                ok, value = False, exc
+            finally:
+                self.service_depth -= 1
+            if request.reply is not None:
+                try:
+                    request.reply(ok, value)
+                except Exception:
+                    self.sched.report_internal_error(
+                        f"tile {self.id}: replying to {request.name!r} failed",
+                        traceback.format_exc(),
+                    )

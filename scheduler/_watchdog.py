@@ -1,0 +1,144 @@
+"""Interrupting a tile that is stuck in pure compute.
+
+A tile in ``while True: pass`` never reaches an exchange point, so no flag it could check
+will ever be read; the only way in is an asynchronous exception raised in the scheduler
+thread (``PyThreadState_SetAsyncExc``), which lands in whatever Python frame that thread
+is executing. That must be the tile program, never the scheduler, the VFS, or littlefs
+glue, where an exception at an arbitrary bytecode would corrupt state. So before
+injecting, the watchdog walks the scheduler thread's stack from the top, looking through
+library frames (the standard library, site-packages): the first other frame decides. A
+tile program (its globals carry :data:`TILE_GLOBALS_MARKER`) or any other user code is
+safe, like KeyboardInterrupt in ordinary Python; an ``ipuos`` module is not.
+
+Why the check cannot be overtaken by the scheduler thread: the watchdog does it right
+after it wakes and takes the GIL, and a thread holding the GIL keeps it until it blocks
+or another thread has waited a full switch interval (5 ms); the check takes microseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import sysconfig
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt
+
+if TYPE_CHECKING:
+    from ._job import Job
+    from ._scheduler import Scheduler
+
+#: key the tile runtime puts into every tile program's globals
+TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
+
+_TICK = 0.01
+
+
+
+#: code here is library code: interrupting it is safe exactly when its caller's is
+_LIBRARY_DIRS = tuple(
+    sorted({sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")})
+)
+
+
+def _safe_to_interrupt(frame) -> bool:
+    """True if the innermost frame that is not library code is user code, not ipuos."""
+    while frame is not None:
+        module_globals = frame.f_globals
+        if TILE_GLOBALS_MARKER in module_globals:
+            return True
+        name = module_globals.get("__name__") or ""
+        if name == "ipuos" or name.startswith("ipuos."):
+            return False
+        if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _running_tile(frame):
+    """The Tile whose greenlet owns ``frame``: the bottom frame is its kernel loop."""
+    bottom = None
+    while frame is not None:
+        bottom, frame = frame, frame.f_back
+    if bottom is None or bottom.f_code.co_name != "_kernel_main":
+        return None
+    return bottom.f_locals.get("self")
+
+
+class Watchdog:
+    """A thread that interrupts tiles on request or when they exceed a compute budget."""
+
+    def __init__(self, sched: "Scheduler"):
+        self._sched = sched
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._interrupts: dict["Job", type[BaseException]] = {}
+        self._budgets: set["Job"] = set()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._sample: tuple | None = None
+        self._sample_since = 0.0
+        self._injected: tuple | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(2)
+
+    def interrupt(self, job: "Job", kind: type[BaseException] = TileInterrupt) -> None:
+        with self._lock:
+            self._interrupts[job] = kind
+        self._wake.set()
+
+    def watch(self, job: "Job") -> None:
+        with self._lock:
+            self._budgets.add(job)
+        self._wake.set()
+
+    def forget(self, job: "Job") -> None:
+        with self._lock:
+            self._interrupts.pop(job, None)
+            self._budgets.discard(job)
+
+    def _run(self) -> None:
+        while not self._stopped:
+            busy = bool(self._interrupts or self._budgets)
+            self._wake.wait(_TICK if busy else None)
+            self._wake.clear()
+            if self._stopped:
+                return
+            self._check()
+
+    def _check(self) -> None:
+        sched = self._sched
+        frame = sys._current_frames().get(sched.thread_ident)
+        tile = _running_tile(frame) if sched.in_compute else None
+        if tile is None:
+            self._sample = None
+            return
+        job = tile.job
+        sample = (tile, sched.superstep)
+        now = time.monotonic()
+        if sample != self._sample:
+            self._sample, self._sample_since = sample, now
+            self._injected = None
+        if job is None or self._injected == sample:
+            return
+        kind = self._interrupts.get(job)
+        if kind is None and job in self._budgets and job.budget and now - self._sample_since > job.budget:
+            kind = ComputeBudgetExceeded
+            # the job fails; its other tiles must not each burn a budget of their own
+            self._interrupts[job] = JobAborted
+        if kind is not None and _safe_to_interrupt(frame):
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
+            )
+            self._injected = sample

@@ -1,0 +1,536 @@
+"""Scheduler semantics: BSP visibility, point-to-point, collectives, failure containment.
+
+Jobs here are Python callables run by the real scheduler thread on real greenlets; the
+tile-program runtime is tested separately (test_runtime.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import greenlet
+import pytest
+
+from ipuos._sram import SRAM
+from ipuos.scheduler import (
+    ABORTED,
+    ERROR,
+    INTERRUPTED,
+    OK,
+    CollectiveMismatchError,
+    DeadlockError,
+    JobAborted,
+    Scheduler,
+    TileBusyError,
+    TileInterrupt,
+)
+
+NTILES = 8
+
+
+@pytest.fixture(scope="module")
+def sched():
+    sram = SRAM(NTILES, 64 * 1024)
+    scheduler = Scheduler(sram, tiles_per_chip=NTILES, exchange_out=2048, exchange_in=4096)
+    scheduler.start()
+    yield scheduler
+    scheduler.stop()
+    assert scheduler.internal_errors == []
+
+
+def run(sched, target, tiles=range(NTILES), budget=None, timeout=10):
+    job = sched.start_job(list(tiles), target, budget=budget)
+    return job.future.result(timeout)
+
+
+def values(report):
+    assert report.ok, [(r.status, r.traceback or r.error) for r in report.results]
+    return [r.value for r in report.results]
+
+
+# -- barrier and BSP visibility ---------------------------------------------------------
+
+
+def test_message_is_visible_only_after_the_sync(sched):
+    def prog(api):
+        peer = (api.tileid + 1) % api.numtiles
+        api.send(peer, api.tileid)
+        before = api.poll((api.tileid - 1) % api.numtiles)
+        api.sync()
+        after = api.poll((api.tileid - 1) % api.numtiles)
+        return before, after, api.recv((api.tileid - 1) % api.numtiles)
+
+    for rank, (before, after, got) in enumerate(values(run(sched, prog))):
+        assert (before, after, got) == (False, True, (rank - 1) % NTILES)
+
+
+def test_sync_is_a_barrier_of_the_jobs_tiles(sched):
+    log = []
+
+    def prog(api):
+        for step in range(3):
+            log.append((step, api.tileid))
+            api.sync()
+
+    values(run(sched, prog))
+    steps = [step for step, _ in log]
+    assert steps == sorted(steps), "a tile ran ahead of a barrier"
+
+
+def test_finished_tiles_no_longer_take_part_in_sync(sched):
+    def prog(api):
+        if api.tileid < 3:
+            return "early"
+        for _ in range(4):
+            api.sync()
+        return "late"
+
+    assert values(run(sched, prog)) == ["early"] * 3 + ["late"] * (NTILES - 3)
+
+
+def test_superstep_count_and_stats(sched):
+    def prog(api):
+        for _ in range(5):
+            api.send((api.tileid + 1) % api.numtiles, b"x" * 100)
+            api.sync()
+            api.recv((api.tileid - 1) % api.numtiles)
+
+    report = run(sched, prog)
+    assert report.ok
+    assert report.stats.supersteps == 6  # five syncs: six supersteps
+    assert report.stats.sim_seconds > 0
+    stats = sched.stats()
+    assert stats["bytes_exchanged"] >= 5 * NTILES * 100
+
+
+# -- point to point ---------------------------------------------------------------------
+
+
+def test_recv_waits_across_supersteps_and_keeps_sender_order(sched):
+    def prog(api):
+        if api.tileid == 0:  # waits from the first superstep on
+            start = api.job.sched.superstep
+            got = [api.recv(1) for _ in range(6)]
+            return got, api.job.sched.superstep - start
+        if api.tileid == 1:  # paced by ping-pong with tile 2: one superstep per round
+            for i in range(6):
+                api.send(0, i)
+                api.send(2, "ping")
+                api.recv(2)
+            api.send(2, None)
+        else:
+            while api.recv(1) is not None:
+                api.send(1, "pong")
+        return None
+
+    got, supersteps = values(run(sched, prog, tiles=[0, 1, 2]))[0]
+    assert got == [0, 1, 2, 3, 4, 5]
+    assert supersteps >= 6
+
+
+def test_messages_sent_together_arrive_together_in_order(sched):
+    def prog(api):
+        if api.tileid == 1:
+            for i in range(20):
+                api.send(0, i)
+        api.sync()
+        if api.tileid == 0:
+            arrived = [api.poll(1)]
+            return [api.recv(1) for _ in range(20)], arrived
+        return None
+
+    assert values(run(sched, prog, tiles=[0, 1]))[0] == (list(range(20)), [True])
+
+
+def test_send_never_blocks_and_messages_carry_structures(sched):
+    payload = {"a": [1, 2.5, "x"], "b": (None, True), "c": b"\x00\xff"}
+
+    def prog(api):
+        if api.tileid == 0:
+            for dst in range(1, api.numtiles):
+                api.send(dst, payload)
+            return "sent"
+        return api.recv(0)
+
+    got = values(run(sched, prog))
+    assert got[0] == "sent" and all(v == payload for v in got[1:])
+
+
+def test_received_objects_are_private_copies(sched):
+    def prog(api):
+        if api.tileid == 0:
+            data = [1, 2, 3]
+            api.send(1, data)
+            api.send(2, data)
+            return None
+        mine = api.recv(0)
+        mine.append(api.tileid)
+        api.sync()
+        return mine
+
+    got = values(run(sched, prog, tiles=[0, 1, 2]))
+    assert got[1:] == [[1, 2, 3, 1], [1, 2, 3, 2]]
+
+
+def test_bad_destination_is_a_clear_error(sched):
+    def prog(api):
+        api.send(99, "x")
+
+    report = run(sched, prog, tiles=[0, 1])
+    assert {r.status for r in report.results} <= {ERROR, ABORTED}
+    first = report.results[0] if report.results[0].status == ERROR else report.results[1]
+    assert "no tile 99" in str(first.error)
+
+
+def test_payload_larger_than_the_exchange_buffer_is_a_value_error(sched):
+    def prog(api):
+        if api.tileid == 0:
+            try:
+                api.send(1, b"x" * 5000)  # the outgoing buffer is 2048 B
+            except ValueError as exc:
+                return str(exc)
+        return None
+
+    message = values(run(sched, prog, tiles=[0, 1]))[0]
+    assert "does not fit in the outgoing buffer" in message
+
+
+def test_receive_buffer_overflow_fails_the_receiver(sched):
+    def prog(api):
+        if api.tileid == 0:
+            for _ in range(6):  # 6 x ~1 KiB into a 4 KiB incoming buffer, never received
+                api.send(1, b"y" * 1000)
+                api.sync()
+            return None
+        for _ in range(6):
+            api.sync()
+
+    report = run(sched, prog, tiles=[0, 1])
+    receiver = report.results[1]
+    assert receiver.status == ERROR
+    assert isinstance(receiver.error, BufferError)
+    assert "incoming exchange buffer full" in str(receiver.error)
+
+
+# -- collectives ------------------------------------------------------------------------
+
+
+def test_alltoall_and_allgather_return_every_tiles_object_in_order(sched):
+    def prog(api):
+        return api.alltoall(api.tileid * 10), api.allgather(str(api.tileid))
+
+    expected = ([r * 10 for r in range(NTILES)], [str(r) for r in range(NTILES)])
+    assert values(run(sched, prog)) == [expected] * NTILES
+
+
+def test_alltoall_lists_are_private_to_each_tile(sched):
+    def prog(api):
+        got = api.alltoall((api.tileid, "same"))
+        got.append("mine")
+        api.sync()
+        return len(got)
+
+    assert values(run(sched, prog)) == [NTILES + 1] * NTILES
+
+
+def test_mutable_collective_results_are_private(sched):
+    def prog(api):
+        got = api.bcast({"k": []}, root=2)
+        got["k"].append(api.tileid)
+        api.sync()
+        return got["k"]
+
+    assert values(run(sched, prog)) == [[r] for r in range(NTILES)]
+
+
+def test_bcast_and_gather(sched):
+    def prog(api):
+        b = api.bcast("from root" if api.tileid == 3 else "ignored", root=3)
+        g = api.gather(api.tileid**2, root=1)
+        return b, g
+
+    got = values(run(sched, prog))
+    assert all(b == "from root" for b, _ in got)
+    assert got[1][1] == [r**2 for r in range(NTILES)]
+    assert all(g is None for rank, (_, g) in enumerate(got) if rank != 1)
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [("sum", sum(range(1, 9))), ("prod", 40320), ("min", 1), ("max", 8)],
+)
+def test_reduce_and_allreduce_ops(sched, op, expected):
+    def prog(api):
+        return api.reduce(api.tileid + 1, op, root=0), api.allreduce(api.tileid + 1, op)
+
+    got = values(run(sched, prog))
+    assert got[0] == (expected, expected)
+    assert all(r == (None, expected) for r in got[1:])
+
+
+def test_reduce_with_a_callable(sched):
+    def prog(api):
+        return api.allreduce({api.tileid}, lambda a, b: a | b)
+
+    assert values(run(sched, prog)) == [set(range(NTILES))] * NTILES
+
+
+def test_unknown_reduction_is_a_clear_error(sched):
+    def prog(api):
+        api.allreduce(1, "average")
+
+    report = run(sched, prog, tiles=[0])
+    assert report.results[0].status == ERROR
+    assert "unknown reduction 'average'" in str(report.results[0].error)
+
+
+def test_collective_mismatch_names_the_tiles(sched):
+    def prog(api):
+        if api.tileid == 2:
+            api.bcast("x", root=0)
+        else:
+            api.alltoall(api.tileid)
+
+    report = run(sched, prog)
+    assert all(r.status == ERROR for r in report.results)
+    message = str(report.results[0].error)
+    assert isinstance(report.results[0].error, CollectiveMismatchError)
+    assert "tile 2 waits in bcast(root=0)" in message
+    assert "tiles 0-1,3-7 wait in alltoall()" in message
+
+
+def test_collective_after_a_tile_finished_is_an_error(sched):
+    def prog(api):
+        if api.tileid == 0:
+            return None
+        api.alltoall(1)
+
+    report = run(sched, prog, tiles=[0, 1, 2])
+    assert [r.status for r in report.results] == [OK, ERROR, ERROR]
+    assert "tile 0 already finished" in str(report.results[1].error)
+
+
+# -- deadlocks, failures, interrupts -----------------------------------------------------
+
+
+def test_deadlock_all_waiting_in_recv(sched):
+    def prog(api):
+        api.recv((api.tileid + 1) % api.numtiles)
+
+    report = run(sched, prog, tiles=[0, 1, 2])
+    assert all(isinstance(r.error, DeadlockError) for r in report.results)
+    assert "tile 0 waits in recv from tile 1" in str(report.results[0].error)
+
+
+def test_deadlock_recv_against_sync(sched):
+    def prog(api):
+        if api.tileid == 0:
+            api.recv(1)
+        else:
+            api.sync()
+
+    report = run(sched, prog, tiles=[0, 1])
+    message = str(report.results[0].error)
+    assert "tile 0 waits in recv from tile 1" in message and "tile 1 waits in sync()" in message
+
+
+def test_recv_from_a_finished_tile_is_a_deadlock(sched):
+    def prog(api):
+        if api.tileid == 0:
+            api.send(1, "only one")
+            return None
+        first = api.recv(0)
+        second = api.recv(0)  # tile 0 finished after one message
+        return first, second
+
+    report = run(sched, prog, tiles=[0, 1])
+    assert report.results[1].status == ERROR
+    assert "which has finished" in str(report.results[1].error)
+
+
+def test_exception_on_one_tile_aborts_the_others_at_their_next_collective(sched):
+    def prog(api):
+        if api.tileid == 5:
+            raise ZeroDivisionError("boom")
+        api.sync()
+        return "unreachable"
+
+    report = run(sched, prog)
+    assert report.results[5].status == ERROR
+    assert "ZeroDivisionError: boom" in report.results[5].traceback
+    others = [r for r in report.results if r.rank != 5]
+    assert all(r.status == ABORTED for r in others)
+    assert all(isinstance(r.error, JobAborted) and "tile 5 failed" in str(r.error) for r in others)
+
+
+def test_interrupt_stops_a_runaway_tile_and_the_machine_keeps_running(sched):
+    def prog(api):
+        if api.tileid == 0:
+            while True:
+                pass
+        api.sync()
+
+    job = sched.start_job([0, 1, 2], prog)
+    time.sleep(0.1)
+    assert not job.future.done()
+    sched.interrupt_job(job, "stop please")
+    report = job.future.result(5)
+    assert report.results[0].status == INTERRUPTED
+    assert "stop please" in str(report.results[0].error)
+    assert values(run(sched, lambda api: api.allreduce(1), tiles=[0, 1, 2])) == [3, 3, 3]
+
+
+def test_interrupt_reaches_tiles_parked_in_recv(sched):
+    def prog(api):
+        if api.tileid == 0:
+            while True:  # never sends: tile 1 waits, but this is no deadlock
+                pass
+        return api.recv(0)
+
+    job = sched.start_job([0, 1], prog)
+    time.sleep(0.1)
+    sched.interrupt_job(job)
+    assert [r.status for r in job.future.result(5).results] == [INTERRUPTED, INTERRUPTED]
+
+
+def test_compute_budget(sched):
+    def prog(api):
+        if api.tileid == 1:
+            x = 0
+            while True:
+                x += 1
+        api.sync()
+
+    started = time.monotonic()
+    report = run(sched, prog, tiles=[0, 1, 2, 3], budget=0.2)
+    assert time.monotonic() - started < 3
+    assert report.results[1].status == ERROR
+    assert "computed for more than 0.2 s" in str(report.results[1].error)
+    assert [r.status for r in report.results if r.rank != 1] == [ABORTED] * 3
+
+
+def test_user_code_cannot_swallow_an_interrupt_with_except_exception(sched):
+    def prog(api):
+        try:
+            while True:
+                pass
+        except Exception:
+            return "swallowed"
+
+    job = sched.start_job([0], prog)
+    time.sleep(0.05)
+    sched.interrupt_job(job)
+    assert job.future.result(5).results[0].status == INTERRUPTED
+
+
+# -- jobs, tiles and the host -------------------------------------------------------------
+
+
+def test_two_jobs_run_at_once_with_separate_groups(sched):
+    def prog(api):
+        total = api.allreduce(api.tileid)
+        for _ in range(3):
+            api.sync()
+        return api.numtiles, total
+
+    a = sched.start_job([0, 1, 2], prog)
+    b = sched.start_job([3, 4, 5, 6, 7], prog)
+    assert values(a.future.result(5)) == [(3, 3)] * 3
+    assert values(b.future.result(5)) == [(5, 10)] * 5
+
+
+def test_a_busy_tile_cannot_start_another_job(sched):
+    release = threading.Event()
+
+    def prog(api):
+        while not release.is_set():
+            api.sync()
+
+    job = sched.start_job([0, 1], prog)
+    try:
+        with pytest.raises(TileBusyError, match=f"tile 1 already runs job {job.id}"):
+            sched.start_job([1, 2], lambda api: None)
+        with pytest.raises(TileBusyError, match="tiles 0-1 already run"):
+            sched.start_job([0, 1, 2], lambda api: None)
+    finally:
+        release.set()
+    assert job.future.result(5).ok
+
+
+def test_idle_tiles_are_never_woken():
+    fresh = Scheduler(SRAM(NTILES, 64 * 1024), NTILES, exchange_out=2048, exchange_in=4096)
+    fresh.start()
+    try:
+        assert not any(t.glet for t in fresh.tiles)  # nothing has run yet
+        job = fresh.start_job([0, 1], lambda api: [api.sync() for _ in range(10)])
+        assert job.future.result(5).ok
+        assert fresh.superstep >= 10
+        assert [t.id for t in fresh.tiles if t.glet] == [0, 1]
+    finally:
+        fresh.stop()
+
+
+def test_host_requests_run_on_the_owning_tiles_greenlet(sched):
+    seen = {}
+
+    def whoami(tile, tag):
+        seen[tag] = (tile.id, greenlet.getcurrent() is tile.glet)
+        return tag * 2
+
+    sched.services["test.whoami"] = whoami
+    futures = [sched.submit(t, "test.whoami", t) for t in range(NTILES)]
+    assert [f.result(5) for f in futures] == [2 * t for t in range(NTILES)]
+    assert seen == {t: (t, True) for t in range(NTILES)}
+
+
+def test_host_request_errors_come_back_as_exceptions(sched):
+    with pytest.raises(LookupError, match="no kernel service 'no.such'"):
+        sched.submit(3, "no.such").result(5)
+    with pytest.raises(IndexError, match="no tile 99"):
+        sched.submit(99, "test.whoami", 1).result(5)
+
+
+def test_tile_to_tile_kernel_calls_ride_the_exchange(sched):
+    sched.services["test.add"] = lambda tile, a, b: (tile.id, a + b)
+
+    def prog(api):
+        other = (api.physical_tile + 1) % NTILES
+        before = api.job.sched.superstep
+        result = api.job.sched.call_tile(api.tile, other, "test.add", api.tileid, 100)
+        return result, api.job.sched.superstep - before
+
+    for rank, ((served_by, total), steps) in enumerate(values(run(sched, prog, tiles=[0, 1]))):
+        assert served_by == (rank + 1) % NTILES and total == rank + 100
+        assert steps >= 2  # a request and a reply: at least two exchanges
+
+
+def test_requests_are_served_while_the_owner_waits_in_a_job(sched):
+    release = threading.Event()
+    sched.services["test.ping"] = lambda tile: ("pong", tile.job is not None)
+
+    def prog(api):
+        while not release.is_set():
+            api.sync()
+
+    job = sched.start_job([4, 5], prog)
+    try:
+        assert sched.submit(4, "test.ping").result(5) == ("pong", True)
+    finally:
+        release.set()
+    assert job.future.result(5).ok
+
+
+def test_same_program_same_supersteps(sched):
+    def prog(api):
+        for i in range(api.tileid):
+            api.send((api.tileid + 1) % api.numtiles, i)
+        api.sync()
+        got = []
+        while api.poll((api.tileid - 1) % api.numtiles):
+            got.append(api.recv((api.tileid - 1) % api.numtiles))
+        return got, api.alltoall(len(got))
+
+    first, second = run(sched, prog), run(sched, prog)
+    assert values(first) == values(second)
+    assert first.stats.supersteps == second.stats.supersteps
