@@ -1,0 +1,62 @@
+"""Grouping per-tile texts: IPUpy's multirepl output, ordered by count, with tile ranges.
+
+A 1472-tile program that prints its tile id produces 1472 lines nobody reads; one that
+prints the same thing everywhere should show it once. So identical texts are shown once
+with how many tiles produced them and which, the most frequent first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._tilespec import format_tiles
+
+
+@dataclass(frozen=True)
+class OutputGroup:
+    text: str
+    tiles: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.tiles)
+
+    @property
+    def tile_ranges(self) -> str:
+        return format_tiles(self.tiles)
+
+    def header(self) -> str:
+        noun = "tile" if self.count == 1 else "tiles"
+        return f"[{self.count} {noun}: {self.tile_ranges}]"
+
+
+def group_texts(texts: dict[int, str] | list[str]) -> list[OutputGroup]:
+    """Group ``{tile: text}`` (or a list indexed by tile) by identical text.
+
+    Most frequent first; ties keep the order of their lowest tile.
+    """
+    items = texts.items() if isinstance(texts, dict) else enumerate(texts)
+    by_text: dict[str, list[int]] = {}
+    for tile, text in items:
+        by_text.setdefault(text, []).append(tile)
+    groups = [OutputGroup(text, tuple(sorted(tiles))) for text, tiles in by_text.items()]
+    groups.sort(key=lambda g: (-g.count, g.tiles[0]))
+    return groups
+
+
+def format_groups(
+    groups: list[OutputGroup], max_groups: int | None = 20, skip_empty: bool = True
+) -> str:
+    """Render groups as text, capped with an ``N more distinct outputs`` line."""
+    shown = [g for g in groups if g.text or not skip_empty]
+    lines: list[str] = []
+    limit = len(shown) if max_groups is None else max_groups
+    for group in shown[:limit]:
+        lines.append(group.header())
+        body = group.text if group.text.endswith("\n") or not group.text else group.text + "\n"
+        lines.append(body.rstrip("\n"))
+    hidden = len(shown) - limit
+    if hidden > 0:
+        tiles = sum(g.count for g in shown[limit:])
+        lines.append(f"... {hidden} more distinct outputs from {tiles} tiles")
+    return "\n".join(lines) + ("\n" if lines else "")

@@ -1,0 +1,238 @@
+"""The machine: chips of tiles with SRAM, the scheduler that runs them, and programs.
+
+``Machine`` is the Python API of ipuos. It owns the SRAM, starts the scheduler thread,
+and launches programs as jobs. Everything it does to tiles goes through the scheduler
+(queued to its thread), so a Machine may be used from any thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+
+from ._costmodel import CostModel
+from ._grouping import OutputGroup, format_groups, group_texts
+from ._presets import DEFAULT_PRESET, Preset, get_preset
+from ._runtime import DEFAULT_OUTPUT_LIMIT, TileProgram, user_traceback
+from ._sram import SRAM
+from ._tiledata import decode_share, split_lines
+from ._tilespec import parse_tiles
+from .scheduler import ABORTED, ERROR, INTERRUPTED, OK, Job, JobStats, Scheduler
+
+#: exit status of a tile that was interrupted (as a shell reports SIGINT)
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class TileRun:
+    """How one tile's part of a program went."""
+
+    tile: int  # machine-wide tile id
+    rank: int  # __tileid in the job
+    status: str  # "ok", "error", "aborted" or "interrupted"
+    output: str
+    error: str  # the traceback or reason; "" when status is ok
+    exit_code: int
+
+    @property
+    def text(self) -> str:
+        """Output and error together: what a user sees for this tile."""
+        if not self.error:
+            return self.output
+        sep = "" if not self.output or self.output.endswith("\n") else "\n"
+        return self.output + sep + self.error
+
+
+@dataclass
+class RunResult:
+    job_id: int
+    name: str
+    tiles: list[TileRun]
+    stats: JobStats = field(default_factory=JobStats)
+
+    @property
+    def ok(self) -> bool:
+        return all(t.status == OK and t.exit_code == 0 for t in self.tiles)
+
+    @property
+    def exit_status(self) -> int:
+        """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest exit code."""
+        statuses = {t.status for t in self.tiles}
+        if ERROR in statuses or ABORTED in statuses:
+            return 1
+        if INTERRUPTED in statuses:
+            return EXIT_INTERRUPTED
+        return max((t.exit_code for t in self.tiles), default=0)
+
+    def outputs(self) -> dict[int, str]:
+        """Captured output by machine-wide tile id."""
+        return {t.tile: t.output for t in self.tiles}
+
+    def by_rank(self, rank: int) -> TileRun:
+        return self.tiles[rank]
+
+    def grouped(self) -> list[OutputGroup]:
+        """Identical tile texts grouped, most frequent first, with tile ranges."""
+        return group_texts({t.tile: t.text for t in self.tiles})
+
+    def format(self, max_groups: int | None = 20) -> str:
+        return format_groups(self.grouped(), max_groups)
+
+
+class RunHandle:
+    """A program started with :meth:`Machine.launch`: wait for it or interrupt it."""
+
+    def __init__(self, machine: "Machine", job: Job, program: TileProgram):
+        self.machine = machine
+        self.job = job
+        self.program = program
+
+    @property
+    def done(self) -> bool:
+        return self.job.future.done()
+
+    def interrupt(self, reason: str = "interrupted by the user") -> None:
+        self.machine.scheduler.interrupt_job(self.job, reason)
+
+    def wait(self, timeout: float | None = None) -> RunResult:
+        """Wait for every tile to finish. TimeoutError leaves the program running."""
+        try:
+            report = self.job.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"job {self.job.id} still runs after {timeout} s; interrupt() it or wait longer"
+            ) from None
+        program = self.program
+        tiles = []
+        for result in report.results:
+            rank = result.rank
+            output = program.outputs.get(rank, "")
+            if result.status == OK:
+                error, code = "", int(result.value or 0)
+            elif result.status == ERROR:
+                exc = program.errors.get(rank)
+                error = user_traceback(exc) if exc is not None else result.traceback
+                code = 1
+            elif result.status == ABORTED:
+                error, code = f"aborted: {result.error}\n", 1
+            else:
+                error, code = f"{result.error}\n", EXIT_INTERRUPTED
+            tiles.append(TileRun(result.tile, rank, result.status, output, error, code))
+        return RunResult(report.job_id, report.name, tiles, report.stats)
+
+
+class Machine:
+    """A simulated multi-chip machine running the ipuos tile kernel.
+
+    ``Machine(preset="tiny")`` boots a 16-tile machine; ``Machine(ipus=4)`` four mk2
+    chips. Keyword overrides change the preset (e.g. ``exchange_in=64 * 1024``).
+    """
+
+    def __init__(
+        self,
+        preset: str | Preset = DEFAULT_PRESET,
+        ipus: int = 1,
+        *,
+        cost_model: CostModel | None = None,
+        **overrides,
+    ):
+        if not isinstance(ipus, int) or ipus < 1:
+            raise ValueError(f"ipus must be a positive integer, not {ipus!r}")
+        preset = get_preset(preset)
+        if overrides:
+            preset = preset.replace(**overrides)
+        self.preset = preset
+        self.ipus = ipus
+        self.ntiles = preset.tiles_per_chip * ipus
+        started = time.perf_counter()
+        self.sram = SRAM(self.ntiles, preset.sram_per_tile)
+        self.scheduler = Scheduler(
+            self.sram, preset.tiles_per_chip, preset.exchange_out, preset.exchange_in, cost_model
+        )
+        self.scheduler.start()
+        self.boot_seconds = time.perf_counter() - started
+        self._closed = False
+
+    # -- programs ------------------------------------------------------------------------
+
+    def launch(
+        self,
+        source: str | bytes,
+        tiles=None,
+        data: bytes | str | None = None,
+        *,
+        filename: str = "<program>",
+        budget: float | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    ) -> RunHandle:
+        """Start ``source`` on ``tiles`` (a spec like ``"0-99,200"``, ids, or None for all).
+
+        ``data`` is split on line boundaries into each tile's ``__tiledata``. ``budget``
+        caps the seconds a tile may compute in one superstep. Raises SyntaxError before
+        anything runs, TileSpecError for bad tile specs, TileBusyError if a tile is busy.
+        """
+        tile_ids = parse_tiles(tiles, self.ntiles)
+        shares = None
+        if data is not None:
+            raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+            shares = [decode_share(s) for s in split_lines(raw, len(tile_ids))]
+        if isinstance(source, bytes):
+            source = source.decode("utf-8")
+        program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup)
+        job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget)
+        return RunHandle(self, job, program)
+
+    def run(self, source: str | bytes, tiles=None, data=None, *, timeout: float | None = None, **kwargs) -> RunResult:
+        """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`)."""
+        return self.launch(source, tiles, data, **kwargs).wait(timeout)
+
+    def _program_setup(self, api, ctx) -> None:
+        """Hook for the storage layers to give programs their files (set by boot)."""
+
+    # -- state ---------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        stats = self.scheduler.call_wait(self.scheduler.stats)
+        stats.update(preset=self.preset.name, ipus=self.ipus, tiles=self.ntiles)
+        return stats
+
+    def sram_usage(self, tile: int) -> dict:
+        """Named regions and free bytes of one tile's SRAM."""
+        parse_tiles([tile], self.ntiles)
+        return self.scheduler.call_wait(lambda: self.sram.memory(tile).usage())
+
+    def tile_states(self) -> list[dict]:
+        """State, job and SRAM use of every tile (a consistent snapshot between supersteps)."""
+
+        def snapshot():
+            return [
+                {
+                    "tile": t.id,
+                    "state": t.state,
+                    "job": t.job.id if t.job else None,
+                    "sram_used": t.memory.used,
+                    "waiting": t.waiting,
+                }
+                for t in self.scheduler.tiles
+            ]
+
+        return self.scheduler.call_wait(snapshot)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop every tile (running programs are interrupted) and release the SRAM."""
+        if self._closed:
+            return
+        self._closed = True
+        self.scheduler.stop()
+
+    def __enter__(self) -> "Machine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Machine {self.preset.name} x{self.ipus}: {self.ntiles} tiles>"

@@ -1,0 +1,311 @@
+"""The tile runtime: what a Python program sees when it runs on a tile.
+
+Each tile runs the program in its own namespace holding ``__tileid``, ``__numtiles``,
+``__tiledata``, the exchange primitives, a ``print`` captured per tile (bounded, with an
+explicit truncation marker), and, once storage exists, ``open`` and ``os`` bound to the
+tile's own files. ``import`` is guarded: pure-compute standard modules work; modules that
+reach the host (os, sys, subprocess, socket ...) fail with an ImportError that says why.
+This is a guard rail that keeps honest programs honest, not a security boundary:
+CPython cannot be sandboxed from inside itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import linecache
+import random
+import traceback
+import types
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI
+
+#: standard modules that only compute: importable on a tile
+TILE_MODULES = frozenset(
+    """
+    abc array base64 binascii bisect calendar cmath collections colorsys contextlib copy
+    dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq
+    hmac itertools json keyword math numbers operator pickle pprint random re reprlib
+    secrets statistics string struct textwrap typing unicodedata zlib
+    """.split()
+)
+
+#: modules whose import gets the "no host access" explanation rather than "not available"
+HOST_MODULES = frozenset(
+    """
+    os sys subprocess socket shutil pathlib io builtins importlib ctypes signal threading
+    multiprocessing asyncio tempfile glob fcntl select selectors mmap resource pty tty
+    termios posix pwd grp inspect gc linecache traceback codecs urllib http ftplib smtplib
+    ssl sqlite3 shelve dbm webbrowser time sched
+    """.split()
+)
+
+DEFAULT_OUTPUT_LIMIT = 64 * 1024
+
+
+class OutputBuffer:
+    """A tile's captured ``print`` output, capped at ``limit`` characters."""
+
+    __slots__ = ("limit", "_parts", "_size", "_dropped")
+
+    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT):
+        self.limit = limit
+        self._parts: list[str] = []
+        self._size = 0
+        self._dropped = 0
+
+    def write(self, text: str) -> int:
+        room = self.limit - self._size
+        if len(text) <= room:
+            self._parts.append(text)
+            self._size += len(text)
+        else:
+            if room > 0:
+                self._parts.append(text[:room])
+                self._size += room
+            self._dropped += len(text) - max(room, 0)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def getvalue(self) -> str:
+        text = "".join(self._parts)
+        if self._dropped:
+            if text and not text.endswith("\n"):
+                text += "\n"
+            text += f"[output truncated: {self._dropped} more characters]\n"
+        return text
+
+    def take(self) -> str:
+        """Return everything so far and start afresh (the multirepl, line by line)."""
+        text = self.getvalue()
+        self._parts.clear()
+        self._size = 0
+        self._dropped = 0
+        return text
+
+
+class TileContext:
+    """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
+
+    __slots__ = ("api", "output", "modules", "extras")
+
+    def __init__(self, api: TileAPI, output: OutputBuffer):
+        self.api = api
+        self.output = output
+        #: modules this tile has its own copy of (random: per-tile generator state)
+        self.modules: dict[str, types.ModuleType] = {}
+        #: names layers above add to every namespace (open, os ...)
+        self.extras: dict[str, object] = {}
+
+    def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
+        if file is not None:
+            file.write((sep if sep is not None else " ").join(map(str, args)) + (end if end is not None else "\n"))
+            return
+        sep = " " if sep is None else sep
+        end = "\n" if end is None else end
+        self.output.write(sep.join(map(str, args)) + end)
+
+
+def _tile_random(api: TileAPI) -> types.ModuleType:
+    """A private ``random`` module: tiles must not share one generator's state."""
+    module = types.ModuleType("random", random.__doc__)
+    generator = random.Random()
+    for name in dir(random):
+        if name.startswith("_"):
+            continue
+        value = getattr(random, name)
+        bound = getattr(value, "__self__", None)
+        if isinstance(bound, random.Random):
+            value = getattr(generator, name)
+        setattr(module, name, value)
+    return module
+
+
+_PER_TILE_MODULES: dict[str, Callable[[TileAPI], types.ModuleType]] = {"random": _tile_random}
+
+
+def _tile_import(name, globals=None, locals=None, fromlist=(), level=0):
+    ctx = (globals or {}).get(TILE_GLOBALS_MARKER)
+    if level:
+        raise ImportError("relative imports are not supported on tiles")
+    top = name.partition(".")[0]
+    if ctx is not None:
+        provider = ctx.extras.get("__modules__", {}).get(top)
+        if provider is not None:
+            return provider(name, fromlist)
+        if top in _PER_TILE_MODULES and name == top:
+            module = ctx.modules.get(top)
+            if module is None:
+                module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx.api)
+            return module
+    if top in TILE_MODULES:
+        return importlib.__import__(name, globals, locals, fromlist, level)
+    if ctx is not None:
+        finder = ctx.extras.get("__find_module__")
+        if finder is not None:
+            module = finder(name, fromlist)
+            if module is not None:
+                return module
+    if top in HOST_MODULES:
+        raise ImportError(
+            f"module {top!r} is not available on a tile: tiles have no access to the host "
+            "(their own files arrive through the tile's open() and os)",
+            name=name,
+        )
+    raise ImportError(
+        f"no module named {name!r} on this tile (pure-compute standard modules such as math, "
+        "random, json, re, collections, itertools work; so do modules stored on the tile)",
+        name=name,
+    )
+
+
+def _no_input(*args, **kwargs):
+    raise EOFError("tiles have no terminal input: pass data with --data (it arrives as __tiledata)")
+
+
+def _host_open(*args, **kwargs):
+    raise PermissionError("tiles have no access to the host's files; this tile has no filesystem")
+
+
+def _make_builtins() -> dict:
+    table = dict(builtins.__dict__)
+    table["__import__"] = _tile_import
+    table["input"] = _no_input
+    table["open"] = _host_open
+    for name in ("help", "breakpoint", "copyright", "credits", "license"):
+        table.pop(name, None)
+    return table
+
+
+TILE_BUILTINS = _make_builtins()
+
+
+def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
+    """A fresh module namespace for one tile's program."""
+    namespace = {
+        "__name__": "__main__",
+        "__builtins__": TILE_BUILTINS,
+        TILE_GLOBALS_MARKER: ctx,
+        "print": ctx.print,
+        "__tiledata": tiledata,
+    }
+    bind_primitives(namespace, api)
+    namespace.update(ctx.extras.get("__names__", {}))
+    return namespace
+
+
+def bind_primitives(namespace: dict, api: TileAPI) -> None:
+    """Point a namespace's job-dependent names at ``api`` (a repl reuses namespaces)."""
+    namespace.update(
+        __tileid=api.tileid,
+        __numtiles=api.numtiles,
+        __physical_tile=api.physical_tile,
+        sync=api.sync,
+        barrier=api.barrier,
+        send=api.send,
+        recv=api.recv,
+        poll=api.poll,
+        alltoall=api.alltoall,
+        allgather=api.allgather,
+        bcast=api.bcast,
+        gather=api.gather,
+        reduce=api.reduce,
+        allreduce=api.allreduce,
+    )
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` with only tile-program frames (runtime frames are noise)."""
+    frames = [
+        summary
+        for frame_tb, summary in zip(
+            traceback.walk_tb(exc.__traceback__), traceback.extract_tb(exc.__traceback__)
+        )
+        if TILE_GLOBALS_MARKER in frame_tb[0].f_globals
+    ]
+    lines = []
+    if frames:
+        lines.append("Traceback (most recent call last):\n")
+        lines.extend(traceback.format_list(frames))
+    for line in traceback.format_exception_only(type(exc), exc):
+        # exchange errors read as DeadlockError: ..., not ipuos.scheduler.DeadlockError
+        lines.append(line[len("ipuos.scheduler."):] if line.startswith("ipuos.scheduler.") else line)
+    return "".join(lines)
+
+
+def compile_program(source: str | bytes, filename: str):
+    """Compile once for every tile; SyntaxError is reported before anything starts."""
+    if isinstance(source, bytes):
+        source = source.decode("utf-8")
+    code = compile(source, filename, "exec", dont_inherit=True)
+    # register the text so tracebacks can show the offending lines
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return code
+
+
+@dataclass
+class TileProgram:
+    """The job target that runs one compiled program on every tile of a job.
+
+    ``shares`` are the tiles' ``__tiledata`` (by rank); outputs and exit codes land in
+    ``outputs`` and ``exit_codes`` by rank. Program text and data are written into
+    named SRAM regions of each tile, so they count against its budget.
+    """
+
+    source: str
+    filename: str
+    shares: list[str] | None = None
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+    #: called with (api, ctx) to let storage layers add open/os etc. to the namespace
+    setup: Callable[[TileAPI, TileContext], None] | None = None
+    outputs: dict[int, str] = field(default_factory=dict)
+    #: the exception each failed tile raised (formatted later: the scheduler may still
+    #: complete its message, e.g. for an exception injected by the watchdog)
+    errors: dict[int, BaseException] = field(default_factory=dict)
+    exit_codes: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.code = compile_program(self.source, self.filename)
+        self._text = self.source.encode("utf-8")
+
+    def __call__(self, api: TileAPI) -> int:
+        tile = api.tile
+        rank = api.tileid
+        output = OutputBuffer(self.output_limit)
+        ctx = TileContext(api, output)
+        share = self.shares[rank] if self.shares else ""
+        memory = tile.memory
+        region_names = []
+        try:
+            text = memory.alloc(f"job{api.job.id}.program", len(self._text))
+            region_names.append(text.name)
+            text.view[:] = self._text
+            if share:
+                encoded = share.encode("utf-8")
+                data = memory.alloc(f"job{api.job.id}.tiledata", len(encoded))
+                region_names.append(data.name)
+                data.view[:] = encoded
+            if self.setup is not None:
+                self.setup(api, ctx)
+            namespace = make_namespace(api, ctx, share)
+            try:
+                exec(self.code, namespace)
+            except SystemExit as exc:
+                code = exc.code
+                self.exit_codes[rank] = code if isinstance(code, int) else (0 if code is None else 1)
+                if code is not None and not isinstance(code, int):
+                    output.write(f"{code}\n")
+            else:
+                self.exit_codes[rank] = 0
+            return self.exit_codes[rank]
+        except BaseException as exc:
+            self.errors[rank] = exc
+            raise
+        finally:
+            self.outputs[rank] = output.getvalue()
+            for name in region_names:
+                memory.free(name)

@@ -1,0 +1,95 @@
+"""Imports point down the layers only: shell -> vfs -> blockdev -> scheduler -> core.
+
+Read from the source with ``ast``, so a violation anywhere (even inside a function) fails.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: modules of the ipuos package that form the machine core, below every layer
+CORE = {"ipuos._presets", "ipuos._sram", "ipuos._tilespec", "ipuos._costmodel", "ipuos._grouping",
+        "ipuos._tiledata"}
+LAYERS = ["core", "ipuos.scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell", "top"]
+FOLDERS = {"scheduler": "ipuos.scheduler", "blockdev": "ipuos.blockdev", "vfs": "ipuos.vfs",
+           "shell": "ipuos.shell", "ipuos": "ipuos"}
+
+
+def layer_of(module: str) -> str:
+    if module in CORE:
+        return "core"
+    for layer in LAYERS[1:-1]:
+        if module == layer or module.startswith(layer + "."):
+            return layer
+    return "top"
+
+
+def project_modules(root: Path):
+    for folder, package in FOLDERS.items():
+        for path in sorted((root / folder).glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            yield name, path
+
+
+def imports_of(module: str, path: Path):
+    package = module if path.stem == "__init__" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            if node.module is None or (node.level and target in FOLDERS.values()):
+                yield from (f"{target}.{alias.name}" for alias in node.names)
+            else:
+                yield target
+
+
+def violations(root: Path = ROOT):
+    found = []
+    for module, path in project_modules(root):
+        own = LAYERS.index(layer_of(module))
+        for target in imports_of(module, path):
+            if not (target == "ipuos" or target.startswith("ipuos.")):
+                continue
+            if target in FOLDERS.values() and target != "ipuos":
+                target_layer = target  # importing a layer's package means its public API
+            else:
+                target_layer = layer_of(target)
+            if LAYERS.index(target_layer) > own:
+                found.append(f"{module} ({layer_of(module)}) imports {target} ({target_layer})")
+    return found
+
+
+def test_every_import_points_down():
+    assert violations() == []
+
+
+def test_the_checker_catches_an_upward_import(tmp_path):
+    (tmp_path / "scheduler").mkdir()
+    (tmp_path / "scheduler" / "_bad.py").write_text(
+        "from ._ok import x\n\ndef f():\n    from ipuos.vfs import something\n"
+    )
+    (tmp_path / "blockdev").mkdir()
+    (tmp_path / "blockdev" / "_worse.py").write_text("from .. import shell\n")
+    assert violations(tmp_path) == [
+        "ipuos.scheduler._bad (ipuos.scheduler) imports ipuos.vfs (ipuos.vfs)",
+        "ipuos.blockdev._worse (ipuos.blockdev) imports ipuos.shell (ipuos.shell)",
+    ]
+
+
+@pytest.mark.parametrize("module, layer", [
+    ("ipuos._sram", "core"), ("ipuos.scheduler._api", "ipuos.scheduler"),
+    ("ipuos._machine", "top"), ("ipuos.shell", "ipuos.shell"),
+])
+def test_layer_of(module, layer):
+    assert layer_of(module) == layer

@@ -1,0 +1,139 @@
+"""The Machine API: presets, geometry, results, grouping, handles, state."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ipuos import PRESETS, Machine, TileSpecError, format_groups, group_texts
+from ipuos.scheduler import TileBusyError
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with Machine("tiny") as m:
+        yield m
+
+
+def test_presets_have_the_documented_geometry():
+    assert (PRESETS["mk2"].tiles_per_chip, PRESETS["mk2"].sram_per_tile) == (1472, 638_976)
+    assert (PRESETS["mk1"].tiles_per_chip, PRESETS["mk1"].sram_per_tile) == (1216, 256 * 1024)
+    assert (PRESETS["tiny"].tiles_per_chip, PRESETS["tiny"].sram_per_tile) == (16, 64 * 1024)
+
+
+def test_ipus_multiply_tiles_and_ids_are_global():
+    with Machine("tiny", ipus=3) as m:
+        assert m.ntiles == 48
+        result = m.run("print(__physical_tile // 16)", tiles="10,20,47")
+        assert [t.output for t in result.tiles] == ["0\n", "1\n", "2\n"]
+
+
+def test_bad_machine_parameters_are_clear():
+    with pytest.raises(ValueError, match="unknown preset 'mk9'"):
+        Machine("mk9")
+    with pytest.raises(ValueError, match="ipus must be a positive integer"):
+        Machine("tiny", ipus=0)
+    with pytest.raises(ValueError, match="needs .* bytes per tile"):
+        Machine("tiny", exchange_in=80 * 1024)
+
+
+def test_bad_tile_spec_is_refused_before_anything_runs(machine):
+    with pytest.raises(TileSpecError, match="no tile 16"):
+        machine.run("print(1)", tiles="0-16")
+
+
+def test_result_grouping_by_count_with_tile_ranges(machine):
+    result = machine.run("print(__tileid % 3 == 0)")
+    groups = result.grouped()
+    assert [(g.text, g.count, g.tile_ranges) for g in groups] == [
+        ("False\n", 10, "1-2,4-5,7-8,10-11,13-14"),
+        ("True\n", 6, "0-15:3"),
+    ]
+    assert result.format() == "[10 tiles: 1-2,4-5,7-8,10-11,13-14]\nFalse\n[6 tiles: 0-15:3]\nTrue\n"
+
+
+def test_grouping_caps_distinct_outputs():
+    groups = group_texts({t: f"tile {t}\n" for t in range(30)})
+    text = format_groups(groups, max_groups=5)
+    assert text.count("[1 tile:") == 5
+    assert text.endswith("... 25 more distinct outputs from 25 tiles\n")
+
+
+def test_errors_group_like_output(machine):
+    result = machine.run("if __tileid in (1, 2): raise KeyError('k')\nprint('fine')", tiles="0-3")
+    texts = {g.tile_ranges: g.text for g in result.grouped()}
+    assert "KeyError: 'k'" in texts["1-2"]
+    assert result.exit_status == 1
+    assert [t.status for t in result.tiles] == ["aborted", "error", "error", "aborted"] or \
+        [t.status for t in result.tiles] == ["ok", "error", "error", "ok"]
+
+
+def test_launch_wait_timeout_and_interrupt(machine):
+    handle = machine.launch("while True:\n    pass", tiles="0-1")
+    with pytest.raises(TimeoutError, match="still runs"):
+        handle.wait(0.05)
+    handle.interrupt()
+    result = handle.wait(5)
+    assert [t.status for t in result.tiles] == ["interrupted", "interrupted"]
+    assert result.exit_status == 130
+    assert machine.run("print('alive')", tiles="0").tiles[0].output == "alive\n"
+
+
+def test_busy_tiles_are_refused(machine):
+    handle = machine.launch("while True:\n    sync()", tiles="5")
+    try:
+        with pytest.raises(TileBusyError, match="tile 5 already runs job"):
+            machine.run("pass", tiles="4-6")
+    finally:
+        handle.interrupt()
+        handle.wait(5)
+
+
+def test_programs_from_many_host_threads_at_once(machine):
+    results = {}
+
+    def worker(tile):
+        results[tile] = machine.run(f"print(allreduce({tile}))", tiles=[tile]).tiles[0].output
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert results == {t: f"{t}\n" for t in range(16)}
+
+
+def test_tile_states_and_sram_usage(machine):
+    handle = machine.launch("while True:\n    sync()", tiles="3")
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            states = {s["tile"]: s for s in machine.tile_states()}
+            if states[3]["state"] != "idle" or time.monotonic() > deadline:
+                break
+        assert states[3]["job"] == handle.job.id and states[3]["state"] in ("running", "waiting")
+        assert states[9]["state"] == "idle" and states[9]["job"] is None
+        usage = machine.sram_usage(3)
+        names = [r["name"] for r in usage["regions"]]
+        assert "exchange.out" in names and "exchange.in" in names
+        assert any(n.endswith(".program") for n in names)
+    finally:
+        handle.interrupt()
+        handle.wait(5)
+
+
+def test_stats_report_simulated_time_separately(machine):
+    machine.run("x = alltoall(b'y' * 64)")
+    stats = machine.stats()
+    assert stats["supersteps"] > 0 and stats["bytes_exchanged"] > 0
+    assert 0 < stats["simulated_exchange_seconds"] < 1
+
+
+def test_close_interrupts_running_programs():
+    m = Machine("tiny")
+    handle = m.launch("while True:\n    pass", tiles="0")
+    time.sleep(0.05)
+    m.close()
+    assert handle.wait(5).tiles[0].status == "interrupted"

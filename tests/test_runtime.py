@@ -1,0 +1,160 @@
+"""What a program sees on a tile: its namespace, imports, print, __tiledata."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ipuos import Machine
+from ipuos._tiledata import split_lines
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with Machine("tiny") as m:
+        yield m
+
+
+def run(machine, source, **kwargs):
+    return machine.run(textwrap.dedent(source), timeout=20, **kwargs)
+
+
+def test_namespace_has_ids_and_primitives(machine):
+    result = run(machine, """
+        print(__tileid, __numtiles, __physical_tile)
+        print(sorted(n for n in ('sync', 'barrier', 'send', 'recv', 'alltoall', 'bcast', 'gather',
+                                 'allgather', 'reduce', 'allreduce') if callable(globals()[n])))
+    """, tiles="4-6")
+    assert result.ok
+    lines = [t.output.splitlines() for t in result.tiles]
+    assert [line[0] for line in lines] == ["0 3 4", "1 3 5", "2 3 6"]
+    assert all(len(eval(line[1])) == 10 for line in lines)
+
+
+@pytest.mark.parametrize("module", ["math", "random", "json", "re", "collections", "itertools",
+                                    "functools", "struct", "heapq", "bisect", "statistics"])
+def test_pure_compute_modules_import(machine, module):
+    result = run(machine, f"import {module}\nprint({module}.__name__)", tiles="0")
+    assert result.ok and result.tiles[0].output == f"{module}\n"
+
+
+@pytest.mark.parametrize("module", ["os", "sys", "subprocess", "socket", "shutil", "io", "ctypes",
+                                    "builtins", "importlib", "threading", "time", "pathlib"])
+def test_host_modules_fail_with_a_clear_import_error(machine, module):
+    result = run(machine, f"import {module}", tiles="0")
+    tile = result.tiles[0]
+    assert tile.status == "error"
+    assert f"ImportError: module '{module}' is not available on a tile" in tile.error
+    assert "no access to the host" in tile.error
+
+
+def test_from_import_of_a_host_module_fails_too(machine):
+    result = run(machine, "from os import path", tiles="0")
+    assert "not available on a tile" in result.tiles[0].error
+
+
+def test_unknown_modules_say_what_works(machine):
+    result = run(machine, "import numpy", tiles="0")
+    assert "no module named 'numpy' on this tile" in result.tiles[0].error
+
+
+def test_host_open_and_input_are_refused(machine):
+    result = run(machine, """
+        for f in (lambda: open('/etc/passwd'), lambda: input()):
+            try:
+                f()
+            except (PermissionError, EOFError) as e:
+                print(type(e).__name__)
+    """, tiles="0")
+    assert result.tiles[0].output == "PermissionError\nEOFError\n"
+
+
+def test_each_tile_has_its_own_random_generator(machine):
+    result = run(machine, """
+        import random
+        random.seed(42)
+        sync()                # other tiles draw in between
+        print(random.random())
+    """)
+    assert result.ok
+    assert len({t.output for t in result.tiles}) == 1  # same seed: same number on every tile
+
+
+def test_print_is_captured_per_tile_with_sep_and_end(machine):
+    result = run(machine, "print('a', __tileid, sep='-', end='|')\nprint()", tiles="2-3")
+    assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
+
+
+def test_output_is_bounded_with_an_explicit_marker(machine):
+    result = run(machine, "for i in range(100): print('x' * 99)", tiles="0", output_limit=1000)
+    output = result.tiles[0].output
+    assert output.startswith("x" * 99 + "\n")
+    assert output.endswith("[output truncated: 9000 more characters]\n")
+    assert len(output) < 1100
+
+
+def test_exit_codes(machine):
+    result = run(machine, "exit(__tileid)", tiles="0-2")
+    assert [t.exit_code for t in result.tiles] == [0, 1, 2]
+    assert [t.status for t in result.tiles] == ["ok"] * 3
+    assert result.exit_status == 2
+
+
+def test_traceback_shows_only_program_frames(machine):
+    result = run(machine, """
+        def f(x):
+            return 1 / x
+        f(0)
+    """, tiles="0", filename="prog.py")
+    error = result.tiles[0].error
+    assert 'File "prog.py", line 3, in f' in error and "return 1 / x" in error
+    assert "ZeroDivisionError: division by zero" in error
+    assert "ipuos" not in error and "scheduler" not in error
+
+
+def test_syntax_errors_are_reported_before_anything_runs(machine):
+    with pytest.raises(SyntaxError):
+        machine.launch("x = (", tiles="0")
+
+
+def test_program_text_and_data_take_sram_regions_that_are_released(machine):
+    before = machine.sram_usage(0)["used"]
+    result = run(machine, """
+        regions = {r.name: r.size for r in globals()['__ipuos_tile_program__'].api.tile.memory.regions}
+        print(sorted(n.split('.')[1] for n in regions if n.startswith('job')))
+    """, tiles="0", data="some data\n")
+    assert result.tiles[0].output == "['program', 'tiledata']\n"
+    assert machine.sram_usage(0)["used"] == before
+
+
+def test_program_over_the_sram_budget_is_a_memory_error_on_that_tile(machine):
+    result = run(machine, "x = 1\n" + "#" * 100_000, tiles="0")  # the text itself is too big
+    tile = result.tiles[0]
+    assert tile.status == "error"
+    assert "MemoryError: tile 0: cannot allocate" in tile.error and "'job" in tile.error
+
+
+def test_tiledata_is_split_on_line_boundaries(machine):
+    words = [f"word{i:03d}" for i in range(200)]
+    data = "\n".join(" ".join(words[i : i + 5]) for i in range(0, 200, 5)) + "\n"
+    result = run(machine, "print(repr(__tiledata))", data=data)
+    shares = [eval(t.output) for t in result.tiles]
+    assert "".join(shares) == data
+    assert all(s == "" or s.endswith("\n") for s in shares)  # never mid-line, so never mid-word
+    sizes = [len(s) for s in shares]
+    assert max(sizes) - min(sizes) <= len(data.splitlines()[0]) + 1  # as even as lines allow
+
+
+@pytest.mark.parametrize("n", [1, 3, 16, 40])
+def test_split_lines_covers_everything_once(n):
+    data = b"".join(b"line %d\n" % i for i in range(25)) + b"no newline at end"
+    shares = split_lines(data, n)
+    assert len(shares) == n and b"".join(shares) == data
+    last = max(i for i, s in enumerate(shares) if s)  # the share holding the final line
+    assert all(s.endswith(b"\n") for i, s in enumerate(shares) if s and i != last)
+
+
+def test_non_utf8_data_is_refused_clearly(machine):
+    with pytest.raises(ValueError, match="not UTF-8 text"):
+        machine.launch("pass", tiles="0-1", data=b"\xff\xfe\n\x00")
