@@ -32,6 +32,12 @@ _REDUCE_OPS: dict[str, Callable] = {
 }
 
 
+#: channels of point-to-point traffic: the user's, and the reduction tree's own
+USER_CHANNEL = 0
+REDUCE_CHANNEL = 1
+#: children per node of the reduction tree
+REDUCE_FANIN = 16
+
 _WAIT_LABELS = {(ALLTOALL, None): "alltoall()", (ALLGATHER, None): "allgather()"}
 
 
@@ -91,30 +97,39 @@ class TileAPI:
 
     def send(self, dst: int, obj) -> None:
         """Queue ``obj`` for tile ``dst`` of this job; it arrives after the next sync."""
-        job = self._job
-        if not isinstance(dst, int) or not 0 <= dst < job.nranks:
-            raise ValueError(f"send(): no tile {dst!r} in this job (tiles 0-{job.nranks - 1})")
-        payload = encode(obj)
-        tile = self._tile
-        off = self._engine.write_out(tile, payload)
-        self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank))
+        if not isinstance(dst, int) or not 0 <= dst < self._job.nranks:
+            raise ValueError(f"send(): no tile {dst!r} in this job (tiles 0-{self._job.nranks - 1})")
+        self._send(dst, obj, USER_CHANNEL)
 
     def recv(self, src: int):
         """Wait for the next message from tile ``src`` of this job and return it."""
-        tile = self._tile
+        if not self._tile.inbox.get(src):
+            if not isinstance(src, int) or not 0 <= src < self._job.nranks:
+                raise ValueError(f"recv(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
+        return self._recv(src, src, f"recv from tile {src}")
+
+    def _send(self, dst: int, obj, channel: int) -> None:
         job = self._job
-        queue = tile.inbox.get(src)
+        payload = encode(obj)
+        tile = self._tile
+        off = self._engine.write_out(tile, payload)
+        key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
+        self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank, key))
+
+    def _recv(self, key, src: int, what: str):
+        """Wait for the next message queued under ``key`` (sent by rank ``src``)."""
+        tile = self._tile
+        queue = tile.inbox.get(key)
         if not queue:
-            if not isinstance(src, int) or not 0 <= src < job.nranks:
-                raise ValueError(f"recv(): no tile {src!r} in this job (tiles 0-{job.nranks - 1})")
+            job = self._job
             job.nrecv += 1
             tile.recv_src = src
             try:
-                tile.wait(lambda: bool(tile.inbox.get(src)), f"recv from tile {src}")
+                tile.wait(lambda: bool(tile.inbox.get(key)), what)
             finally:
                 job.nrecv -= 1
                 tile.recv_src = -1
-            queue = tile.inbox[src]
+            queue = tile.inbox[key]
         msg = queue.popleft()
         start = tile.xin.base + msg.off
         try:
@@ -150,17 +165,43 @@ class TileAPI:
     def reduce(self, obj, op="sum", root: int = 0):
         """Combine every tile's ``obj`` with ``op`` on tile ``root``; the others get None.
 
-        ``op`` is ``"sum"``, ``"prod"``, ``"min"``, ``"max"`` or a two-argument callable.
+        ``op`` is ``"sum"``, ``"prod"``, ``"min"``, ``"max"`` or a two-argument callable;
+        like MPI's, it must be associative (values are combined along a tree, in rank
+        order).
         """
+        self._check_root(root, "reduce")
         combine = self._reducer(op)
-        values = self.gather(obj, root)
-        return combine(values) if values is not None else None
+        value = self._tree_reduce(obj, combine)
+        if root != 0:  # the tree ends on rank 0
+            if self._tile.rank == 0:
+                self._send(root, value, REDUCE_CHANNEL)
+            value = self._recv((REDUCE_CHANNEL, 0), 0, "reduce()") if self._tile.rank == root else None
+        return value
 
     def allreduce(self, obj, op="sum"):
-        """Like :meth:`reduce`, and every tile gets the result (a gather, then a bcast)."""
-        combine = self._reducer(op)
-        values = self.gather(obj, 0)
-        return self.bcast(combine(values) if values is not None else None, 0)
+        """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
+        return self.bcast(self._tree_reduce(obj, self._reducer(op)), 0)
+
+    def _tree_reduce(self, obj, combine):
+        """Reduce along a tree of fan-in ``REDUCE_FANIN``; the result is on rank 0.
+
+        A flat gather would need every value in one tile's SRAM: 47,104 tiles' worth does
+        not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values.
+        """
+        rank, n = self._tile.rank, self._job.nranks
+        value = obj
+        stride = 1
+        while stride < n:
+            span = stride * REDUCE_FANIN
+            if rank % span:
+                self._send(rank - rank % span, value, REDUCE_CHANNEL)
+                return None
+            children = range(rank + stride, min(rank + span, n), stride)
+            values = [value]
+            values.extend(self._recv((REDUCE_CHANNEL, c), c, "reduce()") for c in children)
+            value = combine(values)
+            stride = span
+        return value
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -27,8 +28,14 @@ class TileResult:
     status: str
     value: Any = None
     error: BaseException | None = None
-    #: the formatted traceback (tile program frames only) for ERROR results
-    traceback: str = ""
+
+    @property
+    def traceback(self) -> str:
+        """The formatted traceback of an ERROR result (formatted on demand: a failure on
+        47,104 tiles must not format 47,104 tracebacks nobody reads)."""
+        if self.error is None:
+            return ""
+        return "".join(traceback.format_exception(type(self.error), self.error, self.error.__traceback__))
 
 
 @dataclass
@@ -141,7 +148,9 @@ class Job:
         """
         if self.abort_reason is None:
             self.abort_reason = str(signal)
-        self.sched.watchdog.interrupt(self, type(signal))
+        # a tile computing towards its next exchange point learns at once that it stops
+        stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
+        self.sched.watchdog.interrupt(self, stop)
         for tile in self.live.values():
             if tile.signal is None:
                 # a fresh instance per tile: each raise writes its own traceback into it

@@ -269,14 +269,14 @@ class Scheduler:
         view = self.engine.view
         for kind, meta, src, abs_off, length, msg in arrivals:
             if kind == KIND_USER:
-                job, src_rank = meta
+                job, src_rank, key = meta
                 if dst.job is not job:  # the receiver finished: nobody will recv it
                     job.stats.dropped_messages += 1
                     continue
                 msg.src_rank = src_rank
-                queue = dst.inbox.get(src_rank)
+                queue = dst.inbox.get(key)
                 if queue is None:
-                    queue = dst.inbox[src_rank] = collections.deque()
+                    queue = dst.inbox[key] = collections.deque()
                 queue.append(msg)
                 dst.land(msg)
                 if dst.recv_src >= 0:
@@ -429,7 +429,7 @@ class Scheduler:
     def _fail_hopeless_recvs(self, job: Job) -> None:
         for tile in job.live.values():
             src = tile.recv_src
-            if src >= 0 and job.results[src] is not None and not tile.inbox.get(src) and tile.signal is None:
+            if src >= 0 and job.results[src] is not None and not _has_mail_from(tile, src) and tile.signal is None:
                 tile.signal = DeadlockError(
                     f"tile {tile.rank} waits to recv from tile {src}, which has finished "
                     "and sent nothing more"
@@ -485,7 +485,7 @@ def _run_job(tile: Tile, job: Job) -> None:
     except ComputeBudgetExceeded as exc:
         if not exc.args:  # raised by the watchdog, which can only inject a bare class
             exc.args = (f"tile {tile.rank} computed for more than {job.budget} s without reaching an exchange point",)
-        result = TileResult(tile.rank, tile.id, ERROR, error=exc, traceback=_format(exc))
+        result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     except (TileInterrupt, JobAborted) as exc:
         if not exc.args:
             exc.args = (job.abort_reason or "interrupted",)
@@ -494,7 +494,7 @@ def _run_job(tile: Tile, job: Job) -> None:
     except greenlet.GreenletExit:
         raise
     except BaseException as exc:
-        result = TileResult(tile.rank, tile.id, ERROR, error=exc, traceback=_format(exc))
+        result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     else:
         result = TileResult(tile.rank, tile.id, OK, value=value)
     _release_tile(tile)
@@ -515,6 +515,10 @@ def _release_tile(tile: Tile) -> None:
     tile.in_used = 0
 
 
+def _has_mail_from(tile: Tile, rank: int) -> bool:
+    return any(queue and queue[0].src_rank == rank for queue in tile.inbox.values())
+
+
 def _snapshot(table: dict) -> list:
     """The values of a dict another thread may be changing."""
     while True:
@@ -524,5 +528,3 @@ def _snapshot(table: dict) -> list:
             continue
 
 
-def _format(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
