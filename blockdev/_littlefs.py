@@ -1,0 +1,965 @@
+"""littlefs on a block device: the callback glue, a Filesystem and its File objects.
+
+littlefs-python is a thin binding: it hands littlefs' C callbacks to a Python object and
+littlefs' error codes back as ``LittleFSError``. Used directly it has traps, each one
+reproduced on this project's machine; this module exists to make them unreachable:
+
+* Exceptions raised in a callback are printed and dropped, and littlefs carries on with
+  whatever was (or was not) in its buffer. The read callback cannot even report an error:
+  the binding copies ``size`` bytes from whatever object it gets and returns success. So the
+  glue catches everything, answers -EIO where it can, and remembers the exception; from
+  then on it refuses every further write (nothing derived from a failed read can reach the
+  medium) and the Filesystem raises ``OSError(EIO)`` naming the original. littlefs' caches
+  may hold garbage after that, so the filesystem stays unusable until it is unmounted and
+  mounted again (a *sticky* fault, like a power cut).
+* ``LittleFS(mount=True)`` formats an image it cannot mount: silent data loss. Nothing here
+  mounts or formats unless asked.
+* Calling littlefs with a file handle it no longer has open (a second close, or any call
+  after a failed close: littlefs unlinks the handle even when close fails) trips an
+  assertion and aborts the process with SIGABRT. So does reading a write-only file or
+  writing a read-only one. File objects refuse all of these before littlefs sees them.
+* A handle freed while littlefs still lists it as open, or any call on an unmounted or
+  never-mounted filesystem, reads freed memory. The Filesystem holds every open handle
+  until it is closed, closes them all at unmount, and checks it is mounted.
+* Renaming a directory into its own subtree succeeds in littlefs and loses the directory.
+  ``rename`` refuses it with EINVAL, as POSIX does.
+* littlefs is neither thread-safe nor re-entrant. A Filesystem admits one operation at a
+  time and raises :class:`FilesystemBusyError` for a second one started (by another
+  greenlet or thread) while the first is paused in a device call. It never waits.
+* littlefs error codes are negated *Linux* errno numbers, and ``LittleFSError`` is not an
+  ``OSError``. Every code is translated here, in one table.
+* Smaller ones: the binding's mode "a" does not create a missing file (here it does, as in
+  Python); it cannot store an empty custom attribute (IndexError; refused here with a
+  clear message); it ignores an unknown ``whence`` (refused here with EINVAL).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import posixpath
+import struct
+import threading
+from typing import NamedTuple
+
+from littlefs import LittleFSError, lfs
+
+from ._memory import MemoryDevice
+
+__all__ = [
+    "translate_error",
+    "Filesystem",
+    "File",
+    "FileInfo",
+    "FsInfo",
+    "FilesystemBusyError",
+    "CorruptFilesystemError",
+    "MTIME_ATTRIBUTE",
+]
+
+#: custom attribute type under which ``set_mtime`` stores a file's mtime ('t')
+MTIME_ATTRIBUTE = 0x74
+_MTIME = struct.Struct("<q")  # signed nanoseconds since the epoch
+_ENCODING = "utf-8"
+_ATTR_MAX = 1022  # littlefs' LFS_ATTR_MAX, the default the binding builds with
+
+_LFS_RDONLY = 1
+_LFS_WRONLY = 2
+_LFS_RDWR = 3
+_LFS_CREAT = 0x0100
+_LFS_EXCL = 0x0200
+_LFS_TRUNC = 0x0400
+_LFS_APPEND = 0x0800
+_LFS_TYPE_DIR = 2
+
+
+class FilesystemBusyError(RuntimeError):
+    """A second littlefs call started while one is in progress on the same filesystem.
+
+    This is a bug in the caller (ipuos lets only a filesystem's owner greenlet touch it),
+    never a condition to retry, so it is not an ``OSError``.
+    """
+
+
+class CorruptFilesystemError(OSError):
+    """littlefs found no consistent filesystem (``LFS_ERR_CORRUPT``); errno is EIO."""
+
+
+class FileInfo(NamedTuple):
+    """One directory entry or ``stat`` result."""
+
+    name: str
+    is_dir: bool
+    size: int  # bytes for a file, 0 for a directory
+
+
+class FsInfo(NamedTuple):
+    """Filesystem geometry and usage (``statvfs``)."""
+
+    block_size: int
+    block_count: int
+    blocks_used: int
+    blocks_free: int
+    name_max: int
+    file_max: int
+    attr_max: int
+    disk_version: str
+
+
+# -- error translation: the only place littlefs codes become errno ---------------------
+
+# littlefs codes are negated Linux errno numbers, so they are mapped by name, not negated
+# (the numbers differ on other systems). LFS_ERR_CORRUPT (-84) would read as EILSEQ,
+# "invalid multibyte sequence"; it becomes EIO, which every POSIX tool understands
+# (Linux's EUCLEAN is not portable), raised as CorruptFilesystemError so callers can still
+# tell it apart. LFS_ERR_NOATTR becomes ENODATA, what getxattr reports for a missing one.
+_ERRORS: dict[int, tuple[int, str | None]] = {
+    -5: (errno.EIO, None),  # LFS_ERR_IO
+    -84: (errno.EIO, "corrupt filesystem (littlefs found no valid metadata)"),
+    -2: (errno.ENOENT, None),
+    -17: (errno.EEXIST, None),
+    -20: (errno.ENOTDIR, None),
+    -21: (errno.EISDIR, None),
+    -39: (errno.ENOTEMPTY, None),
+    -9: (errno.EBADF, None),
+    -27: (errno.EFBIG, None),
+    -22: (errno.EINVAL, None),
+    -28: (errno.ENOSPC, None),
+    -12: (errno.ENOMEM, None),
+    -61: (errno.ENODATA, "no such attribute"),
+    -36: (errno.ENAMETOOLONG, None),
+}
+
+
+def translate_error(exc: LittleFSError, path: str | None = None,
+                    path2: str | None = None) -> OSError:
+    """The ``OSError`` (with a POSIX errno) for a ``LittleFSError``."""
+    code = exc.code
+    number, message = _ERRORS.get(code, (errno.EIO, f"unexpected littlefs error {code}"))
+    message = message or os.strerror(number)
+    cls = CorruptFilesystemError if code == -84 else OSError
+    if path2 is not None:
+        return cls(number, message, path, None, path2)
+    return cls(number, message, path)
+
+
+def _error(number: int, path: str | None = None, message: str | None = None) -> OSError:
+    return OSError(number, message or os.strerror(number), path)
+
+
+# -- the littlefs callback object -----------------------------------------------------
+
+
+class _DeviceCallbacks:
+    """What littlefs calls: forwards to the device, never lets an exception escape.
+
+    The first exception is kept in ``fault``; after it every call is refused (reads
+    answer zeros, writes -EIO) until the owner calls ``reset``.
+    """
+
+    __slots__ = ("device", "fault", "refusing", "_read", "_prog", "_erase", "_sync")
+
+    def __init__(self, device):
+        self.device = device
+        self._read = device.read
+        self._prog = device.prog
+        self._erase = device.erase
+        self._sync = device.sync
+        self.reset()
+
+    def reset(self) -> None:
+        self.fault: BaseException | None = None
+        self.refusing = False
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.fault is None:
+            self.fault = exc
+        self.refusing = True
+
+    def read(self, cfg, block, off, size):
+        if self.refusing:
+            return bytes(size)
+        try:
+            data = self._read(block, off, size)
+            if type(data) is not bytes or len(data) != size:
+                data = self._exact(data, size, block, off)
+            return data
+        except BaseException as exc:
+            self._failed(exc)
+            return bytes(size)
+
+    def prog(self, cfg, block, off, data):
+        if self.refusing:
+            return -5
+        try:
+            self._prog(block, off, data)
+        except BaseException as exc:
+            self._failed(exc)
+            return -5
+        return 0
+
+    def erase(self, cfg, block):
+        if self.refusing:
+            return -5
+        try:
+            self._erase(block)
+        except BaseException as exc:
+            self._failed(exc)
+            return -5
+        return 0
+
+    def sync(self, cfg):
+        if self.refusing:
+            return -5
+        try:
+            self._sync()
+        except BaseException as exc:
+            self._failed(exc)
+            return -5
+        return 0
+
+    def _exact(self, data, size: int, block: int, off: int) -> bytes:
+        """Coerce a device's answer to the ``bytes`` the binding copies from, or fail.
+
+        The binding copies ``size`` bytes from the object's buffer without looking at its
+        length or type: a short answer would hand littlefs whatever memory follows it.
+        """
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            data = bytes(data)
+            if len(data) == size:
+                return data
+            raise OSError(
+                errno.EIO,
+                f"{self.device!r} returned {len(data)} bytes for a {size}-byte read "
+                f"at block {block} offset {off}",
+            )
+        raise TypeError(f"{self.device!r}.read returned {type(data).__name__}, not bytes")
+
+
+class _MemoryCallbacks(_DeviceCallbacks):
+    """The same callbacks for a plain :class:`MemoryDevice`, one Python call cheaper.
+
+    Each littlefs callback otherwise costs two Python calls (glue, then device); for the
+    tile-local disk that is a large share of littlefs' time. Here the glue slices the
+    device's buffer itself, keeping the device's counters, and takes the generic path
+    whenever a fault plan is attached. The device's bounds checks are not repeated:
+    littlefs checks every request against the same geometry before calling back.
+    """
+
+    __slots__ = ("_view", "_block_size")
+
+    def __init__(self, device):
+        super().__init__(device)
+        self._view = device._view
+        self._block_size = device.block_size
+
+    def read(self, cfg, block, off, size):
+        device = self.device
+        if self.refusing or device.faults is not None:
+            return _DeviceCallbacks.read(self, cfg, block, off, size)
+        try:
+            device.reads += 1
+            device.bytes_read += size
+            start = block * self._block_size + off
+            return self._view[start : start + size].tobytes()
+        except BaseException as exc:
+            self._failed(exc)
+            return bytes(size)
+
+    def prog(self, cfg, block, off, data):
+        device = self.device
+        if self.refusing or device.faults is not None:
+            return _DeviceCallbacks.prog(self, cfg, block, off, data)
+        try:
+            device.progs += 1
+            device.bytes_progged += len(data)
+            start = block * self._block_size + off
+            self._view[start : start + len(data)] = data
+        except BaseException as exc:
+            self._failed(exc)
+            return -5
+        return 0
+
+
+def _callbacks_for(device) -> _DeviceCallbacks:
+    if type(device) is MemoryDevice:
+        return _MemoryCallbacks(device)
+    return _DeviceCallbacks(device)
+
+
+# -- paths and flags -----------------------------------------------------------------
+
+
+def _open_flags(flags) -> int:
+    result = _FLAGS_SEEN.get(flags)
+    if result is None:
+        result = _parse_open_flags(flags)
+        if len(_FLAGS_SEEN) < 64:
+            _FLAGS_SEEN[flags] = result
+    return result
+
+
+_FLAGS_SEEN: dict = {}  # few distinct values ever occur
+
+
+def _parse_open_flags(flags) -> int:
+    """littlefs open flags from a mode string ("r", "w+", "ab", ...) or POSIX ``os.O_*``.
+
+    Unlike littlefs-python's own parser, "a" creates a missing file, as in Python.
+    Other POSIX flags (O_CLOEXEC, O_NOFOLLOW, ...) have no littlefs meaning and are ignored.
+    """
+    if isinstance(flags, str):
+        mode = flags.replace("b", "").replace("t", "")
+        plus = "+" in mode
+        base = mode.replace("+", "")
+        if len(base) != 1 or base not in "rwax" or mode.count("+") > 1:
+            raise ValueError(f"invalid mode: {flags!r}")
+        access = _LFS_RDWR if plus else (_LFS_RDONLY if base == "r" else _LFS_WRONLY)
+        extra = {"r": 0, "w": _LFS_CREAT | _LFS_TRUNC, "a": _LFS_CREAT | _LFS_APPEND,
+                 "x": _LFS_CREAT | _LFS_EXCL}[base]
+        return access | extra
+    if not isinstance(flags, int):
+        raise TypeError(f"open flags must be a mode string or an int, not {type(flags).__name__}")
+    access = flags & os.O_ACCMODE
+    if access == os.O_RDONLY:
+        result = _LFS_RDONLY
+    elif access == os.O_WRONLY:
+        result = _LFS_WRONLY
+    elif access == os.O_RDWR:
+        result = _LFS_RDWR
+    else:
+        raise ValueError(f"invalid access mode in open flags {flags:#o}")
+    if flags & os.O_CREAT:
+        result |= _LFS_CREAT
+    if flags & os.O_EXCL:
+        result |= _LFS_EXCL
+    if flags & os.O_TRUNC:
+        result |= _LFS_TRUNC
+    if flags & os.O_APPEND:
+        result |= _LFS_APPEND
+    return result
+
+
+def _mode_text(flags: int) -> str:
+    text = {_LFS_RDONLY: "r", _LFS_WRONLY: "w", _LFS_RDWR: "r+"}[flags & 3]
+    if flags & _LFS_APPEND:
+        text = "a" if flags & 3 == _LFS_WRONLY else "a+"
+    return text
+
+
+# -- the filesystem ------------------------------------------------------------------
+
+
+class Filesystem:
+    """A littlefs filesystem on a :class:`~ipuos.blockdev.BlockDevice`.
+
+    Nothing happens implicitly: call :meth:`format` to create a filesystem and
+    :meth:`mount` to use one. Paths are absolute inside the filesystem ("/a/b"; a relative
+    path is taken from the root), resolved lexically ("." and ".."), UTF-8 on disk.
+    Every failure is an ``OSError`` with a POSIX errno (device faults: EIO).
+
+    Configuration, all in bytes (see ``_config`` for why the defaults are what they are):
+    ``read_size``/``prog_size`` (the device's I/O unit), ``cache_size`` (per cache; littlefs
+    keeps a read and a write cache plus one per open file), ``lookahead_size`` (allocation
+    bitmap), ``block_cycles`` (erase cycles before metadata moves; -1: never),
+    ``name_max`` (longest name in bytes).
+    """
+
+    def __init__(self, device, *, read_size: int | None = None, prog_size: int | None = None,
+                 cache_size: int | None = None, lookahead_size: int | None = None,
+                 block_cycles: int = -1, name_max: int = 255):
+        self.device = device
+        self._callbacks = _callbacks_for(device)
+        self._cfg = lfs.LFSConfig(
+            context=self._callbacks,
+            **_config(device.block_size, device.block_count, read_size, prog_size,
+                      cache_size, lookahead_size, block_cycles, name_max),
+        )
+        self.name_max = name_max
+        self._lfs = None  # an lfs.LFSFilesystem while mounted
+        self._busy = threading.Lock()  # only ever acquired without waiting
+        self._try_enter = self._busy.acquire
+        self._leave = self._busy.release
+        self._busy_with = ""
+        self._open: dict[int, File] = {}
+        self._paths: dict[str, str] = {}  # path as given -> canonical path
+        #: (operation, path, exception) of the device fault that made the fs unusable
+        self._fault: tuple[str, str | None, BaseException] | None = None
+
+    def __repr__(self) -> str:
+        state = "mounted" if self._lfs is not None else "unmounted"
+        if self._fault is not None:
+            state += ", faulted"
+        return f"<Filesystem on {self.device!r} ({state})>"
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def mounted(self) -> bool:
+        return self._lfs is not None
+
+    @property
+    def fault(self) -> BaseException | None:
+        """The device error that left the filesystem unusable until remounted, if any."""
+        return self._fault[2] if self._fault is not None else None
+
+    @property
+    def open_files(self) -> int:
+        return len(self._open)
+
+    @property
+    def config(self) -> dict:
+        """The littlefs configuration in use."""
+        cfg = self._cfg
+        return {name: getattr(cfg, name) for name in (
+            "block_size", "block_count", "read_size", "prog_size", "cache_size",
+            "lookahead_size", "name_max")}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def format(self) -> None:
+        """Create an empty filesystem on the device. The filesystem must be unmounted."""
+        with self._exclusive("format"):
+            if self._lfs is not None:
+                raise _error(errno.EBUSY, message="cannot format a mounted filesystem")
+            self._callbacks.reset()
+            self._lifecycle_call("format", lfs.format, lfs.LFSFilesystem(), self._cfg)
+
+    def mount(self) -> None:
+        """Mount an existing filesystem. An unformatted or corrupt device raises
+        :class:`CorruptFilesystemError` and is left untouched: nothing formats it."""
+        with self._exclusive("mount"):
+            if self._lfs is not None:
+                raise _error(errno.EBUSY, message="filesystem is already mounted")
+            self._callbacks.reset()
+            handle = lfs.LFSFilesystem()
+            self._lifecycle_call("mount", lfs.mount, handle, self._cfg)
+            self._lfs = handle
+            self._fault = None
+
+    def unmount(self) -> None:
+        """Close every open file (committing its writes), then unmount.
+
+        The filesystem ends up unmounted even if a close fails; the first such error is
+        raised afterwards so no lost write goes unreported.
+        """
+        with self._exclusive("unmount"):
+            if self._lfs is None:
+                raise _error(errno.EINVAL, message="filesystem is not mounted")
+            first_error = None
+            faulted = self._fault is not None  # already reported; closes cannot succeed
+            for file in list(self._open.values()):
+                try:
+                    self._close_locked(file)
+                except OSError as exc:
+                    if not faulted:
+                        first_error = first_error or exc
+            handle, self._lfs = self._lfs, None
+            self._callbacks.refusing = True  # unmount only frees memory; make sure of it
+            try:
+                lfs.unmount(handle)
+            except LittleFSError:
+                pass
+            self._callbacks.reset()
+            self._fault = None
+            if first_error is not None:
+                raise first_error
+
+    def __enter__(self) -> "Filesystem":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._lfs is not None:
+            self.unmount()
+
+    # -- files ---------------------------------------------------------------------------
+
+    def open(self, path: str, flags="r") -> "File":
+        """Open a file. ``flags``: a mode string ("r", "w", "a", "x", with "+"/"b"), or
+        ``os.O_*`` flags. The file must be closed; unclosed files are closed at unmount."""
+        lfs_flags = _open_flags(flags)
+        path = self._path(path)
+        return self._run("open", path, None, self._open_locked, path, lfs_flags)
+
+    def _open_locked(self, handle, path: str, lfs_flags: int) -> "File":
+        # registered inside the exclusive call, so an unmount can never miss a file that
+        # littlefs has in its open list
+        file = File(self, lfs.file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
+        self._open[id(file)] = file
+        return file
+
+    # -- names ---------------------------------------------------------------------------
+
+    def stat(self, path: str) -> FileInfo:
+        path = self._path(path)
+        return _info(self._run("stat", path, None, lfs.stat, path, _ENCODING))
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
+
+    def scandir(self, path: str = "/") -> list[FileInfo]:
+        """The entries of a directory (without "." and ".."), in littlefs order."""
+        path = self._path(path)
+        return self._run("scandir", path, None, _read_directory, path)
+
+    def listdir(self, path: str = "/") -> list[str]:
+        return [entry.name for entry in self.scandir(path)]
+
+    def mkdir(self, path: str) -> None:
+        path = self._path(path)
+        self._run("mkdir", path, None, lfs.mkdir, path, _ENCODING)
+
+    def remove(self, path: str) -> None:
+        """Delete a file (EISDIR for a directory: use :meth:`rmdir`)."""
+        path = self._path(path)
+        self._run("remove", path, None, _remove_typed, path, False)
+
+    unlink = remove
+
+    def rmdir(self, path: str) -> None:
+        """Delete an empty directory (ENOTDIR for a file, ENOTEMPTY if not empty)."""
+        path = self._path(path)
+        self._run("rmdir", path, None, _remove_typed, path, True)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` atomically, replacing a file or an empty directory."""
+        src, dst = self._path(src), self._path(dst)
+        inside = dst.rstrip("/").startswith(src.rstrip("/") + "/")
+        self._run("rename", src, dst, _rename, src, dst, inside)
+
+    # -- attributes ----------------------------------------------------------------------
+
+    def get_mtime(self, path: str) -> int | None:
+        """The mtime stored with ``set_mtime`` (ns since the epoch), or None if never set."""
+        data = self.get_attribute(path, MTIME_ATTRIBUTE)
+        if data is None:
+            return None
+        if len(data) != _MTIME.size:
+            raise CorruptFilesystemError(errno.EIO, "malformed mtime attribute", path)
+        return _MTIME.unpack(data)[0]
+
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        if not -(1 << 63) <= mtime_ns < (1 << 63):
+            raise ValueError(f"mtime {mtime_ns} ns does not fit in 64 bits")
+        self.set_attribute(path, MTIME_ATTRIBUTE, _MTIME.pack(mtime_ns))
+
+    def get_attribute(self, path: str, kind: int) -> bytes | None:
+        """A littlefs custom attribute (``kind`` 0-255), or None if the entry has none."""
+        path = self._path(path)
+        try:
+            return self._run("getattr", path, None, lfs.getattr, path, _attr_kind(kind), _ENCODING)
+        except OSError as exc:
+            if exc.errno == errno.ENODATA:
+                return None
+            raise
+
+    def set_attribute(self, path: str, kind: int, data: bytes) -> None:
+        path = self._path(path)
+        data = bytes(data)
+        if not data:
+            # littlefs could, but the binding indexes data[0] and raises IndexError
+            raise ValueError("littlefs-python cannot store an empty attribute")
+        if len(data) > _ATTR_MAX:
+            raise _error(errno.E2BIG, path, f"attribute of {len(data)} bytes exceeds {_ATTR_MAX}")
+        self._run("setattr", path, None, lfs.setattr, path, _attr_kind(kind), data, _ENCODING)
+
+    def remove_attribute(self, path: str, kind: int) -> None:
+        path = self._path(path)
+        self._run("removeattr", path, None, lfs.removeattr, path, _attr_kind(kind), _ENCODING)
+
+    # -- the filesystem as a whole ----------------------------------------------------------
+
+    def statvfs(self) -> FsInfo:
+        """Geometry and usage. ``blocks_used`` walks the filesystem (cost grows with size)."""
+        info = self._run("statvfs", None, None, lfs.fs_stat)
+        used = self._run("statvfs", None, None, lfs.fs_size)
+        major, minor = divmod(info.disk_version, 0x10000)
+        return FsInfo(info.block_size, info.block_count, used, info.block_count - used,
+                      info.name_max, info.file_max, info.attr_max, f"{major}.{minor}")
+
+    # -- the one way into littlefs ---------------------------------------------------------
+
+    def _run(self, op: str, path, path2, func, *args):
+        """Call ``func(lfs_handle, *args)`` as one exclusive littlefs operation.
+
+        Checks the filesystem is mounted and healthy, translates littlefs errors, and turns
+        a device fault recorded by the callbacks into EIO (or re-raises a BaseException
+        such as KeyboardInterrupt unchanged) once littlefs has unwound.
+        """
+        if not self._try_enter(False):
+            raise self._busy_error(op)
+        try:
+            self._busy_with = op
+            handle = self._lfs
+            if handle is None or self._fault is not None:
+                raise self._unusable_error(path)
+            callbacks = self._callbacks
+            try:
+                result = func(handle, *args)
+            except LittleFSError as exc:
+                if callbacks.fault is not None:
+                    self._raise_fault(op, path)
+                raise translate_error(exc, path, path2) from None
+            except BaseException:
+                if callbacks.fault is not None:
+                    self._fault = (op, path, callbacks.fault)
+                raise
+            if callbacks.fault is not None:
+                self._raise_fault(op, path)
+            return result
+        finally:
+            self._leave()
+
+    def _lifecycle_call(self, op: str, func, *args) -> None:
+        """format/mount: like ``_run`` but without a mounted filesystem. Caller is exclusive."""
+        callbacks = self._callbacks
+        try:
+            func(*args)
+        except LittleFSError as exc:
+            if callbacks.fault is None:
+                error = translate_error(exc)
+                if op == "mount" and isinstance(error, CorruptFilesystemError):
+                    error = CorruptFilesystemError(
+                        errno.EIO, f"no valid littlefs filesystem on {self.device!r}")
+                elif op == "mount" and error.errno == errno.EINVAL:
+                    error = OSError(
+                        errno.EINVAL,
+                        f"the filesystem on {self.device!r} was made with a different block "
+                        f"size, block count or name/file/attribute limits",
+                    )
+                raise error from None
+        if callbacks.fault is not None:
+            cause = callbacks.fault
+            callbacks.reset()
+            if not isinstance(cause, Exception):
+                raise cause
+            raise OSError(errno.EIO, f"device error during {op}: {cause}") from cause
+
+    def _raise_fault(self, op: str, path) -> None:
+        cause = self._callbacks.fault
+        self._fault = (op, path, cause)
+        if not isinstance(cause, Exception):  # KeyboardInterrupt, GreenletExit, SystemExit
+            raise cause
+        raise OSError(errno.EIO, f"device error during {op}: {cause}", path) from cause
+
+    def _unusable_error(self, path) -> OSError:
+        if self._lfs is None:
+            return _error(errno.EINVAL, path, "filesystem is not mounted")
+        return self._faulted_error(path)
+
+    def _faulted_error(self, path) -> OSError:
+        op, fault_path, cause = self._fault
+        where = f" {fault_path!r}" if fault_path else ""
+        error = OSError(
+            errno.EIO,
+            f"filesystem unusable after a device error during {op}{where} ({cause}); "
+            f"unmount and mount it again",
+            path,
+        )
+        error.__cause__ = cause
+        return error
+
+    def _busy_error(self, op: str) -> FilesystemBusyError:
+        return FilesystemBusyError(
+            f"{op}: the filesystem on {self.device!r} is busy with {self._busy_with}; "
+            f"littlefs is not re-entrant and only its owner may call it, one call at a time"
+        )
+
+    def _exclusive(self, op: str):
+        return _Exclusive(self, op)
+
+    def _path(self, path) -> str:
+        """The canonical absolute form of ``path``; names over ``name_max`` bytes refused."""
+        canonical = self._paths.get(path)
+        if canonical is None:
+            canonical = self._canonical(path)
+            if len(self._paths) >= 512:  # bounded: programs rarely touch many more names
+                self._paths.clear()
+            self._paths[path] = canonical
+        return canonical
+
+    def _canonical(self, path) -> str:
+        path = os.fspath(path)
+        if not isinstance(path, str):
+            raise TypeError(f"paths are str, not {type(path).__name__}")
+        if not path:
+            raise _error(errno.ENOENT, path)
+        if "\0" in path:
+            raise ValueError("embedded null character in path")
+        # a trailing slash stays: littlefs then insists on a directory (ENOTDIR otherwise)
+        trailing = path.endswith("/") and path.strip("/") != ""
+        path = posixpath.normpath("/" + path)
+        if path.startswith("//"):
+            path = path[1:]
+        for name in path.split("/"):
+            if len(name) > self.name_max // 4 and len(name.encode(_ENCODING)) > self.name_max:
+                raise _error(errno.ENAMETOOLONG, path)
+        return path + "/" if trailing else path
+
+    # -- file operations (called by File) ------------------------------------------------
+
+    def _close_file(self, file: "File") -> None:
+        if not self._busy.acquire(False):
+            raise self._busy_error("close")
+        try:
+            self._close_locked(file)
+        finally:
+            self._busy.release()
+
+    def _close_locked(self, file: "File") -> None:
+        """Close ``file`` in littlefs. Caller holds the filesystem exclusively.
+
+        littlefs unlinks the handle whether or not the final sync succeeds, so the File is
+        marked closed first and forgotten only after littlefs has let go of it.
+        """
+        file.closed = True
+        if self._lfs is None:  # unmount closed it already
+            return
+        callbacks = self._callbacks
+        try:
+            if self._fault is not None:
+                callbacks.refusing = True  # free littlefs' memory, write nothing
+                try:
+                    lfs.file_close(self._lfs, file._handle)
+                except LittleFSError:
+                    pass
+                raise self._faulted_error(file.path)
+            try:
+                lfs.file_close(self._lfs, file._handle)
+            except LittleFSError as exc:
+                if callbacks.fault is not None:
+                    self._raise_fault("close", file.path)
+                raise translate_error(exc, file.path) from None
+            except BaseException:
+                if callbacks.fault is not None:
+                    self._fault = ("close", file.path, callbacks.fault)
+                raise
+            if callbacks.fault is not None:
+                self._raise_fault("close", file.path)
+        finally:
+            self._open.pop(id(file), None)
+            file._handle = None
+
+
+class _Exclusive:
+    """Context manager form of the busy flag, for format/mount/unmount."""
+
+    __slots__ = ("fs", "op")
+
+    def __init__(self, fs: Filesystem, op: str):
+        self.fs, self.op = fs, op
+
+    def __enter__(self):
+        if not self.fs._busy.acquire(False):
+            raise self.fs._busy_error(self.op)
+        self.fs._busy_with = self.op
+
+    def __exit__(self, *exc_info):
+        self.fs._busy.release()
+
+
+def _config(block_size, block_count, read_size, prog_size, cache_size, lookahead_size,
+            block_cycles, name_max) -> dict:
+    """Checked LFSConfig arguments (littlefs asserts, i.e. aborts, on inconsistent ones).
+
+    Defaults, for SRAM and host files (byte-addressable, nothing wears out), measured on
+    60 files in a directory and 64 KiB files, 512 B and 4 KiB blocks:
+
+    * cache_size = block_size, up to 4 KiB: one callback per block of file data. littlefs
+      keeps a read and a write cache plus one per open file, in host RAM, not tile SRAM.
+    * read_size = cache_size: littlefs fills its read cache in read_size units when it
+      scans metadata, so a whole-block read replaces many small ones; each Python callback
+      costs far more than copying 4 KiB. Creating files got 3-5x faster than with 16.
+    * prog_size 16: metadata commits are padded to prog_size, so a small unit packs more
+      commits into a metadata block (fewer compactions); 64 and up measured slower.
+    * lookahead covering every block: one allocation scan finds all free blocks.
+    * block_cycles -1: SRAM does not wear, so moving metadata for wear only costs time.
+    """
+    if block_size < 128:
+        raise ValueError(f"littlefs needs blocks of at least 128 bytes, not {block_size}")
+    if block_count < 2:
+        raise ValueError("littlefs needs at least 2 blocks")
+    if cache_size is None:
+        cache_size = block_size
+        while cache_size > 4096 and cache_size % 2 == 0:
+            cache_size //= 2
+    if read_size is None:
+        read_size = cache_size
+    if prog_size is None:
+        prog_size = math.gcd(16, cache_size)
+    if lookahead_size is None:
+        lookahead_size = max(8, -(-block_count // 64) * 8)
+    for name, value in (("read_size", read_size), ("prog_size", prog_size),
+                        ("cache_size", cache_size), ("lookahead_size", lookahead_size)):
+        if not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if cache_size % read_size or cache_size % prog_size:
+        raise ValueError(f"cache_size {cache_size} must be a multiple of read_size and prog_size")
+    if block_size % cache_size:
+        raise ValueError(f"block size {block_size} must be a multiple of cache_size {cache_size}")
+    if lookahead_size % 8:
+        raise ValueError(f"lookahead_size must be a multiple of 8, not {lookahead_size}")
+    if block_cycles == 0:
+        raise ValueError("block_cycles must be positive, or -1 to disable wear levelling")
+    if not 1 <= name_max <= 1022:
+        raise ValueError("name_max must be between 1 and 1022")
+    return dict(block_size=block_size, block_count=block_count, read_size=read_size,
+                prog_size=prog_size, cache_size=cache_size, lookahead_size=lookahead_size,
+                block_cycles=block_cycles, name_max=name_max)
+
+
+def _attr_kind(kind: int) -> int:
+    if not isinstance(kind, int) or not 0 <= kind <= 255:
+        raise ValueError(f"attribute type must be an int 0-255, not {kind!r}")
+    return kind
+
+
+def _info(info) -> FileInfo:
+    if info.type == _LFS_TYPE_DIR:
+        return FileInfo(info.name, True, 0)  # littlefs leaves a directory's size undefined
+    return FileInfo(info.name, False, info.size)
+
+
+def _read_directory(handle, path: str) -> list[FileInfo]:
+    directory = lfs.dir_open(handle, path, _ENCODING)
+    entries = []
+    try:
+        while True:
+            info = lfs.dir_read(handle, directory, _ENCODING)
+            if info is None:
+                break
+            if info.name != "." and info.name != "..":
+                entries.append(_info(info))
+    finally:
+        lfs.dir_close(handle, directory)
+    return entries
+
+
+def _rename(handle, src: str, dst: str, dst_inside_src: bool) -> None:
+    # littlefs moves a directory into its own subtree, which orphans it: refuse (POSIX
+    # EINVAL). For a file source, littlefs' own answer (ENOTDIR) is the right one.
+    if dst_inside_src and lfs.stat(handle, src, _ENCODING).type == _LFS_TYPE_DIR:
+        raise OSError(errno.EINVAL, "cannot move a directory into itself", src, None, dst)
+    lfs.rename(handle, src, dst, _ENCODING)
+
+
+def _remove_typed(handle, path: str, want_dir: bool) -> None:
+    info = lfs.stat(handle, path, _ENCODING)
+    is_dir = info.type == _LFS_TYPE_DIR
+    if is_dir and not want_dir:
+        raise LittleFSError(-21)  # EISDIR
+    if want_dir and not is_dir:
+        raise LittleFSError(-20)  # ENOTDIR
+    lfs.remove(handle, path, _ENCODING)
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+class File:
+    """An open littlefs file. Get one from :meth:`Filesystem.open`.
+
+    Binary only, unbuffered (littlefs caches internally). Writes are durable after
+    :meth:`sync` or :meth:`close`. Every method raises ``ValueError`` once the file is
+    closed, and ``OSError(EBADF)`` for a read on a write-only file or a write on a
+    read-only one, before littlefs (which would abort the process) sees the call.
+    """
+
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "__weakref__")
+
+    def __init__(self, fs: Filesystem, handle, path: str, flags: int):
+        self._fs = fs
+        self._handle = handle
+        self.path = path
+        self.flags = flags
+        self.closed = False
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else _mode_text(self.flags)
+        return f"<File {self.path!r} {state}>"
+
+    @property
+    def mode(self) -> str:
+        return _mode_text(self.flags)
+
+    def readable(self) -> bool:
+        return bool(self.flags & _LFS_RDONLY)
+
+    def writable(self) -> bool:
+        return bool(self.flags & _LFS_WRONLY)
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the current position (all the rest if negative)."""
+        self._check(_LFS_RDONLY, "read")
+        if size is None or size < 0:
+            size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
+        if size == 0:
+            return b""
+        return self._fs._run("read", self.path, None, lfs.file_read, self._handle, size)
+
+    def write(self, data) -> int:
+        """Write all of ``data`` (any bytes-like object); returns its length."""
+        self._check(_LFS_WRONLY, "write")
+        if type(data) is not bytes and type(data) is not bytearray:
+            data = memoryview(data).cast("B").tobytes()
+        return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._check(0, "seek")
+        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+            raise _error(errno.EINVAL, self.path, f"unsupported whence {whence!r}")
+        return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
+
+    def tell(self) -> int:
+        self._check(0, "tell")
+        return self._fs._run("tell", self.path, None, lfs.file_tell, self._handle)
+
+    def truncate(self, size: int | None = None) -> int:
+        """Cut or zero-extend the file to ``size`` (default: the current position).
+        The position does not move. Returns the new size."""
+        self._check(_LFS_WRONLY, "truncate")
+        if size is None:
+            size = self.tell()
+        if size < 0:
+            raise _error(errno.EINVAL, self.path, "negative size")
+        self._fs._run("truncate", self.path, None, lfs.file_truncate, self._handle, size)
+        return size
+
+    def size(self) -> int:
+        """Current size, including writes not yet synced."""
+        self._check(0, "size")
+        return self._fs._run("size", self.path, None, lfs.file_size, self._handle)
+
+    def sync(self) -> None:
+        """Commit this file's writes to the device."""
+        self._check(0, "sync")
+        self._fs._run("sync", self.path, None, lfs.file_sync, self._handle)
+
+    def close(self) -> None:
+        """Commit and close. Closing twice is harmless. If the final commit fails the file
+        is closed anyway (littlefs has let go of it) and the error is raised."""
+        if self.closed:
+            return
+        self._fs._close_file(self)
+
+    def __enter__(self) -> "File":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def _check(self, need: int, op: str) -> None:
+        if self.closed:
+            raise ValueError(f"{op} on closed file {self.path!r}")
+        if need and not self.flags & need:
+            raise _error(errno.EBADF, self.path,
+                         f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")
+
+
+def _remaining(handle, file_handle) -> int:
+    return lfs.file_size(handle, file_handle) - lfs.file_tell(handle, file_handle)

@@ -1,0 +1,135 @@
+"""A block device over a writable byte buffer: the tile-local SRAM disk.
+
+The device keeps one flat ``memoryview`` of the buffer and serves every request with a
+slice of it: no numpy call, no per-call allocation beyond the bytes returned. That makes a
+tile's own disk about as fast as Python can move bytes, which matters because littlefs calls
+back into Python for every cache line it reads or writes.
+"""
+
+from __future__ import annotations
+
+from ._protocol import BlockDevice
+
+__all__ = ["MemoryDevice"]
+
+
+class MemoryDevice(BlockDevice):
+    """Blocks stored in a byte buffer: a ``Region.view`` of tile SRAM, a bytearray, ...
+
+    ``block_count`` defaults to as many whole blocks as the buffer holds; a buffer that is
+    not a whole number of blocks is refused rather than silently truncated.
+    """
+
+    def __init__(self, buffer, block_size: int, block_count: int | None = None, *,
+                 erase_value: int = 0x00, label: str | None = None):
+        view = memoryview(buffer)
+        if view.readonly:
+            raise TypeError("MemoryDevice needs a writable buffer")
+        if not view.contiguous:
+            raise TypeError("MemoryDevice needs a contiguous buffer")
+        view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+        if not isinstance(block_size, int) or block_size <= 0:
+            raise ValueError(f"block size must be a positive integer, not {block_size!r}")
+        if block_count is None:
+            if len(view) % block_size:
+                raise ValueError(
+                    f"a buffer of {len(view)} bytes is not a whole number of "
+                    f"{block_size}-byte blocks"
+                )
+            block_count = len(view) // block_size
+        elif len(view) != block_size * block_count:
+            raise ValueError(
+                f"{block_count} blocks of {block_size} bytes need a buffer of "
+                f"{block_size * block_count} bytes, not {len(view)}"
+            )
+        if not 0 <= erase_value <= 255:
+            raise ValueError(f"erase value must be a byte, not {erase_value!r}")
+        super().__init__(block_size, block_count)
+        self.erase_value = erase_value
+        self.label = label
+        self._view = view
+        self._erased_block = bytes([erase_value]) * block_size
+
+    @classmethod
+    def for_region(cls, region, block_size: int) -> "MemoryDevice":
+        """A device over a tile's SRAM region (an ``ipuos._sram.Region``)."""
+        return cls(region.view, block_size, label=f"tile {region.tile} {region.name!r}")
+
+    @classmethod
+    def new(cls, block_size: int, block_count: int, *, erase_value: int = 0x00) -> "MemoryDevice":
+        """A device over a fresh, erased bytearray (scratch space, tests, restore checks)."""
+        buffer = bytearray([erase_value]) * (block_size * block_count)
+        return cls(buffer, block_size, block_count, erase_value=erase_value)
+
+    @property
+    def buffer(self) -> memoryview:
+        """The device's bytes (a live view, not a copy)."""
+        return self._view
+
+    def snapshot(self) -> bytes:
+        return self._view.tobytes()
+
+    def restore(self, image: bytes) -> None:
+        image = memoryview(image).cast("B")
+        if len(image) != len(self._view):
+            raise ValueError(f"image is {len(image)} bytes but the device holds {len(self._view)}")
+        self._view[:] = image
+
+    def close(self) -> None:
+        # the buffer belongs to the caller; only our view of it is released
+        self._view.release()
+
+    def __repr__(self) -> str:
+        where = f" {self.label}" if self.label else ""
+        return f"<MemoryDevice{where} {self.block_count} x {self.block_size} B>"
+
+    # The protocol operations again, inlined: each littlefs callback then costs one Python
+    # call fewer, which is a third of the glue's overhead for small reads. Same checks,
+    # counters and fault hook as BlockDevice's versions.
+
+    def read(self, block: int, off: int, size: int) -> bytes:
+        bs = self.block_size
+        if not (0 <= block < self.block_count and 0 <= off and 0 <= size and off + size <= bs):
+            raise self._out_of_range("read", block, off, size)
+        self.reads += 1
+        self.bytes_read += size
+        if self.faults is not None:
+            return self.faults.read(self, block, off, size)
+        start = block * bs + off
+        return self._view[start : start + size].tobytes()
+
+    def prog(self, block: int, off: int, data: bytes) -> None:
+        bs = self.block_size
+        size = len(data)
+        if not (0 <= block < self.block_count and 0 <= off and off + size <= bs):
+            raise self._out_of_range("prog", block, off, size)
+        self.progs += 1
+        self.bytes_progged += size
+        if self.faults is not None:
+            self.faults.prog(self, block, off, data)
+            return
+        start = block * bs + off
+        self._view[start : start + size] = data
+
+    def erase(self, block: int) -> None:
+        if not 0 <= block < self.block_count:
+            raise self._out_of_range("erase", block, 0, self.block_size)
+        self.erases += 1
+        self.erase_counts[block] += 1
+        if self.faults is not None:
+            self.faults.erase(self, block)
+            return
+        start = block * self.block_size
+        self._view[start : start + self.block_size] = self._erased_block
+
+    def _read_block(self, block: int, off: int, size: int) -> bytes:
+        start = block * self.block_size + off
+        return self._view[start : start + size].tobytes()
+
+    def _prog_block(self, block: int, off: int, data: bytes) -> None:
+        start = block * self.block_size + off
+        self._view[start : start + len(data)] = data
+
+    def _erase_block(self, block: int) -> None:
+        start = block * self.block_size
+        self._view[start : start + self.block_size] = self._erased_block

@@ -1,0 +1,545 @@
+"""The littlefs Filesystem: the behaviour suite on every device, and each littlefs trap."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+from fs_mixin import FilesystemTests, pattern
+from ipuos._sram import SRAM
+from ipuos.blockdev import (
+    BlockDevice,
+    CorruptFilesystemError,
+    FaultPlan,
+    FileDevice,
+    Filesystem,
+    FilesystemBusyError,
+    MemoryDevice,
+    PowerLost,
+    translate_error,
+)
+from littlefs import LittleFSError
+
+
+def formatted(device, **options) -> Filesystem:
+    fs = Filesystem(device, **options)
+    fs.format()
+    fs.mount()
+    return fs
+
+
+# -- the behaviour suite on each device ------------------------------------------------
+
+
+class SRAMDiskTests(FilesystemTests):
+    """A tile-local disk: MemoryDevice over a region of real (mmap-backed) tile SRAM."""
+
+    disk_size = 64 * 1024
+    block_size = 512
+
+    def make_filesystem(self, tmp_path):
+        self._sram = SRAM(tiles=1, bytes_per_tile=self.disk_size + 4096)
+        region = self._sram.memory(0).alloc("disk", self.disk_size)
+        return formatted(MemoryDevice.for_region(region, self.block_size))
+
+
+class TestSRAMDisk(SRAMDiskTests):
+    pass
+
+
+class TestSRAMDiskMk2Geometry(SRAMDiskTests):
+    """The mk2 preset's disk: 4 KiB blocks (fewer of them)."""
+
+    disk_size = 128 * 1024
+    block_size = 4096
+
+
+class TestFileDevice(FilesystemTests):
+    def make_filesystem(self, tmp_path):
+        return formatted(FileDevice.create(tmp_path / "disk.img", 512, 128))
+
+
+class TestErasedAsFF(FilesystemTests):
+    """DESIGN claims littlefs works with either erased value; 0xFF is flash's."""
+
+    def make_filesystem(self, tmp_path):
+        return formatted(MemoryDevice.new(512, 128, erase_value=0xFF))
+
+
+# -- never mount or format implicitly ----------------------------------------------------
+
+
+def test_unformatted_sram_does_not_mount_and_is_not_touched():
+    device = MemoryDevice.new(512, 32)
+    fs = Filesystem(device)
+    with pytest.raises(CorruptFilesystemError) as excinfo:
+        fs.mount()
+    assert excinfo.value.errno == errno.EIO
+    assert "no valid littlefs filesystem" in str(excinfo.value)
+    assert device.snapshot() == bytes(512 * 32)
+    assert device.progs == device.erases == 0
+    assert not fs.mounted
+
+
+def test_corrupt_image_is_not_reformatted():
+    device = MemoryDevice.new(512, 32)
+    fs = formatted(device)
+    with fs.open("/precious", "w") as f:
+        f.write(b"do not lose me")
+    fs.unmount()
+    image = bytearray(device.snapshot())
+    image[0:1024] = b"\x5a" * 1024  # both superblock copies (blocks 0 and 1)
+    device.restore(image)
+    with pytest.raises(CorruptFilesystemError):
+        fs.mount()
+    assert device.snapshot() == bytes(image)  # untouched: nothing formatted it
+
+
+def test_format_and_mount_refuse_a_mounted_filesystem():
+    fs = formatted(MemoryDevice.new(512, 32))
+    with pytest.raises(OSError) as excinfo:
+        fs.format()
+    assert excinfo.value.errno == errno.EBUSY
+    with pytest.raises(OSError) as excinfo:
+        fs.mount()
+    assert excinfo.value.errno == errno.EBUSY
+    fs.unmount()
+    with pytest.raises(OSError):
+        fs.unmount()
+
+
+def test_calls_on_an_unmounted_filesystem_fail_cleanly():
+    # littlefs itself would read freed or uninitialised memory here
+    fs = Filesystem(MemoryDevice.new(512, 32))
+    with pytest.raises(OSError, match="not mounted"):
+        fs.stat("/")
+    fs.format()
+    with pytest.raises(OSError, match="not mounted"):
+        fs.open("/f", "w")
+    fs.mount()
+    f = fs.open("/f", "w")
+    fs.unmount()
+    with pytest.raises(ValueError):
+        f.write(b"after unmount")
+
+
+def test_geometry_mismatch_does_not_mount():
+    device = MemoryDevice.new(512, 64)
+    formatted(device).unmount()
+    smaller = MemoryDevice(device.buffer[: 512 * 32], 512)
+    with pytest.raises(OSError, match="different block size, block count") as excinfo:
+        Filesystem(smaller).mount()
+    assert excinfo.value.errno == errno.EINVAL
+    with pytest.raises(OSError, match="different"):
+        Filesystem(device, name_max=100).mount()
+
+
+def test_invalid_configuration_is_refused_before_littlefs_sees_it():
+    # littlefs asserts (aborts the process) on these
+    device = MemoryDevice.new(512, 32)
+    with pytest.raises(ValueError):
+        Filesystem(device, cache_size=100)
+    with pytest.raises(ValueError):
+        Filesystem(device, read_size=24, cache_size=512)
+    with pytest.raises(ValueError):
+        Filesystem(device, lookahead_size=12)
+    with pytest.raises(ValueError):
+        Filesystem(device, block_cycles=0)
+    with pytest.raises(ValueError):
+        Filesystem(MemoryDevice.new(64, 32))
+
+
+# -- callback exceptions become EIO ------------------------------------------------------
+
+
+class ExplodingDevice(MemoryDevice):
+    """Raises a chosen exception from one kind of operation once armed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.explode_on = None
+        self.exception = RuntimeError("kaboom")
+
+    def read(self, block, off, size):
+        if self.explode_on == "read":
+            raise self.exception
+        return super().read(block, off, size)
+
+    def prog(self, block, off, data):
+        if self.explode_on == "prog":
+            raise self.exception
+        super().prog(block, off, data)
+
+
+@pytest.mark.parametrize("where", ["read", "prog"])
+def test_exception_in_a_callback_is_eio_naming_the_cause(where):
+    device = ExplodingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(pattern(3000))
+    fs = remount(fs)
+    device.explode_on = where
+    with pytest.raises(OSError) as excinfo:
+        if where == "read":
+            with fs.open("/f", "r") as f:
+                f.read()
+        else:
+            with fs.open("/g", "w") as f:
+                f.write(pattern(3000))
+    assert excinfo.value.errno == errno.EIO
+    assert "kaboom" in str(excinfo.value)
+    assert excinfo.value.__cause__ is device.exception
+    # littlefs may have cached garbage: the filesystem refuses work until remounted
+    device.explode_on = None
+    with pytest.raises(OSError, match="unmount and mount it again"):
+        fs.stat("/f")
+    assert fs.fault is device.exception
+    fs = remount(fs)
+    with fs.open("/f", "r") as f:
+        assert f.read() == pattern(3000)
+
+
+def test_a_failed_read_never_leads_to_a_write():
+    # the read callback cannot report an error to littlefs, which then works on zeros;
+    # the glue must refuse every write that follows, or garbage would be committed
+    device = ExplodingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    for n in range(8):
+        with fs.open(f"/f{n}", "w") as f:
+            f.write(pattern(200, n))
+    fs = remount(fs)
+    before = device.snapshot()
+    device.explode_on = "read"
+    with pytest.raises(OSError):
+        with fs.open("/new", "w") as f:
+            f.write(b"x")
+    assert fs.fault is device.exception
+    fs.unmount()  # a faulted filesystem unmounts without writing
+    assert device.snapshot() == before
+
+
+def test_keyboard_interrupt_in_a_callback_is_reraised_unchanged():
+    device = ExplodingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    device.exception = KeyboardInterrupt()
+    device.explode_on = "prog"
+    with pytest.raises(KeyboardInterrupt):
+        with fs.open("/f", "w") as f:
+            f.write(pattern(2000))
+    device.explode_on = None
+    fs = remount(fs)
+    assert fs.listdir("/") in ([], ["f"])
+
+
+class SloppyDevice(BlockDevice):
+    """A third-party device that answers reads with the wrong type or length."""
+
+    def __init__(self, answer):
+        super().__init__(512, 32)
+        self.data = bytearray(512 * 32)
+        self.answer = answer
+        self.armed = False
+
+    def _read_block(self, block, off, size):
+        start = block * 512 + off
+        chunk = self.data[start : start + size]
+        if not self.armed:
+            return bytes(chunk)
+        return memoryview(chunk) if self.answer == "memoryview" else bytes(chunk[:-1])
+
+    def _prog_block(self, block, off, data):
+        self.data[block * 512 + off : block * 512 + off + len(data)] = data
+
+    def _erase_block(self, block):
+        self.data[block * 512 : (block + 1) * 512] = bytes(512)
+
+
+def test_a_memoryview_answer_is_converted():
+    device = SloppyDevice("memoryview")
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(pattern(1500))
+    device.armed = True
+    fs = remount(fs)
+    with fs.open("/f") as f:
+        assert f.read() == pattern(1500)
+
+
+def test_a_short_read_is_eio_not_garbage():
+    device = SloppyDevice("short")
+    fs = formatted(device)
+    device.armed = True
+    with pytest.raises(OSError) as excinfo:
+        fs.stat("/")
+        fs = remount(fs)
+    assert excinfo.value.errno == errno.EIO
+    assert "returned" in str(excinfo.value)
+
+
+def test_power_loss_mid_operation_is_eio_and_the_image_survives():
+    device = MemoryDevice.new(512, 32)
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(b"old")
+    plan = device.attach_faults(FaultPlan(cut_power_after=2))
+    with pytest.raises(OSError) as excinfo:
+        with fs.open("/f", "w") as f:
+            f.write(pattern(3000))
+    assert isinstance(excinfo.value.__cause__, PowerLost)
+    assert plan.power_lost
+    fs.unmount()  # frees memory; writes nothing
+    device.detach_faults()
+    fs.mount()
+    with fs.open("/f") as f:
+        assert f.read() == b"old"
+
+
+def test_a_device_that_stops_answering_makes_the_filesystem_fail_cleanly():
+    device = MemoryDevice.new(512, 32)
+    fs = formatted(device)
+    device.attach_faults(FaultPlan(stop_after=3))
+    with pytest.raises(OSError) as excinfo:
+        for n in range(10):
+            with fs.open(f"/f{n}", "w") as f:
+                f.write(pattern(700))
+    assert excinfo.value.errno == errno.EIO
+    assert "stopped answering" in str(excinfo.value)
+    fs.unmount()
+    with pytest.raises(OSError) as excinfo:
+        fs.mount()
+    assert excinfo.value.errno == errno.EIO
+
+
+# -- a failed close must not abort the process --------------------------------------------
+
+_FAILED_CLOSE = textwrap.dedent(
+    """
+    import gc, sys
+    from ipuos.blockdev import FaultPlan, Filesystem, MemoryDevice
+    device = MemoryDevice.new(512, 32)
+    fs = Filesystem(device)
+    fs.format()
+    fs.mount()
+    f = fs.open("/f", "w")
+    f.write(b"x" * 3000)
+    device.attach_faults(FaultPlan(cut_power_after=0))
+    try:
+        f.close()
+    except OSError as exc:
+        print("close failed:", exc.errno)
+    f.close()                      # a second close: littlefs would assert
+    for call in (f.write, f.read):
+        try:
+            call(b"y") if call == f.write else call()
+        except ValueError:
+            pass
+    del f
+    gc.collect()
+    fs.unmount()
+    del fs
+    gc.collect()
+    print("survived")
+    """
+)
+
+_STOCK_FAILED_CLOSE = textwrap.dedent(
+    """
+    import gc
+    import littlefs
+    class Failing(littlefs.UserContext):
+        fail = False
+        def prog(self, cfg, block, off, data):
+            return -5 if self.fail else super().prog(cfg, block, off, data)
+    ctx = Failing(512 * 32)
+    fs = littlefs.LittleFS(ctx, block_size=512, block_count=32, mount=False)
+    fs.format()
+    fs.mount()
+    f = fs.open("f", "wb")
+    f.write(b"x" * 3000)
+    ctx.fail = True
+    try:
+        f.close()
+    except Exception as exc:
+        print("close failed:", exc)
+    del f
+    gc.collect()
+    print("survived")
+    """
+)
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_stock_binding_aborts_after_a_failed_close():
+    """The trap itself, so we notice if littlefs-python ever fixes (or changes) it.
+
+    littlefs unlinks a file from its open list even when the final sync fails; the stock
+    file object still thinks it is open and closes it again when collected, tripping
+    littlefs' assertion: SIGABRT.
+    """
+    result = _run_python(_STOCK_FAILED_CLOSE)
+    assert "close failed" in result.stdout
+    assert result.returncode == -6, (result.returncode, result.stderr)
+    assert "lfs_mlist_isopen" in result.stderr
+
+
+def test_failed_close_does_not_abort():
+    result = _run_python(_FAILED_CLOSE)
+    assert result.returncode == 0, result.stderr
+    assert f"close failed: {errno.EIO}" in result.stdout
+    assert "survived" in result.stdout
+
+
+# -- one call at a time ----------------------------------------------------------------
+
+
+class PausingDevice(MemoryDevice):
+    """Calls ``on_read`` from inside a read callback: where a striped device would switch
+    to another greenlet while waiting for the exchange."""
+
+    on_read = None
+
+    def read(self, block, off, size):
+        hook, self.on_read = self.on_read, None
+        if hook is not None:
+            hook()
+        return super().read(block, off, size)
+
+
+def test_reentrant_call_from_inside_a_callback_is_refused():
+    device = PausingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(b"data")
+    fs = remount(fs)
+    seen = []
+
+    def intruder():
+        try:
+            fs.listdir("/")
+        except FilesystemBusyError as exc:
+            seen.append(exc)
+
+    device.on_read = intruder
+    assert fs.stat("/f").size == 4  # the owner's call completes normally
+    assert len(seen) == 1
+    assert "busy with stat" in str(seen[0])
+    assert fs.listdir("/") == ["f"]  # and nothing was corrupted
+
+
+def test_a_second_greenlet_is_refused_while_the_first_is_paused():
+    greenlet = pytest.importorskip("greenlet")
+    device = PausingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(pattern(2000))
+    fs = remount(fs)
+    main = greenlet.getcurrent()
+    results = {}
+
+    def owner():
+        with fs.open("/f") as f:
+            results["owner"] = f.read()
+
+    def paused_inside_callback():
+        main.switch("paused")  # park the owner mid-read, as the exchange would
+
+    device.on_read = paused_inside_callback
+    owner_greenlet = greenlet.greenlet(owner)
+    assert owner_greenlet.switch() == "paused"
+    with pytest.raises(FilesystemBusyError):
+        fs.open("/f")  # another greenlet (here: the main one) tries to use the fs
+    with pytest.raises(FilesystemBusyError):
+        fs.unmount()
+    owner_greenlet.switch()  # the exchange answers; the owner finishes
+    assert owner_greenlet.dead
+    assert results["owner"] == pattern(2000)
+
+
+def test_killing_a_greenlet_paused_in_a_callback_leaves_a_consistent_image():
+    """DESIGN says not to do it; if it happens anyway, littlefs must unwind cleanly."""
+    greenlet = pytest.importorskip("greenlet")
+    device = PausingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    with fs.open("/f", "w") as f:
+        f.write(b"before")
+    main = greenlet.getcurrent()
+
+    def owner():
+        with fs.open("/f", "w") as f:
+            f.write(pattern(3000))
+
+    owner_greenlet = greenlet.greenlet(owner)
+    fs = remount(fs)  # empties littlefs' caches, so the owner's open must read
+    device.on_read = lambda: main.switch("paused")
+    assert owner_greenlet.switch() == "paused"
+    owner_greenlet.throw()  # GreenletExit, raised inside the read callback
+    assert owner_greenlet.dead
+    assert isinstance(fs.fault, greenlet.GreenletExit)  # kept, not turned into EIO
+    fs = remount(fs)
+    with fs.open("/f") as f:
+        assert f.read() == b"before"
+
+
+def test_a_second_thread_is_refused_while_the_first_is_inside():
+    device = PausingDevice(bytearray(512 * 32), 512)
+    fs = formatted(device)
+    fs = remount(fs)
+    inside, release = threading.Event(), threading.Event()
+
+    def hold():
+        inside.set()
+        release.wait(10)
+
+    device.on_read = hold
+    worker = threading.Thread(target=fs.listdir, args=("/",))
+    worker.start()
+    try:
+        assert inside.wait(10)
+        with pytest.raises(FilesystemBusyError):
+            fs.stat("/")
+    finally:
+        release.set()
+        worker.join(10)
+    assert fs.listdir("/") == []
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code, number",
+    [(-2, errno.ENOENT), (-5, errno.EIO), (-9, errno.EBADF), (-12, errno.ENOMEM),
+     (-17, errno.EEXIST), (-20, errno.ENOTDIR), (-21, errno.EISDIR), (-22, errno.EINVAL),
+     (-27, errno.EFBIG), (-28, errno.ENOSPC), (-36, errno.ENAMETOOLONG),
+     (-39, errno.ENOTEMPTY), (-61, errno.ENODATA), (-84, errno.EIO), (-1234, errno.EIO)],
+)
+def test_every_littlefs_code_is_translated(code, number):
+    error = translate_error(LittleFSError(code), "/p")
+    assert isinstance(error, OSError)
+    assert error.errno == number
+    assert error.filename == "/p"
+    if code == -84:
+        assert isinstance(error, CorruptFilesystemError)
+        assert "corrupt" in str(error)
+
+
+def test_rename_errors_name_both_paths():
+    fs = formatted(MemoryDevice.new(512, 32))
+    with pytest.raises(FileNotFoundError) as excinfo:
+        fs.rename("/a", "/b")
+    assert (excinfo.value.filename, excinfo.value.filename2) == ("/a", "/b")
+
+
+def remount(fs: Filesystem) -> Filesystem:
+    fs.unmount()
+    fs.mount()
+    return fs
