@@ -357,6 +357,38 @@ class Scheduler:
             return value
         raise value
 
+    def remote_copy(self, tile: Tile, transfers, what: str = "remote memory") -> None:
+        """From ``tile``'s greenlet: copy SRAM ranges at the next exchange and wait for it.
+
+        ``transfers`` are ``(remote_tile_id, src_offset, dst_offset, nbytes)`` with offsets
+        into the machine-wide SRAM; the remote tile's own greenlet is not involved (the
+        exchange fabric moves the bytes), but if it has failed the copy raises TileFailed.
+        All transfers ride one exchange. Requests are not served meanwhile: the caller is
+        typically inside a filesystem operation.
+        """
+        pending = len(transfers)
+        if not pending:
+            return
+        errors: list[BaseException] = []
+        state = {"left": pending}
+
+        def done(error):
+            if error is not None:
+                errors.append(error)
+            state["left"] -= 1
+            if state["left"] == 0:
+                self._runnable.append(tile.resume)
+
+        for remote_id, src, dst, nbytes in transfers:
+            self.engine.post_dma(tile, self.tiles[remote_id], src, dst, nbytes, done)
+        tile.fs_depth += 1
+        try:
+            tile.wait(lambda: state["left"] == 0, what)
+        finally:
+            tile.fs_depth -= 1
+        if errors:
+            raise errors[0]
+
     def wait_job(self, tile: Tile, job: Job) -> JobReport:
         """From ``tile``'s greenlet: wait until ``job`` has finished on every tile."""
         if not job.future.done():

@@ -46,7 +46,7 @@ class Tile:
         "job", "rank", "signal", "waiting",
         "requests", "service_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "alive", "__weakref__",
+        "alive", "kernel_data", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, sched: "Scheduler", tile_id: int, chip: int, memory, xout, xin):
@@ -85,6 +85,9 @@ class Tile:
         self.replies: dict[int, object] = {}
         #: False once the tile has been failed on purpose (fault injection): it stops answering
         self.alive = True
+        #: per-tile state of the layers above (the VFS keeps the tile's mounts here), so
+        #: the scheduler needs to know nothing about them
+        self.kernel_data: dict = {}
 
     def __repr__(self) -> str:
         return f"<Tile {self.id}>"
