@@ -127,7 +127,9 @@ class Tile:
         one arrives first. ``what`` describes the wait for ``ps`` and error reports.
         """
         while True:
-            if self.signal is not None:
+            # never inside a filesystem operation: littlefs would be left half-way through
+            # it; the signal is raised at the next exchange point after the operation
+            if self.signal is not None and self.fs_depth == 0:
                 self.raise_signal()
             if ready():
                 return
