@@ -2,7 +2,8 @@
 
 A :class:`BlockDevice` is blocks of bytes with read/prog/erase/sync (the protocol littlefs
 needs). :class:`MemoryDevice` keeps them in a byte buffer (a tile's SRAM region),
-:class:`FileDevice` in a host image file. Any device can carry a :class:`FaultPlan` that
+:class:`FileDevice` in a host image file, :class:`StripedDevice` round-robin in other
+tiles' SRAM, reached through the exchange. Any device can carry a :class:`FaultPlan` that
 cuts its power, tears a write, stops answering, or lies about writes, so the layers above
 can be tested against the failures real storage has.
 
@@ -10,7 +11,8 @@ can be tested against the failures real storage has.
 calls, every error an ``OSError`` with a proper errno. ``ipuos.blockdev.testing`` holds the
 power-loss sweep used to check a device and filesystem together.
 
-This layer imports only the standard library, numpy, littlefs and the machine core.
+This layer imports only the standard library, numpy, littlefs, the scheduler (for the
+striped device's exchange traffic) and the machine core.
 """
 
 from ._faults import DeviceUnresponsive, FaultPlan, PowerLost
@@ -27,11 +29,13 @@ from ._littlefs import (
 )
 from ._memory import MemoryDevice
 from ._protocol import BlockDevice
+from ._striped import StripedDevice
 
 __all__ = [
     "BlockDevice",
     "MemoryDevice",
     "FileDevice",
+    "StripedDevice",
     "FaultPlan",
     "PowerLost",
     "DeviceUnresponsive",

@@ -470,9 +470,10 @@ class Scheduler:
 
     # -- faults and diagnostics ----------------------------------------------------------
 
-    def fail_tile(self, tile_id: int) -> None:
-        """Fault injection: the tile stops answering exchange traffic and requests."""
-        self.call_wait(setattr, self.tiles[tile_id], "alive", False)
+    def fail_tile(self, tile_id: int, failed: bool = True) -> None:
+        """Fault injection: the tile stops answering exchange traffic and requests
+        (``failed=False`` brings it back, its SRAM as it was)."""
+        self.call_wait(setattr, self.tiles[tile_id], "alive", not failed)
 
     def report_internal_error(self, what: str, details: str) -> None:
         self.internal_errors.append(f"{what}\n{details}")

@@ -369,37 +369,3 @@ def test_littlefs_round_trips_with_either_erased_value(erase_value, leftovers):
             assert f.read() == data[2:]
     assert dev.erases > 0
     fs.unmount()
-
-
-# -- layering --------------------------------------------------------------------------------
-
-
-def test_blockdev_imports_only_what_its_layer_may():
-    """blockdev sits above the machine core only: stdlib, numpy, littlefs, ipuos._sram /
-    ipuos._presets. Never vfs, shell, the scheduler or ipuos' top modules."""
-    import ast
-    import sys
-    from pathlib import Path
-
-    import ipuos.blockdev
-
-    allowed_project = {"ipuos._sram", "ipuos._presets"}
-    package_dir = Path(ipuos.blockdev.__file__).parent
-    for source in package_dir.glob("*.py"):
-        tree = ast.parse(source.read_text(), filename=str(source))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:  # relative: inside blockdev
-                    continue
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top == "ipuos":
-                    assert name in allowed_project, f"{source.name} imports {name}"
-                else:
-                    assert top in sys.stdlib_module_names or top in ("numpy", "littlefs"), (
-                        f"{source.name} imports {name}")

@@ -1,0 +1,233 @@
+"""A block device striped over other tiles' SRAM, reached only through the exchange.
+
+Block ``b`` lives on backing tile ``b % n`` at offset ``(b // n) * block_size`` of that
+tile's stripe region. The owner tile never touches those bytes directly: every miss is a
+remote copy that rides the next exchange, and the owner's greenlet waits inside the
+littlefs callback until the superstep delivers it.
+
+A superstep per block would make the disk unusably slow, so the device keeps a cache in
+the owner's own SRAM (a named region, counted against its budget):
+
+* **write-behind:** erases and progs land in the cache and go out together, in one
+  exchange, when littlefs syncs or the cache needs room. littlefs reads back every prog to
+  verify it; that read is served from the cache, never from a remote tile.
+* **clustered reads:** a miss fetches the whole aligned cluster of blocks around it in
+  one exchange (littlefs allocates a file's blocks close together).
+
+Until a sync, written data exists only in the cache, exactly like a disk's write cache:
+littlefs syncs at every commit point, so what a power cut loses is never a committed
+state. A backing tile that has failed makes the transfer raise ``TileFailed`` (EIO).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ._protocol import BlockDevice
+
+__all__ = ["StripedDevice"]
+
+
+class StripedDevice(BlockDevice):
+    """Blocks striped round-robin over ``stripes`` (one SRAM region per backing tile).
+
+    ``owner`` is the scheduler Tile whose greenlet alone may use the device; ``cache`` is
+    a region of the owner's SRAM holding whole blocks.
+    """
+
+    def __init__(self, scheduler, owner, stripes, block_size: int, cache, cluster: int | None = None):
+        if not stripes:
+            raise ValueError("a striped device needs at least one backing tile")
+        per_stripe = min(region.size for region in stripes) // block_size
+        if per_stripe < 1:
+            raise ValueError(f"stripes of {min(r.size for r in stripes)} B hold no {block_size} B block")
+        slots = cache.size // block_size
+        if slots < 2:
+            raise ValueError(f"a cache of {cache.size} B holds fewer than two {block_size} B blocks")
+        super().__init__(block_size, per_stripe * len(stripes))
+        self.scheduler = scheduler
+        self.owner = owner
+        self.stripes = list(stripes)
+        self.cache = cache
+        self._width = len(stripes)
+        self._stripe_base = [region.base for region in stripes]
+        self._stripe_tile = [region.tile for region in stripes]
+        self._view = cache.view
+        self._nslots = slots
+        #: cached block -> slot, least recently used first: littlefs walks a file's
+        #: skip-list from its head for every block it reads, so a few blocks are hot
+        self._slot_of: OrderedDict[int, int] = OrderedDict()
+        self._free = list(range(slots - 1, -1, -1))
+        self._block_in = [-1] * slots
+        #: per slot: the dirty byte range (lo, hi) not yet written back, or None
+        self._dirty: list[tuple[int, int] | None] = [None] * slots
+        #: blocks fetched together on a miss: half the cache (the prefetched ones enter
+        #: at the cold end, so they cannot push out the hot blocks of the walk)
+        self._cluster = max(1, min(cluster or slots // 2, slots // 2))
+        #: exchanges this device has waited for (for benchmarks and tests)
+        self.transfers = 0
+
+    # -- geometry of the stripes ---------------------------------------------------------
+
+    def location(self, block: int) -> tuple[int, int]:
+        """``(backing tile id, machine-wide SRAM offset)`` of ``block``."""
+        stripe = block % self._width
+        return self._stripe_tile[stripe], self._stripe_base[stripe] + (block // self._width) * self.block_size
+
+    # -- the primitives ----------------------------------------------------------------
+
+    def _read_block(self, block: int, off: int, size: int) -> bytes:
+        slot = self._slot_of.get(block)
+        if slot is None:
+            slot = self._fetch(block)
+        else:
+            self._slot_of.move_to_end(block)
+        start = slot * self.block_size + off
+        return bytes(self._view[start : start + size])
+
+    def _prog_block(self, block: int, off: int, data: bytes) -> None:
+        bs = self.block_size
+        slot = self._slot_of.get(block)
+        if slot is None:
+            # a whole-block write needs nothing from the remote copy; anything less does
+            slot = self._claim([block])[0] if off == 0 and len(data) == bs else self._fetch(block, ahead=False)
+        else:
+            self._slot_of.move_to_end(block)
+        start = slot * bs + off
+        self._view[start : start + len(data)] = data
+        self._mark_dirty(slot, off, off + len(data))
+
+    def _erase_block(self, block: int) -> None:
+        bs = self.block_size
+        slot = self._slot_of.get(block)
+        if slot is None:
+            slot = self._claim([block])[0]
+        self.cache.array[slot * bs : (slot + 1) * bs] = self.erase_value
+        self._mark_dirty(slot, 0, bs)
+
+    def _sync(self) -> None:
+        self._write_back()
+
+    def flush(self) -> None:
+        """Write every cached change to the backing tiles now (on the owner's greenlet)."""
+        self._write_back()
+
+    # -- the cache -----------------------------------------------------------------------
+
+    def _mark_dirty(self, slot: int, lo: int, hi: int) -> None:
+        dirty = self._dirty[slot]
+        self._dirty[slot] = (lo, hi) if dirty is None else (min(dirty[0], lo), max(dirty[1], hi))
+
+    def _fetch(self, block: int, ahead: bool = True) -> int:
+        """Bring ``block`` and the uncached rest of its aligned cluster into the cache.
+
+        littlefs reads a file by walking its skip-list, so the order of block reads is
+        tree-like, not sequential; but a file's blocks are allocated close together. A
+        miss therefore fetches the whole aligned cluster around the block, in one exchange.
+        """
+        wanted = [block]
+        if ahead:
+            start = block - block % self._cluster
+            stop = min(start + self._cluster, self.block_count)
+            wanted.extend(b for b in range(start, stop) if b != block and b not in self._slot_of)
+        slots = self._claim(wanted)
+        bs = self.block_size
+        base = self.cache.base
+        transfers = []
+        for b, slot in zip(wanted, slots):
+            tile, offset = self.location(b)
+            transfers.append((tile, offset, base + slot * bs, bs))
+        try:
+            self._exchange(transfers, "chip disk read")
+        except BaseException:
+            for b in wanted:  # nothing half-fetched may be served later
+                self._forget(b)
+            raise
+        # prefetched blocks wait at the cold end: unless they are used soon, they go
+        # before the hot blocks of the walk do
+        for b in wanted[1:]:
+            self._slot_of.move_to_end(b, last=False)
+        return slots[0]
+
+    def _claim(self, blocks: list[int]) -> list[int]:
+        """Assign cache slots to ``blocks`` (not yet cached), evicting if needed."""
+        slots = []
+        for block in blocks:
+            slot = self._free.pop() if self._free else self._evict()
+            self._block_in[slot] = block
+            self._slot_of[block] = slot
+            self._dirty[slot] = None
+            slots.append(slot)
+        return slots
+
+    def _evict(self) -> int:
+        """Free the least recently used slot; when it is dirty, write back every dirty
+        slot first (one exchange makes the whole cache clean)."""
+        block, slot = next(iter(self._slot_of.items()))
+        if self._dirty[slot] is not None:
+            self._write_back()
+        del self._slot_of[block]
+        self._block_in[slot] = -1
+        return slot
+
+    def _write_back(self) -> None:
+        bs = self.block_size
+        base = self.cache.base
+        transfers, flushed = [], []
+        for slot, dirty in enumerate(self._dirty):
+            if dirty is not None:
+                tile, offset = self.location(self._block_in[slot])
+                lo, hi = dirty
+                transfers.append((tile, base + slot * bs + lo, offset + lo, hi - lo))
+                flushed.append(slot)
+        if not transfers:
+            return
+        self._exchange(transfers, "chip disk write")
+        for slot in flushed:
+            self._dirty[slot] = None
+
+    def _forget(self, block: int) -> None:
+        slot = self._slot_of.pop(block, None)
+        if slot is not None:
+            self._block_in[slot] = -1
+            self._dirty[slot] = None
+            self._free.append(slot)
+
+    def drop_cache(self) -> None:
+        """Forget every cached block, written back or not (a power cut, or a restore)."""
+        self._slot_of.clear()
+        self._free = list(range(self._nslots - 1, -1, -1))
+        self._block_in = [-1] * self._nslots
+        self._dirty = [None] * self._nslots
+
+    def _exchange(self, transfers, what: str) -> None:
+        self.transfers += 1
+        self.scheduler.remote_copy(self.owner, transfers, what)
+
+    # -- whole-device access -------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The device's bytes in block order, read straight from the backing tiles' SRAM.
+
+        The view from outside (backup, tests): call :meth:`flush` on the owner first, and
+        only while no filesystem operation is in flight, for a consistent snapshot.
+        """
+        view = self.scheduler.sram.view
+        bs = self.block_size
+        out = bytearray(self.size)
+        for block in range(self.block_count):
+            _, offset = self.location(block)
+            out[block * bs : (block + 1) * bs] = view[offset : offset + bs]
+        return bytes(out)
+
+    def restore(self, image: bytes) -> None:
+        """Overwrite every block on the backing tiles (outside view, like snapshot)."""
+        image = memoryview(image).cast("B")
+        if len(image) != self.size:
+            raise ValueError(f"image is {len(image)} bytes but the device holds {self.size}")
+        view = self.scheduler.sram.view
+        bs = self.block_size
+        for block in range(self.block_count):
+            _, offset = self.location(block)
+            view[offset : offset + bs] = image[block * bs : (block + 1) * bs]
+        self.drop_cache()

@@ -1,0 +1,176 @@
+"""The striped device: blocks in other tiles' SRAM, reached through the exchange.
+
+Every filesystem call here runs on the owner tile's greenlet (a kernel service), as it
+does in a machine: the device pauses that greenlet inside littlefs callbacks while the
+superstep delivers its blocks.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from fs_mixin import FilesystemTests, pattern
+from ipuos._sram import SRAM
+from ipuos.blockdev import Filesystem, StripedDevice
+from ipuos.scheduler import Scheduler
+
+NTILES = 16
+BLOCK = 512
+
+
+class OnTile:
+    """Runs every method of ``target`` as a kernel request on tile 0 (and wraps results)."""
+
+    def __init__(self, sched, target):
+        object.__setattr__(self, "_sched", sched)
+        object.__setattr__(self, "_target", target)
+
+    def _call(self, fn, *args, **kwargs):
+        return self._sched.submit(0, "test.call", fn, args, kwargs).result(30)
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        if not callable(value):
+            return value
+
+        def method(*args, **kwargs):
+            result = self._call(value, *args, **kwargs)
+            return OnTile(self._sched, result) if hasattr(result, "write") else result
+
+        return method
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._call(self._target.__exit__, *exc)
+
+    def __iter__(self):
+        return iter(self._call(list, self._target))
+
+
+@pytest.fixture(scope="module")
+def sched():
+    scheduler = Scheduler(SRAM(NTILES, 64 * 1024), NTILES, exchange_out=2048, exchange_in=4096)
+    scheduler.services["test.call"] = lambda tile, fn, args, kwargs: fn(*args, **kwargs)
+    scheduler.start()
+    yield scheduler
+    scheduler.stop()
+
+
+_devices = iter(range(10**6))
+_regions: list = []
+
+
+@pytest.fixture(autouse=True)
+def release_regions(sched):
+    yield
+    while _regions:
+        region = _regions.pop()
+        sched.sram.memory(region.tile).free(region.name)
+
+
+def make_device(sched, share=8 * 1024, cache_blocks=8):
+    n = next(_devices)
+    stripes = [sched.sram.memory(t).alloc(f"stripe{n}", share) for t in range(1, NTILES)]
+    cache = sched.sram.memory(0).alloc(f"cache{n}", cache_blocks * BLOCK)
+    _regions.extend(stripes + [cache])
+    return StripedDevice(sched, sched.tiles[0], stripes, BLOCK, cache)
+
+
+def new_filesystem(sched, device):
+    fs = Filesystem(device)
+    proxy = OnTile(sched, fs)
+    proxy.format()
+    proxy.mount()
+    return proxy
+
+
+class TestStripedFilesystem(FilesystemTests):
+    @pytest.fixture(autouse=True)
+    def _sched(self, sched):
+        self.sched = sched
+
+    def make_filesystem(self, tmp_path):
+        return new_filesystem(self.sched, make_device(self.sched, share=4 * 1024))
+
+
+def test_geometry_and_placement(sched):
+    device = make_device(sched)
+    assert device.block_count == 15 * (8 * 1024 // BLOCK)
+    assert device.location(0)[0] == 1 and device.location(14)[0] == 15 and device.location(15)[0] == 1
+    assert device.location(15)[1] == device.location(0)[1] + BLOCK
+
+
+def test_written_blocks_land_in_the_backing_tiles_sram(sched):
+    device = make_device(sched)
+    fs = new_filesystem(sched, device)
+    data = pattern(20 * BLOCK, 3)
+    with fs.open("/big", "w") as f:
+        f.write(data)
+    fs.unmount()
+    image = device.snapshot()  # read straight from tiles 1-15
+    assert data[:BLOCK] in image
+    touched = {device.location(b)[0] for b in range(device.block_count)
+               if any(image[b * BLOCK : (b + 1) * BLOCK])}
+    assert len(touched) >= 10  # spread over the backing tiles
+    fs.mount()
+    with fs.open("/big") as f:
+        assert f.read() == data
+
+
+def test_sequential_reads_are_batched_by_read_ahead(sched):
+    device = make_device(sched, share=8 * 1024, cache_blocks=16)
+    fs = new_filesystem(sched, device)
+    data = pattern(60 * BLOCK, 5)
+    with fs.open("/seq", "w") as f:
+        f.write(data)
+    fs.unmount()
+    fs.mount()  # a cold cache
+    sched.call_wait(device.drop_cache)
+    before = device.transfers
+    with fs.open("/seq") as f:
+        assert f.read() == data
+    exchanges = device.transfers - before
+    assert exchanges < 60 / 3, f"{exchanges} exchanges to read 60 blocks"
+
+
+def test_prog_readback_is_served_from_the_cache(sched):
+    device = make_device(sched)
+    fs = new_filesystem(sched, device)
+    before = device.transfers
+    with fs.open("/f", "w") as f:
+        f.write(pattern(3 * BLOCK))
+    # writing three blocks and committing: a few write-backs, no read per prog
+    assert device.transfers - before <= 4
+
+
+def test_a_failed_backing_tile_gives_eio_and_earlier_data_survives(sched):
+    device = make_device(sched)
+    fs = new_filesystem(sched, device)
+    keep = pattern(4 * BLOCK, 9)
+    with fs.open("/keep", "w") as f:
+        f.write(keep)
+    sched.fail_tile(5)
+    try:
+        with pytest.raises(OSError) as info:
+            with fs.open("/more", "w") as f:
+                f.write(pattern(40 * BLOCK, 1))  # spreads over every backing tile
+        assert info.value.errno == errno.EIO
+        assert "tile 5" in str(info.value)
+    finally:
+        sched.fail_tile(5, failed=False)
+    fs.unmount()
+    sched.call_wait(device.drop_cache)
+    fs.mount()
+    with fs.open("/keep") as f:
+        assert f.read() == keep
+
+
+def test_cache_lives_in_the_owners_sram_budget(sched):
+    before = sched.sram.memory(0).used
+    device = make_device(sched, cache_blocks=4)
+    assert sched.sram.memory(0).used == before + 4 * BLOCK
+    assert device.cache.tile == 0
