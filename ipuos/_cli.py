@@ -1,4 +1,12 @@
-"""The ``ipuos`` command line (click)."""
+"""The ``ipuos`` command line (click): thin clients of the machine daemon.
+
+Every command names its machine with ``--name`` or ``$IPUOS_MACHINE`` (default
+``default``). ``run`` starts the machine when none runs, like tmux; the read-only
+commands (``ps``, ``status``, ``top``) only look, and all of them take ``--json``.
+
+Exit statuses: 0 ok; 1 an error; 2 a usage error; 3 no such machine is running;
+130 interrupted (Ctrl-C); ``run`` otherwise exits with its program's status.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +15,130 @@ import sys
 
 import click
 
-from ._machine import Machine, RunResult
+from ._client import Client, DaemonError, MachineNotRunning
+from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, PRESETS
+from ._rundir import (
+    DEFAULT_MACHINE,
+    MACHINE_ENV,
+    MachineLocked,
+    MachinePaths,
+    RuntimeDirError,
+    machine_paths,
+    private_dir,
+    running_names,
+)
+from ._runjson import run_result_from_json, run_result_to_json
+from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._tilespec import TileSpecError, parse_tiles
+from ._views import format_ps, format_status, ps_json
+
+EXIT_NOT_RUNNING = 3
 
 
-def _fail(message: str, status: int = 1) -> None:
+def _fail(message: str, status: int = 1):
     click.echo(f"ipuos: {message}", err=True)
     sys.exit(status)
+
+
+class _Errors:
+    """Turn the client-side exceptions into one clear line and an exit status."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None:
+            return False
+        if isinstance(exc, MachineNotRunning):
+            _fail(str(exc), EXIT_NOT_RUNNING)
+        if isinstance(exc, DaemonError):
+            _fail(exc.message)
+        if isinstance(exc, (RuntimeDirError, BootFailed, MachineLocked)):
+            _fail(str(exc))
+        return False
+
+
+def _paths(name: str) -> MachinePaths:
+    with _Errors():
+        try:
+            return machine_paths(name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--name") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ipuos")
 def main() -> None:
-    """A simulated many-core chip running a small Python operating system."""
+    """A simulated many-core chip running a small Python operating system.
+
+    The machine runs in a background daemon; these commands talk to it.
+    """
 
 
-preset_option = click.option(
-    "--preset",
-    type=click.Choice(sorted(PRESETS)),
-    default=DEFAULT_PRESET,
-    show_default=True,
-    help="chip model: tiles per chip and SRAM per tile",
+name_option = click.option(
+    "--name", envvar=MACHINE_ENV, default=DEFAULT_MACHINE, show_default=True,
+    help=f"which machine (also ${MACHINE_ENV})",
 )
-ipus_option = click.option(
-    "--ipus", type=click.IntRange(1, 64), default=1, show_default=True, help="number of chips"
-)
+json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
+
+
+def preset_option(default):
+    return click.option(
+        "--preset", type=click.Choice(sorted(PRESETS)), default=default,
+        show_default=default is not None,
+        help="chip model: tiles per chip and SRAM per tile" + (
+            "" if default else f" (when the machine is started; default {DEFAULT_PRESET})"),
+    )
+
+
+def ipus_option(default):
+    return click.option(
+        "--ipus", type=click.IntRange(1, 64), default=default, show_default=default is not None,
+        help="number of chips" + ("" if default else " (when the machine is started; default 1)"),
+    )
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+
+
+@main.command()
+@preset_option(DEFAULT_PRESET)
+@ipus_option(1)
+@name_option
+@click.option("--restore", metavar="IMG", type=click.Path(dir_okay=False),
+              help="boot from a backup image (not available yet)")
+def boot(preset, ipus, name, restore) -> None:
+    """Start a machine in the background."""
+    paths = _paths(name)
+    with _Errors():
+        try:
+            info = boot_daemon(paths, preset, ipus, restore)
+        except MachineLocked as exc:
+            _fail(f"{exc}; `ipuos halt{_name_flag(name)}` stops it, or boot another with --name")
+    click.echo(f"booted machine {name!r}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
+
+
+@main.command()
+@name_option
+@click.option("--if-saved", is_flag=True,
+              help="refuse to halt if files changed since the last backup (they would be lost)")
+@click.option("--backup", metavar="IMG", type=click.Path(dir_okay=False),
+              help="back up the machine to IMG first (not available yet)")
+def halt(name, if_saved, backup) -> None:
+    """Stop a machine: interrupt its programs and drop its memory."""
+    paths = _paths(name)
+    with _Errors(), Client(paths) as client:
+        args = {"if_saved": if_saved, "backup": None if backup is None else click.format_filename(backup)}
+        reply = client.call("halt", args)
+    if not wait_halted(paths):
+        _fail(f"machine {name!r} (pid {reply['pid']}) was asked to halt but still runs; see {paths.log}")
+    jobs = reply["interrupted_jobs"]
+    note = f" (interrupted job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})" if jobs else ""
+    click.echo(f"halted machine {name!r}{note}")
+
+
+# -- programs ---------------------------------------------------------------------------------
 
 
 @main.command()
@@ -42,40 +148,106 @@ ipus_option = click.option(
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="seconds a tile may compute per superstep")
 @click.option("--json", "as_json", is_flag=True, help="print per-tile results as JSON")
 @click.option("--stats", "show_stats", is_flag=True, help="print supersteps, bytes and simulated exchange time")
-@preset_option
-@ipus_option
-def run(file, tile_spec, data_file, budget, as_json, show_stats, preset, ipus) -> None:
-    """Run a Python FILE on tiles and print their output, grouped."""
+@preset_option(None)
+@ipus_option(None)
+@name_option
+def run(file, tile_spec, data_file, budget, as_json, show_stats, preset, ipus, name) -> None:
+    """Run a Python FILE on tiles of the machine and print their output, grouped.
+
+    Starts the machine if it is not running. Ctrl-C interrupts the program and still
+    prints what its tiles printed.
+    """
     source = file.read()
     data = data_file.read() if data_file is not None else None
-    with Machine(preset, ipus) as machine:
+    paths = _paths(name)
+    with _Errors():
+        info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
+    if booted:
+        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
+                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+    else:
+        _check_geometry(name, info, preset, ipus)
+    progress = _RunProgress(enabled=not as_json and _stderr_is_terminal())
+    args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
+            "budget": budget, "has_data": data is not None}
+    with _Errors(), Client(paths) as client:
         try:
-            parse_tiles(tile_spec, machine.ntiles)
-        except TileSpecError as exc:
-            raise click.BadParameter(str(exc), param_hint="--tiles") from None
-        try:
-            handle = machine.launch(source, tile_spec, data, filename=file.name, budget=budget)
-        except SyntaxError as exc:
-            _fail(f"{file.name}: syntax error at line {exc.lineno}: {exc.msg}")
-        except (UnicodeDecodeError, ValueError) as exc:
-            _fail(str(exc))
-        try:
-            result = handle.wait()
+            doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
+                              on_event=progress.event, on_interrupt=progress.interrupted)
+        except DaemonError as exc:
+            progress.clear()
+            if exc.code == "bad_tiles":
+                raise click.BadParameter(exc.message, param_hint="--tiles") from None
+            raise
         except KeyboardInterrupt:
-            handle.interrupt("interrupted (Ctrl-C)")
-            result = handle.wait()
+            progress.clear()
+            _fail(f"stopped waiting for job {progress.job or '?'}; it is being interrupted "
+                  "(`ipuos ps` shows it)", EXIT_INTERRUPTED)
+    progress.clear()
+    result = run_result_from_json(doc)
     _print_result(result, as_json, show_stats)
     sys.exit(result.exit_status)
 
 
+class _RunProgress:
+    """A one-line note on a terminal's stderr while a job runs (never in pipes or --json)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.job = None
+        self._shown = False
+
+    def event(self, event: dict) -> None:
+        if event.get("event") == "started":
+            self.job = event.get("job")
+            self._show(f"job {self.job} runs on tiles {event.get('tiles')}; Ctrl-C interrupts it")
+
+    def interrupted(self, count: int) -> None:
+        if count == 1:
+            self._show(f"interrupting job {self.job or '?'}... (Ctrl-C again to stop waiting)")
+
+    def _show(self, text: str) -> None:
+        if self.enabled:
+            click.echo(f"\r\x1b[K{text}", err=True, nl=False)
+            self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            click.echo("\r\x1b[K", err=True, nl=False)
+            self._shown = False
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None) -> None:
+    """Refuse a --preset/--ipus the running machine does not have: results would differ."""
+    wanted = []
+    if preset is not None and preset != info["preset"]:
+        wanted.append(f"--preset {preset}")
+    if ipus is not None and ipus != info["ipus"]:
+        wanted.append(f"--ipus {ipus}")
+    if wanted:
+        _fail(f"machine {name!r} is running as {_geometry(info)}, not {' '.join(wanted)}; drop the "
+              f"option to use it, `ipuos halt{_name_flag(name)}` it first, or pick another --name")
+
+
+def _geometry(info: dict) -> str:
+    ipus = info["ipus"]
+    return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['tiles']} tiles"
+
+
+def _name_flag(name: str) -> str:
+    return "" if name == DEFAULT_MACHINE else f" --name {name}"
+
+
 def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     if as_json:
-        click.echo(json.dumps({
-            "job": result.job_id,
-            "exit_status": result.exit_status,
-            "tiles": [t.__dict__ for t in result.tiles],
-            "stats": result.stats.__dict__,
-        }, indent=1))
+        click.echo(json.dumps(run_result_to_json(result), indent=1))
         return
     click.echo(result.format(), nl=False)
     if show_stats:
@@ -85,3 +257,108 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
             f"{s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )
+
+
+@main.command()
+@click.argument("job", type=int)
+@name_option
+def kill(job, name) -> None:
+    """Interrupt JOB (its client still prints what its tiles printed)."""
+    paths = _paths(name)
+    with _Errors(), Client(paths) as client:
+        client.call("kill", {"job": job})
+    click.echo(f"interrupted job {job}")
+
+
+# -- looking ----------------------------------------------------------------------------------
+
+
+@main.command()
+@name_option
+@json_option
+@click.option("--tiles", "tile_spec", help="list these tiles one by one, e.g. 0-3")
+def ps(name, as_json, tile_spec) -> None:
+    """Tiles (state, job, SRAM used) and jobs of the machine."""
+    paths = _paths(name)
+    with _Errors(), Client(paths) as client:
+        snapshot = client.call("ps")
+    tiles = None
+    if tile_spec is not None:
+        try:
+            tiles = parse_tiles(tile_spec, snapshot["ntiles"])
+        except TileSpecError as exc:
+            raise click.BadParameter(str(exc), param_hint="--tiles") from None
+    if as_json:
+        click.echo(json.dumps(ps_json(name, snapshot, tiles), indent=1))
+    else:
+        click.echo(format_ps(name, snapshot, tiles), nl=False)
+
+
+@main.command()
+@json_option
+def machines(as_json) -> None:
+    """The machines running for this user, by name."""
+    with _Errors():
+        directory = private_dir()
+    found = []
+    for name in running_names(directory):
+        try:
+            found.append(hello(machine_paths(name, directory), wait=5.0))
+        except (MachineNotRunning, DaemonError):
+            continue  # halting or just started: not ready to be listed
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+        return
+    if not found:
+        click.echo("no machines are running; `ipuos boot` starts one")
+    for info in found:
+        click.echo(f"{info['name']}  {_geometry(info)}  pid {info['pid']}")
+
+
+@main.command()
+@name_option
+@json_option
+def status(name, as_json) -> None:
+    """The machine: geometry, uptime, supersteps, bytes exchanged, simulated exchange time."""
+    paths = _paths(name)
+    with _Errors(), Client(paths) as client:
+        info = client.call("status")
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+    else:
+        click.echo(format_status(info), nl=False)
+
+
+@main.command()
+@name_option
+@json_option
+@click.option("--by", "view", type=click.Choice(["state", "sram"]), default="state", show_default=True,
+              help="colour tiles by state or by SRAM use")
+@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
+              help="seconds between refreshes")
+@click.option("--once", is_flag=True, help="print one frame and exit (the default when not on a terminal)")
+def top(name, as_json, view, interval, once) -> None:
+    """A live map of all tiles, coloured by state or SRAM use (q or Ctrl-C quits)."""
+    from rich.console import Console
+
+    from ._top import FILE_ROWS, print_once, run_live
+
+    paths = _paths(name)
+    console = Console()
+    with _Errors(), Client(paths) as client:
+        def fetch():
+            return client.call("status", timeout=10.0), client.call("ps", timeout=10.0)
+
+        if as_json:
+            status_reply, snapshot = fetch()
+            click.echo(json.dumps({"status": status_reply, **ps_json(name, snapshot)}, indent=1))
+            return
+        if once or not console.is_terminal:
+            status_reply, snapshot = fetch()
+            rows = max(4, console.height - 10) if console.is_terminal else FILE_ROWS
+            print_once(console, status_reply, snapshot, view, rows)
+            return
+        try:
+            run_live(console, fetch, view, interval)
+        except KeyboardInterrupt:
+            pass

@@ -1,18 +1,34 @@
-"""``ipuos run`` through click's CliRunner."""
+"""``ipuos run`` on a machine daemon: through click's CliRunner, and as a real process for Ctrl-C."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 import pytest
 from click.testing import CliRunner
+from daemon_harness import (  # noqa: F401  (fixtures)
+    IPUOS,
+    Booted,
+    machine,
+    run_cli,
+    runtime_dir,
+    shared_machine,
+    unique_name,
+    wait_for,
+)
 
 from ipuos._cli import main
+from ipuos._rundir import lock_holder, machine_paths
 
 
 @pytest.fixture
-def runner():
-    return CliRunner()
+def runner(shared_machine):
+    """A CliRunner whose commands use the module's machine unless told otherwise."""
+    runner = CliRunner(env={"IPUOS_MACHINE": shared_machine.name})
+    return runner
 
 
 @pytest.fixture
@@ -35,19 +51,19 @@ def test_run_with_data_file(runner, program, tmp_path):
     data = tmp_path / "words.txt"
     data.write_text("a b c\nd e\nf\n" * 10)
     result = runner.invoke(main, ["run", program("print(allreduce(len(__tiledata.split())))"),
-                                  "--data", str(data), "--preset", "tiny", "--tiles", "0-3"])
+                                  "--data", str(data), "--tiles", "0-3"])
     assert result.exit_code == 0
     assert result.output == "[4 tiles: 0-3]\n60\n"
 
 
 def test_run_exit_status_reflects_errors(runner, program):
-    result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0", "--preset", "tiny"])
+    result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0"])
     assert result.exit_code == 1
     assert "ZeroDivisionError" in result.output
 
 
 def test_run_exit_status_is_the_programs(runner, program):
-    result = runner.invoke(main, ["run", program("exit(3)"), "--tiles", "0-1", "--preset", "tiny"])
+    result = runner.invoke(main, ["run", program("exit(3)"), "--tiles", "0-1"])
     assert result.exit_code == 3
 
 
@@ -57,34 +73,141 @@ def test_run_exit_status_is_the_programs(runner, program):
     ("", "empty tile specification"),
 ])
 def test_bad_tile_specs_are_usage_errors(runner, program, spec, message):
-    result = runner.invoke(main, ["run", program("pass"), "--tiles", spec, "--preset", "tiny"])
+    result = runner.invoke(main, ["run", program("pass"), "--tiles", spec])
     assert result.exit_code == 2
     assert message in result.output
 
 
 def test_missing_program_file(runner, tmp_path):
-    result = runner.invoke(main, ["run", str(tmp_path / "nope.py"), "--preset", "tiny"])
+    result = runner.invoke(main, ["run", str(tmp_path / "nope.py")])
     assert result.exit_code == 2
     assert "No such file or directory" in result.output
 
 
 def test_syntax_error_is_one_clear_line(runner, program):
-    result = runner.invoke(main, ["run", program("def f(:\n"), "--preset", "tiny"])
+    result = runner.invoke(main, ["run", program("def f(:\n"), "--tiles", "0"])
     assert result.exit_code == 1
     assert "syntax error at line 1" in result.output
     assert "Traceback" not in result.output
 
 
 def test_json_output(runner, program):
-    result = runner.invoke(main, ["run", program("print(__tileid)"), "--tiles", "2-3", "--preset", "tiny", "--json"])
+    result = runner.invoke(main, ["run", program("print(__tileid)"), "--tiles", "2-3", "--json"])
     assert result.exit_code == 0
     doc = json.loads(result.output)
     assert [(t["tile"], t["output"], t["status"]) for t in doc["tiles"]] == [(2, "0\n", "ok"), (3, "1\n", "ok")]
-    assert doc["stats"]["supersteps"] >= 1
+    assert doc["stats"]["supersteps"] >= 1 and doc["exit_status"] == 0
+
+
+def test_stats_go_to_stderr_and_label_simulated_time(runner, program):
+    result = runner.invoke(main, ["run", program("sync()"), "--tiles", "0-1", "--stats"])
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert "supersteps" in result.stderr and "us simulated exchange" in result.stderr
 
 
 def test_budget_option(runner, program):
-    result = runner.invoke(main, ["run", program("while True: pass"), "--tiles", "0",
-                                  "--preset", "tiny", "--budget", "0.1"])
+    result = runner.invoke(main, ["run", program("while True: pass"), "--tiles", "0", "--budget", "0.1"])
     assert result.exit_code == 1
     assert "computed for more than 0.1 s" in result.output
+
+
+def test_busy_tiles_are_reported_with_what_to_do(shared_machine, runner, program):
+    import socket as _socket  # a second client holds tile 7 with a spinning job
+
+    from daemon_harness import raw_socket, read_frame, request
+
+    source = b"while True:\n    sync()\n"
+    sock = raw_socket(shared_machine.paths)
+    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(source), "tiles": "7"}, source))
+    assert read_frame(sock).header["event"]["event"] == "started"
+    try:
+        result = runner.invoke(main, ["run", program("pass"), "--tiles", "6-8"])
+        assert result.exit_code == 1
+        assert "tile 7 already runs job" in result.output and "`ipuos kill JOB`" in result.output
+    finally:
+        sock.shutdown(_socket.SHUT_RDWR)
+        sock.close()
+    wait_for(lambda: shared_machine.call("ps")["states"][7] == "i", what="tile 7 to be idle")
+
+
+def test_a_preset_the_running_machine_lacks_is_refused(runner, program, shared_machine):
+    result = runner.invoke(main, ["run", program("pass"), "--preset", "mk2"])
+    assert result.exit_code == 1
+    assert result.output == (f"ipuos: machine {shared_machine.name!r} is running as tiny, 1 IPU, 16 tiles, "
+                             f"not --preset mk2; drop the option to use it, `ipuos halt --name "
+                             f"{shared_machine.name}` it first, or pick another --name\n")
+
+
+def test_run_starts_the_machine_when_none_runs(runtime_dir, program):
+    name = unique_name("auto")
+    result = CliRunner().invoke(main, ["run", program("print(__numtiles)"), "--preset", "tiny", "--tiles", "0",
+                                       "--name", name])
+    paths = machine_paths(name)
+    try:
+        assert result.exit_code == 0, result.output
+        assert result.stdout == "[1 tile: 0]\n1\n"
+        assert result.stderr == (f"ipuos: started machine {name!r} (tiny, 1 IPU, 16 tiles); "
+                                 f"`ipuos halt --name {name}` stops it\n")
+        assert lock_holder(paths.lock)
+    finally:
+        Booted(name, paths, 0).halt()
+
+
+# -- Ctrl-C in a real client process ----------------------------------------------------------
+
+
+def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, program):
+    path = program("print('started', __tileid)\nwhile True:\n    sync()\n")
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-3"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: machine.call("ps")["states"][:5].count("i") == 1, what="the job to start")
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 130, err
+    for tile in range(4):
+        assert f"started {tile}\ninterrupted (Ctrl-C)\n" in out
+    assert machine.call("ps")["states"] == "i" * 16
+
+
+def test_ctrl_c_on_a_terminal_stops_pure_compute(machine, program):
+    """The user's view: a status line, Ctrl-C on the tty, output, status 130."""
+    pexpect = pytest.importorskip("pexpect")
+    path = program("print('spinning on', __tileid)\nwhile True: pass\n")
+    child = pexpect.spawn(IPUOS, ["run", path, "--tiles", "0-1"], env=machine.env(), encoding="utf-8", timeout=30)
+    try:
+        child.expect("Ctrl-C interrupts it")
+        child.sendintr()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130, child.before
+    assert "spinning on 0" in child.before and "spinning on 1" in child.before
+    assert "interrupted (Ctrl-C)" in child.before
+
+
+def test_a_second_ctrl_c_stops_waiting(machine, program):
+    """A job that takes its time to stop must not hold the user's terminal."""
+    path = program("while True:\n    sync()\n")
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: machine.call("ps")["states"][0] != "i", what="the job to start")
+        os.kill(client.pid, signal.SIGINT)
+        os.kill(client.pid, signal.SIGINT)
+        _, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 130
+    # either the interrupt finished first, or the client gave up waiting and said so
+    assert err == "" or "stopped waiting for job" in err
+
+
+def test_run_on_a_named_machine_from_the_environment(machine, program):
+    done = run_cli("run", program("print(__numtiles)"), "--tiles", "3-4", env=machine.env())
+    assert done.returncode == 0 and done.stdout == "[2 tiles: 3-4]\n2\n"

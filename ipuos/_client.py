@@ -1,0 +1,210 @@
+"""The client side of the protocol: connect to a named machine, send requests, read replies.
+
+``Client(paths).call("status")`` returns the result or raises :class:`DaemonError` with
+the daemon's message. Long calls stream events to ``on_event``. With
+``interruptible=True`` a Ctrl-C does not kill the client: it sends ``cancel`` for the call
+(the daemon interrupts the job) and keeps reading, so the user still gets what the tiles
+printed; a second Ctrl-C gives up waiting. Ctrl-C only sets a flag that the read loop
+checks between short polls, so it never lands in the middle of reading a frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import socket
+import threading
+import time
+from typing import Callable
+
+from ._protocol import (
+    REPLY_LIMITS,
+    REQUEST_LIMITS,
+    FrameReader,
+    ProtocolError,
+    reply_result,
+    request_frame,
+)
+from ._rundir import DEFAULT_MACHINE, MachinePaths
+
+CONNECT_SECONDS = 5.0
+#: how long a client waits beyond a call's own timeout before it gives up on the daemon
+GRACE_SECONDS = 10.0
+POLL_SECONDS = 0.1
+
+
+class MachineNotRunning(Exception):
+    def __init__(self, name: str, stale: bool = False):
+        self.name = name
+        self.stale = stale
+        boot = "ipuos boot" if name == DEFAULT_MACHINE else f"ipuos boot --name {name}"
+        message = f"no machine named {name!r} is running; start one with `{boot}`"
+        if stale:
+            message += " (its last daemon died without cleaning up; booting removes what it left)"
+        super().__init__(message)
+
+
+class DaemonError(Exception):
+    """An error reply (``code`` and a message for the user), or a daemon that went away."""
+
+    def __init__(self, code: str, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+class Client:
+    def __init__(self, paths: MachinePaths, connect_timeout: float = CONNECT_SECONDS):
+        self.paths = paths
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(connect_timeout)
+        try:
+            sock.connect(str(paths.socket))
+        except FileNotFoundError:
+            sock.close()
+            raise MachineNotRunning(paths.name) from None
+        except ConnectionRefusedError:
+            sock.close()
+            raise MachineNotRunning(paths.name, stale=True) from None
+        except PermissionError:
+            sock.close()
+            raise DaemonError("permission_denied", f"permission denied connecting to {paths.socket}; "
+                              "is it another user's machine?") from None
+        except OSError as exc:
+            sock.close()
+            raise DaemonError("connect", f"cannot connect to machine {paths.name!r} at {paths.socket}: "
+                              f"{exc.strerror or exc}") from None
+        sock.settimeout(30.0)  # for sends; reads poll with their own deadlines
+        self.sock = sock
+        self.reader = FrameReader(sock, REPLY_LIMITS)
+        self._ids = itertools.count(1)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, cmd: str, args: dict | None = None, payload: bytes = b"", **options):
+        """Send ``cmd`` and return its result (see :meth:`request` for the options)."""
+        return self.request(cmd, args, payload, **options)[0]
+
+    def request(
+        self,
+        cmd: str,
+        args: dict | None = None,
+        payload: bytes = b"",
+        *,
+        timeout: float | None = None,
+        wait: float | None = -1,
+        on_event: Callable[[dict], None] | None = None,
+        interruptible: bool = False,
+        on_interrupt: Callable[[int], None] | None = None,
+    ) -> tuple[object, bytes]:
+        """Send ``cmd`` and return ``(result, payload)``.
+
+        ``timeout`` asks the daemon to give up after that many seconds. ``wait`` is how
+        long this client waits for the reply (default: the timeout plus a grace period,
+        or 30 s; None waits as long as it takes). ``on_interrupt(n)`` is told of the
+        n-th Ctrl-C when ``interruptible``.
+        """
+        if len(payload) > REQUEST_LIMITS.max_payload:
+            raise DaemonError("too_large", f"{cmd!r} would send {len(payload) / 2**20:.1f} MiB; the daemon "
+                              f"accepts at most {REQUEST_LIMITS.max_payload // 2**20} MiB in one request")
+        request_id = next(self._ids)
+        self._send(request_frame(request_id, cmd, args, payload, timeout))
+        if wait == -1:
+            wait = (timeout if timeout is not None else 20.0) + GRACE_SECONDS
+        deadline = None if wait is None else time.monotonic() + wait
+        interrupts = _InterruptFlag() if interruptible else None
+        try:
+            if interrupts is not None:
+                interrupts.install()
+            handled = 0
+            while True:
+                if interrupts is not None and interrupts.count > handled:
+                    handled = interrupts.count
+                    if on_interrupt is not None:
+                        on_interrupt(handled)
+                    if handled == 1:
+                        self._send(request_frame(next(self._ids), "cancel", {"id": request_id}))
+                    else:
+                        raise KeyboardInterrupt
+                if deadline is not None and time.monotonic() > deadline:
+                    raise DaemonError("timeout", f"machine {self.paths.name!r} did not answer {cmd!r} "
+                                      f"within {wait:g} s")
+                frame = self._poll()
+                if frame is None:
+                    continue
+                header = frame.header
+                if header.get("id") != request_id:
+                    if header.get("type") == "error" and header.get("id") is None:
+                        _raise_error(header)  # about the connection itself
+                    continue  # e.g. the reply to our cancel
+                kind = header.get("type")
+                if kind == "event":
+                    if on_event is not None:
+                        on_event(header.get("event") or {})
+                elif kind == "result":
+                    return reply_result(frame), (b"" if header.get("result_in_payload") else frame.payload)
+                elif kind == "error":
+                    _raise_error(header)
+        finally:
+            if interrupts is not None:
+                interrupts.uninstall()
+
+    def _send(self, frame: bytes) -> None:
+        try:
+            self.sock.sendall(frame)
+        except OSError as exc:
+            raise self._gone(exc) from None
+
+    def _poll(self):
+        try:
+            return self.reader.poll(POLL_SECONDS)
+        except ProtocolError as exc:
+            raise DaemonError(exc.code, f"the daemon sent a bad reply: {exc.message}") from None
+        except (EOFError, ConnectionError, OSError) as exc:
+            raise self._gone(exc) from None
+
+    def _gone(self, exc: BaseException) -> DaemonError:
+        return DaemonError(
+            "disconnected",
+            f"machine {self.paths.name!r} closed the connection (it may have halted or crashed; "
+            f"its log is {self.paths.log})",
+        )
+
+
+def _raise_error(header: dict):
+    error = header.get("error") or {}
+    code = str(error.get("code", "error"))
+    message = str(error.get("message", "the daemon reported an error"))
+    details = {k: v for k, v in error.items() if k not in ("code", "message")}
+    raise DaemonError(code, message, details)
+
+
+class _InterruptFlag:
+    """Counts Ctrl-Cs instead of raising KeyboardInterrupt (main thread only)."""
+
+    def __init__(self):
+        self.count = 0
+        self._previous = None
+        self._installed = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGINT, self._handle)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _handle(self, _signum, _frame) -> None:
+        self.count += 1

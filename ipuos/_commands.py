@@ -1,0 +1,384 @@
+"""The daemon's command table: one small handler per command.
+
+A handler takes a :class:`Call` (the request's checked arguments, its payload, the
+machine host, a way to stream events, a cancel hook) and returns the result: a JSON-able
+value, or a :class:`Reply` to send binary data too. It raises :class:`CommandError` for
+anything the user should read. To add a command (``backup``, ``mount``, ``shell`` ...)::
+
+    @command("backup", Arg("path", str), Arg("tiles", str, "all"), timeout=None)
+    def _backup(call: Call):
+        for done, total in ...:
+            call.emit({"progress": done, "total": total})
+            if call.cancelled.is_set(): ...
+        return {"bytes": n}
+
+Arguments are checked against their :class:`Arg` declarations before the handler runs
+(missing, unknown or wrongly typed ones are a ``bad_request`` error), so handlers never
+see a hostile shape. ``timeout`` is the most seconds a call may take (None: until it
+finishes or the client cancels); a client may ask for less. Handlers run on their own
+threads and reach tiles only through the Machine's public, thread-safe methods.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ._host import HaltRefused, HostedJob, MachineHost
+from ._protocol import BAD_REQUEST, NOT_AVAILABLE, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request
+from ._runjson import run_result_to_json
+from ._tilespec import TileSpecError, format_tiles
+from .scheduler import TileBusyError
+
+log = logging.getLogger("ipuos.daemon")
+
+#: seconds a command may take unless it says otherwise
+DEFAULT_TIMEOUT = 10.0
+
+_REQUIRED = object()
+
+#: one letter per tile state in ``ps`` snapshots (47,104 tiles stay a small reply)
+STATE_CODES = {"idle": "i", "running": "r", "waiting": "w", "dead": "d"}
+#: how long ``ps`` and ``status`` wait for a busy machine before showing its last snapshot
+LOOK_SECONDS = 1.0
+
+
+class CommandError(Exception):
+    """A failure to report to the client as ``{"code": ..., "message": ...}``."""
+
+    def __init__(self, code: str, message: str, **details):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a command: its name, JSON type, and default (none: required)."""
+
+    name: str
+    kind: type
+    default: object = _REQUIRED
+
+    def check(self, cmd: str, args: dict):
+        if self.name not in args:
+            if self.default is _REQUIRED:
+                raise CommandError(BAD_REQUEST, f"command {cmd!r} needs the argument {self.name!r}")
+            return self.default
+        value = args[self.name]
+        if value is None and self.default is None:
+            return None
+        if self.kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, self.kind)
+        if not ok:
+            raise CommandError(
+                BAD_REQUEST,
+                f"argument {self.name!r} of command {cmd!r} must be {_KIND_NAMES[self.kind]}, "
+                f"not {type(value).__name__}",
+            )
+        return float(value) if self.kind is float else value
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+               list: "a list", dict: "an object"}
+
+
+@dataclass
+class Reply:
+    """A result with binary data beside it."""
+
+    result: object
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    handler: Callable[["Call"], object]
+    args: tuple[Arg, ...]
+    timeout: float | None
+    help: str
+
+    def check_args(self, args: dict) -> dict:
+        known = {a.name for a in self.args}
+        unknown = sorted(set(args) - known)
+        if unknown:
+            raise CommandError(BAD_REQUEST, f"command {self.name!r} has no argument {unknown[0]!r}")
+        return {a.name: a.check(self.name, args) for a in self.args}
+
+    def deadline_seconds(self, asked: float | None) -> float | None:
+        limits = [t for t in (self.timeout, asked) if t is not None]
+        return min(limits) if limits else None
+
+
+#: the command table, by name
+COMMANDS: dict[str, Command] = {}
+
+
+def command(name: str, *args: Arg, timeout: float | None = DEFAULT_TIMEOUT):
+    """Register the decorated function as the handler of command ``name``."""
+
+    def register(fn):
+        if name in COMMANDS:
+            raise ValueError(f"command {name!r} is registered twice")
+        COMMANDS[name] = Command(name, fn, args, timeout, (fn.__doc__ or "").strip())
+        return fn
+
+    return register
+
+
+@dataclass
+class Call:
+    """One request being served: what a handler gets."""
+
+    request: Request
+    args: dict
+    host: MachineHost
+    peer_pid: int | None
+    emit_frame: Callable[[dict], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _cancel_hooks: list = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def payload(self) -> bytes:
+        return self.request.payload
+
+    def emit(self, event: dict) -> None:
+        """Stream an event to the client before the result (dropped once the call ended)."""
+        self.emit_frame(event)
+
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` when the client cancels, disconnects or the call times out
+        (at once if that already happened)."""
+        with self._lock:
+            if not self.cancelled.is_set():
+                self._cancel_hooks.append(hook)
+                return
+        hook()
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self.cancelled.is_set():
+                return
+            self.cancelled.set()
+            hooks, self._cancel_hooks = self._cancel_hooks, []
+        for hook in hooks:
+            hook()
+
+
+# -- the commands -----------------------------------------------------------------------------
+
+
+def _identity(host: MachineHost) -> dict:
+    machine = host.machine
+    return {
+        "name": host.name,
+        "pid": host.pid,
+        "preset": machine.preset.name,
+        "ipus": machine.ipus,
+        "tiles": machine.ntiles,
+    }
+
+
+@command("hello")
+def _hello(call: Call):
+    """Who this daemon is and which protocol versions it speaks."""
+    return {
+        "protocol": VERSION,
+        "supported": list(SUPPORTED_VERSIONS),
+        "ipuos": _ipuos_version(),
+        **_identity(call.host),
+    }
+
+
+@command("status")
+def _status(call: Call):
+    """The machine: geometry, uptime, supersteps, exchange traffic and its simulated time."""
+    host = call.host
+    machine = host.machine
+    stats, age = _look(host, "stats")
+    return {
+        **_identity(host),
+        "tiles_per_chip": machine.preset.tiles_per_chip,
+        "sram_per_tile": machine.preset.sram_per_tile,
+        "uptime_seconds": host.uptime,
+        "boot_seconds": machine.boot_seconds,
+        "supersteps": stats["supersteps"],
+        "supersteps_with_traffic": stats["supersteps_with_traffic"],
+        "bytes_exchanged": stats["bytes_exchanged"],
+        "simulated_exchange_seconds": stats["simulated_exchange_seconds"],
+        "jobs": len(host.jobs()),
+        "socket": str(host.paths.socket),
+        "log": str(host.paths.log),
+        "protocol": VERSION,
+        "ipuos": _ipuos_version(),
+        **_staleness(age),
+    }
+
+
+@command("ps")
+def _ps(call: Call):
+    """Every tile's state, job and SRAM use (compact: one letter per state), and the jobs."""
+    host = call.host
+    machine = host.machine
+    snapshot, age = _look(host, "tile_states")
+    states, jobs_of, used, waiting = [], [], [], {}
+    for tile in snapshot:
+        states.append(STATE_CODES.get(tile["state"], "?"))
+        jobs_of.append(tile["job"])
+        used.append(tile["sram_used"])
+        if tile["waiting"]:
+            waiting[str(tile["tile"])] = tile["waiting"]
+    if age is not None:  # an old snapshot: at least show where our jobs run now
+        for hosted in host.jobs():
+            for tile in hosted.handle.job.ids:
+                states[tile], jobs_of[tile] = STATE_CODES["running"], hosted.id
+                waiting.pop(str(tile), None)
+    tiles_of_job: dict[int, list[int]] = {}
+    for tile, job_id in enumerate(jobs_of):
+        if job_id is not None:
+            tiles_of_job.setdefault(job_id, []).append(tile)
+    now = time.time()
+    jobs = []
+    for job_id in sorted(set(tiles_of_job) | {j.id for j in host.jobs()}):
+        hosted = host.job(job_id)
+        tiles = tiles_of_job.get(job_id, [])
+        jobs.append({
+            "job": job_id,
+            "name": hosted.name if hosted else "",
+            "tiles": format_tiles(tiles) if tiles else "",
+            "ntiles": len(tiles),
+            "elapsed_seconds": now - hosted.started if hosted else None,
+            "client_pid": hosted.client_pid if hosted else None,
+        })
+    return {
+        "ntiles": machine.ntiles,
+        "tiles_per_chip": machine.preset.tiles_per_chip,
+        "sram_per_tile": machine.preset.sram_per_tile,
+        "state_codes": {code: state for state, code in STATE_CODES.items()},
+        "states": "".join(states),
+        "jobs_of_tiles": jobs_of,
+        "sram_used": used,
+        "waiting": waiting,
+        "jobs": jobs,
+        **_staleness(age),
+    }
+
+
+def _look(host: MachineHost, kind: str):
+    value, age = host.look(kind, LOOK_SECONDS)
+    if value is None:
+        raise CommandError(TIMEOUT, f"machine {host.name!r} is busy and has not answered yet: {_BUSY_WHY}")
+    return value, age
+
+
+def _staleness(age: float | None) -> dict:
+    """Fields saying a reply shows an old snapshot, and why."""
+    if age is None:
+        return {}
+    return {"stale_seconds": age,
+            "stale_reason": f"this is the machine as it was {age:.1f} s ago: {_BUSY_WHY}"}
+
+
+_BUSY_WHY = ("a tile has been computing without reaching an exchange point, so the machine "
+             "cannot be looked at between supersteps (`ipuos kill JOB` stops a job; "
+             "--budget limits compute per superstep)")
+
+
+@command(
+    "run",
+    Arg("filename", str),
+    Arg("source_len", int),
+    Arg("tiles", str, "all"),
+    Arg("budget", float, None),
+    Arg("has_data", bool, False),
+    timeout=None,
+)
+def _run(call: Call):
+    """Run a program on tiles; the payload is its source, then the data file if any.
+
+    Emits ``started`` once the job runs; cancelling the call interrupts the job, whose
+    result (with what the tiles printed so far) is still the reply.
+    """
+    args = call.args
+    payload = call.payload
+    source_len = args["source_len"]
+    if not 0 <= source_len <= len(payload):
+        raise CommandError(BAD_REQUEST, f"source_len {source_len} does not fit the {len(payload)}-byte payload")
+    if args["budget"] is not None and not args["budget"] > 0:
+        raise CommandError(BAD_REQUEST, "the compute budget must be a positive number of seconds")
+    filename = args["filename"]
+    source = payload[:source_len]
+    data = payload[source_len:] if args["has_data"] else None
+    machine = call.host.machine
+    try:
+        source_text = source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandError("bad_program", f"{filename} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        handle = machine.launch(source_text, args["tiles"], data, filename=filename, budget=args["budget"])
+    except TileSpecError as exc:
+        raise CommandError("bad_tiles", str(exc)) from None
+    except SyntaxError as exc:
+        raise CommandError("syntax_error", f"{filename}: syntax error at line {exc.lineno}: {exc.msg}",
+                           line=exc.lineno) from None
+    except TileBusyError as exc:
+        raise CommandError("tiles_busy", f"{exc} (`ipuos ps` lists jobs, `ipuos kill JOB` stops one)") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CommandError("bad_program", str(exc)) from None
+    job = HostedJob(handle, filename, args["tiles"], time.time(), call.peer_pid)
+    call.host.add_job(job)
+    try:
+        call.on_cancel(lambda: handle.interrupt("interrupted (Ctrl-C)"))
+        call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
+                   "ntiles": len(handle.job.ids)})
+        result = handle.wait()
+    finally:
+        call.host.remove_job(job.id)
+    return run_result_to_json(result)
+
+
+@command("kill", Arg("job", int))
+def _kill(call: Call):
+    """Interrupt a job started through the daemon; its client gets what its tiles printed."""
+    job_id = call.args["job"]
+    job = call.host.job(job_id)
+    if job is None:
+        raise CommandError("no_such_job", f"no job {job_id} is running on machine "
+                           f"{call.host.name!r}; `ipuos ps` lists its jobs")
+    job.handle.interrupt(f"killed with `ipuos kill {job_id}`")
+    return {"job": job_id, "interrupted": True}
+
+
+@command("halt", Arg("if_saved", bool, False), Arg("backup", str, None))
+def _halt(call: Call):
+    """Stop the daemon: interrupt jobs, close the machine, remove socket and lock."""
+    host = call.host
+    if call.args["backup"] is not None:
+        raise CommandError(NOT_AVAILABLE, "`ipuos halt --backup IMG` is not available yet: backup "
+                           f"images arrive with `ipuos backup`; machine {host.name!r} is still running")
+    try:
+        host.check_halt(call.args["if_saved"])
+    except HaltRefused as exc:
+        raise CommandError("refused", str(exc)) from None
+    jobs = [job.id for job in host.jobs()]
+    log.info("halt requested by client pid %s", call.peer_pid)
+    host.request_halt()
+    return {"name": host.name, "pid": host.pid, "interrupted_jobs": jobs}
+
+
+def _ipuos_version() -> str:
+    try:
+        return importlib.metadata.version("ipuos")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

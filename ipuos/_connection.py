@@ -1,0 +1,288 @@
+"""One client connection to the daemon: read frames, dispatch requests, enforce limits.
+
+Each connection has one reader thread (this class's :meth:`serve`) and one thread per
+request in flight, so a long ``run`` does not stop the same client from cancelling it.
+Everything a client can make the daemon hold is bounded:
+
+- a frame must arrive whole within ``frame_seconds`` of its first byte;
+- a connection with no request in flight is closed after ``idle_seconds`` of silence;
+- at most ``max_in_flight`` requests per connection; handler threads are counted
+  daemon-wide by the daemon's semaphore, and a call past its deadline gets a ``timeout``
+  error at once (its handler may still be blocked inside the machine, e.g. behind a tile
+  computing without a budget, and keeps its slot until it returns);
+- a reply must be taken by the client within ``send_seconds``, or the connection is dropped.
+
+A protocol error gets an error reply; if the stream is no longer in step (bad magic, an
+oversized length) the connection is closed after the reply. Either way the daemon goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+
+from ._commands import COMMANDS, Call, CommandError, Reply
+from ._host import MachineHost
+from ._protocol import (
+    BAD_REQUEST,
+    BUSY,
+    INTERNAL,
+    REQUEST_LIMITS,
+    TIMEOUT,
+    UNKNOWN_COMMAND,
+    FrameReader,
+    ProtocolError,
+    error_frame,
+    event_frame,
+    parse_request,
+    result_frame,
+)
+
+#: how often the reader wakes to check deadlines and shutdown
+TICK_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class ConnectionPolicy:
+    """How long and how much one client may hold the daemon."""
+
+    frame_seconds: float = 30.0
+    idle_seconds: float = 60.0
+    send_seconds: float = 30.0
+    max_in_flight: int = 8
+
+log = logging.getLogger("ipuos.daemon")
+
+
+class Connection:
+    def __init__(self, sock: socket.socket, host: MachineHost, peer_pid: int | None,
+                 handler_slots: threading.BoundedSemaphore, stopping: threading.Event,
+                 policy: ConnectionPolicy = ConnectionPolicy()):
+        self.policy = policy
+        self.sock = sock
+        self.host = host
+        self.peer_pid = peer_pid
+        self.handler_slots = handler_slots
+        self.stopping = stopping
+        self._send_lock = threading.Lock()
+        #: request id -> (call, deadline or None); guarded by _send_lock
+        self._in_flight: dict[int, tuple[Call, float | None]] = {}
+        self._broken = False
+        #: the stream broke: read what the client still sends before closing (see linger_close)
+        self._lingering = False
+        self.last_activity = time.monotonic()
+        sock.settimeout(policy.send_seconds)
+
+    # -- the reader ------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        reader = FrameReader(self.sock, REQUEST_LIMITS)
+        try:
+            while not self._broken:
+                if self.stopping.is_set() and not self._in_flight:
+                    break
+                try:
+                    frame = reader.poll(self._tick())
+                except ProtocolError as exc:
+                    self._send(error_frame(exc.request_id, exc.code, exc.message, **exc.details))
+                    log.info("client pid %s: %s", self.peer_pid, exc.message)
+                    if exc.fatal:
+                        self._lingering = True
+                        break
+                    continue
+                except (EOFError, ConnectionError, OSError):
+                    break
+                now = time.monotonic()
+                self._expire_calls(now)
+                if frame is not None:
+                    self.last_activity = now
+                    self._dispatch(frame)
+                    continue
+                policy = self.policy
+                if reader.partial and now - reader.started > policy.frame_seconds:
+                    self._send(error_frame(None, TIMEOUT, f"a frame did not arrive whole within "
+                                           f"{policy.frame_seconds:g} s; closing the connection"))
+                    break
+                if not reader.partial and not self._in_flight and now - self.last_activity > policy.idle_seconds:
+                    self._send(error_frame(None, TIMEOUT, f"closing a connection idle for {policy.idle_seconds:g} s"))
+                    break
+        finally:
+            self.close()
+
+    def _tick(self) -> float:
+        with self._send_lock:
+            deadlines = [d for _, d in self._in_flight.values() if d is not None]
+        if not deadlines:
+            return TICK_SECONDS
+        return max(0.0, min(TICK_SECONDS, min(deadlines) - time.monotonic()))
+
+    def _dispatch(self, frame) -> None:
+        try:
+            request = parse_request(frame)
+        except ProtocolError as exc:
+            self._send(error_frame(exc.request_id, exc.code, exc.message))
+            return
+        if request.cmd == "cancel":
+            self._cancel_request(request)
+            return
+        command = COMMANDS.get(request.cmd)
+        if command is None:
+            names = ", ".join(sorted(COMMANDS) + ["cancel"])
+            self._send(error_frame(request.id, UNKNOWN_COMMAND,
+                                   f"unknown command {request.cmd!r}; this daemon knows {names}"))
+            return
+        try:
+            args = command.check_args(request.args)
+        except CommandError as exc:
+            self._send(error_frame(request.id, exc.code, exc.message))
+            return
+        if request.id in self._in_flight:
+            self._send(error_frame(request.id, BAD_REQUEST, f"request id {request.id} is already in flight"))
+            return
+        if len(self._in_flight) >= self.policy.max_in_flight:
+            self._send(error_frame(request.id, BUSY, f"at most {self.policy.max_in_flight} requests may be in flight "
+                                   "on one connection; wait for a reply"))
+            return
+        if self.stopping.is_set():
+            self._send(error_frame(request.id, BUSY, f"machine {self.host.name!r} is halting"))
+            return
+        if not self.handler_slots.acquire(blocking=False):
+            self._send(error_frame(request.id, BUSY, "the daemon is serving too many requests; try again"))
+            return
+        call = Call(request, args, self.host, self.peer_pid, lambda event: self._emit(request.id, event))
+        seconds = command.deadline_seconds(request.timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        with self._send_lock:
+            self._in_flight[request.id] = (call, deadline)
+        thread = threading.Thread(target=self._run_call, args=(call, command), daemon=True,
+                                  name=f"ipuos-{command.name}-{request.id}")
+        try:
+            thread.start()
+        except RuntimeError:  # out of threads
+            self.handler_slots.release()
+            self._finish(request.id, error_frame(request.id, BUSY, "the daemon cannot start another thread"))
+
+    def _cancel_request(self, request) -> None:
+        target = request.args.get("id")
+        with self._send_lock:
+            entry = self._in_flight.get(target) if isinstance(target, int) else None
+        if entry is not None:
+            entry[0].cancel()
+        self._send(result_frame(request.id, {"cancelled": entry is not None}))
+
+    def _expire_calls(self, now: float) -> None:
+        with self._send_lock:
+            calls = list(self._in_flight.items())
+        for request_id, (call, deadline) in calls:
+            if deadline is not None and now >= deadline:
+                seconds = COMMANDS[call.request.cmd].deadline_seconds(call.request.timeout)
+                self._finish(request_id, error_frame(
+                    request_id, TIMEOUT,
+                    f"machine {self.host.name!r} did not answer {call.request.cmd!r} within {seconds:g} s; "
+                    "a tile may be computing without reaching an exchange point (`ipuos kill JOB`, "
+                    "or run programs with --budget)",
+                ))
+                call.cancel()
+
+    # -- handlers --------------------------------------------------------------------------
+
+    def _run_call(self, call: Call, command) -> None:
+        request_id = call.request.id
+        try:
+            value = command.handler(call)
+            if isinstance(value, Reply):
+                frame = result_frame(request_id, value.result, value.payload)
+            else:
+                frame = result_frame(request_id, value)
+        except CommandError as exc:
+            frame = error_frame(request_id, exc.code, exc.message, **exc.details)
+        except Exception as exc:
+            log.error("command %r failed:\n%s", command.name, traceback.format_exc())
+            frame = error_frame(request_id, INTERNAL, f"{command.name} failed inside the daemon: "
+                                f"{type(exc).__name__}: {exc} (details in {self.host.paths.log})")
+        finally:
+            self.handler_slots.release()
+        self._finish(request_id, frame)
+
+    def _emit(self, request_id: int, event: dict) -> None:
+        with self._send_lock:
+            if request_id in self._in_flight:
+                self._send_locked(event_frame(request_id, event))
+
+    def _finish(self, request_id: int, frame: bytes) -> None:
+        """Send a call's last frame, unless it already ended (timed out) meanwhile."""
+        with self._send_lock:
+            if self._in_flight.pop(request_id, None) is not None:
+                self._send_locked(frame)
+
+    # -- sending and closing ---------------------------------------------------------------
+
+    def _send(self, frame: bytes) -> None:
+        with self._send_lock:
+            self._send_locked(frame)
+
+    def _send_locked(self, frame: bytes) -> None:
+        if self._broken:
+            return
+        try:
+            self.sock.sendall(frame)
+        except OSError as exc:  # gone, or not reading its replies
+            log.info("client pid %s: dropped (%s)", self.peer_pid, exc)
+            self._broken = True
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Cancel whatever the client still waits for (a disconnect is a Ctrl-C) and close."""
+        with self._send_lock:
+            self._broken = True
+            calls = [call for call, _ in self._in_flight.values()]
+            self._in_flight.clear()
+        for call in calls:
+            call.cancel()
+        if self._lingering:
+            linger_close(self.sock, seconds=1.0)
+        else:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def abort(self) -> None:
+        """From another thread at shutdown: make the reader stop now."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def linger_close(sock: socket.socket, seconds: float, max_bytes: int = 1024 * 1024) -> None:
+    """Close after an error reply without destroying it.
+
+    Closing a Unix socket that still has unread input resets the connection, and the
+    client loses the reply it has not read yet. So: end our side, then read and drop
+    what the client still sends, for a bounded time and amount, then close.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + seconds
+        dropped = 0
+        while dropped < max_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            sock.settimeout(remaining)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            dropped += len(chunk)
+    except OSError:
+        pass
+    finally:
+        sock.close()

@@ -1,0 +1,290 @@
+"""The machine daemon: one process per named machine, serving clients on a Unix socket.
+
+Started detached by ``ipuos boot`` (see ``_spawn``) as ``python -m ipuos._daemon``. In
+order, it:
+
+1. checks the private runtime dir and takes the machine's lock (``flock``), so one
+   daemon owns a name; a second one exits with status 3;
+2. removes a stale socket, but only after connecting to it was refused (a live daemon
+   answers; a dead one leaves a file nobody listens on);
+3. boots the :class:`Machine`, then binds the socket with umask 0177 (so it is created
+   0600: no window where it is wider) and checks the result;
+4. accepts clients, checking each peer's uid with SO_PEERCRED: the 0700 directory should
+   already stop other users, and this check holds even if the directory was loosened;
+5. on ``halt`` (or SIGTERM/SIGINT): stops accepting, removes the socket, interrupts jobs,
+   lets their clients get their results, closes the machine, removes and releases the lock.
+
+Its stdout and stderr go to the machine's log file; a fatal start-up problem is logged as
+one line beginning ``ipuos daemon: error:``, which the booting client shows the user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import os
+import signal
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ._connection import Connection, ConnectionPolicy, linger_close
+from ._host import MachineHost
+from ._machine import Machine
+from ._presets import PRESETS
+from ._protocol import BUSY, PERMISSION_DENIED, error_frame
+from ._rundir import MachineLocked, MachinePaths, RuntimeDirError, acquire_lock, machine_paths, release_lock
+
+#: connections served at once; more get a ``busy`` error
+MAX_CLIENTS = 128
+#: request handler threads daemon-wide
+MAX_HANDLERS = 256
+#: how long halt lets running jobs report their results to their clients
+HALT_GRACE_SECONDS = 5.0
+ACCEPT_TICK_SECONDS = 0.25
+
+#: exit statuses of the daemon process, read by the booting client
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ALREADY_RUNNING = 3
+
+ERROR_PREFIX = "ipuos daemon: error: "
+
+log = logging.getLogger("ipuos.daemon")
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message is for the user."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED):
+        super().__init__(message)
+        self.status = status
+
+
+class Daemon:
+    def __init__(self, paths: MachinePaths, preset: str, ipus: int,
+                 policy: ConnectionPolicy = ConnectionPolicy()):
+        self.policy = policy
+        self.paths = paths
+        self.preset = preset
+        self.ipus = ipus
+        self.host: MachineHost | None = None
+        self.stopping = threading.Event()
+        self.handler_slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self._connections: dict[Connection, threading.Thread] = {}
+        self._connections_lock = threading.Lock()
+
+    def run(self) -> None:
+        """Boot, serve until halted, clean up. Raises StartupError if it cannot start."""
+        try:
+            lock_fd = acquire_lock(self.paths.lock, self.paths.name)
+        except MachineLocked as exc:
+            raise StartupError(f"{exc}; halt it first with `ipuos halt --name {self.paths.name}`",
+                               EXIT_ALREADY_RUNNING) from None
+        listener = None
+        try:
+            _remove_stale_socket(self.paths.socket)
+            machine = Machine(self.preset, self.ipus)
+            self.host = MachineHost(machine, self.paths)
+            for kind in ("tile_states", "stats"):  # so a busy machine always has a last look
+                self.host.look(kind, wait=30.0)
+            try:
+                listener = _bind_private(self.paths.socket)
+                self._install_signals()
+                log.info("machine %r booted: %s x%d, %d tiles in %.3f s; pid %d, socket %s",
+                         self.paths.name, machine.preset.name, self.ipus, machine.ntiles,
+                         machine.boot_seconds, os.getpid(), self.paths.socket)
+                self._accept_loop(listener)
+            finally:
+                self._shutdown(listener)
+        finally:
+            release_lock(lock_fd, self.paths.lock)
+        log.info("machine %r halted", self.paths.name)
+
+    # -- serving -------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        def halt(signum, _frame):
+            log.info("%s: halting", signal.Signals(signum).name)
+            self.host.request_halt()
+
+        signal.signal(signal.SIGTERM, halt)
+        signal.signal(signal.SIGINT, halt)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _accept_loop(self, listener: socket.socket) -> None:
+        listener.settimeout(ACCEPT_TICK_SECONDS)
+        while not self.host.halt_requested.is_set():
+            try:
+                sock, _ = listener.accept()
+            except (socket.timeout, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    log.warning("cannot accept a client: %s", exc.strerror)
+                    time.sleep(ACCEPT_TICK_SECONDS)
+                    continue
+                raise
+            self._admit(sock)
+
+    def _admit(self, sock: socket.socket) -> None:
+        sock.settimeout(5.0)
+        pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+        if uid != os.geteuid():
+            log.warning("refused a connection from uid %d (pid %d): machines serve their owner only", uid, pid)
+            _reply_and_close(sock, PERMISSION_DENIED,
+                             f"permission denied: machine {self.paths.name!r} belongs to another user")
+            return
+        with self._connections_lock:
+            self._reap()
+            if len(self._connections) >= MAX_CLIENTS:
+                _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
+                                 "clients; try again shortly")
+                return
+            connection = Connection(sock, self.host, pid, self.handler_slots, self.stopping, self.policy)
+            thread = threading.Thread(target=connection.serve, name=f"ipuos-client-{pid}", daemon=True)
+            self._connections[connection] = thread
+        try:
+            thread.start()
+        except RuntimeError:
+            with self._connections_lock:
+                self._connections.pop(connection, None)
+            connection.close()
+
+    def _reap(self) -> None:
+        for connection, thread in list(self._connections.items()):
+            if not thread.is_alive() and thread.ident is not None:
+                del self._connections[connection]
+
+    # -- halting -------------------------------------------------------------------------
+
+    def _shutdown(self, listener: socket.socket | None) -> None:
+        self.stopping.set()
+        if listener is not None:
+            listener.close()
+            try:
+                os.unlink(self.paths.socket)
+            except FileNotFoundError:
+                pass
+        host = self.host
+        if host is None:
+            return
+        host.interrupt_all(f"machine {self.paths.name!r} is halting")
+        with self._connections_lock:
+            connections = list(self._connections.items())
+        deadline = time.monotonic() + HALT_GRACE_SECONDS
+        for _, thread in connections:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        host.machine.close()
+        for connection, thread in connections:
+            connection.abort()
+            thread.join(1.0)
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Remove a socket file nobody listens on (connect refused); refuse anything else."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise StartupError(f"{path} exists and is not a socket; remove it and boot again")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        os.unlink(path)
+        log.info("removed the stale socket %s left by a daemon that died", path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StartupError(f"cannot tell whether {path} is still in use ({exc.strerror}); "
+                           "remove it if no daemon runs, and boot again") from None
+    finally:
+        probe.close()
+    raise StartupError(f"something already answers on {path} although this daemon holds the "
+                       "machine's lock; stop it, remove the socket, and boot again")
+
+
+def _bind_private(path: Path) -> socket.socket:
+    """Bind and listen on ``path``, created 0600 (umask set before bind, then checked)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    info = os.lstat(path)
+    if stat.S_IMODE(info.st_mode) & 0o177 or info.st_uid != os.geteuid():
+        listener.close()
+        raise StartupError(f"the socket {path} came out with mode {stat.S_IMODE(info.st_mode):04o}; "
+                           "refusing to serve on it")
+    listener.listen(MAX_CLIENTS)
+    return listener
+
+
+def _reply_and_close(sock: socket.socket, code: str, message: str) -> None:
+    """Refuse a connection at accept, before reading anything from it.
+
+    This runs on the accept thread, so it lingers only for input already queued.
+    """
+    try:
+        sock.sendall(error_frame(None, code, message))
+    except OSError:
+        pass
+    linger_close(sock, seconds=0.05, max_bytes=64 * 1024)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ipuos._daemon",
+                                     description="Run an ipuos machine daemon (normally started by `ipuos boot`).")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--preset", choices=sorted(PRESETS), required=True)
+    parser.add_argument("--ipus", type=int, default=1)
+    parser.add_argument("--rundir", required=True)
+    parser.add_argument("--restore", metavar="IMG")
+    defaults = ConnectionPolicy()
+    parser.add_argument("--idle-seconds", type=float, default=defaults.idle_seconds,
+                        help="close client connections silent this long with nothing in flight")
+    parser.add_argument("--frame-seconds", type=float, default=defaults.frame_seconds,
+                        help="a frame must arrive whole within this long of its first byte")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s ipuos[%(process)d] %(levelname)s %(message)s")
+    try:
+        if args.restore is not None:
+            raise StartupError("`ipuos boot --restore IMG` is not available yet: restoring images "
+                               "arrives with `ipuos restore`", EXIT_USAGE)
+        if args.ipus < 1:
+            raise StartupError(f"--ipus must be at least 1, not {args.ipus}", EXIT_USAGE)
+        try:
+            paths = machine_paths(args.name, Path(args.rundir))
+        except (RuntimeDirError, ValueError) as exc:
+            raise StartupError(str(exc), EXIT_USAGE) from None
+        if not (args.idle_seconds > 0 and args.frame_seconds > 0):
+            raise StartupError("--idle-seconds and --frame-seconds must be positive", EXIT_USAGE)
+        policy = ConnectionPolicy(frame_seconds=args.frame_seconds, idle_seconds=args.idle_seconds)
+        Daemon(paths, args.preset, args.ipus, policy).run()
+    except StartupError as exc:
+        print(ERROR_PREFIX + str(exc), file=sys.stderr, flush=True)
+        return exc.status
+    except MemoryError as exc:
+        print(f"{ERROR_PREFIX}not enough memory to boot the machine: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    except Exception as exc:
+        log.exception("the daemon failed")
+        print(f"{ERROR_PREFIX}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

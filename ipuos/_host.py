@@ -1,0 +1,150 @@
+"""The running machine as the daemon's command handlers see it.
+
+One ``MachineHost`` per daemon: the :class:`Machine`, its name and files, the jobs started
+through the daemon (a ``RunHandle`` each, so ``kill`` and a client's Ctrl-C can interrupt
+them, and ``ps`` can name them), and the halt request the main thread waits for.
+Handlers run on many threads at once; everything here is safe to call from any of them.
+
+Looking at the machine must not hang when the machine is busy: ``tile_states()`` and
+``stats()`` wait for the scheduler thread, which a tile computing without an exchange
+point holds for as long as it computes. :meth:`MachineHost.look` waits a little, then
+answers with the last snapshot and how old it is; at most one such call per kind waits
+in the machine at a time, however many clients ask.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import concurrent.futures
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from ._machine import Machine, RunHandle
+from ._rundir import MachinePaths
+
+
+@dataclass
+class HostedJob:
+    """A job started through the daemon."""
+
+    handle: RunHandle
+    name: str
+    tiles: str  # the tile spec as the client gave it
+    started: float  # time.time()
+    client_pid: int | None
+
+    @property
+    def id(self) -> int:
+        return self.handle.job.id
+
+
+class HaltRefused(Exception):
+    """``halt`` was asked to keep unsaved state and cannot prove there is none."""
+
+
+class MachineHost:
+    def __init__(self, machine: Machine, paths: MachinePaths):
+        self.machine = machine
+        self.paths = paths
+        self.name = paths.name
+        self.pid = os.getpid()
+        self.started = time.time()
+        self._jobs: dict[int, HostedJob] = {}
+        self._lock = threading.Lock()
+        #: set when a client asked the daemon to halt; the main thread does the rest
+        self.halt_requested = threading.Event()
+        #: per kind of look ("tile_states", "stats"): the call in progress, the last answer
+        self._looking: dict[str, tuple[Future, float]] = {}
+        self._last_look: dict[str, tuple[float, object]] = {}
+
+    # -- looking ---------------------------------------------------------------------------
+
+    def look(self, kind: str, wait: float) -> tuple[object, float | None]:
+        """``machine.<kind>()``, or its last answer if the machine is busy for ``wait`` s.
+
+        Returns ``(value, age)``: age is None for a fresh answer, else the seconds since
+        the stale one was taken (value None if there never was one).
+        """
+        with self._lock:
+            pending = self._looking.get(kind)
+            if pending is None:
+                pending = self._looking[kind] = (Future(), time.monotonic())
+                threading.Thread(target=self._look_thread, args=(kind, pending[0]), daemon=True,
+                                 name=f"ipuos-look-{kind}").start()
+        future, asked = pending
+        # whoever asked first waited already: later askers get the old answer at once
+        wait = max(0.0, min(wait, asked + wait - time.monotonic()))
+        try:
+            return future.result(wait), None
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                taken, value = self._last_look.get(kind, (None, None))
+            return value, (time.time() - taken if taken is not None else None)
+
+    def _look_thread(self, kind: str, future: Future) -> None:
+        try:
+            value = getattr(self.machine, kind)()
+        except BaseException as exc:
+            with self._lock:
+                self._looking.pop(kind, None)
+            future.set_exception(exc)
+            return
+        with self._lock:
+            self._looking.pop(kind, None)
+            self._last_look[kind] = (time.time(), value)
+        future.set_result(value)
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    def add_job(self, job: HostedJob) -> None:
+        with self._lock:
+            self._jobs[job.id] = job
+
+    def remove_job(self, job_id: int) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    def job(self, job_id: int) -> HostedJob | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def jobs(self) -> list[HostedJob]:
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def interrupt_all(self, reason: str) -> None:
+        for job in self.jobs():
+            job.handle.interrupt(reason)
+
+    # -- saved state -----------------------------------------------------------------------
+
+    def unsaved_state(self) -> str | None:
+        """What would be lost by halting now, or None if nothing would be.
+
+        Change tracking arrives with backup images; until then the daemon cannot tell
+        whether tile files changed, so it answers as if they had.
+        """
+        return (
+            "the daemon cannot yet tell whether files changed since the last backup "
+            "(change tracking arrives with `ipuos backup`)"
+        )
+
+    def check_halt(self, if_saved: bool) -> None:
+        """Raise HaltRefused when asked to keep unsaved state that halting would drop."""
+        if not if_saved:
+            return
+        unsaved = self.unsaved_state()
+        if unsaved:
+            raise HaltRefused(
+                f"machine {self.name!r} was not halted because {unsaved}; back it up first, "
+                "or halt without --if-saved to discard its files"
+            )
+
+    def request_halt(self) -> None:
+        self.halt_requested.set()
+
+    @property
+    def uptime(self) -> float:
+        return time.time() - self.started

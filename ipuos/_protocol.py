@@ -1,0 +1,287 @@
+"""The wire protocol between ipuos clients and a machine daemon.
+
+Every message, in both directions, is one frame::
+
+    offset  size  field
+    0       2     magic b"iP"
+    2       1     protocol version (1)
+    3       1     flags (must be 0 in version 1)
+    4       4     header length H, big-endian
+    8       4     payload length P, big-endian
+    12      H     header: a JSON object, UTF-8
+    12+H    P     payload: raw bytes (program text, data files; later disk images)
+
+The 12-byte prefix keeps this layout in every version, so a daemon can skip a frame of a
+version it does not speak and answer it with an error naming the versions it does. The
+version is checked on every frame, not once per connection.
+
+Requests carry ``{"id": int, "cmd": str, "args": {...}, "timeout": seconds?}``. Replies
+carry the request's id and a ``type``: any number of ``"event"`` frames (progress, a job
+that started), then exactly one ``"result"`` or ``"error"``. Errors are
+``{"code": ..., "message": ...}``; the message is meant for the user as is. A result too
+big for a header travels as JSON in the payload (``"result_in_payload": true``).
+
+A request ``{"cmd": "cancel", "args": {"id": N}}`` cancels request N on the same
+connection (Ctrl-C in the client interrupts the job the request started).
+
+The header and payload sizes are capped before anything is read (a daemon accepts far
+less than a client does), so a length field cannot make either side allocate gigabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+MAGIC = b"iP"
+VERSION = 1
+SUPPORTED_VERSIONS = (1,)
+PREFIX = struct.Struct("!2sBBII")
+
+#: request ids are JSON numbers: keep them exact in every JSON implementation
+MAX_REQUEST_ID = 2**53 - 1
+MAX_COMMAND_NAME = 64
+#: results larger than this encoded move from the header to the payload
+INLINE_RESULT_LIMIT = 256 * 1024
+
+# error codes (the message says the rest)
+BAD_FRAME = "bad_frame"
+TOO_LARGE = "too_large"
+BAD_VERSION = "bad_version"
+BAD_JSON = "bad_json"
+BAD_REQUEST = "bad_request"
+UNKNOWN_COMMAND = "unknown_command"
+BUSY = "busy"
+TIMEOUT = "timeout"
+PERMISSION_DENIED = "permission_denied"
+NOT_AVAILABLE = "not_available"
+INTERNAL = "internal"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most one side accepts in one frame."""
+
+    max_header: int
+    max_payload: int
+
+
+#: what a daemon accepts from a client: small headers, programs and data files
+REQUEST_LIMITS = Limits(max_header=64 * 1024, max_payload=64 * 1024 * 1024)
+#: what a client accepts from its daemon: run results of every tile, snapshots of 47,104 tiles
+REPLY_LIMITS = Limits(max_header=16 * 1024 * 1024, max_payload=1024 * 1024 * 1024)
+
+
+class ProtocolError(Exception):
+    """A frame or request that breaks the protocol.
+
+    ``fatal`` means the byte stream can no longer be trusted (bad magic, oversize): reply,
+    then close the connection. Otherwise the frame was consumed whole and the connection
+    can go on.
+    """
+
+    def __init__(self, code: str, message: str, *, fatal: bool = False, request_id=None, **details):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+        self.request_id = request_id
+        self.details = details
+
+
+@dataclass
+class Frame:
+    version: int
+    header: dict
+    payload: bytes = b""
+
+
+@dataclass
+class Request:
+    id: int
+    cmd: str
+    args: dict = field(default_factory=dict)
+    timeout: float | None = None
+    payload: bytes = b""
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def encode_frame(header: dict, payload: bytes = b"", version: int = VERSION, flags: int = 0) -> bytes:
+    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return PREFIX.pack(MAGIC, version, flags, len(raw), len(payload)) + raw + bytes(payload)
+
+
+def request_frame(request_id: int, cmd: str, args: dict | None = None, payload: bytes = b"",
+                  timeout: float | None = None) -> bytes:
+    header = {"id": request_id, "cmd": cmd, "args": args or {}}
+    if timeout is not None:
+        header["timeout"] = timeout
+    return encode_frame(header, payload)
+
+
+def event_frame(request_id: int, event: dict) -> bytes:
+    return encode_frame({"id": request_id, "type": "event", "event": event})
+
+
+def result_frame(request_id: int, result, payload: bytes = b"") -> bytes:
+    header = {"id": request_id, "type": "result", "result": result}
+    if not payload:
+        encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(encoded) > INLINE_RESULT_LIMIT:
+            return encode_frame({"id": request_id, "type": "result", "result_in_payload": True}, encoded)
+    return encode_frame(header, payload)
+
+
+def error_frame(request_id, code: str, message: str, **details) -> bytes:
+    error = {"code": code, "message": message}
+    error.update(details)
+    return encode_frame({"id": request_id, "type": "error", "error": error})
+
+
+def reply_result(frame: Frame):
+    """The result of a ``"result"`` frame, wherever it travelled."""
+    if frame.header.get("result_in_payload"):
+        try:
+            return json.loads(frame.payload)
+        except ValueError as exc:
+            raise ProtocolError(BAD_JSON, f"the daemon sent a result that is not JSON: {exc}") from None
+    return frame.header.get("result")
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+
+def parse_request(frame: Frame) -> Request:
+    """Check a request header's shape; ProtocolError (not fatal) says what is wrong."""
+    header = frame.header
+    request_id = header.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int) or not 0 <= request_id <= MAX_REQUEST_ID:
+        raise ProtocolError(BAD_REQUEST, f"a request needs an integer 'id' from 0 to {MAX_REQUEST_ID}")
+    cmd = header.get("cmd")
+    if not isinstance(cmd, str) or not 0 < len(cmd) <= MAX_COMMAND_NAME:
+        raise ProtocolError(BAD_REQUEST, "a request needs a command name 'cmd' (a short string)",
+                            request_id=request_id)
+    args = header.get("args", {})
+    if not isinstance(args, dict):
+        raise ProtocolError(BAD_REQUEST, "'args' must be a JSON object", request_id=request_id)
+    timeout = header.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
+        raise ProtocolError(BAD_REQUEST, "'timeout' must be a positive number of seconds",
+                            request_id=request_id)
+    return Request(request_id, cmd, args, timeout, frame.payload)
+
+
+def _parse_prefix(prefix: bytes, limits: Limits) -> tuple[int, int, int]:
+    magic, version, flags, header_len, payload_len = PREFIX.unpack(prefix)
+    if magic != MAGIC:
+        raise ProtocolError(BAD_FRAME, "this is not an ipuos protocol frame (bad magic bytes)", fatal=True)
+    if header_len > limits.max_header:
+        raise ProtocolError(TOO_LARGE, f"a frame header of {header_len} bytes is over the "
+                            f"{limits.max_header}-byte limit", fatal=True)
+    if payload_len > limits.max_payload:
+        raise ProtocolError(TOO_LARGE, f"a frame payload of {payload_len} bytes is over the "
+                            f"{limits.max_payload}-byte limit", fatal=True)
+    if version in SUPPORTED_VERSIONS and flags:
+        raise ProtocolError(BAD_FRAME, f"frame flags {flags:#x} are not defined in protocol version {version}",
+                            fatal=True)
+    return version, header_len, payload_len
+
+
+def _decode_header(raw: bytes) -> dict:
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(BAD_JSON, f"the frame header is not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError(BAD_JSON, "the frame header must be a JSON object")
+    return header
+
+
+class FrameReader:
+    """Reassembles frames from a socket, never blocking longer than asked.
+
+    Partial frames stay buffered between calls, so a caller can wake up regularly (to
+    check a Ctrl-C flag, a shutdown, a deadline) without losing bytes. ``started`` is
+    when the frame in progress began, for per-frame timeouts.
+    """
+
+    CHUNK = 256 * 1024
+
+    def __init__(self, sock: socket.socket, limits: Limits):
+        self.sock = sock
+        self.limits = limits
+        self._buffer = bytearray()
+        self._sizes: tuple[int, int, int] | None = None
+        self.started: float | None = None
+        self.eof = False
+
+    @property
+    def partial(self) -> bool:
+        return bool(self._buffer)
+
+    def poll(self, timeout: float) -> Frame | None:
+        """A complete frame, or None if none completed within ``timeout`` seconds.
+
+        Raises EOFError at a clean end of stream, ConnectionError if the stream ends
+        inside a frame, ProtocolError for a bad frame.
+        """
+        frame = self._take()
+        if frame is not None:
+            return frame
+        if self.eof:
+            raise EOFError
+        if not _readable(self.sock, timeout):
+            return None
+        try:
+            chunk = self.sock.recv(self.CHUNK)
+        except (BlockingIOError, InterruptedError, socket.timeout):
+            return None
+        if not chunk:
+            self.eof = True
+            if self._buffer:
+                raise ConnectionError("the peer closed the connection in the middle of a frame")
+            raise EOFError
+        if not self._buffer:
+            self.started = time.monotonic()
+        self._buffer += chunk
+        return self._take()
+
+    def _take(self) -> Frame | None:
+        buffer = self._buffer
+        if self._sizes is None:
+            if len(buffer) < PREFIX.size:
+                return None
+            self._sizes = _parse_prefix(bytes(buffer[: PREFIX.size]), self.limits)
+        version, header_len, payload_len = self._sizes
+        end = PREFIX.size + header_len + payload_len
+        if len(buffer) < end:
+            return None
+        raw_header = bytes(buffer[PREFIX.size : PREFIX.size + header_len])
+        payload = bytes(buffer[PREFIX.size + header_len : end])
+        del buffer[:end]
+        self._sizes = None
+        self.started = time.monotonic() if buffer else None
+        if version not in SUPPORTED_VERSIONS:
+            raise ProtocolError(
+                BAD_VERSION,
+                f"protocol version {version} is not supported; this ipuos speaks "
+                f"version {', '.join(map(str, SUPPORTED_VERSIONS))}: use client and daemon "
+                "from the same ipuos release (`ipuos halt`, then start the machine again)",
+                supported=list(SUPPORTED_VERSIONS),
+            )
+        return Frame(version, _decode_header(raw_header), payload)
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
+    try:
+        return bool(poller.poll(max(0.0, timeout) * 1000))
+    except InterruptedError:
+        return False

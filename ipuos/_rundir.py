@@ -1,0 +1,228 @@
+"""Where a machine's socket, lock and log live, and why they can be trusted.
+
+Every machine has three files in one private runtime directory: ``NAME.sock`` (the daemon's
+socket), ``NAME.lock`` (held with ``flock`` for the daemon's whole life, so there is one
+daemon per name) and ``NAME.log`` (the daemon's stdout and stderr).
+
+The directory is the first line of defence: another user who could write to it could
+swap the socket for their own and read every program we send. So it must be a real
+directory (not a symlink), owned by us, with no group or other permissions. We create it
+that way; one that exists with a wrong owner or mode is refused, never "fixed", because
+someone else may have made it.
+
+Location: ``$IPUOS_RUNTIME_DIR`` if set, else ``$XDG_RUNTIME_DIR/ipuos``, else
+``/tmp/ipuos-$UID``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MACHINE = "default"
+#: environment variable naming the machine when ``--name`` is not given
+MACHINE_ENV = "IPUOS_MACHINE"
+#: environment variable overriding the runtime directory (tests, several users of one uid)
+RUNTIME_DIR_ENV = "IPUOS_RUNTIME_DIR"
+
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+#: sun_path holds 108 bytes including the terminating NUL
+MAX_SOCKET_PATH = 107
+
+
+class RuntimeDirError(Exception):
+    """The runtime directory cannot be used safely; the message says how to fix it."""
+
+
+class MachineLocked(Exception):
+    """Another daemon holds this machine name."""
+
+    def __init__(self, name: str, pid: int | None):
+        self.name = name
+        self.pid = pid
+        held = f" (pid {pid})" if pid else ""
+        super().__init__(f"machine {name!r} is already running{held}")
+
+
+def check_name(name: str) -> str:
+    """A machine name is a file name in the runtime dir: keep it plain."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"bad machine name {name!r}: use up to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def runtime_dir() -> Path:
+    """The runtime directory for this user (not checked; see :func:`private_dir`)."""
+    explicit = os.environ.get(RUNTIME_DIR_ENV)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg) and os.path.isdir(xdg):
+        return Path(xdg) / "ipuos"
+    return Path(f"/tmp/ipuos-{os.getuid()}")
+
+
+def private_dir(path: Path | None = None, create: bool = True) -> Path:
+    """Return ``path`` (default :func:`runtime_dir`) after checking it is ours and private.
+
+    Creates it with mode 0700 when missing and ``create`` is true (its parent must exist).
+    Raises RuntimeDirError, with what to do, for anything else.
+    """
+    path = Path(path) if path is not None else runtime_dir()
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            raise RuntimeDirError(f"the runtime directory {path} does not exist") from None
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass  # someone made it meanwhile: check theirs below
+        except OSError as exc:
+            raise RuntimeDirError(
+                f"cannot create the runtime directory {path}: {exc.strerror}; "
+                f"set {RUNTIME_DIR_ENV} to a directory you own"
+            ) from None
+        info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode):
+        raise RuntimeDirError(
+            f"refusing to use the runtime directory {path}: it is a symbolic link; "
+            f"remove it, or set {RUNTIME_DIR_ENV} to a private directory"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise RuntimeDirError(
+            f"refusing to use the runtime directory {path}: it is not a directory; "
+            f"remove it, or set {RUNTIME_DIR_ENV} to a private directory"
+        )
+    uid = os.geteuid()
+    if info.st_uid != uid:
+        raise RuntimeDirError(
+            f"refusing to use the runtime directory {path}: it belongs to uid {info.st_uid}, "
+            f"not to you (uid {uid}), so its owner could intercept your machines; "
+            f"remove it, or set {RUNTIME_DIR_ENV} to a private directory"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise RuntimeDirError(
+            f"refusing to use the runtime directory {path}: its mode is {mode:04o}, so other "
+            f"users can reach your machines' sockets; make it private with `chmod 700 {path}`"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class MachinePaths:
+    """The files of one named machine."""
+
+    name: str
+    dir: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / f"{self.name}.sock"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / f"{self.name}.lock"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+
+def machine_paths(name: str, directory: Path | None = None, create: bool = True) -> MachinePaths:
+    """Check ``name`` and the runtime dir; the machine's file paths."""
+    paths = MachinePaths(check_name(name), private_dir(directory, create))
+    if len(os.fsencode(paths.socket)) > MAX_SOCKET_PATH:
+        raise RuntimeDirError(
+            f"the socket path {paths.socket} is longer than the {MAX_SOCKET_PATH} bytes a "
+            f"Unix socket allows; set {RUNTIME_DIR_ENV} to a shorter directory"
+        )
+    return paths
+
+
+def running_names(directory: Path | None = None) -> list[str]:
+    """Names of machines whose lock is held right now, sorted."""
+    try:
+        folder = private_dir(directory, create=False)
+    except RuntimeDirError:
+        return []
+    names = []
+    for lock in sorted(folder.glob("*.lock")):
+        name = lock.name[: -len(".lock")]
+        if _NAME_RE.match(name) and lock_holder(lock) is not None:
+            names.append(name)
+    return names
+
+
+# -- the lock ---------------------------------------------------------------------------------
+
+
+def acquire_lock(path: Path, name: str) -> int:
+    """Take the machine's lock for this process's life; the open fd (keep it open).
+
+    The daemon removes its lock file when it halts, so a competitor may have opened the
+    old file just before: after locking, check the path still names the file we locked,
+    and start over if not. Raises MachineLocked when another daemon holds it.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _read_pid(fd)
+            os.close(fd)
+            raise MachineLocked(name, pid) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+
+
+def release_lock(fd: int, path: Path) -> None:
+    """Remove the lock file while still holding it, then let go."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of the daemon holding the lock at ``path`` (0 if unknown), or None if free."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            return None
+        raise
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

@@ -1,0 +1,212 @@
+"""``ipuos top``: a live map of every tile, coloured by state or by SRAM use.
+
+One character per tile, row after row with the first tile id of each row in the margin,
+like the memory view of Graphcore's PopVision. When the machine has more tiles than the
+screen has cells (a 32-chip machine has 47,104), each cell stands for a block of
+consecutive tiles and shows its busiest tile (state view) or its fullest tile (SRAM
+view), and the header says how many tiles a cell holds. Letters as well as colours carry
+the state, so the map still reads on a terminal without colour or in a file (``--once``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import select
+import sys
+import termios
+import time
+import tty
+from typing import Callable
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from ._views import human_bytes, human_duration, simulated_time, state_counts
+
+STATE_VIEW = "state"
+SRAM_VIEW = "sram"
+
+#: glyph and colour of each tile state
+STATE_STYLES = {
+    "idle": (".", "grey50"),
+    "running": ("R", "bold green"),
+    "waiting": ("w", "yellow"),
+    "dead": ("X", "bold red"),
+}
+#: an aggregated cell shows the first of these states any of its tiles is in
+BUSIEST_FIRST = ("dead", "running", "waiting", "idle")
+SRAM_GLYPHS = "▁▂▃▄▅▆▇█"
+#: rows the map may use when the output is not a terminal
+FILE_ROWS = 64
+#: lines around the map: header, legend, jobs, footer
+CHROME_LINES = 10
+
+
+def cell_size(ntiles: int, columns: int, max_rows: int | None) -> int:
+    """How many tiles one cell stands for so the map fits in ``max_rows`` rows."""
+    if max_rows is None or ntiles <= columns * max_rows:
+        return 1
+    return math.ceil(ntiles / (columns * max(1, max_rows)))
+
+
+def _sram_style(fraction: float) -> str:
+    if fraction < 0.5:
+        return "green"
+    if fraction < 0.75:
+        return "yellow"
+    if fraction < 0.9:
+        return "dark_orange"
+    return "bold red"
+
+
+def _cells(ps: dict, view: str, per_cell: int) -> list[tuple[str, str]]:
+    """(glyph, style) for every cell of the map."""
+    states = ps["states"]
+    names = ps["state_codes"]
+    ntiles = ps["ntiles"]
+    cells = []
+    if view == STATE_VIEW:
+        codes = {state: code for code, state in names.items()}
+        order = [codes[s] for s in BUSIEST_FIRST if s in codes]
+        for start in range(0, ntiles, per_cell):
+            block = states[start : start + per_cell]
+            code = block if per_cell == 1 else next((c for c in order if c in block), block[0])
+            cells.append(STATE_STYLES.get(names.get(code, ""), ("?", "magenta")))
+    else:
+        total = ps["sram_per_tile"]
+        used = ps["sram_used"]
+        for start in range(0, ntiles, per_cell):
+            fraction = max(used[start : start + per_cell]) / total
+            glyph = SRAM_GLYPHS[min(len(SRAM_GLYPHS) - 1, int(fraction * len(SRAM_GLYPHS)))]
+            cells.append((glyph, _sram_style(fraction)))
+    return cells
+
+
+def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[Text, int]:
+    """The tile map as rich Text, and the number of tiles per cell."""
+    ntiles = ps["ntiles"]
+    label_width = len(str(max(0, ntiles - 1)))
+    columns = max(8, width - label_width - 1)
+    per_cell = cell_size(ntiles, columns, max_rows)
+    cells = _cells(ps, view, per_cell)
+    text = Text(no_wrap=True, overflow="crop")
+    for row_start in range(0, len(cells), columns):
+        if row_start:
+            text.append("\n")
+        text.append(f"{row_start * per_cell:>{label_width}} ", style="dim")
+        run_glyphs, run_style = [], None
+        for glyph, style in cells[row_start : row_start + columns]:
+            if style != run_style and run_glyphs:
+                text.append("".join(run_glyphs), style=run_style)
+                run_glyphs = []
+            run_style = style
+            run_glyphs.append(glyph)
+        if run_glyphs:
+            text.append("".join(run_glyphs), style=run_style)
+    return text, per_cell
+
+
+def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | None,
+                 message: str | None = None, keys_help: bool = False) -> Group:
+    """One screenful: header, legend, the map, jobs."""
+    header = Text.assemble(
+        ("ipuos top", "bold"),
+        f"  machine {status['name']!r}  {status['preset']} x{status['ipus']}  "
+        f"{status['tiles']} tiles  up {human_duration(status['uptime_seconds'])}\n",
+        f"superstep {status['supersteps']}  exchanged {human_bytes(status['bytes_exchanged'])}  "
+        f"exchange time {simulated_time(status['simulated_exchange_seconds'])} ",
+        ("(simulated)", "italic"),
+    )
+    tile_map, per_cell = render_map(ps, view, width, max_rows)
+    legend = Text()
+    if view == STATE_VIEW:
+        for state, count in state_counts(ps).items():
+            glyph, style = STATE_STYLES.get(state, ("?", "magenta"))
+            legend.append(glyph, style=style)
+            legend.append(f" {state} {count}   ")
+        scope = "busiest"
+    else:
+        legend.append(f"SRAM used of {human_bytes(ps['sram_per_tile'])} per tile: ")
+        for i, glyph in enumerate(SRAM_GLYPHS):
+            legend.append(glyph, style=_sram_style(i / len(SRAM_GLYPHS)))
+        legend.append(" 0-100%   ")
+        scope = "fullest"
+    legend.append(f"view: {view}")
+    if per_cell > 1:
+        legend.append(f"\n1 cell = {per_cell} tiles (shows its {scope} tile)")
+    parts = [header, legend, tile_map]
+    jobs = ps["jobs"]
+    if jobs:
+        lines = [f"job {j['job']}  tiles {j['tiles'] or '-'}  {j['name'] or '-'}"
+                 + (f"  {human_duration(j['elapsed_seconds'])}" if j["elapsed_seconds"] is not None else "")
+                 for j in jobs[:5]]
+        if len(jobs) > 5:
+            lines.append(f"... and {len(jobs) - 5} more jobs")
+        parts.append(Text("\n".join(lines)))
+    else:
+        parts.append(Text("no jobs running", style="dim"))
+    message = message or ps.get("stale_reason") or status.get("stale_reason")
+    if message:
+        parts.append(Text(message, style="bold red"))
+    if keys_help:
+        parts.append(Text("q quit   s switch between state and SRAM view", style="dim"))
+    return Group(*parts)
+
+
+def print_once(console: Console, status: dict, ps: dict, view: str, max_rows: int | None) -> None:
+    console.print(render_frame(status, ps, view, console.width, max_rows), soft_wrap=False)
+
+
+def run_live(console: Console, fetch: Callable[[], tuple[dict, dict]], view: str, interval: float) -> None:
+    """Redraw every ``interval`` seconds until ``q`` or Ctrl-C.
+
+    ``fetch`` returns (status, ps) or raises; a machine that does not answer in time
+    (a tile computing without an exchange point holds the scheduler) shows a message
+    and the last map instead of freezing the screen.
+    """
+    from ._client import DaemonError  # the one error worth showing and retrying
+
+    last: tuple[dict, dict] | None = None
+    message = None
+    with _key_reader() as read_key, Live(console=console, screen=True, auto_refresh=False) as live:
+        while True:
+            try:
+                last = fetch()
+                message = None
+            except DaemonError as exc:
+                if exc.code not in ("timeout", "busy"):
+                    raise
+                message = exc.message
+            if last is not None:
+                rows = max(1, console.height - CHROME_LINES)
+                live.update(render_frame(*last, view, console.width, rows, message, keys_help=True),
+                            refresh=True)
+            key = read_key(interval)
+            if key in ("q", "Q"):
+                return
+            if key in ("s", "S"):
+                view = SRAM_VIEW if view == STATE_VIEW else STATE_VIEW
+
+
+@contextlib.contextmanager
+def _key_reader():
+    """``read(timeout)`` -> a key pressed within ``timeout`` s, or None (cbreak mode on a tty)."""
+    stdin = sys.stdin
+    if not stdin.isatty():
+        yield lambda timeout: time.sleep(timeout)
+        return
+    fd = stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)  # keys arrive unbuffered; Ctrl-C still raises KeyboardInterrupt
+
+    def read(timeout: float):
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return os.read(fd, 1).decode("ascii", "replace") if ready else None
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)

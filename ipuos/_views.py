@@ -1,0 +1,142 @@
+"""What ``ps`` and ``status`` print: daemon replies turned into text and into ``--json``.
+
+Kept apart from the click commands so the formats can be read (and tested) on their own.
+A ``ps`` reply is compact (one letter per tile state, for 47,104 tiles); ``--json``
+expands it into one object per tile, which is what scripts want.
+"""
+
+from __future__ import annotations
+
+from ._tilespec import format_tiles
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def human_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def simulated_time(seconds: float) -> str:
+    """Simulated chip time, in the unit that reads best (exchange times are tiny)."""
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+# -- ps ---------------------------------------------------------------------------------------
+
+
+def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
+    """One dict per tile (all, or those in ``tiles``) from a compact ``ps`` reply."""
+    codes = ps["state_codes"]
+    total = ps["sram_per_tile"]
+    waiting = ps["waiting"]
+    chosen = range(ps["ntiles"]) if tiles is None else tiles
+    return [
+        {
+            "tile": t,
+            "state": codes.get(ps["states"][t], "unknown"),
+            "job": ps["jobs_of_tiles"][t],
+            "sram_used": ps["sram_used"][t],
+            "sram_total": total,
+            "waiting": waiting.get(str(t)),
+        }
+        for t in chosen
+    ]
+
+
+def ps_json(name: str, ps: dict, tiles: list[int] | None = None) -> dict:
+    return {"machine": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
+
+
+def state_counts(ps: dict) -> dict[str, int]:
+    counts = {state: 0 for state in ps["state_codes"].values()}
+    for code, state in ps["state_codes"].items():
+        counts[state] = ps["states"].count(code)
+    return counts
+
+
+def format_ps(name: str, ps: dict, tiles: list[int] | None = None) -> str:
+    """Tiles grouped by state and job (or listed one by one when ``tiles`` is given), then jobs."""
+    total = human_bytes(ps["sram_per_tile"])
+    rows = [("TILES", "STATE", "JOB", "SRAM USED", "WAITING FOR")]
+    if tiles is None:
+        groups: dict[tuple, list[int]] = {}
+        for record in tile_records(ps):
+            groups.setdefault((record["state"], record["job"]), []).append(record["tile"])
+        used = ps["sram_used"]
+        for (state, job), members in sorted(groups.items(), key=lambda g: g[1][0]):
+            low, high = min(used[t] for t in members), max(used[t] for t in members)
+            span = human_bytes(low) if low == high else f"{human_bytes(low)}-{human_bytes(high)}"
+            reasons = sorted({ps["waiting"][str(t)] for t in members if str(t) in ps["waiting"]})
+            wait = ", ".join(reasons[:2]) + (f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else "")
+            rows.append((format_tiles(members), state, _job(job), f"{span} of {total}", wait))
+    else:
+        for record in tile_records(ps, tiles):
+            rows.append((str(record["tile"]), record["state"], _job(record["job"]),
+                         f"{human_bytes(record['sram_used'])} of {total}", record["waiting"] or ""))
+    counts = ", ".join(f"{n} {state}" for state, n in state_counts(ps).items() if n)
+    lines = [f"machine {name!r}: {ps['ntiles']} tiles ({counts})", *_table(rows)]
+    if ps.get("stale_reason"):
+        lines.insert(0, f"note: {ps['stale_reason']}")
+    if ps["jobs"]:
+        jobs = [("JOB", "TILES", "NAME", "ELAPSED", "CLIENT PID")]
+        for job in ps["jobs"]:
+            elapsed = job["elapsed_seconds"]
+            jobs.append((str(job["job"]), job["tiles"] or "-", job["name"] or "-",
+                         human_duration(elapsed) if elapsed is not None else "-",
+                         str(job["client_pid"]) if job["client_pid"] else "-"))
+        lines += ["", *_table(jobs)]
+    else:
+        lines.append("no jobs running")
+    return "\n".join(lines) + "\n"
+
+
+def _job(job) -> str:
+    return "-" if job is None else str(job)
+
+
+def _table(rows: list[tuple]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def format_status(status: dict) -> str:
+    ipus = status["ipus"]
+    rows = [
+        ("machine", f"{status['name']} (pid {status['pid']})"),
+        ("preset", f"{status['preset']}: {ipus} IPU{'s' if ipus != 1 else ''} x "
+                   f"{status['tiles_per_chip']} tiles = {status['tiles']} tiles, "
+                   f"{human_bytes(status['sram_per_tile'])} SRAM per tile"),
+        ("uptime", f"{human_duration(status['uptime_seconds'])} (booted in {status['boot_seconds']:.3f} s)"),
+        ("jobs", f"{status['jobs']} running"),
+        ("supersteps", f"{status['supersteps']} ({status['supersteps_with_traffic']} with exchange traffic)"),
+        ("exchanged", human_bytes(status["bytes_exchanged"])),
+        ("exchange time", f"{simulated_time(status['simulated_exchange_seconds'])} SIMULATED "
+                          "(modelled chip time, not host wall time)"),
+        ("socket", status["socket"]),
+        ("log", status["log"]),
+        ("protocol", f"version {status['protocol']} (ipuos {status['ipuos']})"),
+    ]
+    width = max(len(key) for key, _ in rows)
+    note = f"note: {status['stale_reason']}\n" if status.get("stale_reason") else ""
+    return note + "".join(f"{key.ljust(width)}  {value}\n" for key, value in rows)

@@ -1,0 +1,153 @@
+"""The read-only commands on a real daemon: ``ps``, ``status``, ``top`` and their ``--json``."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+from daemon_harness import (  # noqa: F401  (fixtures)
+    machine,
+    raw_socket,
+    read_frame,
+    request,
+    runtime_dir,
+    wait_for,
+)
+
+from ipuos._cli import main
+from ipuos._top import SRAM_GLYPHS
+
+SPIN = b"print('spin', __tileid)\nwhile True:\n    sync()\n"
+
+
+@pytest.fixture
+def busy(machine):
+    """``machine`` with a job spinning in sync() on tiles 0-3 (interrupted at teardown)."""
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(SPIN), "tiles": "0-3"}, SPIN))
+    job = read_frame(sock).header["event"]["job"]
+    yield machine, job
+    sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+def invoke(booted, *args):
+    return CliRunner(env={"IPUOS_MACHINE": booted.name}).invoke(main, list(args))
+
+
+def test_ps_groups_tiles_and_lists_jobs(busy):
+    booted, job = busy
+    result = invoke(booted, "ps")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    busy_state = lines[2].split()[1]  # between supersteps a spinning tile is running or waiting
+    assert busy_state in ("running", "waiting")
+    assert lines[0] == f"machine {booted.name!r}: 16 tiles (12 idle, 4 {busy_state})"
+    assert lines[1].split() == ["TILES", "STATE", "JOB", "SRAM", "USED", "WAITING", "FOR"]
+    assert lines[2].split()[:3] == ["0-3", busy_state, str(job)]
+    assert lines[3].split()[:3] == ["4-15", "idle", "-"] and "KiB of 64.0 KiB" in lines[3]
+    assert lines[5].split() == ["JOB", "TILES", "NAME", "ELAPSED", "CLIENT", "PID"]
+    assert lines[6].split()[:3] == [str(job), "0-3", "spin.py"]
+
+
+def test_ps_json_has_every_tile(busy):
+    booted, job = busy
+    result = invoke(booted, "ps", "--json")
+    doc = json.loads(result.output)
+    assert doc["machine"] == booted.name
+    assert len(doc["tiles"]) == 16
+    first = doc["tiles"][0]
+    assert set(first) == {"tile", "state", "job", "sram_used", "sram_total", "waiting"}
+    assert (first["tile"], first["job"], first["sram_total"]) == (0, job, 65536)
+    assert first["state"] in ("running", "waiting") and 0 < first["sram_used"] <= 65536
+    assert [t["state"] for t in doc["tiles"][4:]] == ["idle"] * 12
+    assert [j["job"] for j in doc["jobs"]] == [job]
+
+
+def test_ps_lists_chosen_tiles_one_by_one(busy):
+    booted, job = busy
+    result = invoke(booted, "ps", "--tiles", "3-4")
+    rows = result.output.splitlines()[2:4]
+    assert rows[0].split()[0::2][:2] == ["3", str(job)] and rows[0].split()[1] in ("running", "waiting")
+    assert rows[1].split()[:3] == ["4", "idle", "-"]
+    assert json.loads(invoke(booted, "ps", "--tiles", "15", "--json").output)["tiles"][0]["tile"] == 15
+    bad = invoke(booted, "ps", "--tiles", "99")
+    assert bad.exit_code == 2 and "no tile 99" in bad.output
+
+
+def test_status_labels_simulated_time(machine):
+    ring = b"send((__tileid + 1) % __numtiles, b'x' * 1000)\nrecv((__tileid - 1) % __numtiles)\n"
+    machine.call("run", {"filename": "ring.py", "source_len": len(ring), "tiles": "0-15"}, ring)
+    result = invoke(machine, "status")
+    assert result.exit_code == 0
+    fields = dict(line.split(None, 1) for line in result.output.splitlines() if line.strip())
+    assert fields["machine"].startswith(f"{machine.name} (pid {machine.pid})")
+    assert fields["preset"] == "tiny: 1 IPU x 16 tiles = 16 tiles, 64.0 KiB SRAM per tile"
+    assert "SIMULATED (modelled chip time, not host wall time)" in result.output
+    doc = json.loads(invoke(machine, "status", "--json").output)
+    assert doc["bytes_exchanged"] > 16 * 1000 and doc["simulated_exchange_seconds"] > 0
+    assert doc["supersteps"] >= 1 and doc["tiles"] == 16 and doc["preset"] == "tiny"
+    assert set(doc) >= {"uptime_seconds", "pid", "socket", "log", "protocol"}
+
+
+def test_top_once_draws_every_tile_with_correct_counts(busy):
+    booted, job = busy
+    result = invoke(booted, "top", "--once")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"ipuos top  machine {booted.name!r}  tiny x1  16 tiles")
+    assert "exchange time" in lines[1] and lines[1].endswith("(simulated)")
+    legend = lines[2].split()
+    assert legend[:3] == [".", "idle", "12"] and legend[9:12] == ["X", "dead", "0"]
+    assert int(legend[5]) + int(legend[8]) == 4  # running + waiting
+    assert lines[3][:3] == " 0 " and set(lines[3][3:7]) <= {"R", "w"} and lines[3][7:] == "." * 12
+    assert lines[4].startswith(f"job {job}  tiles 0-3  spin.py")
+
+
+def test_top_once_by_sram(machine):
+    result = invoke(machine, "top", "--once", "--by", "sram")
+    lines = result.output.splitlines()
+    assert "SRAM used of 64.0 KiB per tile" in lines[2]
+    used = machine.call("ps")["sram_used"]
+    levels = [SRAM_GLYPHS[int(u / 65536 * 8)] for u in used]
+    assert lines[3] == " 0 " + "".join(levels)
+
+
+def test_top_json(busy):
+    booted, _ = busy
+    doc = json.loads(invoke(booted, "top", "--json").output)
+    assert doc["status"]["name"] == booted.name
+    assert sum(t["state"] == "idle" for t in doc["tiles"]) == 12
+
+
+@pytest.mark.parametrize("command", [["ps"], ["status"], ["top", "--once"], ["kill", "1"], ["ps", "--json"]])
+def test_read_commands_do_not_start_a_machine(runtime_dir, command):
+    result = CliRunner().invoke(main, [*command, "--name", "nothing-here"])
+    assert result.exit_code == 3
+    assert result.output == ("ipuos: no machine named 'nothing-here' is running; "
+                             "start one with `ipuos boot --name nothing-here`\n")
+
+
+def test_kill_from_the_cli(busy):
+    booted, job = busy
+    result = invoke(booted, "kill", str(job))
+    assert result.exit_code == 0 and result.output == f"interrupted job {job}\n"
+    wait_for(lambda: booted.call("ps")["jobs"] == [], what="the job to end")
+    again = invoke(booted, "kill", str(job))
+    assert again.exit_code == 1 and f"no job {job} is running" in again.output
+
+
+def test_a_bad_name_is_a_usage_error(runtime_dir):
+    result = CliRunner().invoke(main, ["status", "--name", "../up"])
+    assert result.exit_code == 2
+    assert "bad machine name '../up'" in result.output
+
+
+def test_machines_lists_running_machines(machine):
+    result = CliRunner().invoke(main, ["machines"])
+    assert result.exit_code == 0
+    assert f"{machine.name}  tiny, 1 IPU, 16 tiles  pid {machine.pid}" in result.output.splitlines()
+    listed = json.loads(CliRunner().invoke(main, ["machines", "--json"]).output)
+    assert machine.name in [m["name"] for m in listed]

@@ -1,0 +1,368 @@
+"""The daemon's defences, against real daemons over their real sockets.
+
+Modes of the runtime dir and socket, other users, hostile and malformed frames, many
+clients at once, clients that vanish mid-request or fall silent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import threading
+import time
+
+import pytest
+from daemon_harness import (  # noqa: F401  (fixtures)
+    boot_machine,
+    closed_by_peer,
+    machine,
+    raw_socket,
+    read_frame,
+    request,
+    runtime_dir,
+    shared_machine,
+    wait_for,
+)
+
+from ipuos._client import Client, DaemonError
+from ipuos._protocol import MAGIC, PREFIX, encode_frame
+from ipuos._rundir import RuntimeDirError, machine_paths, private_dir
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def still_serves(booted) -> None:
+    assert booted.call("hello")["name"] == booted.name
+
+
+# -- files and modes --------------------------------------------------------------------------
+
+
+def test_runtime_files_are_private(shared_machine, runtime_dir):
+    paths = shared_machine.paths
+    assert mode(runtime_dir) == 0o700
+    assert stat.S_ISSOCK(os.lstat(paths.socket).st_mode) and mode(paths.socket) == 0o600
+    assert mode(paths.lock) == 0o600 and mode(paths.log) == 0o600
+    for path in (runtime_dir, paths.socket, paths.lock, paths.log):
+        assert os.lstat(path).st_uid == os.geteuid()
+
+
+def test_a_missing_runtime_dir_is_created_private(tmp_path):
+    created = private_dir(tmp_path / "run")
+    assert mode(created) == 0o700
+
+
+@pytest.mark.parametrize("problem", ["mode", "owner", "symlink", "file"])
+def test_an_unsafe_runtime_dir_is_refused(tmp_path, problem):
+    path = tmp_path / "run"
+    if problem == "symlink":
+        (tmp_path / "real").mkdir(mode=0o700)
+        path.symlink_to(tmp_path / "real")
+    elif problem == "file":
+        path.write_text("")
+    else:
+        path.mkdir(mode=0o700)
+        if problem == "mode":
+            path.chmod(0o755)
+        else:
+            os.chown(path, 65534, 65534)
+    with pytest.raises(RuntimeDirError) as err:
+        private_dir(path)
+    expected = {"mode": "chmod 700", "owner": "belongs to uid 65534", "symlink": "symbolic link",
+                "file": "not a directory"}[problem]
+    assert expected in str(err.value)
+
+
+def test_the_cli_refuses_an_unsafe_runtime_dir(tmp_path):
+    from daemon_harness import run_cli
+
+    path = tmp_path / "run"
+    path.mkdir(mode=0o777)
+    path.chmod(0o777)
+    done = run_cli("status", env=dict(os.environ, IPUOS_RUNTIME_DIR=str(path)))
+    assert done.returncode == 1
+    assert f"refusing to use the runtime directory {path}: its mode is 0777" in done.stderr
+    assert f"chmod 700 {path}" in done.stderr
+
+
+def test_bad_machine_names_are_refused(runtime_dir):
+    for name in ("../etc", "a/b", "", ".hidden", "x" * 65, "sp ace"):
+        with pytest.raises(ValueError, match="bad machine name"):
+            machine_paths(name)
+
+
+# -- other users --------------------------------------------------------------------------------
+
+# A stdlib-only client (nobody cannot read the venv): connect and print what the daemon
+# says. The daemon refuses at accept, before reading anything, so it sends no request.
+NOBODY_CLIENT = r"""
+import json, socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(10)
+try:
+    s.connect(sys.argv[1])
+except OSError as exc:
+    print(json.dumps({"connect_error": exc.__class__.__name__})); sys.exit(0)
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk: break
+    data += chunk
+hl = struct.unpack("!I", data[4:8])[0] if len(data) >= 12 else 0
+print(json.dumps({"reply": json.loads(data[12:12 + hl]) if hl else None, "closed": True}))
+"""
+
+
+def as_nobody(socket_path) -> dict:
+    done = subprocess.run(["/usr/bin/python3", "-c", NOBODY_CLIENT, str(socket_path)], user="nobody",
+                          group="nogroup", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching to nobody needs root")
+
+
+@needs_root
+def test_another_user_cannot_reach_the_socket(shared_machine):
+    assert as_nobody(shared_machine.paths.socket) == {"connect_error": "PermissionError"}
+    still_serves(shared_machine)
+
+
+@needs_root
+def test_peer_credentials_are_checked_even_if_the_files_are_opened_up(runtime_dir):
+    """Loosen the dir and socket on purpose: SO_PEERCRED must still refuse another uid."""
+    booted = boot_machine()
+    try:
+        runtime_dir.chmod(0o711)
+        booted.paths.socket.chmod(0o666)
+        result = as_nobody(booted.paths.socket)
+        assert result["closed"]
+        assert result["reply"]["type"] == "error"
+        assert result["reply"]["error"]["code"] == "permission_denied"
+        assert "belongs to another user" in result["reply"]["error"]["message"]
+        runtime_dir.chmod(0o700)
+        still_serves(booted)
+        assert "refused a connection from uid 65534" in booted.paths.log.read_text()
+    finally:
+        runtime_dir.chmod(0o700)
+        booted.halt()
+
+
+# -- malformed and hostile frames ---------------------------------------------------------------
+
+
+def error_of(frame) -> tuple[str, str]:
+    assert frame is not None, "the daemon closed the connection without replying"
+    assert frame.header["type"] == "error", frame.header
+    return frame.header["error"]["code"], frame.header["error"]["message"]
+
+
+@pytest.mark.parametrize("wire, code", [
+    (PREFIX.pack(MAGIC, 1, 0, 10 * 1024 * 1024, 0), "too_large"),
+    (PREFIX.pack(MAGIC, 1, 0, 20, 512 * 1024 * 1024), "too_large"),
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad_frame"),
+    (encode_frame({"id": 1, "cmd": "ps"}, flags=1), "bad_frame"),
+])
+def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, wire, code):
+    sock = raw_socket(shared_machine.paths)
+    sock.sendall(wire)
+    assert error_of(read_frame(sock))[0] == code
+    assert closed_by_peer(sock)
+    sock.close()
+    still_serves(shared_machine)
+
+
+@pytest.mark.parametrize("wire, code, message", [
+    (PREFIX.pack(MAGIC, 1, 0, 5, 0) + b"{nope", "bad_json", "not valid UTF-8 JSON"),
+    (PREFIX.pack(MAGIC, 1, 0, 3, 0) + b"[1]", "bad_json", "must be a JSON object"),
+    (encode_frame({"id": 1, "cmd": "ps"}, version=7), "bad_version", "version 7 is not supported"),
+    (encode_frame({"id": "one", "cmd": "ps"}), "bad_request", "integer 'id'"),
+    (encode_frame({"id": 1, "cmd": ["ps"]}), "bad_request", "command name"),
+    (request(1, "format_disk"), "unknown_command", "unknown command 'format_disk'"),
+    (request(1, "status", {"verbose": True}), "bad_request", "has no argument 'verbose'"),
+    (request(1, "kill", {"job": "3"}), "bad_request", "'job' of command 'kill' must be an integer"),
+    (request(1, "kill", {"job": True}), "bad_request", "must be an integer"),
+    (request(1, "kill", {}), "bad_request", "needs the argument 'job'"),
+    (request(1, "run", {"filename": "p.py", "source_len": 99}, b"print(1)"), "bad_request", "does not fit"),
+    (request(1, "run", {"filename": "p.py", "source_len": 2}, b"\xff\xfe"), "bad_program", "not UTF-8"),
+    (request(1, "run", {"filename": "p.py", "source_len": 4, "budget": -1}, b"pass"), "bad_request", "positive"),
+    (request(1, "halt", {"if_saved": "yes"}), "bad_request", "must be true or false"),
+])
+def test_malformed_requests_get_an_error_and_the_connection_goes_on(shared_machine, wire, code, message):
+    sock = raw_socket(shared_machine.paths)
+    sock.sendall(wire)
+    got_code, got_message = error_of(read_frame(sock))
+    assert (got_code, message in got_message) == (code, True), got_message
+    sock.sendall(request(2, "hello"))
+    reply = read_frame(sock)
+    assert reply.header["id"] == 2 and reply.header["result"]["name"] == shared_machine.name
+    sock.close()
+
+
+def test_a_bad_version_reply_names_the_supported_versions(shared_machine):
+    sock = raw_socket(shared_machine.paths)
+    sock.sendall(encode_frame({"id": 1, "cmd": "hello"}, version=2))
+    frame = read_frame(sock)
+    assert frame.version == 1 and frame.header["error"]["supported"] == [1]
+    sock.close()
+
+
+def test_garbage_from_many_connections_does_not_stop_the_daemon(shared_machine):
+    for junk in (os.urandom(5000), b"\x00" * 12, MAGIC + b"\x01\x00" + b"\xff" * 8, b"iP"):
+        sock = raw_socket(shared_machine.paths)
+        try:
+            sock.sendall(junk)
+        except OSError:
+            pass
+        sock.close()
+    still_serves(shared_machine)
+
+
+# -- timeouts -----------------------------------------------------------------------------------
+
+
+def test_silent_and_slow_clients_are_disconnected(runtime_dir):
+    booted = boot_machine(daemon_options=("--idle-seconds", "0.5", "--frame-seconds", "0.5"))
+    try:
+        silent = raw_socket(booted.paths)
+        slow = raw_socket(booted.paths)
+        slow.sendall(request(1, "hello")[:9])  # and never the rest
+        started = time.monotonic()
+        assert "idle" in error_of(read_frame(silent))[1]
+        assert "did not arrive whole" in error_of(read_frame(slow))[1]
+        assert closed_by_peer(silent) and closed_by_peer(slow)
+        assert time.monotonic() - started < 5
+        still_serves(booted)
+    finally:
+        booted.halt()
+
+
+def test_a_client_may_ask_for_a_shorter_timeout(shared_machine):
+    with shared_machine.client() as client:
+        assert client.call("status", timeout=5)["name"] == shared_machine.name
+
+
+# -- many clients, vanishing clients ----------------------------------------------------------
+
+
+def test_a_hundred_concurrent_clients(machine):
+    errors, results = [], {}
+    barrier = threading.Barrier(100)
+
+    def client_thread(i):
+        try:
+            with Client(machine.paths) as client:
+                barrier.wait(timeout=30)
+                status = client.call("status")
+                ps = client.call("ps")
+                ran = None
+                if i < 16:  # one tiny program per tile, all at once
+                    source = b"print('on', __physical_tile)"
+                    ran = client.call("run", {"filename": f"p{i}.py", "source_len": len(source),
+                                              "tiles": str(i)}, source, wait=60)
+                results[i] = (status["tiles"], len(ps["states"]), ran)
+        except Exception as exc:  # noqa: BLE001 - collected and reported below
+            errors.append(f"client {i}: {exc!r}")
+
+    threads = [threading.Thread(target=client_thread, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    assert errors == []
+    assert len(results) == 100
+    assert all(r[:2] == (16, 16) for r in results.values())
+    for i in range(16):
+        doc = results[i][2]
+        assert doc["exit_status"] == 0 and doc["tiles"][0]["output"] == f"on {i}\n", doc
+    still_serves(machine)
+
+
+SPIN = b"while True:\n    sync()\n"
+
+
+def start_run(paths, tiles: str, source: bytes = SPIN) -> socket.socket:
+    sock = raw_socket(paths)
+    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(source), "tiles": tiles}, source))
+    started = read_frame(sock)
+    assert started.header["type"] == "event" and started.header["event"]["event"] == "started"
+    return sock
+
+
+def busy_tiles(booted) -> str:
+    return "".join(c for c in booted.call("ps")["states"] if c != "i")
+
+
+def test_a_client_that_disconnects_mid_run_interrupts_its_job(machine):
+    sock = start_run(machine.paths, "0-3")
+    assert len(busy_tiles(machine)) == 4
+    sock.close()
+    wait_for(lambda: busy_tiles(machine) == "", what="the job to be interrupted")
+    assert machine.call("ps")["jobs"] == []
+
+
+def test_a_client_that_disconnects_mid_frame(machine):
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": "p.py", "source_len": 5000}, b"x" * 5000)[:3000])
+    sock.close()
+    still_serves(machine)
+    assert busy_tiles(machine) == ""
+
+
+def test_cancel_interrupts_a_run_and_still_returns_its_output(machine):
+    source = b"print('hello from', __tileid)\nwhile True:\n    sync()\n"
+    sock = start_run(machine.paths, "4-5", source)
+    sock.sendall(request(2, "cancel", {"id": 1}))
+    frames = {}
+    while len(frames) < 2:
+        frame = read_frame(sock)
+        frames[frame.header["id"]] = frame
+    assert frames[2].header["result"] == {"cancelled": True}
+    doc = frames[1].header["result"]
+    assert doc["exit_status"] == 130
+    assert [t["output"] for t in doc["tiles"]] == ["hello from 0\n", "hello from 1\n"]
+    assert all(t["status"] == "interrupted" for t in doc["tiles"])
+    sock.close()
+
+
+def test_kill_interrupts_a_job_and_refuses_unknown_ones(machine):
+    sock = start_run(machine.paths, "0")
+    job = machine.call("ps")["jobs"][0]["job"]
+    assert machine.call("kill", {"job": job}) == {"job": job, "interrupted": True}
+    doc = read_frame(sock).header["result"]
+    assert doc["tiles"][0]["error"] == f"killed with `ipuos kill {job}`\n"
+    sock.close()
+    with pytest.raises(DaemonError, match="no job 999 is running"):
+        machine.call("kill", {"job": 999})
+
+
+def test_a_busy_machine_answers_with_its_last_snapshot(machine):
+    """A tile in pure compute holds the scheduler: ps must not hang, and must say so."""
+    sock = start_run(machine.paths, "0-1", b"while True: pass\n")
+    ps = machine.call("ps")
+    assert "computing without reaching an exchange point" in ps["stale_reason"]
+    assert ps["states"][:3] == "rri" and ps["jobs"][0]["tiles"] == "0-1"
+    assert "stale_reason" in machine.call("status")
+    sock.sendall(request(2, "cancel", {"id": 1}))
+    sock.close()
+    wait_for(lambda: "stale_reason" not in machine.call("ps"), what="the machine to answer again")
+
+
+def test_too_many_requests_in_flight_on_one_connection(machine):
+    sock = raw_socket(machine.paths)
+    for i in range(8):
+        source = b"while True:\n    sync()\n"
+        sock.sendall(request(i + 1, "run", {"filename": "s.py", "source_len": len(source), "tiles": str(i)}, source))
+    for _ in range(8):
+        assert read_frame(sock).header["type"] == "event"
+    sock.sendall(request(99, "hello"))
+    code, message = error_of(read_frame(sock))
+    assert code == "busy" and "at most 8 requests" in message
+    sock.close()
+    wait_for(lambda: busy_tiles(machine) == "", what="the jobs to be interrupted")

@@ -1,0 +1,205 @@
+"""Booting and halting daemons: detaching, one per name, stale sockets, races, halt flags."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+
+import pytest
+from daemon_harness import (  # noqa: F401  (fixtures)
+    boot_machine,
+    machine,
+    raw_socket,
+    read_frame,
+    request,
+    run_cli,
+    runtime_dir,
+    unique_name,
+    wait_for,
+)
+
+from ipuos._client import Client, DaemonError, MachineNotRunning
+from ipuos._rundir import lock_holder, machine_paths
+from ipuos._spawn import ensure_running, wait_halted
+
+
+def test_boot_detaches_and_halt_cleans_up(runtime_dir):
+    name = unique_name("life")
+    done = run_cli("boot", "--preset", "tiny", "--name", name)
+    assert done.returncode == 0, done.stderr
+    paths = machine_paths(name)
+    try:
+        pid = lock_holder(paths.lock)
+        assert f"booted machine {name!r}: tiny, 1 IPU, 16 tiles (pid {pid}" in done.stdout
+        assert os.getsid(pid) == pid  # its own session: no terminal's Ctrl-C reaches it
+        assert os.readlink(f"/proc/{pid}/cwd") == "/"
+        assert os.readlink(f"/proc/{pid}/fd/1") == os.readlink(f"/proc/{pid}/fd/2") == str(paths.log)
+        assert "booted" in paths.log.read_text()
+    finally:
+        halted = run_cli("halt", "--name", name)
+    assert halted.returncode == 0 and halted.stdout == f"halted machine {name!r}\n"
+    assert not paths.socket.exists() and not paths.lock.exists()
+    assert "halted" in paths.log.read_text()
+
+
+def test_a_second_boot_of_the_same_name_is_refused(machine):
+    done = run_cli("boot", "--preset", "tiny", "--name", machine.name)
+    assert done.returncode == 1
+    assert done.stderr == (f"ipuos: machine {machine.name!r} is already running (pid {machine.pid}); "
+                           f"`ipuos halt --name {machine.name}` stops it, or boot another with --name\n")
+    assert machine.call("hello")["pid"] == machine.pid
+
+
+def test_a_second_daemon_started_by_hand_exits_without_touching_the_first(machine, runtime_dir):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ipuos._daemon", "--name", machine.name, "--preset", "tiny",
+                           "--rundir", str(runtime_dir)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3
+    assert "is already running" in done.stderr
+    assert machine.call("hello")["pid"] == machine.pid
+
+
+def test_kill_9_then_boot_removes_the_stale_socket(runtime_dir):
+    booted = boot_machine()
+    os.kill(booted.pid, signal.SIGKILL)
+    wait_for(lambda: lock_holder(booted.paths.lock) is None, what="the daemon to die")
+    assert booted.paths.socket.exists()  # left behind
+    status = run_cli("status", "--name", booted.name)
+    assert status.returncode == 3
+    assert f"no machine named {booted.name!r} is running" in status.stderr
+    assert "died without cleaning up" in status.stderr
+    again = run_cli("boot", "--preset", "tiny", "--name", booted.name)
+    try:
+        assert again.returncode == 0, again.stderr
+        assert "removed the stale socket" in booted.paths.log.read_text()
+        assert run_cli("status", "--name", booted.name).returncode == 0
+    finally:
+        run_cli("halt", "--name", booted.name)
+
+
+def test_a_socket_that_is_not_stale_is_never_removed(machine, runtime_dir):
+    """Something answering on the socket while the lock is free: boot refuses, touches nothing."""
+    import socket
+
+    impostor = socket.socket(socket.AF_UNIX)
+    other = machine_paths(unique_name("imp"))
+    impostor.bind(str(other.socket))
+    impostor.listen(1)
+    try:
+        done = run_cli("boot", "--preset", "tiny", "--name", other.name)
+        assert done.returncode == 1
+        assert "something already answers on" in done.stderr
+        assert other.socket.exists()
+    finally:
+        impostor.close()
+        other.socket.unlink()
+
+
+def test_racing_starts_share_one_daemon(runtime_dir):
+    paths = machine_paths(unique_name("race"))
+    infos, errors = [], []
+
+    def start():
+        try:
+            infos.append(ensure_running(paths, "tiny", 1))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert errors == []
+        assert len({info["pid"] for info, _ in infos}) == 1
+        assert sum(booted for _, booted in infos) >= 1
+    finally:
+        with Client(paths) as client:
+            client.call("halt")
+        wait_halted(paths)
+
+
+def test_status_of_a_machine_that_never_ran(runtime_dir):
+    done = run_cli("status", "--name", "never-booted")
+    assert done.returncode == 3
+    assert done.stderr == ("ipuos: no machine named 'never-booted' is running; "
+                           "start one with `ipuos boot --name never-booted`\n")
+
+
+def test_halt_interrupts_running_jobs_and_their_clients_get_results(runtime_dir):
+    booted = boot_machine()
+    source = b"print('before halt')\nwhile True:\n    sync()\n"
+    sock = raw_socket(booted.paths)
+    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(source), "tiles": "0-1"}, source))
+    job = read_frame(sock).header["event"]["job"]
+    done = run_cli("halt", "--name", booted.name)
+    assert done.returncode == 0
+    assert done.stdout == f"halted machine {booted.name!r} (interrupted job {job})\n"
+    doc = read_frame(sock).header["result"]
+    assert doc["exit_status"] == 130
+    assert doc["tiles"][0]["output"] == "before halt\n"
+    assert "is halting" in doc["tiles"][0]["error"]
+    sock.close()
+    assert lock_holder(booted.paths.lock) is None
+
+
+def test_sigterm_halts_cleanly(runtime_dir):
+    booted = boot_machine()
+    os.kill(booted.pid, signal.SIGTERM)
+    assert wait_halted(booted.paths, timeout=15)
+    assert not booted.paths.socket.exists()
+    assert "SIGTERM: halting" in booted.paths.log.read_text()
+
+
+def test_halt_if_saved_refuses_while_changes_cannot_be_tracked(machine):
+    done = run_cli("halt", "--if-saved", "--name", machine.name)
+    assert done.returncode == 1
+    assert f"machine {machine.name!r} was not halted because" in done.stderr
+    assert "halt without --if-saved" in done.stderr
+    assert machine.call("hello")["pid"] == machine.pid
+
+
+def test_halt_backup_and_boot_restore_are_reserved(machine, runtime_dir):
+    halt = run_cli("halt", "--backup", "/tmp/x.img", "--name", machine.name)
+    assert halt.returncode == 1
+    assert "`ipuos halt --backup IMG` is not available yet" in halt.stderr
+    assert "still running" in halt.stderr
+    name = unique_name("restore")
+    boot = run_cli("boot", "--preset", "tiny", "--restore", "/tmp/x.img", "--name", name)
+    assert boot.returncode == 1
+    assert boot.stderr == ("ipuos: `ipuos boot --restore IMG` is not available yet: "
+                           "restoring images arrives with `ipuos restore`\n")
+    assert lock_holder(machine_paths(name).lock) is None
+
+
+def test_halt_of_a_machine_that_is_not_running(runtime_dir):
+    done = run_cli("halt", "--name", "not-there")
+    assert done.returncode == 3
+    assert "no machine named 'not-there' is running" in done.stderr
+
+
+def test_the_client_reports_a_daemon_that_goes_away(runtime_dir):
+    booted = boot_machine()
+    with Client(booted.paths) as client:
+        os.kill(booted.pid, signal.SIGKILL)
+        with pytest.raises(DaemonError, match="closed the connection"):
+            for _ in range(100):
+                client.call("hello")
+    wait_for(lambda: lock_holder(booted.paths.lock) is None, what="the daemon to die")
+    with pytest.raises(MachineNotRunning):
+        Client(booted.paths)
+    run_cli("boot", "--preset", "tiny", "--name", booted.name)
+    run_cli("halt", "--name", booted.name)
+
+
+def test_json_of_status_and_hello_agree(machine):
+    done = run_cli("status", "--json", "--name", machine.name)
+    assert done.returncode == 0
+    status = json.loads(done.stdout)
+    assert status["pid"] == machine.pid == machine.call("hello")["pid"]
+    assert status["socket"] == str(machine.paths.socket)
