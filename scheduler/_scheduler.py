@@ -432,7 +432,6 @@ class Scheduler:
     def _finalise_job(self, job: Job) -> None:
         self.jobs.pop(job.id, None)
         job._finalise_stats()
-        job.stats.bytes_exchanged = 0
         report = JobReport(job.id, job.name, job.ids, list(job.results), job.stats)
         job.future.set_result(report)
         self._runnable.extend(t.resume for t in job.waiters)

@@ -100,8 +100,12 @@ def test_superstep_count_and_stats(sched):
     assert report.ok
     assert report.stats.supersteps == 6  # five syncs: six supersteps
     assert report.stats.sim_seconds > 0
+    assert 5 * NTILES * 100 <= report.stats.bytes_exchanged < 5 * NTILES * 200
     stats = sched.stats()
-    assert stats["bytes_exchanged"] >= 5 * NTILES * 100
+    assert stats["bytes_exchanged"] >= report.stats.bytes_exchanged
+
+    collective = run(sched, lambda api: api.allgather(b"y" * 100))
+    assert NTILES * 100 <= collective.stats.bytes_exchanged < NTILES * 200
 
 
 # -- point to point ---------------------------------------------------------------------
