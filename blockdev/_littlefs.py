@@ -28,6 +28,11 @@ reproduced on this project's machine; this module exists to make them unreachabl
   greenlet or thread) while the first is paused in a device call. It never waits.
 * littlefs error codes are negated *Linux* errno numbers, and ``LittleFSError`` is not an
   ``OSError``. Every code is translated here, in one table.
+* After littlefs runs out of space part-way through a commit it can leave its program
+  cache dirty (upstream issue #760); the next commit then trips an assertion and aborts the
+  process. So every ENOSPC is followed, inside the same call, by an unmount and mount,
+  which resets the caches. Open files cannot survive that: they are marked lost and raise
+  EIO saying why (closing a writable one reports, once, that its unsynced writes are gone).
 * Smaller ones: the binding's mode "a" does not create a missing file (here it does, as in
   Python); it cannot store an empty custom attribute (IndexError; refused here with a
   clear message); it ignores an unknown ``whence`` (refused here with EINVAL).
@@ -37,12 +42,14 @@ from __future__ import annotations
 
 import errno
 import math
+import mmap
 import os
 import posixpath
 import struct
 import threading
 from typing import NamedTuple
 
+import numpy as np
 from littlefs import LittleFSError, lfs
 
 from ._memory import MemoryDevice
@@ -72,6 +79,11 @@ _LFS_EXCL = 0x0200
 _LFS_TRUNC = 0x0400
 _LFS_APPEND = 0x0800
 _LFS_TYPE_DIR = 2
+#: errors with which littlefs abandons a commit half-way, possibly leaving its program
+#: cache dirty: NOSPC, NAMETOOLONG (an entry that does not fit in a metadata block; names
+#: longer than name_max never reach littlefs), FBIG, NOMEM
+_COMMIT_FAILURES = frozenset({-28, -36, -27, -12})
+_LFS_ERR_NAMETOOLONG = -36
 
 
 class FilesystemBusyError(RuntimeError):
@@ -142,6 +154,10 @@ def translate_error(exc: LittleFSError, path: str | None = None,
     if path2 is not None:
         return cls(number, message, path, None, path2)
     return cls(number, message, path)
+
+
+def _no_room_for_entry(path) -> OSError:
+    return _error(errno.ENOSPC, path, "no space left on device (the directory entry does not fit)")
 
 
 def _error(number: int, path: str | None = None, message: str | None = None) -> OSError:
@@ -247,12 +263,17 @@ class _MemoryCallbacks(_DeviceCallbacks):
     littlefs checks every request against the same geometry before calling back.
     """
 
-    __slots__ = ("_view", "_block_size")
+    __slots__ = ("_view", "_block_size", "_source", "_base")
 
     def __init__(self, device):
         super().__init__(device)
         self._view = device._view
         self._block_size = device.block_size
+        # Reads slice the object that owns the memory (an mmap of tile SRAM, a bytearray):
+        # one copy straight into a bytes/bytearray, instead of a memoryview slice and then
+        # a copy. littlefs reads a whole cache line per callback (a 64 KiB file is ~50 of
+        # them, its skip-list pointers included), so this is most of the glue's read cost.
+        self._source, self._base = _slicing_source(device._view)
 
     def read(self, cfg, block, off, size):
         device = self.device
@@ -261,8 +282,8 @@ class _MemoryCallbacks(_DeviceCallbacks):
         try:
             device.reads += 1
             device.bytes_read += size
-            start = block * self._block_size + off
-            return self._view[start : start + size].tobytes()
+            start = block * self._block_size + off + self._base
+            return self._source[start : start + size]
         except BaseException as exc:
             self._failed(exc)
             return bytes(size)
@@ -280,6 +301,33 @@ class _MemoryCallbacks(_DeviceCallbacks):
             self._failed(exc)
             return -5
         return 0
+
+
+class _ViewSlicer:
+    """Slices of a memoryview as bytes: the fallback when its owner cannot be sliced."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view):
+        self._view = view
+
+    def __getitem__(self, key):
+        return self._view[key].tobytes()
+
+
+def _slicing_source(view: memoryview):
+    """(object whose slices are bytes or bytearray of ``view``'s memory, offset of ``view``
+    in it): the view's owner when that is an mmap or a bytearray, else a slicer."""
+    owner = view.obj
+    if isinstance(owner, (bytearray, mmap.mmap)) and view.contiguous:
+        try:
+            offset = (np.frombuffer(view, np.uint8).ctypes.data
+                      - np.frombuffer(owner, np.uint8).ctypes.data)
+        except (TypeError, ValueError, BufferError):
+            offset = -1
+        if 0 <= offset and offset + view.nbytes <= len(owner):
+            return owner, offset
+    return _ViewSlicer(view), 0
 
 
 def _callbacks_for(device) -> _DeviceCallbacks:
@@ -604,6 +652,10 @@ class Filesystem:
             except LittleFSError as exc:
                 if callbacks.fault is not None:
                     self._raise_fault(op, path)
+                if exc.code in _COMMIT_FAILURES:
+                    self._remount_after_nospc(op, path, culprit=args[0] if args else None)
+                    if exc.code == _LFS_ERR_NAMETOOLONG:
+                        raise _no_room_for_entry(path) from None
                 raise translate_error(exc, path, path2) from None
             except BaseException:
                 if callbacks.fault is not None:
@@ -639,6 +691,42 @@ class Filesystem:
             if not isinstance(cause, Exception):
                 raise cause
             raise OSError(errno.EIO, f"device error during {op}: {cause}") from cause
+
+    def _remount_after_nospc(self, op: str, path, culprit=None) -> None:
+        """Unmount and mount again after a failed commit, resetting littlefs' caches (see
+        the module doc). Caller holds the filesystem exclusively; open files are marked
+        lost. ``culprit`` is the littlefs handle of the file whose own call failed: its
+        user has the error already, so closing it stays quiet."""
+        where = f" of {path!r}" if path else ""
+        lost = (f"the filesystem ran out of space during {op}{where} and had to be remounted; "
+                "writes to this file since it was last synced are lost; open it again")
+        for file in self._open.values():
+            file.lost = lost
+            if file._handle is culprit:
+                file.flags &= ~_LFS_WRONLY  # closing it reports nothing more
+            file._handle = None
+        self._open.clear()
+        old, self._lfs = self._lfs, None
+        callbacks = self._callbacks
+        callbacks.refusing = True  # unmount only frees memory; nothing may be written
+        try:
+            lfs.unmount(old)
+        except LittleFSError:
+            pass
+        callbacks.reset()
+        handle = lfs.LFSFilesystem()
+        try:
+            lfs.mount(handle, self._cfg)
+        except LittleFSError as exc:
+            # nothing left to use: report it like a device fault until someone remounts
+            self._lfs = handle
+            self._fault = (op, path, OSError(errno.EIO, f"remount after ENOSPC failed: {exc}"))
+            return
+        if callbacks.fault is not None:
+            self._lfs = handle
+            self._fault = (op, path, callbacks.fault)
+            return
+        self._lfs = handle
 
     def _raise_fault(self, op: str, path) -> None:
         cause = self._callbacks.fault
@@ -734,6 +822,11 @@ class Filesystem:
             except LittleFSError as exc:
                 if callbacks.fault is not None:
                     self._raise_fault("close", file.path)
+                if exc.code in _COMMIT_FAILURES:
+                    self._open.pop(id(file), None)
+                    self._remount_after_nospc("close", file.path)
+                    if exc.code == _LFS_ERR_NAMETOOLONG:
+                        raise _no_room_for_entry(file.path) from None
                 raise translate_error(exc, file.path) from None
             except BaseException:
                 if callbacks.fault is not None:
@@ -870,7 +963,7 @@ class File:
     read-only one, before littlefs (which would abort the process) sees the call.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -878,6 +971,8 @@ class File:
         self.path = path
         self.flags = flags
         self.closed = False
+        #: why the file was taken away from under its user (the filesystem was remounted)
+        self.lost: str | None = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else _mode_text(self.flags)
@@ -945,6 +1040,11 @@ class File:
         is closed anyway (littlefs has let go of it) and the error is raised."""
         if self.closed:
             return
+        if self.lost is not None:
+            self.closed = True
+            if self.flags & _LFS_WRONLY:
+                raise _error(errno.EIO, self.path, self.lost)
+            return
         self._fs._close_file(self)
 
     def __enter__(self) -> "File":
@@ -956,6 +1056,8 @@ class File:
     def _check(self, need: int, op: str) -> None:
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
+        if self.lost is not None:
+            raise _error(errno.EIO, self.path, self.lost)
         if need and not self.flags & need:
             raise _error(errno.EBADF, self.path,
                          f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")
