@@ -330,8 +330,9 @@ class Scheduler:
         if not tile.alive:
             future.set_exception(TileFailed(5, f"tile {tile_id} is not answering (it has failed)"))
             return
-        replies = self._host_replies
-        tile.requests.append(Request(service, args, lambda ok, value: replies.append((future, ok, value))))
+        # the reply goes to the list of the superstep that serves the request, which is a
+        # later one than this if the tile is busy (e.g. paused inside a filesystem call)
+        tile.requests.append(Request(service, args, lambda ok, value: self._host_replies.append((future, ok, value))))
         self._runnable.append(tile.resume)
 
     # -- kernel calls between tiles (on tile greenlets) ----------------------------------
