@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from ._costmodel import CostModel
 from ._grouping import OutputGroup, format_groups, group_texts
 from ._presets import DEFAULT_PRESET, Preset, get_preset
-from ._runtime import DEFAULT_OUTPUT_LIMIT, TileProgram, user_traceback
+from ._runtime import DEFAULT_OUTPUT_LIMIT, TileProgram, module_namespace, user_traceback
 from ._sram import SRAM
 from ._tiledata import decode_share, split_lines
 from ._tilespec import parse_tiles
 from .scheduler import ABORTED, ERROR, INTERRUPTED, OK, Job, JobStats, Scheduler
+from .vfs import HostFsClient, Storage
 
 #: exit status of a tile that was interrupted (as a shell reports SIGINT)
 EXIT_INTERRUPTED = 130
@@ -122,11 +123,23 @@ class RunHandle:
         return RunResult(report.job_id, report.name, tiles, report.stats)
 
 
+#: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)
+STORAGE_BOOT = ("lazy", "eager")
+
+
 class Machine:
     """A simulated multi-chip machine running the ipuos tile kernel.
 
     ``Machine(preset="tiny")`` boots a 16-tile machine; ``Machine(ipus=4)`` four mk2
     chips. Keyword overrides change the preset (e.g. ``exchange_in=64 * 1024``).
+
+    Every tile has an SRAM disk (preset ``disk_size``) with a littlefs filesystem at
+    ``/``, brought up on the tile the first time anything uses it (``storage="lazy"``) or
+    all at boot (``storage="eager"``). Tile 0 mounts the chip disk at ``/chip``: striped
+    over ``chipdisk_share`` bytes of every other tile's SRAM, or the block device
+    ``chip_device(tile)`` returns (called on tile 0) if given.
+    ``machine.fs`` is the file API of every tile for the host (``machine.fs.listdir(3,
+    "/")``).
     """
 
     def __init__(
@@ -135,10 +148,14 @@ class Machine:
         ipus: int = 1,
         *,
         cost_model: CostModel | None = None,
+        chip_device=None,
+        storage: str = "lazy",
         **overrides,
     ):
         if not isinstance(ipus, int) or ipus < 1:
             raise ValueError(f"ipus must be a positive integer, not {ipus!r}")
+        if storage not in STORAGE_BOOT:
+            raise ValueError(f"storage must be one of {', '.join(STORAGE_BOOT)}, not {storage!r}")
         preset = get_preset(preset)
         if overrides:
             preset = preset.replace(**overrides)
@@ -150,9 +167,25 @@ class Machine:
         self.scheduler = Scheduler(
             self.sram, preset.tiles_per_chip, preset.exchange_out, preset.exchange_in, cost_model
         )
+        self.storage = Storage(
+            self.scheduler,
+            disk_size=preset.disk_size,
+            disk_block_size=preset.disk_block_size,
+            chipdisk_share=preset.chipdisk_share,
+            chipdisk_block_size=preset.chipdisk_block_size,
+            chip_device=chip_device,
+        )
+        #: every tile's files, from the host (any thread)
+        self.fs: HostFsClient = self.storage.client
         self.scheduler.start()
-        self.boot_seconds = time.perf_counter() - started
         self._closed = False
+        if storage == "eager":
+            try:
+                self.storage.bring_up()
+            except BaseException:
+                self.close()
+                raise
+        self.boot_seconds = time.perf_counter() - started
 
     # -- programs ------------------------------------------------------------------------
 
@@ -188,7 +221,15 @@ class Machine:
         return self.launch(source, tiles, data, **kwargs).wait(timeout)
 
     def _program_setup(self, api, ctx) -> None:
-        """Hook for the storage layers to give programs their files (set by boot)."""
+        """Give a program its tile's files: ``open``, ``os``, imports from the tile's
+        files, and the files it leaves open closed when it ends."""
+        session = self.storage.session(
+            api.tile, lambda name, filename: module_namespace(api, ctx, name, filename)
+        )
+        ctx.extras["__names__"] = {"open": session.open}
+        ctx.extras["__modules__"] = {"os": session.provide_os}
+        ctx.extras["__find_module__"] = session.find_module
+        ctx.cleanups.append(session.close)
 
     # -- state ---------------------------------------------------------------------------
 

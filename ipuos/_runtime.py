@@ -2,9 +2,11 @@
 
 Each tile runs the program in its own namespace holding ``__tileid``, ``__numtiles``,
 ``__tiledata``, the exchange primitives, a ``print`` captured per tile (bounded, with an
-explicit truncation marker), and, once storage exists, ``open`` and ``os`` bound to the
-tile's own files. ``import`` is guarded: pure-compute standard modules work; modules that
-reach the host (os, sys, subprocess, socket ...) fail with an ImportError that says why.
+explicit truncation marker), and ``open`` and ``os`` bound to the tile's own files (the
+storage layer adds them through ``TileProgram.setup``; see ``ipuos.vfs``). ``import`` is
+guarded: pure-compute standard modules work, and so do modules stored on the tile's files;
+modules that reach the host (sys, subprocess, socket ...) fail with an ImportError that
+says why.
 This is a guard rail that keeps honest programs honest, not a security boundary:
 CPython cannot be sandboxed from inside itself.
 """
@@ -19,6 +21,8 @@ import traceback
 import types
 from dataclasses import dataclass, field
 from typing import Callable
+
+import greenlet
 
 from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI
 
@@ -91,15 +95,20 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras")
+    __slots__ = ("api", "output", "modules", "extras", "cleanups")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
         self.output = output
         #: modules this tile has its own copy of (random: per-tile generator state)
         self.modules: dict[str, types.ModuleType] = {}
-        #: names layers above add to every namespace (open, os ...)
+        #: what layers above add: ``__names__`` (names in every namespace, e.g. open),
+        #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os) and
+        #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last)
         self.extras: dict[str, object] = {}
+        #: called when the program ends, on the tile (files left open are closed); each
+        #: returns messages for the program's output, or None
+        self.cleanups: list[Callable[[], list[str] | None]] = []
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
         if file is not None:
@@ -158,7 +167,8 @@ def _tile_import(name, globals=None, locals=None, fromlist=(), level=0):
         )
     raise ImportError(
         f"no module named {name!r} on this tile (pure-compute standard modules such as math, "
-        "random, json, re, collections, itertools work; so do modules stored on the tile)",
+        "random, json, re, collections, itertools work; so do modules stored on the tile "
+        "as NAME.py or NAME/__init__.py in its current directory or /lib)",
         name=name,
     )
 
@@ -195,6 +205,15 @@ def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
     }
     bind_primitives(namespace, api)
     namespace.update(ctx.extras.get("__names__", {}))
+    return namespace
+
+
+def module_namespace(api: TileAPI, ctx: TileContext, name: str, filename: str) -> dict:
+    """The namespace of a module a tile imports from its own files: tile code like the
+    program (same primitives, ``print`` and ``open``), under its own name."""
+    namespace = make_namespace(api, ctx)
+    namespace.update(__name__=name, __file__=filename)
+    del namespace["__tiledata"]
     return namespace
 
 
@@ -302,10 +321,26 @@ class TileProgram:
             else:
                 self.exit_codes[rank] = 0
             return self.exit_codes[rank]
+        except greenlet.GreenletExit:
+            ctx.cleanups.clear()  # the machine is going away: touch nothing more
+            raise
         except BaseException as exc:
             self.errors[rank] = exc
             raise
         finally:
+            _run_cleanups(ctx)
             self.outputs[rank] = output.getvalue()
             for name in region_names:
                 memory.free(name)
+
+
+def _run_cleanups(ctx: TileContext) -> None:
+    """Run the program's cleanups (latest first); their complaints go to its output."""
+    while ctx.cleanups:
+        cleanup = ctx.cleanups.pop()
+        try:
+            messages = cleanup()
+        except Exception as exc:
+            messages = [f"cleanup failed: {exc!r}"]
+        for message in messages or ():
+            ctx.output.write(f"warning: {message}\n")

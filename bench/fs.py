@@ -1,0 +1,268 @@
+"""Files through the tile VFS vs littlefs driven directly, measured on a running machine.
+
+Sequential write and read of 4 KiB, 64 KiB and 256 KiB files, and the file create rate,
+for the same littlefs configuration on the same size of RAM disk:
+
+* ``vfs``      - a tile program's path: ``Vfs.open`` on tile 0's own SRAM disk, run on
+  tile 0's greenlet (ownership bracket, mount table, mtime stamping included);
+* ``blockdev`` - ipuos' ``blockdev.Filesystem`` on a MemoryDevice (the glue alone);
+* ``lean``     - littlefs.lfs with the least Python per callback (``bench/fs_raw.py``);
+* ``stock``    - littlefs.lfs with littlefs-python's own UserContext.
+
+* ``chip``     - the same VFS calls on tile 0's ``/chip``: the striped chip disk, whose
+  blocks live in the other tiles' SRAM and move through the exchange.
+
+Ratios are same-run: vfs/lean (target >= 0.9), vfs/blockdev, vfs/stock, and chip/vfs
+(the striped chip disk against the tile's own disk). The remote paths (host client,
+``/tiles/N`` from tile 0) are reported for information: they cost supersteps, not
+littlefs time.
+
+Run: ``.venv/bin/python bench/fs.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fs_raw import BareLittlefs, LeanContext  # noqa: E402  (a sibling benchmark)
+from littlefs import UserContext  # noqa: E402
+
+import ipuos  # noqa: E402
+from ipuos.blockdev import Filesystem, MemoryDevice  # noqa: E402
+
+KiB = 1024
+BLOCK_SIZE = 4 * KiB
+#: the tile disk: mk2's default (128 KiB) cannot hold a 256 KiB file
+DISK_SIZE = 448 * KiB
+#: what each other tile gives the chip disk here (what its SRAM has left: 1471 x 32 KiB)
+CHIP_SHARE = 32 * KiB
+SIZES = (4 * KiB, 64 * KiB, 256 * KiB)
+
+
+# -- contenders: write(path, data), read(path, size), remove(path), create(path) ------------
+
+
+class VfsTarget:
+    """The VFS API on a tile; every call runs on the tile's greenlet (inside a service)."""
+
+    def __init__(self, vfs, prefix: str = ""):
+        self.vfs = vfs
+        self.prefix = prefix
+
+    def write(self, path, data):
+        with self.vfs.open(self.prefix + path, "wb") as f:
+            f.write(data)
+
+    def read(self, path, size):
+        with self.vfs.open(self.prefix + path, "rb") as f:
+            return f.read(size)
+
+    def remove(self, path):
+        self.vfs.remove(self.prefix + path)
+
+    def create(self, path):
+        self.vfs.open(self.prefix + path, "wb").close()
+
+    def mkdir(self, path):
+        self.vfs.mkdir(self.prefix + path)
+
+
+class BlockdevTarget:
+    def __init__(self, config):
+        self.fs = Filesystem(MemoryDevice.new(config["block_size"], config["block_count"]))
+        self.fs.format()
+        self.fs.mount()
+
+    def write(self, path, data):
+        with self.fs.open(path, "w") as f:
+            f.write(data)
+
+    def read(self, path, size):
+        with self.fs.open(path, "r") as f:
+            return f.read(size)
+
+    def remove(self, path):
+        self.fs.remove(path)
+
+    def create(self, path):
+        self.fs.open(path, "w").close()
+
+    def mkdir(self, path):
+        self.fs.mkdir(path)
+
+
+class BareTarget(BareLittlefs):
+    def create(self, path):
+        self.write(path, b"")
+
+    def mkdir(self, path):
+        from littlefs import lfs
+        lfs.mkdir(self.fs, path)
+
+
+# -- measurements ------------------------------------------------------------------------
+
+
+def throughput(target, size: int, seconds: float, disk: int) -> tuple[float, float]:
+    """(write MB/s, read MB/s), best of several rounds of writing as many files as fit in
+    a third of the disk (littlefs is copy-on-write), reading them back, removing them."""
+    data = bytes(range(256)) * (size // 256)
+    files = max(1, min(64, disk // (3 * size)))
+    names = [f"/f{i}" for i in range(files)]
+    best_w = best_r = 0.0
+    deadline = time.perf_counter() + seconds
+    rounds = 0
+    while rounds < 5 or time.perf_counter() < deadline:
+        rounds += 1
+        t0 = time.perf_counter()
+        for name in names:
+            target.write(name, data)
+        t1 = time.perf_counter()
+        for name in names:
+            if len(target.read(name, size)) != size:
+                raise AssertionError(f"short read from {name}")
+        t2 = time.perf_counter()
+        for name in names:
+            target.remove(name)
+        best_w = max(best_w, files * size / (t1 - t0) / 1e6)
+        best_r = max(best_r, files * size / (t2 - t1) / 1e6)
+    return best_w, best_r
+
+
+def create_rate(target, count: int, seconds: float) -> float:
+    """Empty files created per second in a fresh directory, best of several rounds."""
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    rounds = 0
+    while rounds < 3 or time.perf_counter() < deadline:
+        directory = f"/c{rounds}"
+        rounds += 1
+        target.mkdir(directory)
+        names = [f"{directory}/n{i}" for i in range(count)]
+        t0 = time.perf_counter()
+        for name in names:
+            target.create(name)
+        best = max(best, count / (time.perf_counter() - t0))
+        for name in names:
+            target.remove(name)
+        remove_dir(target, directory)
+    return best
+
+
+def remove_dir(target, directory):
+    if isinstance(target, VfsTarget):
+        target.vfs.rmdir(target.prefix + directory)
+    elif isinstance(target, BlockdevTarget):
+        target.fs.rmdir(directory)
+    else:
+        target.remove(directory)
+
+
+def on_tile(machine, tile: int, function, *args):
+    """Run ``function(tile, *args)`` on the tile's greenlet and return its result."""
+    machine.scheduler.services["bench.run"] = lambda tile_obj, fn, fargs: fn(tile_obj, *fargs)
+    return machine.fs.submit(tile, "bench.run", function, args).result()
+
+
+def remote_throughput(machine, size: int, rounds: int) -> dict[str, tuple[float, float]]:
+    """MB/s of writing then reading one file from the host client and from tile 0 via
+    ``/tiles/1`` (each request costs supersteps)."""
+    data = bytes(range(256)) * (size // 256)
+    results = {}
+    best_w = best_r = 0.0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        machine.fs.write_file(1, "/remote", data)
+        t1 = time.perf_counter()
+        assert machine.fs.read_file(1, "/remote") == data
+        t2 = time.perf_counter()
+        best_w, best_r = max(best_w, size / (t1 - t0) / 1e6), max(best_r, size / (t2 - t1) / 1e6)
+    results["host client -> tile 1"] = (best_w, best_r)
+
+    def via_tiles(tile, vfs_of):
+        vfs = vfs_of(tile)
+        bw = br = 0.0
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            with vfs.open("/tiles/1/remote", "wb") as f:
+                f.write(data)
+            t1 = time.perf_counter()
+            with vfs.open("/tiles/1/remote", "rb") as f:
+                assert f.read() == data
+            t2 = time.perf_counter()
+            bw, br = max(bw, size / (t1 - t0) / 1e6), max(br, size / (t2 - t1) / 1e6)
+        return bw, br
+
+    results["tile 0 /tiles/1"] = on_tile(machine, 0, via_tiles, machine.storage.vfs)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a short run that checks it works")
+    args = parser.parse_args()
+    seconds = 0.05 if args.quick else 1.0
+    creates = 50 if args.quick else 200
+
+    machine = ipuos.Machine("mk2", disk_size=DISK_SIZE, disk_block_size=BLOCK_SIZE,
+                            chipdisk_share=CHIP_SHARE, chipdisk_block_size=BLOCK_SIZE)
+    try:
+        config = on_tile(machine, 0, lambda tile, vfs_of: vfs_of(tile).backend("/").fs.config,
+                         machine.storage.vfs)
+        disk = config["block_size"] * config["block_count"]
+        contenders = {"vfs": lambda tile, vfs_of: VfsTarget(vfs_of(tile)),
+                      "chip": lambda tile, vfs_of: VfsTarget(vfs_of(tile), "/chip")}
+        baselines = {
+            "blockdev": BlockdevTarget(config),
+            "lean": BareTarget(LeanContext(disk, BLOCK_SIZE), config),
+            "stock": BareTarget(UserContext(disk), config),
+        }
+
+        def measure_all(measure, *margs):
+            results = {}
+            for name, make in contenders.items():
+                results[name] = on_tile(machine, 0, lambda tile, vfs_of: measure(make(tile, vfs_of), *margs),
+                                        machine.storage.vfs)
+            for name, target in baselines.items():
+                results[name] = measure(target, *margs)
+            return results
+
+        names = list(contenders) + list(baselines)
+        print(f"littlefs on a {disk // KiB} KiB RAM disk, {BLOCK_SIZE} B blocks (tile 0 of an mk2 "
+              f"machine), config {config}")
+        chip = on_tile(machine, 0, lambda tile, vfs_of: vfs_of(tile).statvfs("/chip"),
+                       machine.storage.vfs)
+        print(f"chip disk: {chip.f_blocks} blocks of {chip.f_bsize} B striped over "
+              f"{machine.ntiles - 1} tiles")
+        print(f"{'file':>8} {'':6} " + " ".join(f"{name:>9}" for name in names)
+              + "   vfs/lean  vfs/blockdev  vfs/stock  chip/vfs")
+
+        def ratios(results, column=None):
+            pick = (lambda name: results[name]) if column is None else (lambda name: results[name][column])
+            mine = pick("vfs")
+            return (f"   {mine / pick('lean'):8.2f}  {mine / pick('blockdev'):12.2f}"
+                    f"  {mine / pick('stock'):9.2f}  {pick('chip') / mine:8.2f}")
+
+        for size in SIZES:
+            results = measure_all(throughput, size, seconds, disk)
+            for column, label in ((0, "write"), (1, "read")):
+                cells = " ".join(f"{results[name][column]:9.0f}" for name in names)
+                print(f"{size // KiB:>6}Ki {label:6} {cells}{ratios(results, column)}")
+        print("(MB/s, best of several rounds)")
+        rates = measure_all(create_rate, creates, seconds)
+        cells = " ".join(f"{rates[name]:9.0f}" for name in names)
+        print(f"{'create':>8} {'':6} {cells}{ratios(rates)}   (empty files per second)")
+        size = 64 * KiB
+        for name, (write, read) in remote_throughput(machine, size, 2 if args.quick else 5).items():
+            print(f"remote {size // KiB} KiB file, {name}: write {write:.0f} MB/s, read {read:.0f} MB/s")
+    finally:
+        machine.close()
+
+
+if __name__ == "__main__":
+    main()

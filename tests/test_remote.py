@@ -1,0 +1,308 @@
+"""Reaching a tile's files from elsewhere: the fs.* services, the host and tile clients,
+and tile 0's /tiles mount. The owner always does the work, at an exchange point.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import ipuos
+from ipuos.vfs import SERVICE_NAMES, TileFsClient
+
+KiB = 1024
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with ipuos.Machine("tiny") as m:
+        yield m
+
+
+def on_tile(machine, tile: int, function):
+    """Run ``function(tile_object)`` on the tile's own greenlet; return its result."""
+    machine.scheduler.services["test.call"] = lambda tile_obj, fn: fn(tile_obj)
+    return machine.fs.submit(tile, "test.call", function).result(10)
+
+
+def pattern(size: int, seed: int = 0) -> bytes:
+    return bytes((i * 31 + seed * 17 + (i >> 8)) & 0xFF for i in range(size))
+
+
+def test_every_service_is_registered(machine):
+    assert set(SERVICE_NAMES) <= set(machine.scheduler.services)
+    assert {"fs.stat", "fs.listdir", "fs.open", "fs.read", "fs.write", "fs.truncate", "fs.close",
+            "fs.fsync", "fs.mkdir", "fs.rmdir", "fs.unlink", "fs.rename", "fs.statvfs",
+            "fs.utime", "fs.snapshot", "fs.restore"} <= set(SERVICE_NAMES)
+
+
+def test_raw_services(machine):
+    submit = machine.fs.call
+    submit(1, "fs.mkdir", "/raw")
+    handle = submit(1, "fs.open", "/raw/f", os.O_RDWR | os.O_CREAT)
+    assert submit(1, "fs.write", handle, None, b"hello") == 5
+    assert submit(1, "fs.write", handle, 10, b"world") == 15
+    assert submit(1, "fs.read", handle, 0, 100) == b"hello" + bytes(5) + b"world"
+    assert submit(1, "fs.seek", handle, 0, os.SEEK_END) == 15
+    submit(1, "fs.ftruncate", handle, 5)
+    submit(1, "fs.fsync", handle)
+    submit(1, "fs.close", handle)
+    name, is_dir, size, mtime = submit(1, "fs.stat", "/raw/f")
+    assert (name, is_dir, size) == ("f", False, 5) and mtime > 0
+    assert submit(1, "fs.listdir", "raw") == [("f", False, 5, mtime)]  # relative: from /
+    submit(1, "fs.utime", "/raw/f", 123)
+    assert submit(1, "fs.stat", "/raw/f")[3] == 123
+    submit(1, "fs.rename", "/raw/f", "/raw/g")
+    submit(1, "fs.truncate", "/raw/g", 2)
+    assert machine.fs.read_file(1, "/raw/g") == b"he"
+    submit(1, "fs.unlink", "/raw/g")
+    submit(1, "fs.rmdir", "/raw")
+    assert os.statvfs_result(submit(1, "fs.statvfs", "/")).f_bsize == 512
+    with pytest.raises(OSError) as excinfo:
+        submit(1, "fs.read", 999, 0, 1)
+    assert excinfo.value.errno == errno.EBADF
+
+
+def test_host_client_errors_carry_errno_and_names(machine):
+    fs = machine.fs
+    fs.write_file(2, "/file", b"x")
+    cases = [
+        (lambda: fs.stat(2, "/missing"), errno.ENOENT),
+        (lambda: fs.mkdir(2, "/file"), errno.EEXIST),
+        (lambda: fs.listdir(2, "/file"), errno.ENOTDIR),
+        (lambda: fs.open(2, "/", "wb"), errno.EISDIR),
+        (lambda: fs.rmdir(2, "/"), errno.EBUSY),
+        (lambda: fs.open(2, "/" + "n" * 300, "wb"), errno.ENAMETOOLONG),
+    ]
+    for call, expected in cases:
+        with pytest.raises(OSError) as excinfo:
+            call()
+        assert excinfo.value.errno == expected and excinfo.value.filename
+
+
+def test_host_files_read_write_seek_append(machine):
+    fs = machine.fs
+    with fs.open(3, "/h", "w+b") as f:
+        f.write(pattern(3000))
+        assert f.tell() == 3000
+        f.seek(100)
+        assert f.read(50) == pattern(3000)[100:150]
+        assert f.seek(-10, os.SEEK_END) == 2990 and f.read() == pattern(3000)[2990:]
+        assert f.size() == 3000
+    with fs.open(3, "/h", "ab") as f:
+        f.write(b"tail")
+        assert f.tell() == 3004
+    with fs.open(3, "/h", "r", encoding="latin-1") as text:
+        assert len(text.read()) == 3004
+    assert fs.read_file(3, "/h")[-4:] == b"tail"
+
+def test_host_requests_are_chunked(machine, monkeypatch):
+    fs = machine.fs
+    monkeypatch.setattr(fs, "chunk", 1000)
+    big = pattern(8 * KiB)
+    before = machine.scheduler.superstep
+    fs.write_file(3, "/big", big)
+    assert fs.read_file(3, "/big") == big
+    assert machine.scheduler.superstep - before >= 2 * 8
+    handle = fs.open_handle(3, "/big", "rb")
+    assert fs.pread(3, handle, 1000, 2500) == big[1000:3500]
+    fs.close_handle(3, handle)
+    fs.remove(3, "/big")
+
+
+def test_many_host_threads_at_once(machine):
+    fs = machine.fs
+
+    def worker(n):
+        tile = n % machine.ntiles
+        path = f"/thread{n}"
+        for round_ in range(10):
+            data = pattern(200 + round_, n)
+            fs.write_file(tile, path, data)
+            assert fs.read_file(tile, path) == data
+            assert fs.stat(tile, path).st_size == len(data)
+        fs.remove(tile, path)
+        return n
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert sorted(pool.map(worker, range(32))) == list(range(32))
+
+
+def test_many_requests_ride_one_superstep(machine):
+    fs = machine.fs
+    for tile in range(machine.ntiles):
+        fs.statvfs(tile)  # bring every tile's storage up first
+    before = machine.scheduler.superstep
+    futures = fs.submit_all("fs.statvfs", range(machine.ntiles), "/")
+    futures.update({100 + t: fs.submit(t, "fs.listdir", "/") for t in range(machine.ntiles)})
+    for future in futures.values():
+        future.result(10)
+    assert machine.scheduler.superstep - before <= 2
+
+
+def test_requests_are_served_while_a_program_runs(machine):
+    machine.scheduler.services["test.probe"] = lambda tile: (tile.job is not None, tile.rank)
+    handle = machine.launch("""
+import os
+while not os.path.exists("/stop"):
+    sync()
+""", tiles="12-13")
+    assert machine.fs.submit(13, "test.probe").result(10) == (True, 1)
+    for tile in (12, 13):
+        machine.fs.write_file(tile, "/stop", b"")
+    assert handle.wait(30).ok
+
+
+def test_a_busy_tile_answers_at_its_next_exchange_point(machine):
+    handle = machine.launch("""
+import os
+while not os.path.exists("/go"):
+    sync()
+total = 0
+for i in range(3_000_000):   # pure compute: no exchange point for a while
+    total += i
+open("/phase", "w").write("computed")
+while not os.path.exists("/stop"):
+    sync()
+""", tiles="14")
+    machine.fs.write_file(14, "/go", b"")
+    # the tile computes now; this request waits for its next exchange point, after which
+    # the file exists (served any earlier, it would be ENOENT)
+    assert machine.fs.read_file(14, "/phase") == b"computed"
+    machine.fs.write_file(14, "/stop", b"")
+    assert handle.wait(30).ok
+
+
+def test_tile_to_tile_client_chunks_through_small_exchange_buffers(machine):
+    data = pattern(8 * KiB, 5)  # the tiny preset's buffers carry ~3.5 KiB per request
+
+    def from_tile_2(tile):
+        client = TileFsClient(tile)
+        assert client.chunk < 4 * KiB
+        client.write_file(7, "/from2", data)
+        back = client.read_file(7, "/from2")
+        with client.open(7, "/from2", "rb") as f:
+            f.seek(10_000)
+            middle = f.read(5000)
+        return back == data, middle == data[10_000:15_000], client.listdir(7, "/")
+
+    before = machine.scheduler.superstep
+    assert on_tile(machine, 2, from_tile_2) == (True, True, ["from2"])
+    assert machine.scheduler.superstep - before >= 2 * 3  # it rode the exchange
+    assert machine.fs.read_file(7, "/from2") == data
+
+
+def test_tiles_mount_on_tile_0(machine):
+    machine.fs.write_file(4, "/four", b"4")
+    machine.fs.mkdir(5, "/dir5")
+
+    def look(tile):
+        vfs = machine.storage.vfs(tile)
+        results = {
+            "tiles": vfs.listdir("/tiles"),
+            "four": vfs.open("/tiles/4/four").read(),
+            "entry": tuple(vfs.entries("/tiles/5"))[0][:2],
+            "stat": vfs.stat("/tiles/4/four").st_size,
+            "isdir": vfs.isdir("/tiles/5/dir5"),
+        }
+        vfs.rename("/tiles/4/four", "/tiles/4/quatre")
+        with vfs.open("/tiles/5/dir5/out.txt", "w") as f:
+            f.writelines(f"{n}\n" for n in range(1000))
+        errors = {}
+        for label, call in {
+            "across tiles": lambda: vfs.rename("/tiles/4/quatre", "/tiles/5/quatre"),
+            "no tile 99": lambda: vfs.stat("/tiles/99"),
+            "not canonical": lambda: vfs.stat("/tiles/04"),
+            "not a tile": lambda: vfs.listdir("/tiles/x"),
+            "tile root": lambda: vfs.rmdir("/tiles/5"),
+            "mkdir tile": lambda: vfs.mkdir("/tiles/5"),
+            "open dir": lambda: vfs.open("/tiles", "w"),
+            "remote enoent": lambda: vfs.open("/tiles/5/missing"),
+            "remote notempty": lambda: vfs.rmdir("/tiles/5/dir5"),
+            "to local": lambda: vfs.rename("/tiles/5/dir5/out.txt", "/out.txt"),
+        }.items():
+            try:
+                call()
+            except OSError as exc:
+                errors[label] = (errno.errorcode[exc.errno], exc.filename)
+        return results, errors
+
+    results, errors = on_tile(machine, 0, look)
+    assert results == {"tiles": [str(t) for t in range(16)], "four": "4", "entry": ("dir5", True),
+                       "stat": 1, "isdir": True}
+    assert errors == {
+        "across tiles": ("EXDEV", "/tiles/4/quatre"),
+        "no tile 99": ("ENOENT", "/tiles/99"),
+        "not canonical": ("ENOENT", "/tiles/04"),
+        "not a tile": ("ENOENT", "/tiles/x"),
+        "tile root": ("EBUSY", "/tiles/5"),
+        "mkdir tile": ("EEXIST", "/tiles/5"),
+        "open dir": ("EISDIR", "/tiles"),
+        "remote enoent": ("ENOENT", "/tiles/5/missing"),
+        "remote notempty": ("ENOTEMPTY", "/tiles/5/dir5"),
+        "to local": ("EXDEV", "/tiles/5/dir5/out.txt"),
+    }
+    assert machine.fs.listdir(4, "/") == ["quatre"]
+    assert machine.fs.read_file(5, "/dir5/out.txt") == "".join(f"{n}\n" for n in range(1000)).encode()
+
+
+def test_the_handle_table_is_bounded(machine, monkeypatch):
+    from ipuos.vfs import _services
+
+    monkeypatch.setattr(_services, "MAX_HANDLES", 3)
+    handles = [machine.fs.open_handle(15, f"/h{n}", "wb") for n in range(3)]
+    with pytest.raises(OSError) as excinfo:
+        machine.fs.open_handle(15, "/h3", "wb")
+    assert excinfo.value.errno == errno.EMFILE
+    for handle in handles:
+        machine.fs.close_handle(15, handle)
+    with pytest.raises(OSError) as excinfo:
+        machine.fs.close_handle(15, handles[0])
+    assert excinfo.value.errno == errno.EBADF
+    assert [m[4] for m in machine.fs.mounts(15)] == [0]
+
+
+def test_a_dropped_host_file_is_still_closed(machine):
+    f = machine.fs.open(9, "/dropped", "wb")
+    f.write(b"sent")
+    del f
+    deadline = time.monotonic() + 5
+    while machine.fs.mounts(9)[0][4] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert machine.fs.mounts(9)[0][4] == 0
+    assert machine.fs.read_file(9, "/dropped") == b"sent"
+
+
+def test_a_host_thread_per_tile_of_a_running_program(machine):
+    handle = machine.launch("""
+import os
+n = 0
+while not os.path.exists("/stop"):
+    open(f"/mine{n % 3}", "w").write(str(n))
+    n += 1
+    sync()
+""", tiles="10-12")
+    errors = []
+
+    def poke(tile):
+        try:
+            for _ in range(20):
+                for entry in machine.fs.entries(tile, "/"):
+                    if entry.name.startswith("mine"):
+                        int(machine.fs.read_file(tile, "/" + entry.name))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=poke, args=(t,)) for t in (10, 11, 12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for tile in (10, 11, 12):
+        machine.fs.write_file(tile, "/stop", b"")
+    assert handle.wait(30).ok and errors == []

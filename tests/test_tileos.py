@@ -1,0 +1,275 @@
+"""Tile programs and their files: ``open``, the tile ``os`` module, importing from files.
+
+Everything runs through ``Machine.run`` on a tiny machine, so each program is real tile
+code on its tile's greenlet, against the tile's own littlefs disk.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+import ipuos
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with ipuos.Machine("tiny") as m:
+        yield m
+
+
+def run(machine, source, tiles="0", **kwargs):
+    return machine.run(textwrap.dedent(source), tiles=tiles, timeout=30, **kwargs)
+
+
+def output(result, rank=0):
+    tile = result.tiles[rank]
+    assert tile.status == "ok", tile.error
+    return tile.output
+
+
+def test_open_writes_the_tiles_own_file(machine):
+    result = run(machine, """
+        with open(f"/own{__tileid}.txt", "w") as f:
+            f.write(f"tile {__physical_tile}\\n")
+        print(open(f"/own{__tileid}.txt").read(), end="")
+    """, tiles="4-6")
+    assert [t.output for t in result.tiles] == ["tile 4\n", "tile 5\n", "tile 6\n"]
+    # each tile has its own disk: tile 4 has no file of tile 5
+    assert machine.fs.read_file(5, "/own1.txt") == b"tile 5\n"
+    assert not machine.fs.exists(4, "/own1.txt")
+
+
+def test_binary_text_and_print_to_a_file(machine):
+    result = run(machine, """
+        with open("/data.bin", "wb") as f:
+            f.write(bytes(range(5)))
+        with open("/log.txt", "a") as log:
+            print("one", 1, file=log)
+            log.write("two\\n")
+        with open("/data.bin", "rb") as f:
+            print(list(f.read()))
+        for line in open("/log.txt"):
+            print(repr(line))
+        with open("/data.bin", "r+b") as f:
+            f.seek(2)
+            f.write(b"X")
+            f.seek(0)
+            print(f.read(), f.tell())
+    """, tiles="1")
+    assert output(result) == "[0, 1, 2, 3, 4]\n'one 1\\n'\n'two\\n'\nb'\\x00\\x01X\\x03\\x04' 5\n"
+
+
+def test_os_module(machine):
+    result = run(machine, """
+        import os
+        os.makedirs("/a/b/c", exist_ok=True)
+        os.chdir("/a")
+        print(os.getcwd(), os.listdir("."), os.sep)
+        with open("b/file", "w") as f:
+            f.write("12345")
+        st = os.stat("b/file")
+        print(st.st_size, st.st_mtime > 0)
+        os.rename("b/file", "b/moved")
+        os.replace("b/moved", "b/c/final")
+        print(sorted(e.name for e in os.scandir("b")))
+        print([(top, dirs, files) for top, dirs, files in os.walk("/a")])
+        os.truncate("b/c/final", 2)
+        os.utime("b/c/final", ns=(0, 42))
+        print(os.stat("b/c/final").st_size, os.stat("b/c/final").st_mtime_ns)
+        os.remove("b/c/final")
+        os.rmdir("b/c")
+        os.removedirs("b")
+        print(os.listdir("/"), os.statvfs("/").f_bsize > 0)
+        try:
+            os.rmdir("/nothing")
+        except FileNotFoundError as e:
+            print("ENOENT", e.filename)
+        print(os.environ, os.getenv("HOME", "none"), os.name)
+    """, tiles="2")
+    assert output(result) == (
+        "/a ['b'] /\n"
+        "5 True\n"
+        "['c']\n"
+        "[('/a', ['b'], []), ('/a/b', ['c'], []), ('/a/b/c', [], ['final'])]\n"
+        "2 42\n"
+        "[] True\n"
+        "ENOENT /nothing\n"
+        "{} none posix\n"
+    )
+
+
+def test_os_path_every_import_form(machine):
+    result = run(machine, """
+        import os.path
+        from os import path
+        from os.path import join, exists
+        import os as o
+        print(os.path is path is o.path, join("a", "b"))
+        open("/p.txt", "w").write("abc")
+        os.chdir("/")
+        os.mkdir("/q")
+        os.chdir("/q")
+        print(exists("/p.txt"), path.isfile("/p.txt"), path.isdir("/q"), path.getsize("/p.txt"))
+        print(path.abspath("x"), path.relpath("/p.txt"), path.realpath("../p.txt"))
+        print(path.basename("/a/b.py"), path.dirname("/a/b.py"), path.splitext("b.tar.gz"))
+        print(path.normpath("/a/./b/../c"), path.expanduser("~/x"), path.getmtime("/p.txt") > 0)
+        print(path.exists("/nope"), path.ismount("/"), path.islink("/p.txt"))
+    """, tiles="3")
+    assert output(result) == (
+        "True a/b\n"
+        "True True True 3\n"
+        "/q/x ../p.txt /p.txt\n"
+        "b.py /a ('b.tar', '.gz')\n"
+        "/a/c ~/x True\n"
+        "False True False\n"
+    )
+
+
+def test_host_only_parts_of_os_stay_out(machine):
+    result = run(machine, """
+        import os
+        print(hasattr(os, "system"), hasattr(os, "open"), hasattr(os, "fork"))
+        try:
+            import os.nothing
+        except ImportError as e:
+            print("ImportError")
+    """)
+    assert output(result) == "False False False\nImportError\n"
+
+
+def test_errors_are_oserrors_with_filenames(machine):
+    result = run(machine, """
+        import os
+        for call in (lambda: open("/missing.txt"), lambda: os.mkdir("/"),
+                     lambda: open("/", "w"), lambda: os.listdir("/missing/dir")):
+            try:
+                call()
+            except OSError as e:
+                print(type(e).__name__, e.errno, e.filename)
+    """, tiles="1")
+    assert output(result) == (
+        "FileNotFoundError 2 /missing.txt\n"
+        "FileExistsError 17 /\n"
+        "IsADirectoryError 21 /\n"
+        "FileNotFoundError 2 /missing/dir\n"
+    )
+
+
+def test_an_uncaught_file_error_is_a_tile_error(machine):
+    result = run(machine, "open('/no/such/file')", tiles="0-1")
+    assert not result.ok
+    assert all("FileNotFoundError" in t.error and "/no/such/file" in t.error for t in result.tiles)
+
+
+def test_files_left_open_are_closed_when_the_program_ends(machine):
+    result = run(machine, """
+        f = open("/unclosed.bin", "wb")
+        f.write(b"committed at exit")
+        g = open("/unclosed.txt", "w")
+        g.write("text too")
+        keep = [f, g]    # still referenced when the program ends
+    """, tiles="6")
+    assert result.ok
+    assert machine.fs.read_file(6, "/unclosed.bin") == b"committed at exit"
+    assert machine.fs.read_file(6, "/unclosed.txt") == b"text too"
+    assert [m[4] for m in machine.fs.mounts(6) if m[0] == "/"] == [0]  # nothing left open
+
+
+def test_each_program_starts_in_the_root(machine):
+    run(machine, "import os\nos.mkdir('/somewhere')\nos.chdir('/somewhere')")
+    assert output(run(machine, "import os\nprint(os.getcwd())")) == "/\n"
+
+
+def test_files_are_shared_between_programs_and_the_host(machine):
+    machine.fs.write_file(7, "/from_host.txt", b"written by the host")
+    result = run(machine, """
+        print(open("/from_host.txt").read())
+        open("/from_tile.txt", "w").write("written by tile 7")
+    """, tiles="7")
+    assert output(result) == "written by the host\n"
+    assert machine.fs.read_file(7, "/from_tile.txt") == b"written by tile 7"
+
+
+def test_import_from_lib_and_the_cwd(machine):
+    machine.fs.makedirs(8, "/lib/pkg", exist_ok=True)
+    machine.fs.write_file(8, "/lib/helper.py", b"WHERE = __file__\n")
+    machine.fs.write_file(8, "/lib/libonly.py", b"def twice(x):\n    return 2 * x\n")
+    machine.fs.write_file(8, "/lib/pkg/__init__.py", b"from pkg import sub\nNAME = 'pkg'\n")
+    machine.fs.write_file(8, "/lib/pkg/sub.py", b"VALUE = 7\n")
+    machine.fs.makedirs(8, "/work", exist_ok=True)
+    machine.fs.write_file(8, "/work/local.py", b"print('local runs on tile', __physical_tile)\n")
+    machine.fs.write_file(8, "/helper.py", b"WHERE = 'the cwd wins'\n")
+    result = run(machine, """
+        import helper
+        print(helper.WHERE)
+        import os
+        os.chdir("/lib")
+        # already imported: the same module, not the one in the new cwd
+        import helper as again
+        from libonly import twice
+        print(again is helper, twice(21))
+        import pkg, pkg.sub
+        from pkg.sub import VALUE
+        print(pkg.NAME, pkg.sub.VALUE, VALUE, pkg.__path__)
+        os.chdir("/work")
+        import local
+        import json        # standard modules still win over files
+        print(json.dumps([1]))
+    """, tiles="8")
+    assert output(result) == (
+        "the cwd wins\n"
+        "True 42\n"
+        "pkg 7 7 ['/lib/pkg']\n"
+        "local runs on tile 8\n"
+        "[1]\n"
+    )
+
+
+def test_a_missing_module_is_a_clear_import_error(machine):
+    result = run(machine, "import not_anywhere", tiles="9")
+    error = result.tiles[0].error
+    assert "ImportError: no module named 'not_anywhere' on this tile" in error
+    assert "/lib" in error
+
+
+def test_errors_in_imported_modules_point_at_their_file(machine):
+    machine.fs.makedirs(10, "/lib", exist_ok=True)
+    machine.fs.write_file(10, "/lib/broken.py", b"x = 1\nraise RuntimeError('inside the module')\n")
+    result = run(machine, "import broken", tiles="10")
+    error = result.tiles[0].error
+    assert 'File "/lib/broken.py", line 2' in error and "RuntimeError: inside the module" in error
+    # a failed import leaves nothing behind: importing again runs it again
+    result = run(machine, "try:\n    import broken\nexcept RuntimeError:\n    import broken\n",
+                 tiles="10")
+    assert "RuntimeError" in result.tiles[0].error
+
+
+def test_a_program_on_tile_0_reaches_every_tile(machine):
+    machine.fs.write_file(11, "/note", b"on tile 11")
+    result = run(machine, """
+        import os
+        print(len(os.listdir("/tiles")), sorted(os.listdir("/"))[-1])
+        print(open("/tiles/11/note").read())
+        with open("/tiles/12/from0", "w") as f:
+            for n in range(3):
+                print("line", n, file=f)
+    """)
+    assert output(result) == "16 tiles\non tile 11\n"
+    assert machine.fs.read_file(12, "/from0") == b"line 0\nline 1\nline 2\n"
+
+
+def test_a_dropped_file_is_committed_before_anything_looks_at_it(machine):
+    handle = machine.launch(textwrap.dedent("""
+        import os
+        open("/b.bin", "wb").write(b"12345")
+        open("/t.txt", "w").write("abc")
+        print(os.path.getsize("/b.bin"), os.path.getsize("/t.txt"), open("/t.txt").read())
+        open("/for_host.txt", "w").write("seen by the host while the program runs")
+        while not os.path.exists("/stop"):
+            sync()
+    """), tiles="15")
+    assert machine.fs.read_file(15, "/for_host.txt") == b"seen by the host while the program runs"
+    machine.fs.write_file(15, "/stop", b"")
+    assert output(handle.wait(30)) == "5 3 abc\n"

@@ -1,0 +1,637 @@
+"""The VFS itself: paths, the mount table, Python's open semantics, errno, mtimes.
+
+These run a :class:`Vfs` with a host owner over real littlefs filesystems on RAM devices,
+without a machine: what is checked here is the VFS's own logic. The same behaviour on
+running tiles, through every kind of mount, is in ``test_vfs_mounts.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import io
+import os
+import stat
+
+import pytest
+
+from ipuos.blockdev import FaultPlan, MemoryDevice
+from ipuos.vfs import Backend, EmptyBackend, Vfs, mount_device
+from ipuos.vfs._paths import normalize
+
+BLOCK = 512
+
+
+def make_vfs(blocks: int = 64) -> Vfs:
+    vfs = Vfs()
+    mount_device(vfs, "/", MemoryDevice.new(BLOCK, blocks), format=True)
+    return vfs
+
+
+@pytest.fixture
+def vfs():
+    return make_vfs()
+
+
+def errno_of(excinfo) -> int:
+    return excinfo.value.errno
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, cwd, expected", [
+    ("/", "/", ("/", False)),
+    ("/a/b", "/", ("/a/b", False)),
+    ("a/b", "/", ("/a/b", False)),
+    ("b", "/a", ("/a/b", False)),
+    ("./b/./c", "/a", ("/a/b/c", False)),
+    ("//a///b//", "/", ("/a/b", True)),
+    ("..", "/a/b", ("/a", False)),
+    ("../../../..", "/a/b", ("/", False)),
+    ("/../x", "/", ("/x", False)),
+    ("/a/../../b/", "/", ("/b", True)),
+    (".hidden/..x", "/d", ("/d/.hidden/..x", False)),
+    ("/", "/a", ("/", False)),
+])
+def test_normalize(path, cwd, expected):
+    assert normalize(path, cwd) == expected
+
+
+def test_relative_paths_follow_the_cwd(vfs):
+    vfs.makedirs("/a/b")
+    vfs.chdir("/a")
+    assert vfs.getcwd() == "/a"
+    with vfs.open("b/f", "w") as f:
+        f.write("x")
+    vfs.chdir("b")
+    assert vfs.getcwd() == "/a/b"
+    assert vfs.listdir() == ["f"] and vfs.listdir(".") == ["f"]
+    assert vfs.abspath("../c") == "/a/c"
+    vfs.chdir("../../..")  # never above /
+    assert vfs.getcwd() == "/"
+    with pytest.raises(NotADirectoryError):
+        vfs.chdir("/a/b/f")
+    with pytest.raises(FileNotFoundError):
+        vfs.chdir("/nowhere")
+    assert vfs.getcwd() == "/"
+
+
+def test_bad_paths(vfs):
+    with pytest.raises(FileNotFoundError):
+        vfs.stat("")
+    with pytest.raises(ValueError):
+        vfs.open("a\0b", "w")
+    with pytest.raises(TypeError):
+        vfs.stat(b"/bytes")
+    with pytest.raises(TypeError):
+        vfs.open(3)
+    assert not vfs.exists("a\0b") and not vfs.exists("")
+
+
+def test_pathlike_paths(vfs, tmp_path):
+    class Named:
+        def __fspath__(self):
+            return "/named"
+
+    with vfs.open(Named(), "w") as f:
+        f.write("x")
+    assert vfs.isfile(Named()) and vfs.stat(Named()).st_size == 1
+    entry = next(iter(vfs.scandir("/")))
+    assert os.fspath(entry) == "/named"
+
+
+# -- the mount table --------------------------------------------------------------------------
+
+
+def test_longest_prefix_wins_by_whole_names(vfs):
+    mount_device(vfs, "/chip", MemoryDevice.new(BLOCK, 32), format=True)
+    mount_device(vfs, "/chip/inner", MemoryDevice.new(BLOCK, 32), format=True)
+    for path in ("/f", "/chipper", "/chip/f", "/chip/inner/f", "/chip/innerx"):
+        with vfs.open(path, "w") as f:
+            f.write(path)
+    assert sorted(vfs.backend("/").fs.listdir("/")) == ["chipper", "f"]
+    assert sorted(vfs.backend("/chip").fs.listdir("/")) == ["f", "innerx"]
+    assert vfs.backend("/chip/inner").fs.listdir("/") == ["f"]
+    # mount points show up in their parent's listing, without a directory underneath
+    assert sorted(vfs.listdir("/")) == ["chip", "chipper", "f"]
+    assert sorted(vfs.listdir("/chip")) == ["f", "inner", "innerx"]
+    assert vfs.isdir("/chip/inner") and vfs.ismount("/chip/inner") and not vfs.ismount("/chipper")
+    assert vfs.stat("/chip").st_dev != vfs.stat("/").st_dev
+    assert {e.name: e.is_dir() for e in vfs.scandir("/")}["chip"] is True
+
+
+def test_mount_errors(vfs):
+    mount_device(vfs, "/m", MemoryDevice.new(BLOCK, 32), format=True)
+    with pytest.raises(OSError) as excinfo:
+        mount_device(vfs, "/m", MemoryDevice.new(BLOCK, 32), format=True)
+    assert errno_of(excinfo) == errno.EBUSY
+    with vfs.open("/file", "w"):
+        pass
+    with pytest.raises(NotADirectoryError):
+        vfs.mount("/file", EmptyBackend())
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/nothing")
+    assert errno_of(excinfo) == errno.EINVAL
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/")
+    assert errno_of(excinfo) == errno.EBUSY
+
+
+def test_mount_points_cannot_be_removed_or_moved(vfs):
+    vfs.mkdir("/d")
+    mount_device(vfs, "/d/m", MemoryDevice.new(BLOCK, 32), format=True)
+    cases = [
+        (lambda: vfs.rmdir("/d/m"), errno.EBUSY),
+        (lambda: vfs.rmdir("/d"), errno.EBUSY),  # a mount below
+        (lambda: vfs.rename("/d", "/e"), errno.EBUSY),
+        (lambda: vfs.rename("/d/m", "/d/n"), errno.EBUSY),
+        (lambda: vfs.remove("/d/m"), errno.EISDIR),
+        (lambda: vfs.mkdir("/d/m"), errno.EEXIST),
+        (lambda: vfs.rmdir("/"), errno.EBUSY),
+    ]
+    for call, expected in cases:
+        with pytest.raises(OSError) as excinfo:
+            call()
+        assert errno_of(excinfo) == expected, excinfo.value
+
+
+def test_umount_refuses_while_busy_then_detaches(vfs):
+    backend = mount_device(vfs, "/m", MemoryDevice.new(BLOCK, 32), format=True)
+    mount_device(vfs, "/m/sub", MemoryDevice.new(BLOCK, 32), format=True)
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/m")
+    assert errno_of(excinfo) == errno.EBUSY  # something is mounted below
+    vfs.umount("/m/sub")
+    f = vfs.open("/m/f", "w")
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/m")
+    assert errno_of(excinfo) == errno.EBUSY  # a file is open
+    f.close()
+    vfs.umount("/m")
+    assert not backend.fs.mounted  # the mount owned it
+    assert vfs.listdir("/") == []
+    assert [m.path for m in vfs.mount_points()] == ["/"]
+
+
+def test_exdev_between_mounts(vfs):
+    mount_device(vfs, "/other", MemoryDevice.new(BLOCK, 32), format=True)
+    with vfs.open("/f", "w"):
+        pass
+    with pytest.raises(OSError) as excinfo:
+        vfs.rename("/f", "/other/f")
+    assert errno_of(excinfo) == errno.EXDEV
+    assert (excinfo.value.filename, excinfo.value.filename2) == ("/f", "/other/f")
+    with vfs.open("/other/g", "w"):
+        pass
+    with pytest.raises(OSError) as excinfo:
+        vfs.replace("/other/g", "/g")
+    assert errno_of(excinfo) == errno.EXDEV
+
+
+def test_read_only_mount(vfs):
+    device = MemoryDevice.new(BLOCK, 32)
+    writer = Vfs()
+    mount_device(writer, "/", device, format=True)
+    writer.mkdir("/d")
+    with writer.open("/d/f", "w") as f:
+        f.write("kept")
+    writer.backend("/").detach()  # unmount littlefs so another owner may mount it
+    mount_device(vfs, "/ro", device, readonly=True)
+    assert vfs.open("/ro/d/f").read() == "kept"
+    assert vfs.statvfs("/ro").f_flag & os.ST_RDONLY
+    cases = [
+        lambda: vfs.open("/ro/d/f", "w"),
+        lambda: vfs.open("/ro/d/f", "r+"),
+        lambda: vfs.open("/ro/new", "x"),
+        lambda: vfs.open("/ro/d/f", "a"),
+        lambda: vfs.open_raw("/ro/d/f", os.O_RDONLY | os.O_CREAT),
+        lambda: vfs.mkdir("/ro/e"),
+        lambda: vfs.remove("/ro/d/f"),
+        lambda: vfs.rename("/ro/d/f", "/ro/d/g"),
+        lambda: vfs.truncate("/ro/d/f", 0),
+        lambda: vfs.utime("/ro/d/f"),
+    ]
+    for call in cases:
+        with pytest.raises(OSError) as excinfo:
+            call()
+        assert errno_of(excinfo) == errno.EROFS
+    # what does not exist is ENOENT first, what exists EEXIST, as on Linux
+    with pytest.raises(FileNotFoundError):
+        vfs.remove("/ro/missing")
+    with pytest.raises(FileExistsError):
+        vfs.mkdir("/ro/d")
+    vfs.makedirs("/ro/d", exist_ok=True)
+    assert vfs.open("/ro/d/f").read() == "kept"
+
+
+def test_empty_backend_is_an_empty_read_only_root():
+    vfs = Vfs()
+    vfs.mount("/", EmptyBackend(), readonly=True)
+    assert vfs.listdir("/") == [] and vfs.isdir("/")
+    with pytest.raises(FileNotFoundError):
+        vfs.open("/f")
+    with pytest.raises(OSError) as excinfo:
+        vfs.open("/f", "w")
+    assert errno_of(excinfo) == errno.EROFS
+    mount_device(vfs, "/chip", MemoryDevice.new(BLOCK, 32), format=True)
+    assert vfs.listdir("/") == ["chip"]
+
+
+def test_no_root_mounted():
+    vfs = Vfs()
+    with pytest.raises(FileNotFoundError):
+        vfs.stat("/")
+
+
+# -- files: Python's open semantics ------------------------------------------------------------
+
+
+def test_text_and_binary(vfs):
+    with vfs.open("/t", "w") as f:
+        assert isinstance(f, io.TextIOBase) and f.mode == "w" and f.name == "/t"
+        f.write("héllo\nwörld\n")
+        print("third", file=f)
+    with vfs.open("/t", "rb") as f:
+        assert isinstance(f, io.RawIOBase) and f.mode == "rb"
+        assert f.read() == "héllo\nwörld\nthird\n".encode()
+    with vfs.open("/t") as f:
+        assert f.readline() == "héllo\n"
+        assert list(f) == ["wörld\n", "third\n"]
+    with vfs.open("/t", "rb") as f:
+        assert f.readline() == "héllo\n".encode()
+        assert f.readline(3) == b"w\xc3\xb6"
+        assert f.readlines() == [b"rld\n", b"third\n"]
+        assert f.readline() == b""
+    with vfs.open("/latin", "w", encoding="latin-1") as f:
+        f.write("é")
+    assert vfs.open("/latin", "rb").read() == b"\xe9"
+    with pytest.raises(UnicodeDecodeError):
+        vfs.open("/latin").read()
+    assert vfs.open("/latin", errors="replace").read() == "\ufffd"
+
+
+def test_newline_handling(vfs):
+    with vfs.open("/n", "w", newline="\r\n") as f:
+        f.write("a\nb\n")
+    assert vfs.open("/n", "rb").read() == b"a\r\nb\r\n"
+    assert vfs.open("/n").read() == "a\nb\n"  # universal newlines
+    assert vfs.open("/n", newline="").read() == "a\r\nb\r\n"
+
+
+def test_modes(vfs):
+    with pytest.raises(FileNotFoundError):
+        vfs.open("/f")
+    with vfs.open("/f", "x") as f:
+        f.write("one")
+    with pytest.raises(FileExistsError):
+        vfs.open("/f", "x")
+    with vfs.open("/f", "a") as f:
+        f.write(" two")
+    with vfs.open("/f", "r+") as f:
+        f.write("ONE")
+        assert f.read() == " two"
+    with vfs.open("/f") as f:
+        assert f.read() == "ONE two"
+    with vfs.open("/f", "w+") as f:
+        assert f.read() == ""
+        f.write("new")
+        f.seek(0)
+        assert f.read() == "new"
+    with vfs.open("/f", "a+b") as f:
+        f.write(b"!")
+        f.seek(0)
+        assert f.read() == b"new!"
+    for bad in ("rw", "rr", "", "q", "rbt", "r++"):
+        with pytest.raises(ValueError):
+            vfs.open("/f", bad)
+    with pytest.raises(ValueError):
+        vfs.open("/f", "rb", encoding="utf-8")
+    with pytest.raises(ValueError):
+        vfs.open("/f", "r", buffering=0)
+    with pytest.raises(LookupError):
+        vfs.open("/f", "r", encoding="no-such-codec")
+    assert vfs.backend("/").open_files == 0  # the failed opens left nothing open
+
+
+def test_seek_tell_truncate(vfs):
+    with vfs.open("/f", "w+b") as f:
+        f.write(b"0123456789")
+        assert f.tell() == 10
+        assert f.seek(2) == 2 and f.read(3) == b"234"
+        assert f.seek(-2, os.SEEK_END) == 8 and f.read() == b"89"
+        assert f.seek(-5, os.SEEK_CUR) == 5
+        assert f.truncate(7) == 7 and f.tell() == 5
+        assert f.truncate() == 5
+        f.seek(0)
+        assert f.read() == b"01234"
+        buffer = bytearray(3)
+        f.seek(1)
+        assert f.readinto(buffer) == 3 and buffer == b"123"
+    vfs.truncate("/f", 2)
+    assert vfs.getsize("/f") == 2
+    vfs.truncate("/f", 4)
+    assert vfs.open("/f", "rb").read() == b"01\0\0"
+    with pytest.raises(OSError) as excinfo:
+        vfs.truncate("/f", -1)
+    assert errno_of(excinfo) == errno.EINVAL
+    with pytest.raises(IsADirectoryError):
+        vfs.truncate("/", 0)
+
+
+def test_closed_and_wrong_direction(vfs):
+    f = vfs.open("/f", "wb")
+    assert f.writable() and not f.readable() and f.seekable()
+    with pytest.raises(OSError) as excinfo:
+        f.read()
+    assert errno_of(excinfo) == errno.EBADF and excinfo.value.filename == "/f"
+    f.close()
+    f.close()
+    for call in (f.read, lambda: f.write(b"x"), f.tell, lambda: f.seek(0), f.flush,
+                 f.readable, lambda: f.__enter__(), f.readline):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(io.UnsupportedOperation):
+        f.fileno()
+    with pytest.raises(TypeError):
+        import pickle
+        pickle.dumps(vfs.open("/f"))
+
+
+def test_flush_makes_data_visible_to_other_handles(vfs):
+    writer = vfs.open("/f", "w")
+    writer.write("early")
+    assert vfs.open("/f").read() == ""
+    writer.flush()
+    assert vfs.open("/f").read() == "early"
+    writer.close()
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+def test_stat_and_scandir(vfs):
+    vfs.mkdir("/d")
+    with vfs.open("/d/f", "wb") as f:
+        f.write(b"12345")
+    st = vfs.stat("/d/f")
+    assert stat.S_ISREG(st.st_mode) and st.st_size == 5 and st.st_nlink == 1
+    assert stat.S_ISDIR(vfs.stat("/d").st_mode) and stat.S_ISDIR(vfs.stat("/").st_mode)
+    with vfs.scandir("/d") as entries:
+        (entry,) = list(entries)
+    assert (entry.name, entry.path, entry.is_file(), entry.is_dir()) == ("f", "/d/f", True, False)
+    assert entry.stat().st_size == 5 and entry.stat().st_mtime_ns == st.st_mtime_ns
+    assert [e.path for e in vfs.scandir("d")] == ["d/f"]
+    assert vfs.entries("/d") == [("f", False, 5, st.st_mtime_ns)]
+
+
+def test_makedirs_walk_and_helpers(vfs):
+    vfs.makedirs("/a/b/c")
+    vfs.makedirs("/a/b/c", exist_ok=True)
+    with pytest.raises(FileExistsError):
+        vfs.makedirs("/a/b/c")
+    with vfs.open("/a/b/file", "w"):
+        pass
+    with pytest.raises(FileExistsError):
+        vfs.makedirs("/a/b/file", exist_ok=True)
+    with pytest.raises(NotADirectoryError):
+        vfs.makedirs("/a/b/file/x")
+    walked = list(vfs.walk("/"))
+    assert walked == [("/", ["a"], []), ("/a", ["b"], []), ("/a/b", ["c"], ["file"]), ("/a/b/c", [], [])]
+    assert [top for top, _, _ in vfs.walk("/a", topdown=False)] == ["/a/b/c", "/a/b", "/a"]
+    errors = []
+    assert list(vfs.walk("/missing", onerror=errors.append)) == [] and len(errors) == 1
+    assert vfs.exists("/a") and vfs.isdir("/a") and not vfs.isfile("/a")
+    assert vfs.isfile("/a/b/file") and vfs.getsize("/a/b/file") == 0
+    assert not vfs.exists("/a/b/file/x") and not vfs.isdir("/nope")
+
+
+def test_rename_and_replace(vfs):
+    for name, text in (("/a", "A"), ("/b", "B")):
+        with vfs.open(name, "w") as f:
+            f.write(text)
+    vfs.replace("/a", "/b")
+    assert vfs.listdir("/") == ["b"] and vfs.open("/b").read() == "A"
+    vfs.mkdir("/d")
+    vfs.rename("/b", "/d/c")
+    assert vfs.open("/d/c").read() == "A"
+    with pytest.raises(OSError) as excinfo:
+        vfs.rename("/d", "/d/inside")
+    assert errno_of(excinfo) == errno.EINVAL
+    with pytest.raises(FileNotFoundError) as excinfo:
+        vfs.rename("/missing", "/x")
+    assert excinfo.value.filename == "/missing" and excinfo.value.filename2 == "/x"
+
+
+def test_errno_table(vfs):
+    with vfs.open("/file", "w"):
+        pass
+    vfs.mkdir("/dir")
+    with vfs.open("/dir/x", "w"):
+        pass
+    name_max = vfs.statvfs("/").f_namemax
+    cases = [
+        (lambda: vfs.open("/missing"), errno.ENOENT),
+        (lambda: vfs.stat("/missing/x"), errno.ENOENT),
+        (lambda: vfs.mkdir("/dir"), errno.EEXIST),
+        (lambda: vfs.open("/file", "x"), errno.EEXIST),
+        (lambda: vfs.open("/file/x", "w"), errno.ENOTDIR),
+        (lambda: vfs.listdir("/file"), errno.ENOTDIR),
+        (lambda: vfs.stat("/file/"), errno.ENOTDIR),
+        (lambda: vfs.rmdir("/file"), errno.ENOTDIR),
+        (lambda: vfs.open("/dir"), errno.EISDIR),
+        (lambda: vfs.open("/dir", "w"), errno.EISDIR),
+        (lambda: vfs.remove("/dir"), errno.EISDIR),
+        (lambda: vfs.rmdir("/dir"), errno.ENOTEMPTY),
+        (lambda: vfs.open("/" + "n" * (name_max + 1), "w"), errno.ENAMETOOLONG),
+        (lambda: vfs.mkdir("/dir/" + "é" * (name_max // 2 + 1)), errno.ENAMETOOLONG),
+    ]
+    for call, expected in cases:
+        with pytest.raises(OSError) as excinfo:
+            call()
+        assert errno_of(excinfo) == expected, (excinfo.value, errno.errorcode[expected])
+        assert excinfo.value.filename is not None
+    # the file name is the one the caller wrote, not the filesystem's own
+    vfs.chdir("/dir")
+    with pytest.raises(FileNotFoundError) as excinfo:
+        vfs.open("nothing")
+    assert excinfo.value.filename == "nothing"
+
+
+def test_enospc_keeps_earlier_files_and_remove_frees_space():
+    vfs = make_vfs(blocks=32)
+    with vfs.open("/keep", "wb") as f:
+        f.write(b"k" * 700)
+    block = b"x" * BLOCK
+    written = []
+    with pytest.raises(OSError) as excinfo:
+        for n in range(40):
+            with vfs.open(f"/fill{n}", "wb") as f:
+                f.write(block)
+            written.append(f"/fill{n}")
+    assert errno_of(excinfo) == errno.ENOSPC and excinfo.value.filename.startswith("/fill")
+    assert vfs.backend("/").open_files == 0
+    assert vfs.open("/keep", "rb").read() == b"k" * 700
+    assert all(vfs.open(path, "rb").read() == block for path in written)
+    for path in written[:4]:
+        vfs.remove(path)
+    with vfs.open("/after", "wb") as f:
+        f.write(block * 2)
+    vfs.backend("/").remount()
+    assert vfs.open("/after", "rb").read() == block * 2
+    assert vfs.open("/keep", "rb").read() == b"k" * 700
+
+
+def test_statvfs(vfs):
+    result = vfs.statvfs("/")
+    assert result.f_bsize == BLOCK and result.f_blocks == 64
+    assert 0 < result.f_bfree < result.f_blocks and result.f_namemax == 255
+    with vfs.open("/big", "wb") as f:
+        f.write(bytes(8 * BLOCK))
+    assert vfs.statvfs("/").f_bfree <= result.f_bfree - 8
+    with pytest.raises(FileNotFoundError):
+        vfs.statvfs("/missing")
+
+
+# -- modification times ----------------------------------------------------------------------------
+
+
+def test_mtime_is_set_by_writes_and_visible_at_once(vfs):
+    with vfs.open("/f", "w") as f:
+        f.write("x")
+    first = vfs.stat("/f").st_mtime_ns
+    assert first > 0
+    assert vfs.entries("/")[0].mtime_ns == first
+    with vfs.open("/f") as f:  # reading does not change it
+        f.read()
+    assert vfs.stat("/f").st_mtime_ns == first
+    with vfs.open("/f", "a") as f:
+        f.write("y")
+    second = vfs.stat("/f").st_mtime_ns
+    assert second >= first
+    vfs.utime("/f", ns=(0, 1_000_000_123))
+    assert vfs.stat("/f").st_mtime_ns == 1_000_000_123
+    assert vfs.getmtime("/f") == pytest.approx(1.000000123)
+    vfs.utime("/f", (5, 7.5))
+    assert vfs.stat("/f").st_mtime == 7.5
+    vfs.truncate("/f", 0)
+    assert vfs.stat("/f").st_mtime_ns > 1_000_000_123
+    with vfs.open("/touched", "a"):
+        pass  # creating an empty file stamps it too
+    assert vfs.stat("/touched").st_mtime_ns > 0
+    vfs.mkdir("/d")
+    assert vfs.stat("/d").st_mtime_ns > 0
+
+
+def test_mtimes_reach_littlefs_at_sync_points(vfs):
+    backend = vfs.backend("/")
+    littlefs = backend.fs
+    with vfs.open("/f", "w") as f:
+        f.write("x")
+    stamped = vfs.stat("/f").st_mtime_ns
+    assert littlefs.get_mtime("/f") is None  # kept in memory (lazytime)
+    vfs.sync()
+    assert littlefs.get_mtime("/f") == stamped
+    with vfs.open("/g", "wb") as f:
+        f.write(b"y")
+        f.fsync()
+        assert littlefs.get_mtime("/g") == vfs.stat("/g").st_mtime_ns
+    with vfs.open("/h", "w") as f:
+        f.write("z")
+    vfs.rename("/h", "/i")  # pending stamps are written before a rename moves entries
+    assert littlefs.get_mtime("/i") == vfs.stat("/i").st_mtime_ns > 0
+    with vfs.open("/j", "w") as f:
+        f.write("j")
+    image = backend.snapshot()  # a snapshot includes them
+    copy = Vfs()
+    copy_device = MemoryDevice.new(BLOCK, 64)
+    copy_device.restore(image)
+    mount_device(copy, "/", copy_device)
+    assert copy.stat("/j").st_mtime_ns == vfs.stat("/j").st_mtime_ns
+
+
+def test_pending_stamps_are_bounded(vfs, monkeypatch):
+    from ipuos.vfs import _local
+
+    monkeypatch.setattr(_local, "PENDING_STAMPS_MAX", 4)
+    for n in range(6):
+        with vfs.open(f"/f{n}", "w"):
+            pass
+    assert sum(vfs.backend("/").fs.get_mtime(f"/f{n}") is not None for n in range(6)) >= 5
+
+
+# -- files dropped without close --------------------------------------------------------------------
+
+
+def test_a_dropped_file_is_committed_before_anything_looks(vfs):
+    backend = vfs.backend("/")
+    vfs.open("/f", "w").write("written and dropped")
+    assert backend.open_files == 1 and len(vfs.pending) == 1  # the finalizer only deferred
+    assert vfs.getsize("/f") == len("written and dropped")  # the next operation closed it
+    assert backend.open_files == 0 and vfs.pending == []
+    file = vfs.open("/g", "wb")
+    file.write(b"pending")
+    del file
+    gc.collect()
+    assert vfs.open("/g", "rb").read() == b"pending"
+
+
+def test_a_text_file_dropped_loses_nothing(vfs):
+    text = vfs.open("/t", "w")
+    text.write("line\n")  # write_through: already in the binary file
+    del text
+    gc.collect()
+    assert vfs.open("/t").read() == "line\n"
+
+
+def test_a_file_dropped_on_another_thread_is_closed_by_the_owner(vfs):
+    import threading
+
+    files = [vfs.open("/x", "wb")]
+    files[0].write(b"from the owner")
+    thread = threading.Thread(target=files.clear)  # the last reference goes elsewhere
+    thread.start()
+    thread.join()
+    assert len(vfs.pending) == 1
+    vfs.sync()
+    assert vfs.pending == [] and vfs.backend("/").open_files == 0
+    assert vfs.backend("/").fs.open("/x").read() == b"from the owner"
+
+
+def test_device_failure_is_eio_and_earlier_data_survives():
+    device = MemoryDevice.new(BLOCK, 64)
+    vfs = Vfs()
+    backend = mount_device(vfs, "/", device, format=True)
+    with vfs.open("/kept", "w") as f:
+        f.write("safe")
+    vfs.sync()
+    device.attach_faults(FaultPlan(stop_after=3))
+    with pytest.raises(OSError) as excinfo:
+        with vfs.open("/lost", "wb") as f:
+            f.write(bytes(4 * BLOCK))
+    assert errno_of(excinfo) == errno.EIO
+    with pytest.raises(OSError) as excinfo:
+        vfs.listdir("/")
+    assert errno_of(excinfo) == errno.EIO  # unusable until remounted
+    device.detach_faults()
+    backend.remount()
+    assert vfs.open("/kept").read() == "safe"
+
+
+def test_a_custom_backend_gets_inner_paths():
+    seen = []
+
+    class Recorder(Backend):
+        kind = "recorder"
+
+        def entry(self, path):
+            seen.append(path)
+            return super().entry(path)
+
+    vfs = make_vfs()
+    vfs.mount("/rec", Recorder())
+    vfs.exists("/rec")
+    vfs.exists("/rec/a/b/")
+    vfs.chdir("/rec")
+    assert seen == ["/", "/a/b/", "/"]
+    assert vfs.mount_points()[1].kind == "recorder"

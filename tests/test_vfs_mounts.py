@@ -1,0 +1,244 @@
+"""The VFS API, on a running tile, through every kind of mount a tile can have.
+
+Each test body runs on the owner tile's greenlet (as a tile program's ``open`` and ``os``
+do) against one place in its VFS: the tile's own SRAM disk, the chip disk on tile 0, a
+host image file mounted on a tile, and another tile's disk through ``/tiles/N`` on tile
+0. The chip disk comes both as the default striped device and as a plain RAM device.
+Every mount must behave the same; only where the files really are differs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+import ipuos
+from ipuos.blockdev import FileDevice, MemoryDevice
+from ipuos.vfs import mount_device
+
+KiB = 1024
+
+
+class Place:
+    """Where a test's files go: ``tile``'s VFS under ``top``."""
+
+    def __init__(self, machine, tile: int, top: str):
+        self.machine = machine
+        self.tile = tile
+        self.top = top
+
+    def run(self, body):
+        """``body(vfs, path)`` on the tile's greenlet; ``path(name)`` is where ``name`` goes."""
+        machine = self.machine
+
+        def call(tile):
+            vfs = machine.storage.vfs(tile)
+            return body(vfs, lambda name="": self.top + "/" + name.lstrip("/") if name else self.top or "/")
+
+        machine.scheduler.services["test.call"] = lambda tile, fn: fn(tile)
+        return machine.fs.submit(self.tile, "test.call", call).result(30)
+
+
+def tile_disk(tmp_path):
+    machine = ipuos.Machine("tiny", disk_size=32 * KiB)
+    return Place(machine, 6, "")
+
+
+def chip_disk(tmp_path):
+    def chip(tile):
+        return MemoryDevice.for_region(tile.memory.alloc("chiptest", 32 * KiB), 512)
+
+    return Place(ipuos.Machine("tiny", disk_size=16 * KiB, chip_device=chip), 0, "/chip")
+
+
+def striped_chip_disk(tmp_path):
+    machine = ipuos.Machine("tiny", disk_size=16 * KiB, chipdisk_share=2 * KiB)
+    return Place(machine, 0, "/chip")
+
+
+def host_image(tmp_path):
+    machine = ipuos.Machine("tiny", disk_size=16 * KiB)
+    device = FileDevice.create(tmp_path / "image", 512, 64)
+    place = Place(machine, 2, "/img")
+    place.run(lambda vfs, path: mount_device(vfs, "/img", device, format=True) and None)
+    return place
+
+
+def other_tile(tmp_path):
+    machine = ipuos.Machine("tiny", disk_size=32 * KiB)
+    return Place(machine, 0, "/tiles/9")
+
+
+@pytest.fixture(params=[tile_disk, chip_disk, striped_chip_disk, host_image, other_tile],
+                ids=["tile-disk", "chip-disk", "striped-chip-disk", "host-image", "tiles-proxy"])
+def place(request, tmp_path):
+    place = request.param(tmp_path)
+    yield place
+    place.machine.close()
+
+
+def test_text_files(place):
+    def body(vfs, path):
+        with vfs.open(path("t.txt"), "w") as f:
+            f.write("ünïcode\n")
+            print("second", 2, file=f)
+        with vfs.open(path("t.txt"), "a", newline="\r\n") as f:
+            f.write("third\n")
+        with vfs.open(path("t.txt")) as f:
+            lines = list(f)
+        with vfs.open(path("t.txt"), "rb") as f:
+            raw = f.read()
+        return lines, raw
+
+    lines, raw = place.run(body)
+    assert lines == ["ünïcode\n", "second 2\n", "third\n"]
+    assert raw == "ünïcode\nsecond 2\nthird\r\n".encode()
+
+
+def test_binary_random_access(place):
+    def body(vfs, path):
+        data = bytes(range(256)) * 20
+        with vfs.open(path("b"), "w+b") as f:
+            f.write(data)
+            f.seek(1000)
+            middle = f.read(300)
+            f.seek(-4, os.SEEK_END)
+            tail = f.read()
+            f.truncate(2000)
+            size = f.seek(0, os.SEEK_END)
+        with vfs.open(path("b"), "r+b") as f:
+            f.seek(10)
+            f.write(b"XYZ")
+        with vfs.open(path("b"), "rb") as f:
+            head = f.read(16)
+            line = f.readline()
+        return middle == data[1000:1300], tail == data[-4:], size, head, len(line)
+
+    matches_middle, matches_tail, size, head, line = place.run(body)
+    assert matches_middle and matches_tail and size == 2000
+    assert head == bytes(range(10)) + b"XYZ" + bytes([13, 14, 15])
+    assert line == 256 - 16 + 10 + 1  # up to and including the b"\n" (byte 10) of the next run
+
+
+def test_names(place):
+    def body(vfs, path):
+        vfs.makedirs(path("a/b/c"))
+        vfs.makedirs(path("a/b"), exist_ok=True)
+        with vfs.open(path("a/b/file"), "w") as f:
+            f.write("12345")
+        vfs.rename(path("a/b/file"), path("a/moved"))
+        vfs.replace(path("a/moved"), path("a/b/c/final"))
+        prefix = len(path("a")) - len("/a")
+        walked = [(top[prefix:], dirs, files) for top, dirs, files in vfs.walk(path("a"))]
+        st = vfs.stat(path("a/b/c/final"))
+        entries = sorted((e.name, e.is_dir()) for e in vfs.scandir(path("a/b")))
+        vfs.remove(path("a/b/c/final"))
+        for directory in ("a/b/c", "a/b", "a"):
+            vfs.rmdir(path(directory))
+        return walked, st.st_size, st.st_mtime_ns > 0, entries, vfs.exists(path("a"))
+
+    walked, size, has_mtime, entries, exists = place.run(body)
+    assert walked == [("/a", ["b"], []), ("/a/b", ["c"], []), ("/a/b/c", [], ["final"])]
+    assert size == 5 and has_mtime and entries == [("c", True)] and not exists
+
+
+def test_errno(place):
+    def body(vfs, path):
+        with vfs.open(path("file"), "w"):
+            pass
+        vfs.mkdir(path("dir"))
+        with vfs.open(path("dir/x"), "w"):
+            pass
+        results = []
+        for call in (
+            lambda: vfs.open(path("missing")),
+            lambda: vfs.mkdir(path("dir")),
+            lambda: vfs.open(path("file/x"), "w"),
+            lambda: vfs.open(path("dir")),
+            lambda: vfs.remove(path("dir")),
+            lambda: vfs.rmdir(path("dir")),
+            lambda: vfs.rmdir(path("file")),
+            lambda: vfs.open(path("n" * 300), "w"),
+            lambda: vfs.open(path("file"), "x"),
+            lambda: vfs.stat(path("file/")),
+        ):
+            try:
+                call()
+            except OSError as exc:
+                results.append((errno.errorcode[exc.errno], exc.filename.startswith(path("x")[:-1])))
+        return results
+
+    assert place.run(body) == [("ENOENT", True), ("EEXIST", True), ("ENOTDIR", True),
+                               ("EISDIR", True), ("EISDIR", True), ("ENOTEMPTY", True),
+                               ("ENOTDIR", True), ("ENAMETOOLONG", True), ("EEXIST", True),
+                               ("ENOTDIR", True)]
+
+
+def test_mtime_and_utime(place):
+    def body(vfs, path):
+        with vfs.open(path("m"), "w") as f:
+            f.write("x")
+        written = vfs.stat(path("m")).st_mtime_ns
+        vfs.utime(path("m"), ns=(0, 1_234_567_890_000_000_000))
+        return written, vfs.stat(path("m")).st_mtime_ns, vfs.getmtime(path("m"))
+
+    written, set_to, seconds = place.run(body)
+    assert written > 1_600_000_000 * 10**9
+    assert set_to == 1_234_567_890_000_000_000 and seconds == pytest.approx(1_234_567_890)
+
+
+def test_enospc_leaves_earlier_files_and_space_comes_back(place):
+    def body(vfs, path):
+        with vfs.open(path("keep"), "wb") as f:
+            f.write(b"k" * 600)
+        written = []
+        failure = None
+        for n in range(200):
+            try:
+                with vfs.open(path(f"fill{n}"), "wb") as f:
+                    f.write(bytes(512))
+            except OSError as exc:
+                failure = errno.errorcode[exc.errno]
+                break
+            written.append(path(f"fill{n}"))
+        intact = all(vfs.open(p, "rb").read() == bytes(512) for p in written)
+        kept = vfs.open(path("keep"), "rb").read() == b"k" * 600
+        for p in written[:6]:
+            vfs.remove(p)
+        with vfs.open(path("after"), "wb") as f:
+            f.write(bytes(1024))
+        return failure, intact, kept, vfs.getsize(path("after"))
+
+    assert place.run(body) == ("ENOSPC", True, True, 1024)
+
+
+def test_deep_paths_and_long_names(place):
+    def body(vfs, path):
+        deep = "/".join(f"d{n}" for n in range(12))
+        vfs.makedirs(path(deep))
+        with vfs.open(path(deep + "/leaf"), "w") as f:
+            f.write("deep")
+        name_max = vfs.statvfs(path()).f_namemax
+        with vfs.open(path("l" * name_max), "w"):
+            pass
+        try:
+            vfs.open(path("l" * (name_max + 1)), "w")
+        except OSError as exc:
+            too_long = errno.errorcode[exc.errno]
+        return vfs.open(path(deep + "/leaf")).read(), name_max, too_long
+
+    assert place.run(body) == ("deep", 255, "ENAMETOOLONG")
+
+
+def test_statvfs(place):
+    def body(vfs, path):
+        before = vfs.statvfs(path())
+        with vfs.open(path("big"), "wb") as f:
+            f.write(bytes(4 * before.f_bsize))
+        during = vfs.statvfs(path())
+        return before.f_bsize, before.f_blocks, before.f_bfree - during.f_bfree
+
+    block_size, blocks, used = place.run(body)
+    assert block_size == 512 and blocks in (32, 60, 64) and used >= 4

@@ -1,0 +1,46 @@
+"""The chip disk: one littlefs filesystem striped over every other tile's SRAM.
+
+Every tile but the chip tile (tile 0) gives ``chipdisk_share`` bytes of its SRAM (preset)
+to a :class:`~ipuos.blockdev.StripedDevice` that tile 0 owns and mounts at ``/chip``. The
+SRAM is reserved at boot, like the tile disks, so ``free`` and ``ps`` show it from the
+start and no program can take it first; the device itself is built on tile 0 when its
+storage comes up, because only tile 0's greenlet may use it (every block it misses in
+its cache rides the exchange).
+
+The device caches blocks in tile 0's own SRAM (write-behind, clustered reads): 16 blocks,
+or half of what tile 0 has left after boot if that is less.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ipuos.blockdev import StripedDevice
+
+__all__ = ["CHIP_DISK_REGION", "CHIP_CACHE_REGION", "reserve_striped_chip_disk"]
+
+#: the SRAM region each backing tile gives to the chip disk
+CHIP_DISK_REGION = "chipdisk"
+#: the chip tile's SRAM region holding the device's block cache
+CHIP_CACHE_REGION = "chipdisk.cache"
+CACHE_BLOCKS = 16
+
+
+def reserve_striped_chip_disk(scheduler, share: int, block_size: int,
+                              chip_tile: int = 0) -> Callable | None:
+    """Reserve the stripes and the cache now; return ``build(tile)`` making the device.
+
+    None when there is nothing to stripe over (a one-tile machine, or no share).
+    """
+    backing = [tile for tile in scheduler.tiles if tile.id != chip_tile]
+    if not share or not backing:
+        return None
+    stripes = [tile.memory.alloc(CHIP_DISK_REGION, share) for tile in backing]
+    owner_memory = scheduler.tiles[chip_tile].memory
+    blocks = max(2, min(CACHE_BLOCKS, owner_memory.largest_free() // 2 // block_size))
+    cache = owner_memory.alloc(CHIP_CACHE_REGION, blocks * block_size)
+
+    def build(tile) -> StripedDevice:
+        return StripedDevice(scheduler, tile, stripes, block_size, cache)
+
+    return build

@@ -1,0 +1,361 @@
+"""The caller's side of the file services: the same API from the host and from a tile.
+
+:class:`FsClient` turns the ``fs.*`` services (see ``_services``) into calls that look like
+``os`` and ``open``, with errors raised as the ``OSError`` the owner tile raised. Two
+transports carry the requests:
+
+* :class:`HostFsClient`, for host threads (the daemon, FUSE callbacks, backup): each
+  request is queued with ``scheduler.submit`` and waited for on its Future. Requests from
+  many threads, or many :meth:`HostFsClient.submit` calls, are delivered together and
+  served in the same superstep.
+* :class:`TileFsClient`, for code on a tile (the ``/tiles`` mount, the shell): requests
+  ride the exchange with ``scheduler.call_tile``, so each costs a round trip of
+  supersteps and must fit the exchange buffers: reads and writes go in chunks sized
+  from them.
+
+:class:`RemoteFile` is an open file on another tile, as a file object. Its writes are
+collected up to one chunk before they are sent when they ride the exchange (a line-by-line
+writer would otherwise pay a round trip of supersteps per line), so, as with Python's
+buffered files, an error from such a write may surface at the next flush, seek or close.
+From the host every write is sent at once.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ._backend import fs_error
+from ._entries import Entry, make_stat
+from ._files import VfsFile, flags_mode, parse_mode, wrap_text
+
+__all__ = ["FsClient", "HostFsClient", "TileFsClient", "RemoteFile"]
+
+#: bytes per request between the host and a tile (nothing limits them but latency)
+HOST_CHUNK = 1 << 20
+#: room a request or reply needs besides its data (tags, service name, handle, offset)
+_ENVELOPE = 512
+
+
+class FsClient:
+    """The file API of other tiles. Subclasses provide :meth:`call` and :attr:`chunk`."""
+
+    #: most bytes of file data one request or reply carries
+    chunk = HOST_CHUNK
+    #: bytes a RemoteFile collects before sending them (0: every write is sent at once)
+    write_behind = 0
+
+    def call(self, tile: int, service: str, *args):
+        """Run ``service(*args)`` on ``tile`` and return its result (or raise its error)."""
+        raise NotImplementedError
+
+    # -- names -------------------------------------------------------------------------------
+
+    def entry(self, tile: int, path: str) -> Entry:
+        return Entry(*self.call(tile, "fs.stat", path))
+
+    def stat(self, tile: int, path: str) -> os.stat_result:
+        _, is_dir, size, mtime_ns = self.call(tile, "fs.stat", path)
+        return make_stat(is_dir, size, mtime_ns, device=tile + 1)
+
+    def entries(self, tile: int, path: str = "/") -> list[Entry]:
+        """Every entry of a directory with type, size and mtime, in one request."""
+        return [Entry(*item) for item in self.call(tile, "fs.listdir", path)]
+
+    def listdir(self, tile: int, path: str = "/") -> list[str]:
+        return [item[0] for item in self.call(tile, "fs.listdir", path)]
+
+    def exists(self, tile: int, path: str) -> bool:
+        try:
+            self.call(tile, "fs.stat", path)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return True
+
+    def mkdir(self, tile: int, path: str) -> None:
+        self.call(tile, "fs.mkdir", path)
+
+    def makedirs(self, tile: int, path: str, exist_ok: bool = False) -> None:
+        self.call(tile, "fs.makedirs", path, exist_ok)
+
+    def rmdir(self, tile: int, path: str) -> None:
+        self.call(tile, "fs.rmdir", path)
+
+    def remove(self, tile: int, path: str) -> None:
+        self.call(tile, "fs.unlink", path)
+
+    unlink = remove
+
+    def rename(self, tile: int, src: str, dst: str) -> None:
+        self.call(tile, "fs.rename", src, dst)
+
+    replace = rename
+
+    def truncate(self, tile: int, path: str, size: int) -> None:
+        self.call(tile, "fs.truncate", path, size)
+
+    def utime(self, tile: int, path: str, mtime_ns: int | None = None) -> None:
+        self.call(tile, "fs.utime", path, mtime_ns)
+
+    def statvfs(self, tile: int, path: str = "/") -> os.statvfs_result:
+        return os.statvfs_result(self.call(tile, "fs.statvfs", path))
+
+    def mounts(self, tile: int) -> list[tuple]:
+        return self.call(tile, "fs.mounts")
+
+    def sync(self, tile: int) -> None:
+        """Write what ``tile`` keeps in memory (pending mtimes) to its filesystems."""
+        self.call(tile, "fs.sync")
+
+    # -- files ---------------------------------------------------------------------------------
+
+    def open(self, tile: int, path: str, mode="rb", *, encoding=None, errors=None, newline=None):
+        """An open file on ``tile``: ``mode`` as for ``open`` (text or binary) or
+        ``os.O_*`` flags (binary)."""
+        spec = flags_mode(mode) if isinstance(mode, int) else parse_mode(mode)
+        handle = self.call(tile, "fs.open", path, spec.backend)
+        append = ("a" in mode) if isinstance(mode, str) else bool(mode & os.O_APPEND)
+        raw = RemoteFile(self, tile, handle, path, spec.text, spec.readable, spec.writable, append)
+        if spec.binary:
+            return raw
+        return wrap_text(raw, spec, -1, encoding, errors, newline)
+
+    def read_file(self, tile: int, path: str) -> bytes:
+        with self.open(tile, path, "rb") as file:
+            return file.read()
+
+    def write_file(self, tile: int, path: str, data) -> None:
+        with self.open(tile, path, "wb") as file:
+            file.write(data)
+
+    # positional I/O on handles, for callers that keep their own offsets (FUSE)
+
+    def open_handle(self, tile: int, path: str, flags) -> int:
+        return self.call(tile, "fs.open", path, flags)
+
+    def pread(self, tile: int, handle: int, offset: int, size: int) -> bytes:
+        parts = []
+        while size > 0:
+            data = self.call(tile, "fs.read", handle, offset, min(size, self.chunk))
+            parts.append(data)
+            if len(data) < min(size, self.chunk):
+                break
+            offset += len(data)
+            size -= len(data)
+        return b"".join(parts)
+
+    def pwrite(self, tile: int, handle: int, offset: int | None, data) -> int:
+        """Write ``data`` at ``offset`` (None: the handle's position, or the end in append
+        mode); returns the position after it."""
+        view = memoryview(data).cast("B")
+        position = offset
+        if not len(view):
+            return self.call(tile, "fs.write", handle, offset, b"")
+        for start in range(0, len(view), self.chunk):
+            piece = view[start : start + self.chunk].tobytes()
+            position = self.call(tile, "fs.write", handle, offset, piece)
+            if offset is not None:
+                offset += len(piece)
+        return position
+
+    def close_handle(self, tile: int, handle: int) -> None:
+        self.call(tile, "fs.close", handle)
+
+    # -- storage ----------------------------------------------------------------------------------
+
+    def snapshot(self, tile: int, mount_point: str = "/") -> dict:
+        """{block_size, block_count, data}: the device under ``mount_point`` byte for byte,
+        taken by its owner between filesystem operations."""
+        return self.call(tile, "fs.snapshot", mount_point)
+
+    def restore(self, tile: int, mount_point: str, data) -> None:
+        """Overwrite the device under ``mount_point`` with ``data`` and mount it."""
+        self.call(tile, "fs.restore", mount_point, data)
+
+    def remount(self, tile: int, mount_point: str = "/") -> None:
+        self.call(tile, "fs.remount", mount_point)
+
+    # -- hooks for RemoteFile ---------------------------------------------------------------------
+
+    #: the tile whose greenlet uses these files (None: host threads)
+    owner = None
+    #: where finalizers put dropped files for the owner to close (None: :meth:`abandon`)
+    pending = None
+
+    def abandon(self, tile: int, handle: int, unsent: bytes | None, offset) -> None:
+        """Let go of a dropped file without waiting: a finalizer must never block."""
+
+
+class HostFsClient(FsClient):
+    """The file API for host threads; every call waits for the owner tile's answer.
+
+    ``timeout`` (seconds) bounds each wait; a machine that stops answering raises
+    ``TimeoutError`` rather than hanging its caller.
+    """
+
+    def __init__(self, scheduler, *, timeout: float | None = 60.0):
+        self._scheduler = scheduler
+        self.timeout = timeout
+
+    def submit(self, tile: int, service: str, *args):
+        """Queue a request without waiting: a Future of its result. Requests queued together
+        are served in the same superstep."""
+        return self._scheduler.submit(tile, service, *args)
+
+    def submit_all(self, service: str, tiles, *args) -> dict:
+        """``submit`` the same request to every tile in ``tiles``: {tile: Future}."""
+        return {tile: self._scheduler.submit(tile, service, *args) for tile in tiles}
+
+    def call(self, tile: int, service: str, *args):
+        return self._scheduler.submit(tile, service, *args).result(self.timeout)
+
+    def abandon(self, tile: int, handle: int, unsent: bytes | None, offset) -> None:
+        try:
+            if unsent:
+                self._scheduler.submit(tile, "fs.write", handle, offset, unsent)
+            self._scheduler.submit(tile, "fs.close", handle)
+        except RuntimeError:
+            pass  # the machine has stopped: nothing is left to close
+
+
+class TileFsClient(FsClient):
+    """The file API for code running on ``tile`` (its own greenlet), over the exchange.
+
+    ``pending``: the list the finalizer of a dropped file puts it on (the tile's VFS gives
+    its own, so its next operation closes them).
+    """
+
+    def __init__(self, tile, *, pending: list | None = None):
+        self._tile = tile
+        self._call_tile = tile.sched.call_tile
+        # a request and its reply must each fit the exchange buffers on both sides
+        room = min(tile.xout.size, tile.xin.size) - _ENVELOPE
+        self.chunk = max(64, room // 64 * 64)
+        self.write_behind = self.chunk  # a round trip per small write would cost supersteps
+        self.owner = tile
+        self.pending = pending if pending is not None else []
+
+    def call(self, tile: int, service: str, *args):
+        return self._call_tile(self._tile, tile, service, *args)
+
+
+class RemoteFile(VfsFile):
+    """An open file on another tile, reached through a :class:`FsClient`."""
+
+    __slots__ = ("_client", "_tile", "_handle", "_position", "_append", "_unsent", "_unsent_at")
+
+    def __init__(self, client: FsClient, tile: int, handle: int, name: str, mode: str,
+                 readable: bool, writable: bool, append: bool):
+        VfsFile.__init__(self, name, mode, readable, writable, client.owner, client.pending)
+        self._client = client
+        self._tile = tile
+        self._handle = handle
+        self._position = 0
+        self._append = append
+        #: writes not sent yet, and the offset the first of them goes to
+        self._unsent: bytearray | None = None
+        self._unsent_at = 0
+
+    @property
+    def tile(self) -> int:
+        return self._tile
+
+    @property
+    def handle(self) -> int:
+        return self._handle
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._check_open()
+        self._send_writes()
+        client = self._client
+        chunk = client.chunk
+        parts = []
+        left = -1 if size is None or size < 0 else size
+        while left != 0:
+            want = chunk if left < 0 else min(chunk, left)
+            data = client.call(self._tile, "fs.read", self._handle, self._position, want)
+            self._position += len(data)
+            parts.append(data)
+            if len(data) < want:
+                break
+            if left > 0:
+                left -= len(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def write(self, data) -> int:
+        self._check_open()
+        if not self._writable:
+            raise fs_error(errno.EBADF, self.name, "file not open for writing")
+        view = memoryview(data).cast("B")
+        count = len(view)
+        if self._unsent is None:
+            self._unsent = bytearray()
+            self._unsent_at = self._position
+        self._unsent += view
+        self._position += count
+        if len(self._unsent) >= self._client.write_behind:
+            self._send_writes()
+        return count
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._check_open()
+        self._send_writes()
+        if whence == os.SEEK_SET:
+            position = offset
+        elif whence == os.SEEK_CUR:
+            position = self._position + offset
+        elif whence == os.SEEK_END:
+            position = self._client.call(self._tile, "fs.seek", self._handle, offset, whence)
+        else:
+            raise fs_error(errno.EINVAL, self.name, f"unsupported whence {whence!r}")
+        if position < 0:
+            raise fs_error(errno.EINVAL, self.name, "negative seek position")
+        self._position = position
+        return position
+
+    def tell(self) -> int:
+        self._check_open()
+        self._send_writes()
+        return self._position
+
+    def size(self) -> int:
+        self._check_open()
+        self._send_writes()
+        return self._client.call(self._tile, "fs.seek", self._handle, 0, os.SEEK_END)
+
+    def truncate(self, size: int | None = None) -> int:
+        self._check_open()
+        self._send_writes()
+        if size is None:
+            size = self._position
+        self._client.call(self._tile, "fs.ftruncate", self._handle, size)
+        return size
+
+    def flush(self) -> None:
+        self._check_open()
+        self._send_writes()
+        self._client.call(self._tile, "fs.fsync", self._handle)
+
+    fsync = flush
+
+    def _close(self) -> None:
+        try:
+            self._send_writes()
+        finally:
+            self._client.call(self._tile, "fs.close", self._handle)
+
+    def _abandon(self) -> None:
+        self._closed = True
+        unsent, self._unsent = self._unsent, None
+        self._client.abandon(self._tile, self._handle, bytes(unsent) if unsent else None,
+                             None if self._append else self._unsent_at)
+
+    def _send_writes(self) -> None:
+        unsent = self._unsent
+        if not unsent:
+            return
+        self._unsent = None
+        offset = None if self._append else self._unsent_at
+        position = self._client.pwrite(self._tile, self._handle, offset, unsent)
+        self._position = position
+

@@ -1,0 +1,304 @@
+"""Open files as tile code sees them: Python's ``open`` semantics over any backend.
+
+Binary files are :class:`VfsFile` objects (an ``io.RawIOBase``): unbuffered, because the
+filesystem underneath already caches (littlefs keeps a cache per open file; a remote file
+buffers its writes itself), and a second buffer would only copy every byte once more.
+Text files are a :class:`TextFile` (an ``io.TextIOWrapper``) over one, with Python's
+``encoding``/``errors``/``newline`` handling. The default encoding is UTF-8: a tile has
+no locale. ``flush()`` commits the file's data to its filesystem, so other handles see it.
+
+Finalizers are the one hazard here. CPython closes a file the moment its last reference
+goes, but the cyclic garbage collector may finalize one at any allocation: on another
+tile's greenlet, on a host thread, or in the middle of this tile's own littlefs call. A
+close there would touch a filesystem its owner is not running. So a finalizer never
+closes anything: it puts the file on its VFS's *pending* list, and the owner closes
+pending files before its next file operation of any kind and when the program ends.
+``open(p, "w").write(s)`` then behaves as on the host: whatever looks at ``p`` next (the
+program, a remote request) sees ``s``. Text wrappers are created with ``write_through``,
+so a wrapper that is dropped never strands text in itself.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import NamedTuple
+
+__all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
+           "check_binary_arguments"]
+
+
+# -- modes ----------------------------------------------------------------------------
+
+
+class OpenMode(NamedTuple):
+    """A parsed ``open`` mode."""
+
+    backend: str | int  # what the backend's open takes: "r", "w+", ... or os.O_* flags
+    binary: bool
+    readable: bool
+    writable: bool
+    writes: bool  # may change the filesystem: refused on a read-only mount
+    stamps: bool  # creates or truncates: the mtime is set even if nothing is written
+    maybe_creates: bool  # may create the file ("a", O_CREAT): stamped if it opens empty
+    text: str  # the file object's ``mode`` attribute
+
+
+_MODES: dict = {}
+#: what the host's binary files report as ``mode`` (FileIO's spelling)
+_BINARY_MODE_NAMES = {"r": "rb", "r+": "rb+", "w": "wb", "w+": "rb+", "a": "ab", "a+": "ab+",
+                      "x": "xb", "x+": "xb+"}
+
+
+def parse_mode(mode) -> OpenMode:
+    """Python's ``open`` mode rules ("r", "wb", "a+", "x", "rt" ...); ValueError otherwise."""
+    parsed = _MODES.get(mode)
+    if parsed is not None:
+        return parsed
+    if not isinstance(mode, str):
+        raise TypeError(f"open() mode must be str, not {type(mode).__name__}")
+    chars = set(mode)
+    if chars - set("rwaxbt+") or len(chars) != len(mode):
+        raise ValueError(f"invalid mode: {mode!r}")
+    kinds = chars & set("rwax")
+    if len(kinds) != 1:
+        raise ValueError("must have exactly one of create/read/write/append mode")
+    if "b" in chars and "t" in chars:
+        raise ValueError("can't have text and binary mode at once")
+    base = kinds.pop()
+    plus = "+" in chars
+    backend = base + ("+" if plus else "")
+    binary = "b" in chars
+    parsed = OpenMode(
+        backend=backend,
+        binary=binary,
+        readable=plus or base == "r",
+        writable=plus or base != "r",
+        writes=plus or base != "r",
+        stamps=base in "wx",
+        maybe_creates=base == "a",
+        text=_BINARY_MODE_NAMES[backend] if binary else mode,
+    )
+    if len(_MODES) < 256:
+        _MODES[mode] = parsed
+    return parsed
+
+
+def flags_mode(flags: int) -> OpenMode:
+    """The mode for POSIX ``os.O_*`` flags (the host client and FUSE speak these)."""
+    access = flags & os.O_ACCMODE
+    writes = access != os.O_RDONLY or bool(flags & (os.O_CREAT | os.O_TRUNC))
+    text = {os.O_RDONLY: "rb", os.O_WRONLY: "wb", os.O_RDWR: "rb+"}.get(access, "rb")
+    return OpenMode(
+        backend=flags,
+        binary=True,
+        readable=access != os.O_WRONLY,
+        writable=access != os.O_RDONLY,
+        writes=writes,
+        stamps=bool(flags & (os.O_TRUNC | os.O_EXCL)) and writes,
+        maybe_creates=bool(flags & os.O_CREAT),
+        text=text,
+    )
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+class VfsFile:
+    """A binary file on a tile: ``read``/``write``/``seek``/``tell``/``truncate``/``flush``.
+
+    The whole ``io.RawIOBase`` protocol (it is registered as one, so ``isinstance`` holds)
+    without inheriting from it: an ``io`` subclass costs ~0.5 us more to create, and
+    programs open files in loops. Subclasses implement ``read``, ``write``, ``seek``,
+    ``tell``, ``truncate``, ``flush``, ``size`` and ``_close``; everything line-oriented
+    and the finalizer policy live here.
+    """
+
+    __slots__ = ("name", "mode", "_closed", "_readable", "_writable", "_owner", "_pending",
+                 "__weakref__")
+
+    def __init__(self, name: str, mode: str, readable: bool, writable: bool, owner, pending):
+        self.name = name
+        self.mode = mode
+        self._closed = False
+        self._readable = readable
+        self._writable = writable
+        #: whose filesystems this file lives on (its ``fs_depth`` brackets littlefs calls)
+        self._owner = owner
+        #: where the finalizer puts the file for its owner to close (None: _abandon it)
+        self._pending = pending
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<{type(self).__name__} {self.name!r} mode={self.mode!r}{state}>"
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"an open file ({self.name!r}) cannot be sent to another tile or the host")
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def readable(self) -> bool:
+        self._check_open()
+        return self._readable
+
+    def writable(self) -> bool:
+        self._check_open()
+        return self._writable
+
+    def seekable(self) -> bool:
+        self._check_open()
+        return True
+
+    def isatty(self) -> bool:
+        self._check_open()
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("files on a tile have no file descriptor")
+
+    def close(self) -> None:
+        """Commit and close. Closing twice is harmless; a failed final commit still
+        closes the file and raises."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self):
+        if self._closed:
+            raise ValueError(f"I/O operation on closed file {self.name!r}")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- derived reading and writing ------------------------------------------------------
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def read1(self, size: int = -1) -> bytes:
+        return self.read(size)
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    readinto1 = readinto
+
+    def readline(self, size: int | None = -1) -> bytes:
+        """One line (up to ``size`` bytes), reading ahead in growing chunks and giving back
+        what follows the newline with a seek: no second buffer to keep coherent."""
+        if size is None:
+            size = -1
+        parts = []
+        total = 0
+        chunk = 128
+        while size < 0 or total < size:
+            want = chunk if size < 0 else min(chunk, size - total)
+            data = self.read(want)
+            if not data:
+                break
+            cut = data.find(b"\n")
+            if cut >= 0:
+                extra = len(data) - cut - 1
+                if extra:
+                    self.seek(-extra, os.SEEK_CUR)
+                parts.append(data[: cut + 1])
+                break
+            parts.append(data)
+            total += len(data)
+            chunk = min(chunk * 2, 8192)
+        return b"".join(parts)
+
+    def readlines(self, hint: int | None = -1) -> list[bytes]:
+        lines = []
+        total = 0
+        for line in self:
+            lines.append(line)
+            total += len(line)
+            if hint is not None and 0 < hint <= total:
+                break
+        return lines
+
+    def __iter__(self):
+        self._check_open()
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    # -- finalization ----------------------------------------------------------------------
+
+    def __del__(self):
+        if self._closed:
+            return
+        try:
+            if self._pending is not None:
+                self._pending.append(self)  # resurrected; the owner closes it soon
+            else:
+                self._abandon()
+        except Exception:
+            pass  # nobody to report to from a finalizer
+
+    def _abandon(self) -> None:
+        """Let go of the file without waiting (files whose owner is not a tile's VFS)."""
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"I/O operation on closed file {self.name!r}")
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+
+io.RawIOBase.register(VfsFile)
+
+
+class TextFile(io.TextIOWrapper):
+    """A text file: ``io.TextIOWrapper`` with the finalizer policy of :class:`VfsFile`."""
+
+    def __del__(self):
+        # io's own finalizer would flush and close here, wherever the collector runs it;
+        # the binary file's finalizer hands it to the owner instead, and write_through
+        # leaves nothing in this wrapper to lose
+        pass
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"an open file ({self.name!r}) cannot be sent to another tile or the host")
+
+
+def wrap_text(raw: VfsFile, mode: OpenMode, buffering: int, encoding, errors, newline) -> TextFile:
+    """The text file over ``raw``; ``raw`` is closed if the text layer cannot be built."""
+    if buffering == 0:
+        raw.close()
+        raise ValueError("can't have unbuffered text I/O")
+    try:
+        text = TextFile(raw, encoding or "utf-8", errors, newline,
+                        line_buffering=buffering == 1, write_through=True)
+        text.mode = mode.text
+    except BaseException:
+        raw.close()
+        raise
+    return text
+
+
+def check_binary_arguments(encoding, errors, newline) -> None:
+    for value, what in ((encoding, "an encoding"), (errors, "an errors"), (newline, "a newline")):
+        if value is not None:
+            raise ValueError(f"binary mode doesn't take {what} argument")
+

@@ -1,0 +1,101 @@
+"""Importing Python modules that live on the tile's own filesystem.
+
+``import helpers`` on a tile looks for ``helpers.py`` (or a package ``helpers/__init__.py``)
+in each directory of :data:`MODULE_PATH`, in order: the program's current directory at the
+time of the import, then ``/lib``. The standard modules a tile may use always win (a file
+``json.py`` cannot shadow ``json``), as the runtime asks this finder last.
+
+A module is loaded once per program run and executed in a tile namespace (the runtime
+supplies it: ``print``, the exchange primitives, ``open``...), so its code is tile code
+like the program's. Its file name is its VFS path, so tracebacks point at it.
+"""
+
+from __future__ import annotations
+
+import linecache
+import types
+from typing import Callable
+
+__all__ = ["MODULE_PATH", "TileImporter"]
+
+#: where ``import`` looks on a tile; "" is the current directory
+MODULE_PATH = ("", "/lib")
+
+_MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+
+
+class TileImporter:
+    """``__find_module__`` for the runtime: ``finder(name, fromlist)`` returns what
+    ``__import__`` would, or None if no file provides the top-level module.
+
+    ``vfs()`` gives the tile's Vfs; ``new_globals(name, filename)`` a fresh namespace
+    for a module's code.
+    """
+
+    def __init__(self, vfs: Callable, new_globals: Callable[[str, str], dict]):
+        self._vfs = vfs
+        self._new_globals = new_globals
+        #: modules loaded by this program run, by dotted name
+        self.modules: dict[str, types.ModuleType] = {}
+
+    def __call__(self, name: str, fromlist=()):
+        parts = name.split(".")
+        top = self._load(parts[0], None)
+        if top is None:
+            return None
+        module = top
+        for depth in range(1, len(parts)):
+            module = self._load(".".join(parts[: depth + 1]), module)
+            if module is None:
+                raise ImportError(f"no module named {name!r} on this tile", name=name)
+        if fromlist and hasattr(module, "__path__"):
+            for item in fromlist:
+                if item != "*" and not hasattr(module, item):
+                    self._load(f"{module.__name__}.{item}", module)  # a submodule, if any
+        return module if fromlist else top
+
+    def search_path(self) -> list[str]:
+        """The directories searched, in order, as they are right now."""
+        cwd = self._vfs().getcwd()
+        return [directory or cwd for directory in MODULE_PATH]
+
+    def _load(self, fullname: str, parent):
+        module = self.modules.get(fullname)
+        if module is not None:
+            return module
+        leaf = fullname.rpartition(".")[2]
+        directories = parent.__path__ if parent is not None else self.search_path()
+        vfs = self._vfs()
+        for directory in directories:
+            base = directory.rstrip("/") + "/" + leaf
+            for filename, is_package in ((base + ".py", False), (base + "/__init__.py", True)):
+                try:
+                    with vfs.open(filename, "rb") as file:
+                        source = file.read()
+                except _MISSING:
+                    continue
+                module = self._execute(fullname, filename, source, base if is_package else None)
+                if parent is not None:
+                    setattr(parent, leaf, module)
+                return module
+        return None
+
+    def _execute(self, fullname: str, filename: str, source: bytes, package_dir):
+        text = source.decode("utf-8")
+        code = compile(text, filename, "exec", dont_inherit=True)
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        module = types.ModuleType(fullname)
+        module.__dict__.update(self._new_globals(fullname, filename))
+        module.__file__ = filename
+        if package_dir is not None:
+            module.__path__ = [package_dir]
+            module.__package__ = fullname
+        else:
+            module.__package__ = fullname.rpartition(".")[0]
+        self.modules[fullname] = module  # before running it: circular imports find it
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            del self.modules[fullname]
+            raise
+        return module

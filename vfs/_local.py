@@ -1,0 +1,436 @@
+"""littlefs filesystems owned by the tile itself: its SRAM disk, the chip disk, images.
+
+The backend and its files call :class:`~ipuos.blockdev.Filesystem` and nothing else: the
+littlefs traps and the littlefs-to-errno table live there. What this module adds is the
+ownership bracket and the modification time:
+
+* Every littlefs call runs inside ``owner.fs_depth += 1 ... -= 1``. While the depth is
+  non-zero the owner tile serves no kernel requests and takes no signal, even if the
+  device pauses its greenlet inside a littlefs callback (a striped device waits for the
+  exchange there): littlefs is not re-entrant, and only its owner may call it.
+* littlefs keeps no times, so the mtime lives in a littlefs attribute
+  (``blockdev.MTIME_ATTRIBUTE``, nanoseconds of host wall time), and is kept the way
+  Linux's ``lazytime`` keeps timestamps. A file is stamped, in memory, when it is closed
+  or flushed after a write or truncate, or when ``open`` creates or truncates it; every
+  stat and listing sees the stamp at once. Stamps reach littlefs when the file is
+  ``fsync``-ed, before any rename, before a snapshot or unmount, and whenever
+  :data:`PENDING_STAMPS_MAX` are waiting. Writing each stamp at close would be one more
+  metadata commit per file (~15 us, as much as writing a 4 KiB file); the price of not
+  doing so is that a crash of the device may lose up to that many recent mtimes, never
+  data. A stamp that finds the disk full is dropped (the data is safe; its time is older).
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+
+from ._backend import Backend, fs_error
+from ._entries import Entry
+from ._files import VfsFile
+
+__all__ = ["LittlefsBackend", "LocalFile"]
+
+#: stamping the mtime may fail for these without the data being at risk
+_STAMP_SKIPPABLE = (errno.ENOSPC, errno.ENOENT)
+#: mtimes kept in memory before they are written to littlefs together
+PENDING_STAMPS_MAX = 1024
+#: free blocks below which pending mtimes are dropped instead of written (see _write_stamps)
+STAMP_RESERVE_BLOCKS = 4
+
+
+class LittlefsBackend(Backend):
+    """A mounted :class:`~ipuos.blockdev.Filesystem`, called only by its owner tile.
+
+    ``owns``: the backend was made for its mount and unmounts littlefs when the mount
+    goes. ``owner`` is the tile (anything with ``fs_depth`` and ``glet``).
+    """
+
+    kind = "littlefs"
+
+    def __init__(self, filesystem, owner, *, owns: bool = False):
+        self.fs = filesystem
+        self.device = filesystem.device
+        self.owner = owner
+        self.owns = owns
+        #: mtimes (ns) not yet written to littlefs, by canonical path
+        self._stamps: dict[str, int] = {}
+
+    def describe(self) -> str:
+        return repr(self.device)
+
+    # -- lifecycle (format at first boot, mount existing bytes after a restore) ----------------
+
+    def start(self, *, format: bool) -> None:
+        """Format (if asked) and mount. Never formats what it was not told to."""
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            if format:
+                self.fs.format()
+            self.fs.mount()
+        finally:
+            owner.fs_depth -= 1
+
+    def remount(self) -> None:
+        """Unmount (committing open files) and mount again: how a filesystem comes back
+        after a device error."""
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            if self.fs.mounted:
+                try:
+                    if self.fs.fault is None:
+                        self._write_stamps()
+                finally:
+                    try:
+                        self.fs.unmount()
+                    except OSError:
+                        pass  # the device error that brought us here; mounting decides
+            self._stamps.clear()
+            self.fs.mount()
+        finally:
+            owner.fs_depth -= 1
+
+    def snapshot(self) -> bytes:
+        """Every byte of the device. The caller is the owner between filesystem operations,
+        so the image is littlefs' last committed state (writes to files still open and
+        not yet flushed are not in it)."""
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            if self.fs.mounted and self.fs.fault is None:
+                try:
+                    self._write_stamps()
+                except OSError:
+                    pass  # the bytes are what is asked for, whatever state littlefs is in
+            return self.device.snapshot()
+        finally:
+            owner.fs_depth -= 1
+
+    def restore(self, image) -> None:
+        """Replace the device's bytes with ``image`` and mount them (EBUSY if files are
+        open). If they do not mount, the filesystem stays unmounted and the error says why."""
+        if self.fs.mounted and self.fs.open_files:
+            raise fs_error(errno.EBUSY, None,
+                           f"{self.fs.open_files} files are open on {self.device!r}")
+        size = memoryview(image).nbytes
+        if size != self.device.size:
+            raise ValueError(f"an image of {size} bytes cannot restore {self.device!r} "
+                             f"({self.device.size} bytes)")
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            if self.fs.mounted:
+                self.fs.unmount()
+            self._stamps.clear()  # they were about the bytes being replaced
+            self.device.restore(image)
+            self.fs.mount()
+        finally:
+            owner.fs_depth -= 1
+
+    def detach(self) -> None:
+        if self.owns and self.fs.mounted:
+            owner = self.owner
+            owner.fs_depth += 1
+            try:
+                try:
+                    if self.fs.fault is None:
+                        self._write_stamps()
+                finally:
+                    self.fs.unmount()
+            finally:
+                owner.fs_depth -= 1
+
+    # -- modification times ---------------------------------------------------------------------
+
+    def stamp(self, path: str) -> None:
+        """Record now as ``path``'s mtime (see module doc: written to littlefs later)."""
+        stamps = self._stamps
+        stamps[path] = time.time_ns()
+        if len(stamps) > PENDING_STAMPS_MAX:
+            self.sync()
+
+    def sync(self, path: str | None = None) -> None:
+        """Write pending mtimes to littlefs: ``path``'s, or all of them."""
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            if path is None:
+                self._write_stamps()
+            else:
+                mtime = self._stamps.pop(path, None)
+                if mtime is not None:
+                    _set_mtime(self.fs, path, mtime)
+        finally:
+            owner.fs_depth -= 1
+
+    def _write_stamps(self) -> None:
+        """Caller holds the ownership bracket.
+
+        Stamps are dropped, not written, when the disk is (nearly) full: littlefs 2.11
+        leaves its program cache dirty when a metadata commit fails with ENOSPC, and the
+        next commit to another block then aborts the process (an assertion in
+        ``lfs_bd_prog``). A user's own full-disk error can still lead there (reported to
+        blockdev); the VFS at least never makes hundreds of such commits on its own.
+        """
+        stamps, self._stamps = self._stamps, {}
+        if not stamps:
+            return
+        fs = self.fs
+        if fs.statvfs().blocks_free < STAMP_RESERVE_BLOCKS:
+            return
+        for path, mtime in stamps.items():
+            try:
+                fs.set_mtime(path, mtime)
+            except OSError as exc:
+                if exc.errno == errno.ENOSPC:
+                    return  # full after all: no more metadata commits (see above)
+                if exc.errno != errno.ENOENT:
+                    raise
+
+    def _mtime(self, path: str) -> int:
+        """Caller holds the bracket; ``path`` canonical, without a trailing slash."""
+        mtime = self._stamps.get(path)
+        if mtime is None:
+            mtime = self.fs.get_mtime(path) or 0
+        return mtime
+
+    # -- names -----------------------------------------------------------------------------
+
+    def entry(self, path: str) -> Entry:
+        owner = self.owner
+        fs = self.fs
+        owner.fs_depth += 1
+        try:
+            info = fs.stat(path)
+            mtime = self._mtime(path.rstrip("/") or "/")
+        finally:
+            owner.fs_depth -= 1
+        return Entry(info.name, info.is_dir, info.size, mtime)
+
+    def entries(self, path: str) -> list[Entry]:
+        owner = self.owner
+        fs = self.fs
+        base = path.rstrip("/") + "/"
+        owner.fs_depth += 1
+        try:
+            infos = fs.scandir(path)
+            mtime = self._mtime
+            return [Entry(info.name, info.is_dir, info.size, mtime(base + info.name))
+                    for info in infos]
+        finally:
+            owner.fs_depth -= 1
+
+    def mkdir(self, path: str) -> None:
+        self._call(self.fs.mkdir, path)
+        self.stamp(path)
+
+    def rmdir(self, path: str) -> None:
+        self._call(self.fs.rmdir, path)
+        self._stamps.pop(path.rstrip("/"), None)
+
+    def remove(self, path: str) -> None:
+        self._call(self.fs.remove, path)
+        self._stamps.pop(path, None)
+
+    def rename(self, src: str, dst: str) -> None:
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            self._write_stamps()  # littlefs moves attributes with their entries
+            self.fs.rename(src, dst)
+        finally:
+            owner.fs_depth -= 1
+
+    def truncate(self, path: str, size: int) -> None:
+        if size < 0:
+            raise fs_error(errno.EINVAL, path, "negative size")
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            with self.fs.open(path, "r+") as file:
+                file.truncate(size)
+        finally:
+            owner.fs_depth -= 1
+        self.stamp(path)
+
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        self._stamps.pop(path.rstrip("/") or "/", None)
+        self._call(self.fs.set_mtime, path, mtime_ns)
+
+    # -- files -------------------------------------------------------------------------------
+
+    def open(self, path: str, mode, name: str, pending) -> "LocalFile":
+        owner = self.owner
+        fs = self.fs
+        owner.fs_depth += 1
+        try:
+            file = fs.open(path, mode.backend)
+            try:
+                stamp = mode.stamps or (mode.maybe_creates and file.size() == 0)
+            except BaseException:
+                file.close()
+                raise
+        finally:
+            owner.fs_depth -= 1
+        return LocalFile(file, self, name, mode, owner, pending, stamp)
+
+    # -- the filesystem as a whole ---------------------------------------------------------
+
+    def statvfs(self, path: str) -> tuple[int, int, int, int]:
+        info = self._call(self.fs.statvfs)
+        return (info.block_size, info.block_count, info.blocks_free, info.name_max)
+
+    @property
+    def open_files(self) -> int:
+        return self.fs.open_files if self.fs.mounted else 0
+
+    def _call(self, func, *args):
+        owner = self.owner
+        owner.fs_depth += 1
+        try:
+            return func(*args)
+        finally:
+            owner.fs_depth -= 1
+
+
+def _set_mtime(fs, path: str, mtime_ns: int) -> None:
+    """Write one mtime to littlefs. Caller holds the ownership bracket."""
+    try:
+        fs.set_mtime(path, mtime_ns)
+    except OSError as exc:
+        if exc.errno not in _STAMP_SKIPPABLE:
+            raise
+
+
+class LocalFile(VfsFile):
+    """An open littlefs file of the owner tile.
+
+    Each method is one bracketed call into the blockdev ``File``: this is the hot path of
+    every tile program that reads or writes, so it stays that thin.
+    """
+
+    __slots__ = ("_file", "_backend", "_dirty")
+
+    def __init__(self, file, backend: LittlefsBackend, name: str, mode, owner, pending,
+                 dirty: bool):
+        # VfsFile.__init__ written out: one call fewer on every open
+        self.name = name
+        self.mode = mode.text
+        self._closed = False
+        self._readable = mode.readable
+        self._writable = mode.writable
+        self._owner = owner
+        self._pending = pending
+        self._file = file
+        self._backend = backend
+        #: written or truncated since the mtime was last stamped
+        self._dirty = dirty
+
+    def read(self, size: int | None = -1) -> bytes:
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            return self._file.read(size)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+
+    def write(self, data) -> int:
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            written = self._file.write(data)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+        self._dirty = True
+        return written
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            return self._file.seek(offset, whence)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+
+    def tell(self) -> int:
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            return self._file.tell()
+        finally:
+            owner.fs_depth -= 1
+
+    def size(self) -> int:
+        """Current size, including writes not yet committed."""
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            return self._file.size()
+        finally:
+            owner.fs_depth -= 1
+
+    def truncate(self, size: int | None = None) -> int:
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            result = self._file.truncate(size)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+        self._dirty = True
+        return result
+
+    def flush(self) -> None:
+        """Commit this file's data so other handles see it (its mtime is stamped)."""
+        self._check_open()
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            self._file.sync()
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+        if self._dirty:
+            self._dirty = False
+            self._backend.stamp(self._file.path)
+
+    def fsync(self) -> None:
+        """:meth:`flush`, and write the file's mtime to littlefs too (``os.fsync``)."""
+        self.flush()
+        try:
+            self._backend.sync(self._file.path)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+
+    def close(self) -> None:
+        """Commit and close (see :meth:`VfsFile.close`); stamps the mtime if written."""
+        if self._closed:
+            return
+        self._closed = True
+        owner = self._owner
+        owner.fs_depth += 1
+        try:
+            self._file.close()
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+        finally:
+            owner.fs_depth -= 1
+        if self._dirty and self._backend.fs.mounted:  # not if an unmount closed it first
+            self._backend.stamp(self._file.path)

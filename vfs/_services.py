@@ -1,0 +1,260 @@
+"""The kernel's file services: how anyone but the owner reaches a tile's files.
+
+A tile's filesystems are touched only by its own greenlet (DESIGN, "Ownership"). The shell,
+FUSE, backup and other tiles therefore send the owner a kernel request (``fs.stat``,
+``fs.read`` ...) which it serves at an exchange point, between its own filesystem
+operations. This module is the server side: one function per service, registered by name
+on ``scheduler.services``. The caller's side is ``_client``.
+
+Arguments and results are plain data (str, int, bytes, tuples, lists, dicts), so a request
+marshals straight into the exchange. Paths are absolute in the tile's VFS (a relative path
+is taken from ``/``, never from the cwd of whatever program runs there). Open files live
+in a per-tile handle table; a handle is a small int valid on that tile only.
+
+| service | arguments | result |
+|---|---|---|
+| ``fs.boot`` | | None (the tile's storage is up) |
+| ``fs.stat`` | path | (name, is_dir, size, mtime_ns) |
+| ``fs.listdir`` | path | [(name, is_dir, size, mtime_ns), ...] |
+| ``fs.open`` | path, flags (``os.O_*`` or a mode string) | handle |
+| ``fs.read`` | handle, offset or None, size | bytes (short at end of file) |
+| ``fs.write`` | handle, offset or None, data | position after the write |
+| ``fs.seek`` | handle, offset, whence | new position |
+| ``fs.ftruncate`` / ``fs.fsync`` / ``fs.close`` | handle (, size) | None |
+| ``fs.sync`` | | None (pending mtimes written to littlefs) |
+| ``fs.truncate`` | path, size | None |
+| ``fs.mkdir`` / ``fs.rmdir`` / ``fs.unlink`` | path | None |
+| ``fs.makedirs`` | path, exist_ok | None |
+| ``fs.rename`` | src, dst | None (replaces dst) |
+| ``fs.statvfs`` | path | the 10 fields of ``os.statvfs_result`` |
+| ``fs.utime`` | path, mtime_ns or None (now) | None |
+| ``fs.mounts`` | | [(path, kind, source, readonly, open_files), ...] |
+| ``fs.snapshot`` | mount point | {block_size, block_count, data} |
+| ``fs.restore`` | mount point, data | None (mounted) |
+| ``fs.remount`` | mount point | None |
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Callable
+
+from ._backend import fs_error
+
+__all__ = ["register_services", "HandleTable", "SERVICE_NAMES", "MAX_HANDLES"]
+
+#: open files one tile keeps for remote callers
+MAX_HANDLES = 1024
+_HANDLES_KEY = "fs.handles"
+
+
+class HandleTable:
+    """The files a tile holds open for remote callers, by small integer handle."""
+
+    __slots__ = ("_files", "_next")
+
+    def __init__(self):
+        self._files: dict[int, object] = {}
+        self._next = 1
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def add(self, file) -> int:
+        if len(self._files) >= MAX_HANDLES:
+            file.close()
+            raise fs_error(errno.EMFILE, file.name, f"{MAX_HANDLES} files are already open for remote callers")
+        handle = self._next
+        self._next += 1
+        self._files[handle] = file
+        return handle
+
+    def get(self, handle: int):
+        file = self._files.get(handle)
+        if file is None:
+            raise fs_error(errno.EBADF, None, f"no open file with handle {handle!r}")
+        return file
+
+    def pop(self, handle: int):
+        file = self._files.pop(handle, None)
+        if file is None:
+            raise fs_error(errno.EBADF, None, f"no open file with handle {handle!r}")
+        return file
+
+
+def _handles(tile) -> HandleTable:
+    table = tile.kernel_data.get(_HANDLES_KEY)
+    if table is None:
+        table = tile.kernel_data[_HANDLES_KEY] = HandleTable()
+    return table
+
+
+def _absolute(path) -> str:
+    if not isinstance(path, str):
+        raise TypeError(f"paths are str, not {type(path).__name__}")
+    return path if path[:1] == "/" or not path else "/" + path  # "" stays ENOENT
+
+
+# -- the services: fn(tile, vfs, *args) ---------------------------------------------------
+
+
+def _boot(tile, vfs) -> None:
+    return None
+
+
+def _stat(tile, vfs, path):
+    return tuple(vfs.entry(_absolute(path)))
+
+
+def _listdir(tile, vfs, path):
+    return [tuple(entry) for entry in vfs.entries(_absolute(path))]
+
+
+def _open(tile, vfs, path, flags):
+    return _handles(tile).add(vfs.open_raw(_absolute(path), flags))
+
+
+def _read(tile, vfs, handle, offset, size):
+    file = _handles(tile).get(handle)
+    if offset is not None:
+        file.seek(offset)
+    return file.read(size)
+
+
+def _write(tile, vfs, handle, offset, data):
+    file = _handles(tile).get(handle)
+    if offset is not None:
+        file.seek(offset)
+    file.write(data)
+    return file.tell()
+
+
+def _seek(tile, vfs, handle, offset, whence):
+    return _handles(tile).get(handle).seek(offset, whence)
+
+
+def _ftruncate(tile, vfs, handle, size):
+    _handles(tile).get(handle).truncate(size)
+
+
+def _fsync(tile, vfs, handle):
+    _handles(tile).get(handle).fsync()
+
+
+def _sync(tile, vfs):
+    vfs.sync()
+
+
+def _close(tile, vfs, handle):
+    _handles(tile).pop(handle).close()
+
+
+def _truncate(tile, vfs, path, size):
+    vfs.truncate(_absolute(path), size)
+
+
+def _mkdir(tile, vfs, path):
+    vfs.mkdir(_absolute(path))
+
+
+def _makedirs(tile, vfs, path, exist_ok):
+    vfs.makedirs(_absolute(path), exist_ok=exist_ok)
+
+
+def _rmdir(tile, vfs, path):
+    vfs.rmdir(_absolute(path))
+
+
+def _unlink(tile, vfs, path):
+    vfs.remove(_absolute(path))
+
+
+def _rename(tile, vfs, src, dst):
+    vfs.rename(_absolute(src), _absolute(dst))
+
+
+def _statvfs(tile, vfs, path):
+    return tuple(vfs.statvfs(_absolute(path)))
+
+
+def _utime(tile, vfs, path, mtime_ns):
+    if mtime_ns is None:
+        vfs.utime(_absolute(path))
+    else:
+        vfs.utime(_absolute(path), ns=(mtime_ns, mtime_ns))
+
+
+def _mounts(tile, vfs):
+    return [tuple(info) for info in vfs.mount_points()]
+
+
+def _snapshot(tile, vfs, mount_point):
+    backend = _storage_backend(vfs, mount_point)
+    device = backend.device
+    return {"block_size": device.block_size, "block_count": device.block_count,
+            "data": backend.snapshot()}
+
+
+def _restore(tile, vfs, mount_point, data):
+    _storage_backend(vfs, mount_point).restore(data)
+
+
+def _remount(tile, vfs, mount_point):
+    _storage_backend(vfs, mount_point).remount()
+
+
+def _storage_backend(vfs, mount_point):
+    backend = vfs.backend(_absolute(mount_point))
+    if not hasattr(backend, "snapshot"):
+        raise fs_error(errno.EINVAL, mount_point, f"a {backend.kind} mount has no device")
+    return backend
+
+
+_SERVICES: dict[str, Callable] = {
+    "fs.boot": _boot,
+    "fs.stat": _stat,
+    "fs.listdir": _listdir,
+    "fs.open": _open,
+    "fs.read": _read,
+    "fs.write": _write,
+    "fs.seek": _seek,
+    "fs.ftruncate": _ftruncate,
+    "fs.fsync": _fsync,
+    "fs.sync": _sync,
+    "fs.close": _close,
+    "fs.truncate": _truncate,
+    "fs.mkdir": _mkdir,
+    "fs.makedirs": _makedirs,
+    "fs.rmdir": _rmdir,
+    "fs.unlink": _unlink,
+    "fs.rename": _rename,
+    "fs.statvfs": _statvfs,
+    "fs.utime": _utime,
+    "fs.mounts": _mounts,
+    "fs.snapshot": _snapshot,
+    "fs.restore": _restore,
+    "fs.remount": _remount,
+}
+
+SERVICE_NAMES = tuple(_SERVICES)
+
+
+def register_services(services: dict, vfs_of: Callable) -> None:
+    """Add the ``fs.*`` services to a scheduler's ``services`` table.
+
+    ``vfs_of(tile)`` returns the tile's Vfs, bringing its storage up on first use; it runs
+    on the tile's own greenlet, like the service itself.
+    """
+    for name, function in _SERVICES.items():
+        services[name] = _bind(function, vfs_of)
+
+
+def _bind(function, vfs_of):
+    def serve(tile, *args):
+        vfs = vfs_of(tile)
+        if vfs.pending:  # dropped files are committed before anyone looks
+            vfs.close_pending()
+        return function(tile, vfs, *args)
+
+    serve.__name__ = serve.__qualname__ = f"serve_{function.__name__.lstrip('_')}"
+    return serve

@@ -1,0 +1,112 @@
+"""One program run's files: its ``open``, its ``os``, its imports, and cleanup at exit.
+
+The runtime makes a :class:`TileSession` for every tile of every program it starts and
+puts ``open`` (and the ``os`` provider and module finder) into the program's namespace.
+Nothing here touches storage until the program does: a program that never opens a file
+never brings its tile's filesystem up (so a one-line program on 47,104 tiles costs no
+littlefs at all), and ``os`` is only built when imported.
+
+When the program ends, :meth:`TileSession.close` closes every file it left open (and any
+it dropped without closing), so their writes are committed; failures come back as text
+for the program's output. Each program starts in ``/``.
+"""
+
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Callable
+
+from ._importer import TileImporter
+from ._tileos import make_os_module
+from ._vfs import VFS_KEY
+
+__all__ = ["TileSession"]
+
+_weakref = weakref.ref
+
+
+class TileSession:
+    """What one program on one tile sees of the tile's files (see module doc)."""
+
+    __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_os", "_importer",
+                 "_new_globals")
+
+    def __init__(self, tile, vfs_of: Callable,
+                 new_globals: Callable[[str, str], dict] | None = None):
+        self._tile = tile
+        self._vfs_of = vfs_of
+        #: ``new_globals(name, filename)``: a namespace for a module imported from the tile
+        self._new_globals = new_globals
+        self._vfs = tile.kernel_data.get(VFS_KEY)
+        if self._vfs is not None:
+            self._vfs.reset_cwd()
+        #: weak references to every binary file this program opened (pruned now and then)
+        self._files: list = []
+        self._prune_at = 64
+        self._os: types.ModuleType | None = None
+        self._importer: TileImporter | None = None
+
+    @property
+    def vfs(self):
+        vfs = self._vfs
+        if vfs is None:
+            vfs = self._vfs = self._vfs_of(self._tile)
+        return vfs
+
+    def open(self, file, mode: str = "r", buffering: int = -1, encoding: str | None = None,
+             errors: str | None = None, newline: str | None = None, closefd: bool = True,
+             opener=None):
+        """The program's ``open``: the host's semantics, on the tile's own files."""
+        result = self.vfs.open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        files = self._files
+        # weakly: a file the program drops must reach its finalizer (see ``_files``)
+        files.append(_weakref(result if "b" in mode else result.buffer))
+        if len(files) >= self._prune_at:
+            files[:] = [ref for ref in files if (f := ref()) is not None and not f.closed]
+            self._prune_at = max(64, 2 * len(files))
+        return result
+
+    # -- modules ---------------------------------------------------------------------------
+
+    def os_module(self) -> types.ModuleType:
+        if self._os is None:
+            self._os = make_os_module(self.vfs)
+        return self._os
+
+    def provide_os(self, name: str, fromlist=()):
+        """The runtime's module provider for ``os`` (``import os``, ``import os.path``,
+        ``from os import path``, ``from os.path import join``)."""
+        module = self.os_module()
+        if name == "os":
+            return module
+        if name == "os.path":
+            return module.path if fromlist else module
+        raise ImportError(f"no module named {name!r} on this tile", name=name)
+
+    def find_module(self, name: str, fromlist=()):
+        """The runtime's finder for modules stored on the tile (see ``_importer``):
+        the module ``__import__`` returns, or None if no file provides it."""
+        if self._importer is None:
+            if self._new_globals is None:
+                return None
+            self._importer = TileImporter(lambda: self.vfs, self._new_globals)
+        return self._importer(name, fromlist)
+
+    # -- the end of the program ----------------------------------------------------------------
+
+    def close(self) -> list[str]:
+        """Close what the program left open; returns one message per failure."""
+        problems = []
+        for ref in self._files:
+            file = ref()
+            if file is not None and not file.closed:
+                try:
+                    file.close()
+                except Exception as exc:
+                    problems.append(f"closing {file.name!r} at exit failed: {exc}")
+        self._files.clear()
+        if self._vfs is not None:
+            for exc in self._vfs.close_pending():
+                problems.append(f"closing a file at exit failed: {exc}")
+        return problems

@@ -1,0 +1,133 @@
+"""The ``os`` module a tile program imports: the host's API over the tile's own VFS.
+
+``import os``, ``import os.path`` and ``from os import path`` give a module whose file
+functions act on the tile's files (never the host's): listdir, scandir, stat, mkdir,
+makedirs, remove/unlink, rmdir, removedirs, rename/replace, getcwd/chdir, walk, statvfs,
+truncate, utime, sync, plus the constants (sep, curdir, SEEK_*...). ``os.path`` is the host's
+``posixpath`` for pure path arithmetic, with everything that would look at a disk
+(exists, isdir, getsize, abspath, realpath, relpath, expanduser ...) rebound to the tile.
+
+What a tile does not have is absent rather than faked: file descriptors (``os.open``),
+processes, users. ``os.environ`` is an empty dict of the program's own.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import types
+
+from ._entries import DirEntry
+
+__all__ = ["make_os_module"]
+
+_PURE_PATH_NAMES = (
+    "join", "basename", "dirname", "split", "splitext", "normpath", "normcase", "isabs",
+    "commonpath", "commonprefix", "splitdrive", "sep", "curdir", "pardir", "extsep",
+    "altsep", "pathsep", "supports_unicode_filenames",
+)
+
+_VFS_FUNCTION_NAMES = (
+    "listdir", "scandir", "stat", "lstat", "mkdir", "makedirs", "remove", "unlink", "rmdir",
+    "rename", "replace", "getcwd", "chdir", "walk", "statvfs", "truncate", "utime", "sync",
+)
+
+
+def make_os_module(vfs) -> types.ModuleType:
+    """A fresh ``os`` module bound to ``vfs`` (one per program run: ``environ`` and the
+    current directory are the program's own)."""
+    module = types.ModuleType("os", "The tile's operating-system interface: its own files.")
+    for name in _VFS_FUNCTION_NAMES:
+        setattr(module, name, getattr(vfs, name))
+
+    def removedirs(name) -> None:
+        """``os.removedirs``: remove ``name``, then each parent that became empty."""
+        vfs.rmdir(name)
+        head = posixpath.dirname(vfs.abspath(name))
+        while head != "/":
+            try:
+                vfs.rmdir(head)
+            except OSError:
+                break
+            head = posixpath.dirname(head)
+
+    environ: dict[str, str] = {}
+
+    def getenv(key: str, default=None):
+        return environ.get(key, default)
+
+    module.__dict__.update(
+        removedirs=removedirs,
+        environ=environ,
+        getenv=getenv,
+        fspath=os.fspath,
+        fsencode=os.fsencode,
+        fsdecode=os.fsdecode,
+        strerror=os.strerror,
+        error=OSError,
+        stat_result=os.stat_result,
+        statvfs_result=os.statvfs_result,
+        DirEntry=DirEntry,
+        PathLike=os.PathLike,
+        name="posix",
+        sep="/",
+        altsep=None,
+        extsep=".",
+        pathsep=":",
+        curdir=".",
+        pardir="..",
+        linesep="\n",
+        defpath="/lib",
+        SEEK_SET=os.SEEK_SET,
+        SEEK_CUR=os.SEEK_CUR,
+        SEEK_END=os.SEEK_END,
+    )
+    module.path = _make_path_module(vfs)
+    return module
+
+
+def _make_path_module(vfs) -> types.ModuleType:
+    module = types.ModuleType("os.path", "Path names on the tile (posixpath over the tile's VFS).")
+    for name in _PURE_PATH_NAMES:
+        setattr(module, name, getattr(posixpath, name))
+    if hasattr(posixpath, "splitroot"):
+        module.splitroot = posixpath.splitroot
+
+    def relpath(path, start=None) -> str:
+        return posixpath.relpath(vfs.abspath(path), vfs.abspath(start if start is not None else "."))
+
+    def realpath(path, *, strict: bool = False) -> str:
+        return vfs.abspath(path)  # no symbolic links on a tile
+
+    def unchanged(path):
+        return path  # no home directories or environment variables to expand
+
+    def islink(path) -> bool:
+        return False
+
+    def samefile(first, second) -> bool:
+        vfs.stat(first)
+        vfs.stat(second)
+        return vfs.abspath(first) == vfs.abspath(second)
+
+    module.__dict__.update(
+        exists=vfs.exists,
+        lexists=vfs.exists,
+        isdir=vfs.isdir,
+        isfile=vfs.isfile,
+        islink=islink,
+        ismount=vfs.ismount,
+        getsize=vfs.getsize,
+        getmtime=vfs.getmtime,
+        getatime=vfs.getmtime,
+        getctime=vfs.getmtime,
+        abspath=vfs.abspath,
+        realpath=realpath,
+        relpath=relpath,
+        samefile=samefile,
+        expanduser=unchanged,
+        expandvars=unchanged,
+        defpath="/lib",
+        devnull="/dev/null",
+    )
+    return module

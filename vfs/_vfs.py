@@ -1,0 +1,478 @@
+"""One tile's view of its files: mounts, a current directory, and a POSIX-like API.
+
+:class:`Vfs` is what tile programs (through their ``open`` and ``os``), the kernel's
+``fs.*`` services and the shell call. It resolves paths (see ``_paths``) against the
+mount table (see ``_mounts``), enforces what belongs to the mount table rather than to a
+filesystem (EROFS on read-only mounts, EXDEV between mounts, EBUSY on mount points), and
+passes everything else to the backend. Errors are ``OSError`` with the errno the backend
+chose and the file name *as the caller wrote it*, like the host's ``os``.
+
+A Vfs belongs to one owner (a tile) and is only ever called on that owner's greenlet; it
+does no locking. Resolved paths are cached (programs reopen the same few names), and the
+cache is dropped whenever the mount table changes.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from typing import NamedTuple
+
+from ._backend import Backend, fs_error
+from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
+from ._files import _MODES, check_binary_arguments, flags_mode, parse_mode, wrap_text
+from ._local import LittlefsBackend
+from ._mounts import MountTable
+from ._paths import checked, normalize, parent_and_name
+
+__all__ = ["Vfs", "MountInfo", "HostOwner", "VFS_KEY"]
+
+#: where a tile keeps its Vfs in ``tile.kernel_data``
+VFS_KEY = "vfs"
+_CACHE_LIMIT = 2048
+
+
+class HostOwner:
+    """The owner of a Vfs used outside any tile (single-threaded host code, tests)."""
+
+    __slots__ = ("fs_depth", "glet")
+
+    def __init__(self):
+        self.fs_depth = 0
+        self.glet = None
+
+    def __repr__(self) -> str:
+        return "<host>"
+
+
+class MountInfo(NamedTuple):
+    path: str
+    kind: str  # "littlefs", "tiles", "empty"
+    source: str  # what is mounted (a device, the tiles proxied)
+    readonly: bool
+    open_files: int
+
+
+class Vfs:
+    """The mount table, current directory and file API of one tile (see module doc)."""
+
+    def __init__(self, owner=None):
+        #: the tile this VFS belongs to (``fs_depth``/``glet``), or a :class:`HostOwner`
+        self.owner = owner if owner is not None else HostOwner()
+        self._mounts = MountTable()
+        self._cwd = "/"
+        self._resolved: dict = {}
+        #: files dropped without being closed; closed before the next operation
+        self.pending: list = []
+
+    def __repr__(self) -> str:
+        return f"<Vfs of {self.owner!r}: {len(self._mounts)} mounts>"
+
+    # -- the mount table ---------------------------------------------------------------------
+
+    def mount(self, path, target, *, readonly: bool = False, owns: bool = False) -> None:
+        """Mount ``target`` at ``path``: a backend, or a mounted blockdev ``Filesystem``.
+
+        ``owns``: the mount owns the backend (unmounting also unmounts littlefs).
+        EBUSY if something is mounted there already; ENOTDIR if ``path`` is a file.
+        """
+        vpath = self._canonical(path)
+        backend = target if isinstance(target, Backend) else LittlefsBackend(target, self.owner)
+        if len(self._mounts):
+            mount, inner = self._mounts.resolve(vpath)
+            if mount.path != vpath:
+                try:
+                    is_dir = mount.backend.entry(inner).is_dir
+                except (FileNotFoundError, NotADirectoryError):
+                    is_dir = True  # a mount point needs no directory underneath
+                if not is_dir:
+                    raise fs_error(errno.ENOTDIR, path, "cannot mount on a file")
+        self._mounts.add(vpath, backend, readonly=readonly, owns=owns)
+        self._resolved.clear()
+
+    def umount(self, path) -> None:
+        """Remove the mount at ``path``: EINVAL if none, EBUSY if in use or the root."""
+        vpath = self._canonical(path)
+        mount = self._mounts.get(vpath)
+        if mount is None:
+            raise fs_error(errno.EINVAL, path, "not a mount point")
+        if vpath == "/":
+            raise fs_error(errno.EBUSY, path, "the root filesystem cannot be unmounted")
+        if any(other.path != vpath and other.path.startswith(vpath + "/") for other in self._mounts):
+            raise fs_error(errno.EBUSY, path, "other filesystems are mounted below it")
+        if mount.backend.open_files:
+            raise fs_error(errno.EBUSY, path, f"{mount.backend.open_files} files are open on it")
+        self._mounts.remove(vpath)
+        self._resolved.clear()
+        if mount.owns:
+            mount.backend.detach()
+
+    def mount_points(self) -> list[MountInfo]:
+        """Every mount, sorted by path."""
+        return [MountInfo(m.path, m.backend.kind, m.backend.describe(), m.readonly,
+                          m.backend.open_files) for m in self._mounts]
+
+    def backend(self, path) -> Backend:
+        """The backend mounted exactly at ``path`` (for storage tools: snapshot, restore)."""
+        mount = self._mounts.get(self._canonical(path))
+        if mount is None:
+            raise fs_error(errno.EINVAL, path, "not a mount point")
+        return mount.backend
+
+    # -- the current directory ------------------------------------------------------------------
+
+    @property
+    def cwd(self) -> str:
+        return self._cwd
+
+    def getcwd(self) -> str:
+        return self._cwd
+
+    def chdir(self, path) -> None:
+        vpath, mount, inner = self._resolve(path)
+        try:
+            entry = mount.backend.entry(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+        if not entry.is_dir:
+            raise fs_error(errno.ENOTDIR, path)
+        self._cwd = vpath
+
+    def reset_cwd(self) -> None:
+        """Back to ``/`` without looking at any filesystem (each program starts there)."""
+        self._cwd = "/"
+
+    def abspath(self, path) -> str:
+        """The canonical absolute form of ``path`` (lexical: no filesystem access)."""
+        return normalize(checked(path), self._cwd)[0]
+
+    # -- files --------------------------------------------------------------------------------
+
+    def open(self, file, mode: str = "r", buffering: int = -1, encoding: str | None = None,
+             errors: str | None = None, newline: str | None = None, closefd: bool = True,
+             opener=None):
+        """Open a file with the host's ``open`` semantics (modes r/w/a/x, "+", "b"/"t")."""
+        # the hot path of every program that touches a file: written out, not delegated
+        spec = _MODES.get(mode) or parse_mode(mode)
+        if encoding is not None or errors is not None or newline is not None:
+            if spec.binary:
+                check_binary_arguments(encoding, errors, newline)
+        if not closefd or opener is not None:
+            raise ValueError("closefd and opener are not supported on tiles (there are no fds)")
+        if self.pending:
+            self.close_pending()
+        resolved = self._resolved.get(file) if type(file) is str else None
+        if resolved is None:
+            resolved = self._resolve(file)
+            if type(file) is not str:
+                file = os.fspath(file)
+        mount = resolved[1]
+        if spec.writes and mount.readonly:
+            raise fs_error(errno.EROFS, file)
+        try:
+            raw = mount.backend.open(resolved[2], spec, file, self.pending)
+        except OSError as exc:
+            exc.filename = file
+            raise
+        if spec.binary:
+            return raw
+        return wrap_text(raw, spec, buffering, encoding, errors, newline)
+
+    def open_raw(self, file, flags):
+        """A binary file from POSIX ``os.O_*`` flags (or a mode string): what the host
+        client and FUSE use, since O_CREAT without O_TRUNC has no ``open`` mode."""
+        spec = flags_mode(flags) if isinstance(flags, int) else parse_mode(flags)
+        if self.pending:
+            self.close_pending()
+        vpath, mount, inner = self._resolve(file)
+        name = file if type(file) is str else os.fspath(file)
+        if spec.writes and mount.readonly:
+            raise fs_error(errno.EROFS, name)
+        try:
+            return mount.backend.open(inner, spec, name, self.pending)
+        except OSError as exc:
+            exc.filename = name
+            raise
+
+    def close_pending(self) -> list[BaseException]:
+        """Close the files that were dropped without being closed; returns the errors."""
+        failures = []
+        pending = self.pending
+        while pending:
+            file = pending.pop()
+            try:
+                file.close()
+            except Exception as exc:
+                failures.append(exc)
+        return failures
+
+    # -- names ---------------------------------------------------------------------------------
+
+    def entry(self, path) -> Entry:
+        """(name, is_dir, size, mtime_ns) of ``path``: ``stat`` in exchange-ready form."""
+        vpath, mount, inner = self._resolve(path)
+        try:
+            entry = mount.backend.entry(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+        if inner == "/":  # a mount point: named as its parent directory sees it
+            entry = entry._replace(name=parent_and_name(vpath)[1])
+        return entry
+
+    def stat(self, path, *, follow_symlinks: bool = True) -> os.stat_result:
+        vpath, mount, inner = self._resolve(path)
+        try:
+            entry = mount.backend.entry(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+        return make_stat(entry.is_dir, entry.size, entry.mtime_ns, device=mount.device)
+
+    lstat = stat
+
+    def entries(self, path=".") -> list[Entry]:
+        """Every entry of a directory with type, size and mtime (one backend call), mount
+        points included: what ``ls -l`` needs in one round trip."""
+        vpath, mount, inner = self._resolve(path)
+        try:
+            entries = mount.backend.entries(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+        extra = self._mounts.children(vpath)
+        if extra:
+            known = {entry.name for entry in entries}
+            entries.extend(Entry(name, True, 0, 0) for name in extra if name not in known)
+        return entries
+
+    def listdir(self, path=".") -> list[str]:
+        return [entry.name for entry in self.entries(path)]
+
+    def scandir(self, path=".") -> ScandirIterator:
+        given = path if type(path) is str else os.fspath(path)
+        vpath, mount, _ = self._resolve(path)
+        return ScandirIterator([DirEntry(given, entry, mount.device) for entry in self.entries(path)])
+
+    def walk(self, top=".", topdown: bool = True, onerror=None, followlinks: bool = False):
+        """``os.walk``: (dirpath, dirnames, filenames) for every directory under ``top``."""
+        top = top if type(top) is str else os.fspath(top)
+        try:
+            entries = self.entries(top)
+        except OSError as exc:
+            if onerror is not None:
+                onerror(exc)
+            return
+        dirs = [e.name for e in entries if e.is_dir]
+        files = [e.name for e in entries if not e.is_dir]
+        if topdown:
+            yield top, dirs, files
+        for name in dirs:
+            yield from self.walk(top.rstrip("/") + "/" + name if top != "/" else "/" + name,
+                                 topdown, onerror, followlinks)
+        if not topdown:
+            yield top, dirs, files
+
+    def mkdir(self, path, mode: int = 0o777) -> None:
+        vpath, mount, inner = self._resolve(path)
+        if vpath == mount.path:
+            raise fs_error(errno.EEXIST, path)
+        if mount.readonly:
+            self._refuse_write(mount, inner, path, exists_errno=errno.EEXIST)
+        try:
+            mount.backend.mkdir(inner.rstrip("/"))  # "mkdir d/" makes d, as on POSIX
+        except OSError as exc:
+            exc.filename = path
+            raise
+
+    def makedirs(self, name, mode: int = 0o777, exist_ok: bool = False) -> None:
+        """``os.makedirs``: every missing directory on the way, then ``name`` itself."""
+        vpath = self._canonical(name)
+        parts = [part for part in vpath.split("/") if part]
+        current = ""
+        for index, part in enumerate(parts):
+            current += "/" + part
+            last = index == len(parts) - 1
+            try:
+                self.mkdir(current)
+            except FileExistsError as exc:
+                if last and (not exist_ok or not self.isdir(current)):
+                    exc.filename = name
+                    raise
+        if not parts and not exist_ok:
+            raise fs_error(errno.EEXIST, name)
+
+    def rmdir(self, path) -> None:
+        vpath, mount, inner = self._resolve(path)
+        if self._mounts.mounted_below(vpath) or vpath == "/":
+            raise fs_error(errno.EBUSY, path, "a filesystem is mounted here")
+        if mount.readonly:
+            self._refuse_write(mount, inner, path)
+        try:
+            mount.backend.rmdir(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+
+    def remove(self, path) -> None:
+        vpath, mount, inner = self._resolve(path)
+        if vpath == mount.path:
+            raise fs_error(errno.EISDIR, path)
+        if mount.readonly:
+            self._refuse_write(mount, inner, path)
+        try:
+            mount.backend.remove(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+
+    unlink = remove
+
+    def rename(self, src, dst) -> None:
+        """Move ``src`` to ``dst``, replacing a file or an empty directory (POSIX rename).
+
+        EXDEV between mounts (and between tiles under ``/tiles``); EBUSY for mount points.
+        """
+        src_path, src_mount, src_inner = self._resolve(src)
+        dst_path, dst_mount, dst_inner = self._resolve(dst)
+        if (self._mounts.mounted_below(src_path) or src_path == "/"
+                or self._mounts.get(dst_path) is not None):
+            raise fs_error(errno.EBUSY, src, "a filesystem is mounted here", dst)
+        if src_mount is not dst_mount:
+            raise fs_error(errno.EXDEV, src, "cannot move between filesystems", dst)
+        if src_mount.readonly:
+            self._refuse_write(src_mount, src_inner, src)
+        try:
+            src_mount.backend.rename(src_inner, dst_inner)
+        except OSError as exc:
+            exc.filename, exc.filename2 = src, dst
+            raise
+
+    replace = rename
+
+    def truncate(self, path, length: int) -> None:
+        vpath, mount, inner = self._resolve(path)
+        if mount.readonly:
+            self._refuse_write(mount, inner, path)
+        try:
+            mount.backend.truncate(inner, length)
+        except OSError as exc:
+            exc.filename = path
+            raise
+
+    def utime(self, path, times=None, *, ns=None, follow_symlinks: bool = True) -> None:
+        """Set the modification time (the only time a tile keeps): ``times`` as
+        (atime, mtime) seconds, ``ns`` as nanoseconds, neither for now."""
+        if times is not None and ns is not None:
+            raise ValueError("utime: you may specify either 'times' or 'ns' but not both")
+        if ns is not None:
+            mtime_ns = int(ns[1])
+        elif times is not None:
+            mtime_ns = int(times[1] * 1_000_000_000)
+        else:
+            mtime_ns = time.time_ns()
+        vpath, mount, inner = self._resolve(path)
+        if mount.readonly:
+            self._refuse_write(mount, inner, path)
+        try:
+            mount.backend.set_mtime(inner, mtime_ns)
+        except OSError as exc:
+            exc.filename = path
+            raise
+
+    def statvfs(self, path="/") -> os.statvfs_result:
+        vpath, mount, inner = self._resolve(path)
+        try:
+            mount.backend.entry(inner)
+            block_size, block_count, blocks_free, name_max = mount.backend.statvfs(inner)
+        except OSError as exc:
+            exc.filename = path
+            raise
+        return make_statvfs(block_size, block_count, blocks_free, name_max, readonly=mount.readonly)
+
+    def sync(self) -> None:
+        """Close dropped files and write what is kept in memory (pending mtimes) to every
+        filesystem."""
+        if self.pending:
+            self.close_pending()
+        for mount in self._mounts:
+            sync = getattr(mount.backend, "sync", None)
+            if sync is not None:
+                sync()
+
+    # -- os.path-style questions ------------------------------------------------------------------
+
+    def exists(self, path) -> bool:
+        try:
+            self.entry(path)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def isdir(self, path) -> bool:
+        try:
+            return self.entry(path).is_dir
+        except (OSError, ValueError):
+            return False
+
+    def isfile(self, path) -> bool:
+        try:
+            return not self.entry(path).is_dir
+        except (OSError, ValueError):
+            return False
+
+    def ismount(self, path) -> bool:
+        try:
+            return self._mounts.get(self._canonical(path)) is not None
+        except (OSError, ValueError):
+            return False
+
+    def getsize(self, path) -> int:
+        return self.entry(path).size
+
+    def getmtime(self, path) -> float:
+        return self.entry(path).mtime_ns / 1e9
+
+    # -- resolution -----------------------------------------------------------------------------
+
+    def _canonical(self, path) -> str:
+        return normalize(checked(path), self._cwd)[0]
+
+    def _resolve(self, path):
+        """(canonical path, mount, path inside the mount) for ``path``; cached.
+
+        Every operation on a path starts here, so this is also where files dropped without
+        being closed get closed: whatever looks at a file next sees what was written."""
+        if self.pending:
+            self.close_pending()
+        if type(path) is str:
+            key = path if path[:1] == "/" else (self._cwd, path)
+            hit = self._resolved.get(key)
+            if hit is not None:
+                return hit
+        else:
+            path = checked(path)
+            key = path if path[:1] == "/" else (self._cwd, path)
+        vpath, trailing = normalize(checked(path), self._cwd)
+        mount, inner = self._mounts.resolve(vpath)
+        if trailing and inner != "/":
+            inner += "/"  # littlefs then insists on a directory
+        result = (vpath, mount, inner)
+        if len(self._resolved) >= _CACHE_LIMIT:
+            self._resolved.clear()
+        self._resolved[key] = result
+        return result
+
+    def _refuse_write(self, mount, inner: str, path, exists_errno: int | None = None) -> None:
+        """EROFS for a change on a read-only mount (ENOENT/EEXIST first where they apply)."""
+        try:
+            mount.backend.entry(inner)
+        except FileNotFoundError:
+            if exists_errno is None:
+                raise fs_error(errno.ENOENT, path) from None
+        else:
+            if exists_errno is not None:
+                raise fs_error(exists_errno, path)
+        raise fs_error(errno.EROFS, path)
