@@ -362,3 +362,7 @@ def top(name, as_json, view, interval, once) -> None:
             run_live(console, fetch, view, interval)
         except KeyboardInterrupt:
             pass
+
+
+# Each area keeps its commands in its own module; importing it adds them to ``main``.
+from . import _cli_backup, _cli_mount, _cli_shell  # noqa: E402,F401

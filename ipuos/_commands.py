@@ -382,3 +382,7 @@ def _ipuos_version() -> str:
         return importlib.metadata.version("ipuos")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+# Each area keeps its handlers in its own module; importing it registers them.
+from . import _cmd_backup, _cmd_mount, _cmd_shell  # noqa: E402,F401

@@ -358,6 +358,44 @@ class Scheduler:
             return value
         raise value
 
+    def call_tiles(self, tile: Tile, calls) -> list[tuple[bool, object]]:
+        """From ``tile``'s greenlet: many kernel calls at once, all riding one exchange.
+
+        ``calls`` are ``(dst_id, service, args)``; the result is ``(ok, value)`` per call,
+        in order (``value`` is the exception when ``ok`` is False), so one failing tile
+        does not hide the others' answers. Calls to ``tile`` itself run directly.
+        """
+        results: list = [None] * len(calls)
+        pending: dict[int, int] = {}
+        for index, (dst_id, service, args) in enumerate(calls):
+            if dst_id == tile.id or not 0 <= dst_id < self.ntiles:
+                try:
+                    results[index] = (True, self.call_tile(tile, dst_id, service, *args))
+                except Exception as exc:
+                    results[index] = (False, exc)
+                continue
+            tag = next(self._call_tags)
+            payload = encode((tag, service, tuple(args)))
+            try:
+                off = self.engine.write_out(tile, payload)
+            except ValueError as exc:  # this superstep's buffer is full: the rest go next time
+                if not pending:
+                    results[index] = (False, exc)
+                    continue
+                self._await_replies(tile, pending, results)
+                off = self.engine.write_out(tile, payload)
+            self.engine.post(tile, self.tiles[dst_id], off, len(payload), KIND_REQUEST, None)
+            pending[tag] = index
+        self._await_replies(tile, pending, results)
+        return results
+
+    def _await_replies(self, tile: Tile, pending: dict[int, int], results: list) -> None:
+        replies = tile.replies
+        tile.wait(lambda: all(tag in replies for tag in pending), f"replies from {len(pending)} tiles")
+        for tag, index in pending.items():
+            results[index] = replies.pop(tag)
+        pending.clear()
+
     def remote_copy(self, tile: Tile, transfers, what: str = "remote memory") -> None:
         """From ``tile``'s greenlet: copy SRAM ranges at the next exchange and wait for it.
 

@@ -538,3 +538,18 @@ def test_same_program_same_supersteps(sched):
     first, second = run(sched, prog), run(sched, prog)
     assert values(first) == values(second)
     assert first.stats.supersteps == second.stats.supersteps
+
+
+def test_many_kernel_calls_ride_one_exchange(sched):
+    sched.services["test.square"] = lambda tile, x: x * x if x != 3 else 1 / 0
+
+    def prog(api):
+        scheduler = api.job.sched
+        before = scheduler.superstep
+        results = scheduler.call_tiles(api.tile, [(t, "test.square", (t,)) for t in range(1, NTILES)])
+        return results, scheduler.superstep - before
+
+    results, supersteps = values(run(sched, prog, tiles=[0]))[0]
+    assert [value for ok, value in results if ok] == [t * t for t in range(1, NTILES) if t != 3]
+    assert isinstance(results[2][1], ZeroDivisionError)
+    assert supersteps <= 3  # requests out together, replies back together

@@ -1,0 +1,1 @@
+"""CLI commands for shell (added to the ``ipuos`` group on import by ``_cli``)."""

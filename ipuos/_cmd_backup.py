@@ -1,0 +1,1 @@
+"""Daemon command handlers for backup (registered on import by ``_commands``)."""

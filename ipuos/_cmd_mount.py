@@ -1,0 +1,1 @@
+"""Daemon command handlers for mount (registered on import by ``_commands``)."""

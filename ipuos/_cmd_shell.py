@@ -1,0 +1,1 @@
+"""Daemon command handlers for shell (registered on import by ``_commands``)."""
