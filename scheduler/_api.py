@@ -6,7 +6,7 @@ until a message from that sender has arrived, and messages from one sender arriv
 order. Collectives are called by every tile of the job; ranks are job-relative.
 
 ``sync`` is the hottest path in the system (an empty superstep is one ``sync`` per tile),
-so it is written out by hand instead of going through :meth:`Tile.wait`.
+so it is a closure written out by hand instead of a method going through :meth:`Tile.wait`.
 """
 
 from __future__ import annotations
@@ -49,10 +49,34 @@ def _note_kind(job: "Job", key: tuple) -> None:
         job.mismatch = True
 
 
+def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
+    """``sync`` for one tile of one job, as a closure over what it touches.
+
+    An empty superstep is one ``sync`` per tile, so this is the hottest code in the
+    system: closure variables instead of attribute lookups on ``self`` cut about a third
+    of the instructions the scheduler adds to a bare greenlet switch.
+    """
+    park = tile.park
+
+    def sync() -> None:
+        arrived = job.arrived + 1
+        job.arrived = arrived
+        if job.coll_kind is not SYNC:
+            _note_kind(job, SYNC)
+        if arrived >= job.nlive:
+            job.sched._ready_jobs.append(job)
+        gen = job.gen
+        park()
+        if job.gen == gen or tile.signal is not None:
+            tile.wait(lambda: job.gen != gen, "sync()")
+
+    return sync
+
+
 class TileAPI:
     """The exchange as seen by one tile of one job."""
 
-    __slots__ = ("_tile", "_job", "_engine", "tileid", "numtiles")
+    __slots__ = ("_tile", "_job", "_engine", "tileid", "numtiles", "sync", "barrier")
 
     def __init__(self, tile: "Tile", job: "Job"):
         self._tile = tile
@@ -61,6 +85,8 @@ class TileAPI:
         #: this tile's rank in the job, 0..numtiles-1
         self.tileid = tile.rank
         self.numtiles = job.nranks
+        #: end this superstep: wait until every live tile of the job has called ``sync``
+        self.sync = self.barrier = _make_sync(tile, job)
 
     @property
     def physical_tile(self) -> int:
@@ -77,21 +103,6 @@ class TileAPI:
 
     # -- barrier -------------------------------------------------------------------------
 
-    def sync(self) -> None:
-        """End this superstep: wait until every live tile of the job has called ``sync``."""
-        job = self._job
-        job.arrived += 1
-        if job.coll_kind is not SYNC:
-            _note_kind(job, SYNC)
-        if job.arrived >= job.nlive:
-            job.sched._ready_jobs.append(job)
-        gen = job.gen
-        tile = self._tile
-        tile.park()
-        if job.gen == gen or tile.signal is not None:
-            tile.wait(lambda: job.gen != gen, "sync()")
-
-    barrier = sync
 
     # -- point to point ------------------------------------------------------------------
 
