@@ -13,6 +13,7 @@ import greenlet
 from _common import best_time, parser, report
 
 import ipuos
+from ipuos._memtune import reexec_tuned
 
 
 def bare_greenlets(tiles: int, rounds: int):
@@ -50,6 +51,7 @@ def asyncio_barrier(tiles: int, rounds: int) -> None:
 
 
 def main() -> None:
+    reexec_tuned()  # run the machine as the daemon does (see ipuos._memtune)
     args = parser(__doc__).parse_args()
     tiles, rounds = (64, 20) if args.quick else (1472, 300)
     with ipuos.Machine("mk2") as machine:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ._client import Client, DaemonError, MachineNotRunning
 from ._daemon import ERROR_PREFIX, EXIT_ALREADY_RUNNING
+from ._memtune import tuned_environ
 from ._rundir import MachineLocked, MachinePaths, lock_holder
 
 #: how long a daemon may take to boot before the client gives up on it
@@ -105,6 +106,7 @@ def _spawn(paths: MachinePaths, preset: str, ipus: int, restore: str | None,
             cwd="/",
             start_new_session=True,
             close_fds=True,
+            env=tuned_environ(),
         )
     finally:
         os.close(log_fd)

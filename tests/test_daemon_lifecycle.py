@@ -203,3 +203,11 @@ def test_json_of_status_and_hello_agree(machine):
     status = json.loads(done.stdout)
     assert status["pid"] == machine.pid == machine.call("hello")["pid"]
     assert status["socket"] == str(machine.paths.socket)
+
+
+def test_the_daemon_starts_with_non_temporal_broadcast_copies(machine):
+    # see ipuos._memtune: glibc reads the tunable only at process start
+    with open(f"/proc/{machine.pid}/environ", "rb") as environ:
+        variables = environ.read().split(b"\0")
+    tunables = [v for v in variables if v.startswith(b"GLIBC_TUNABLES=")]
+    assert tunables and b"x86_non_temporal_threshold=0x10000" in tunables[0]
