@@ -8,6 +8,10 @@ back into Python for every cache line it reads or writes.
 
 from __future__ import annotations
 
+import mmap
+
+import numpy as np
+
 from ._protocol import BlockDevice
 
 __all__ = ["MemoryDevice"]
@@ -133,3 +137,30 @@ class MemoryDevice(BlockDevice):
     def _erase_block(self, block: int) -> None:
         start = block * self.block_size
         self._view[start : start + self.block_size] = self._erased_block
+
+
+class _ViewSlicer:
+    """Slices of a memoryview as bytes: the fallback when its owner cannot be sliced."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self, view):
+        self._view = view
+
+    def __getitem__(self, key):
+        return self._view[key].tobytes()
+
+
+def slicing_source(view: memoryview):
+    """(object whose slices are bytes or bytearray of ``view``'s memory, offset of ``view``
+    in it): the view's owner when that is an mmap or a bytearray, else a slicer."""
+    owner = view.obj
+    if isinstance(owner, (bytearray, mmap.mmap)) and view.contiguous:
+        try:
+            offset = (np.frombuffer(view, np.uint8).ctypes.data
+                      - np.frombuffer(owner, np.uint8).ctypes.data)
+        except (TypeError, ValueError, BufferError):
+            offset = -1
+        if 0 <= offset and offset + view.nbytes <= len(owner):
+            return owner, offset
+    return _ViewSlicer(view), 0

@@ -13,6 +13,8 @@ the owner's own SRAM (a named region, counted against its budget):
   verify it; that read is served from the cache, never from a remote tile.
 * **clustered reads:** a miss fetches the whole aligned cluster of blocks around it in
   one exchange (littlefs allocates a file's blocks close together).
+* **hits without exchange or device call:** :meth:`fast_read`/:meth:`fast_prog` serve a
+  cached block straight from the littlefs glue.
 
 Until a sync, written data exists only in the cache, exactly like a disk's write cache:
 littlefs syncs at every commit point, so what a power cut loses is never a committed
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from ._memory import slicing_source
 from ._protocol import BlockDevice
 
 __all__ = ["StripedDevice"]
@@ -53,16 +56,28 @@ class StripedDevice(BlockDevice):
         self._stripe_base = [region.base for region in stripes]
         self._stripe_tile = [region.tile for region in stripes]
         self._view = cache.view
+        self._source, self._base = slicing_source(cache.view)
         self._nslots = slots
-        #: cached block -> slot, least recently used first: littlefs walks a file's
-        #: skip-list from its head for every block it reads, so a few blocks are hot
-        self._slot_of: OrderedDict[int, int] = OrderedDict()
+        #: cached block -> slot
+        self._slot_of: dict[int, int] = {}
+        # Two segments, oldest first (2Q): blocks arrive on probation and are evicted from
+        # there first; a block used a second time is promoted to the protected segment.
+        # littlefs walks a file's skip-list from its head for every block it reads, so a
+        # few blocks (and the metadata pairs) are hot, while data blocks are read once:
+        # plain LRU let read-ahead push the hot ones out (179 exchanges to read a 60-block
+        # file through a 16-block cache), inserting read-ahead cold made it useless.
+        self._probation: OrderedDict[int, None] = OrderedDict()
+        self._protected: OrderedDict[int, None] = OrderedDict()
+        self._protected_max = max(1, slots * 3 // 4)
+        #: blocks evicted from probation lately: missing one again proves it hot (a
+        #: skip-list walk's blocks can be pushed out before their second use)
+        self._ghosts: OrderedDict[int, None] = OrderedDict()
+        self._uses = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
         self._block_in = [-1] * slots
         #: per slot: the dirty byte range (lo, hi) not yet written back, or None
         self._dirty: list[tuple[int, int] | None] = [None] * slots
-        #: blocks fetched together on a miss: half the cache (the prefetched ones enter
-        #: at the cold end, so they cannot push out the hot blocks of the walk)
+        #: blocks fetched together on a miss (read-ahead goes on probation, see above)
         self._cluster = max(1, min(cluster or slots // 2, slots // 2))
         #: exchanges this device has waited for (for benchmarks and tests)
         self.transfers = 0
@@ -74,6 +89,28 @@ class StripedDevice(BlockDevice):
         stripe = block % self._width
         return self._stripe_tile[stripe], self._stripe_base[stripe] + (block // self._width) * self.block_size
 
+    # -- cache hits, served straight from the littlefs glue -------------------------------
+
+    def fast_read(self, block: int, off: int, size: int) -> bytes | None:
+        """``size`` bytes of a cached block, or None on a miss (then :meth:`read`)."""
+        slot = self._slot_of.get(block)
+        if slot is None:
+            return None
+        self._touch(block, slot)
+        start = self._base + slot * self.block_size + off
+        return self._source[start : start + size]
+
+    def fast_prog(self, block: int, off: int, data) -> bool:
+        """Write into a cached block; False on a miss (then :meth:`prog`)."""
+        slot = self._slot_of.get(block)
+        if slot is None:
+            return False
+        self._touch(block, slot)
+        start = slot * self.block_size + off
+        self._view[start : start + len(data)] = data
+        self._mark_dirty(slot, off, off + len(data))
+        return True
+
     # -- the primitives ----------------------------------------------------------------
 
     def _read_block(self, block: int, off: int, size: int) -> bytes:
@@ -81,7 +118,7 @@ class StripedDevice(BlockDevice):
         if slot is None:
             slot = self._fetch(block)
         else:
-            self._slot_of.move_to_end(block)
+            self._touch(block, slot)
         start = slot * self.block_size + off
         return bytes(self._view[start : start + size])
 
@@ -92,7 +129,7 @@ class StripedDevice(BlockDevice):
             # a whole-block write needs nothing from the remote copy; anything less does
             slot = self._claim([block])[0] if off == 0 and len(data) == bs else self._fetch(block, ahead=False)
         else:
-            self._slot_of.move_to_end(block)
+            self._touch(block, slot)
         start = slot * bs + off
         self._view[start : start + len(data)] = data
         self._mark_dirty(slot, off, off + len(data))
@@ -143,32 +180,69 @@ class StripedDevice(BlockDevice):
             for b in wanted:  # nothing half-fetched may be served later
                 self._forget(b)
             raise
-        # prefetched blocks wait at the cold end: unless they are used soon, they go
-        # before the hot blocks of the walk do
-        for b in wanted[1:]:
-            self._slot_of.move_to_end(b, last=False)
         return slots[0]
 
-    def _claim(self, blocks: list[int]) -> list[int]:
-        """Assign cache slots to ``blocks`` (not yet cached), evicting if needed."""
+    def _touch(self, block: int, slot: int) -> None:
+        """A cached block was used: a second use promotes it out of probation."""
+        if block in self._protected:
+            self._protected.move_to_end(block)
+            return
+        uses = self._uses[slot] = self._uses[slot] + 1
+        if uses < 2:
+            self._probation.move_to_end(block)
+            return
+        del self._probation[block]
+        self._protect(block)
+
+    def _claim(self, blocks: list[int], used: bool = True) -> list[int]:
+        """Assign cache slots to ``blocks`` (not yet cached), evicting if needed. The first
+        block counts as used (it is what the caller wants); the rest are read-ahead."""
         slots = []
         for block in blocks:
-            slot = self._free.pop() if self._free else self._evict()
+            slot = self._free.pop() if self._free else self._evict(slots)
             self._block_in[slot] = block
             self._slot_of[block] = slot
             self._dirty[slot] = None
+            if not slots and used and self._ghosts.pop(block, 0) is None:
+                self._uses[slot] = 2  # wanted again soon after it went: hot
+                self._protect(block)
+            else:
+                self._probation[block] = None
+                self._uses[slot] = 0 if slots else int(used)
             slots.append(slot)
         return slots
 
-    def _evict(self) -> int:
-        """Free the least recently used slot; when it is dirty, write back every dirty
-        slot first (one exchange makes the whole cache clean)."""
-        block, slot = next(iter(self._slot_of.items()))
-        if self._dirty[slot] is not None:
-            self._write_back()
-        del self._slot_of[block]
-        self._block_in[slot] = -1
-        return slot
+    def _protect(self, block: int) -> None:
+        protected = self._protected
+        protected[block] = None
+        if len(protected) > self._protected_max:  # the oldest protected block goes back
+            demoted, _ = protected.popitem(last=False)
+            self._probation[demoted] = None
+
+    def _evict(self, claiming: list[int]) -> int:
+        """Free a slot (never one claimed by the same call): the oldest read-ahead block
+        nobody used, else the oldest on probation, else the oldest protected one. A
+        dirty victim makes every dirty slot write back first: one exchange leaves the
+        whole cache clean."""
+        uses = self._uses
+        for segment, unused_only in ((self._probation, True), (self._probation, False),
+                                     (self._protected, False)):
+            for block in segment:
+                slot = self._slot_of[block]
+                if slot in claiming or (unused_only and uses[slot]):
+                    continue
+                if self._dirty[slot] is not None:
+                    self._write_back()
+                del segment[block]
+                del self._slot_of[block]
+                self._block_in[slot] = -1
+                if segment is self._probation and uses[slot]:
+                    ghosts = self._ghosts
+                    ghosts[block] = None
+                    if len(ghosts) > self._nslots:
+                        ghosts.popitem(last=False)
+                return slot
+        raise RuntimeError("striped device cache has no slot to reuse")  # len(claiming) < slots
 
     def _write_back(self) -> None:
         bs = self.block_size
@@ -189,6 +263,8 @@ class StripedDevice(BlockDevice):
     def _forget(self, block: int) -> None:
         slot = self._slot_of.pop(block, None)
         if slot is not None:
+            self._probation.pop(block, None)
+            self._protected.pop(block, None)
             self._block_in[slot] = -1
             self._dirty[slot] = None
             self._free.append(slot)
@@ -196,6 +272,9 @@ class StripedDevice(BlockDevice):
     def drop_cache(self) -> None:
         """Forget every cached block, written back or not (a power cut, or a restore)."""
         self._slot_of.clear()
+        self._probation.clear()
+        self._protected.clear()
+        self._ghosts.clear()
         self._free = list(range(self._nslots - 1, -1, -1))
         self._block_in = [-1] * self._nslots
         self._dirty = [None] * self._nslots

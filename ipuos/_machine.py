@@ -173,6 +173,7 @@ class Machine:
             disk_block_size=preset.disk_block_size,
             chipdisk_share=preset.chipdisk_share,
             chipdisk_block_size=preset.chipdisk_block_size,
+            chipdisk_cache=preset.chipdisk_cache,
             chip_device=chip_device,
         )
         #: every tile's files, from the host (any thread)

@@ -28,6 +28,9 @@ class Preset:
     #: bytes every tile but tile 0 gives to the chip disk striped over them (0: no chip disk)
     chipdisk_share: int
     chipdisk_block_size: int
+    #: bytes of tile 0's SRAM caching chip-disk blocks (write-behind, clustered reads):
+    #: every miss costs a superstep, so this is what makes the chip disk usable
+    chipdisk_cache: int = 0
     description: str = ""
 
     def replace(self, **changes) -> "Preset":
@@ -55,12 +58,20 @@ class Preset:
                     f"preset {self.name!r}: {what} size {size} must be a whole number of "
                     f"blocks of at least 128 bytes (block size {block})"
                 )
-        reserved = self.exchange_out + self.exchange_in + self.disk_size + self.chipdisk_share
-        if reserved > self.sram_per_tile:
+        if self.chipdisk_share and self.chipdisk_cache < 2 * self.chipdisk_block_size:
             raise ValueError(
-                f"preset {self.name!r}: the default layout needs {reserved} bytes per tile "
-                f"but a tile has only {self.sram_per_tile}"
+                f"preset {self.name!r}: the chip disk's cache must hold at least two blocks "
+                f"({2 * self.chipdisk_block_size} B), not {self.chipdisk_cache}"
             )
+        exchange = self.exchange_out + self.exchange_in + self.disk_size
+        # tile 0 holds the chip disk's cache, every other tile a share of its blocks
+        for what, reserved in (("every tile but 0", exchange + self.chipdisk_share),
+                               ("tile 0", exchange + (self.chipdisk_cache if self.chipdisk_share else 0))):
+            if reserved > self.sram_per_tile:
+                raise ValueError(
+                    f"preset {self.name!r}: the default layout of {what} needs {reserved} bytes "
+                    f"but a tile has only {self.sram_per_tile}"
+                )
 
 
 PRESETS: dict[str, Preset] = {
@@ -77,6 +88,7 @@ PRESETS: dict[str, Preset] = {
             disk_block_size=4 * KiB,
             chipdisk_share=64 * KiB,
             chipdisk_block_size=4 * KiB,
+            chipdisk_cache=128 * KiB,
             description="GC200: 1472 tiles x 624 KiB (~900 MiB per chip)",
         ),
         Preset(
@@ -89,6 +101,7 @@ PRESETS: dict[str, Preset] = {
             disk_block_size=4 * KiB,
             chipdisk_share=32 * KiB,
             chipdisk_block_size=4 * KiB,
+            chipdisk_cache=64 * KiB,
             description="GC2: 1216 tiles x 256 KiB",
         ),
         Preset(
@@ -101,6 +114,7 @@ PRESETS: dict[str, Preset] = {
             disk_block_size=512,
             chipdisk_share=16 * KiB,
             chipdisk_block_size=512,
+            chipdisk_cache=8 * KiB,
             description="16 tiles x 64 KiB, for tests",
         ),
     )

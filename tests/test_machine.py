@@ -35,8 +35,12 @@ def test_bad_machine_parameters_are_clear():
         Machine("mk9")
     with pytest.raises(ValueError, match="ipus must be a positive integer"):
         Machine("tiny", ipus=0)
-    with pytest.raises(ValueError, match="needs .* bytes per tile"):
+    with pytest.raises(ValueError, match="layout of every tile but 0 needs .* bytes"):
         Machine("tiny", exchange_in=80 * 1024)
+    with pytest.raises(ValueError, match="layout of tile 0 needs"):
+        Machine("tiny", chipdisk_cache=60 * 1024)
+    with pytest.raises(ValueError, match="cache must hold at least two blocks"):
+        Machine("tiny", chipdisk_cache=512)
 
 
 def test_bad_tile_spec_is_refused_before_anything_runs(machine):

@@ -7,8 +7,10 @@ start and no program can take it first; the device itself is built on tile 0 whe
 storage comes up, because only tile 0's greenlet may use it (every block it misses in
 its cache rides the exchange).
 
-The device caches blocks in tile 0's own SRAM (write-behind, clustered reads): 16 blocks,
-or half of what tile 0 has left after boot if that is less.
+The device caches blocks in tile 0's own SRAM (write-behind, clustered reads), as much as
+the preset's ``chipdisk_cache`` says. Every miss costs a superstep, so the cache is what
+makes the chip disk usable: a 64 KiB file read through a 6-block cache took ~30
+supersteps, through a 32-block one it takes two or three.
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ __all__ = ["CHIP_DISK_REGION", "CHIP_CACHE_REGION", "reserve_striped_chip_disk"]
 CHIP_DISK_REGION = "chipdisk"
 #: the chip tile's SRAM region holding the device's block cache
 CHIP_CACHE_REGION = "chipdisk.cache"
-CACHE_BLOCKS = 16
 
 
-def reserve_striped_chip_disk(scheduler, share: int, block_size: int,
+def reserve_striped_chip_disk(scheduler, share: int, block_size: int, cache_bytes: int,
                               chip_tile: int = 0) -> Callable | None:
     """Reserve the stripes and the cache now; return ``build(tile)`` making the device.
 
@@ -37,7 +38,7 @@ def reserve_striped_chip_disk(scheduler, share: int, block_size: int,
         return None
     stripes = [tile.memory.alloc(CHIP_DISK_REGION, share) for tile in backing]
     owner_memory = scheduler.tiles[chip_tile].memory
-    blocks = max(2, min(CACHE_BLOCKS, owner_memory.largest_free() // 2 // block_size))
+    blocks = max(2, cache_bytes // block_size)
     cache = owner_memory.alloc(CHIP_CACHE_REGION, blocks * block_size)
 
     def build(tile) -> StripedDevice:

@@ -77,7 +77,7 @@ class Storage:
     """
 
     def __init__(self, scheduler, *, disk_size: int, disk_block_size: int,
-                 chipdisk_share: int = 0, chipdisk_block_size: int = 0,
+                 chipdisk_share: int = 0, chipdisk_block_size: int = 0, chipdisk_cache: int = 0,
                  chip_device: Callable | None = None, chip_tile: int = 0):
         self.scheduler = scheduler
         self.disk_size = disk_size
@@ -88,8 +88,8 @@ class Storage:
             for tile in scheduler.tiles:
                 tile.memory.alloc(DISK_REGION, disk_size)
         if chip_device is None:
-            chip_device = reserve_striped_chip_disk(scheduler, chipdisk_share,
-                                                    chipdisk_block_size, chip_tile)
+            chip_device = reserve_striped_chip_disk(scheduler, chipdisk_share, chipdisk_block_size,
+                                                    chipdisk_cache, chip_tile)
         #: ``chip_device(tile)``: the block device of ``/chip`` (None: no chip disk)
         self.chip_device = chip_device
         register_services(scheduler.services, self.vfs)
@@ -122,6 +122,32 @@ class Storage:
         futures = self.client.submit_all("fs.boot", ids)
         for future in futures.values():
             future.result(timeout)
+
+    # -- what backup and restore need ------------------------------------------------------------
+
+    def state(self, tile) -> str:
+        """``"up"`` (brought up), ``"restored"`` (its disk holds restored bytes, mounted on
+        first use) or ``"blank"`` (never used: the disk is all zeros, formatted on first
+        use). Only the tile itself changes it: ask on its greenlet or the scheduler thread."""
+        if VFS_KEY in tile.kernel_data:
+            return "up"
+        return "restored" if tile.id in self._existing else "blank"
+
+    def forget(self, tile, *, restored: bool) -> None:
+        """On ``tile``'s own greenlet, with no file open: drop its mounts without writing a
+        byte to their devices (a restore has just replaced those bytes), so the next use
+        brings its storage up again as at boot: mounting the new bytes (``restored``) or
+        formatting a blank disk."""
+        vfs = tile.kernel_data.pop(VFS_KEY, None)
+        if vfs is not None:
+            for info in reversed(vfs.mount_points()):  # the deepest first
+                backend = vfs.backend(info.path)
+                if isinstance(backend, LittlefsBackend):
+                    backend.abandon()
+        if restored:
+            self._existing.add(tile.id)
+        else:
+            self._existing.discard(tile.id)
 
     # -- bringing one tile up --------------------------------------------------------------------
 
