@@ -87,8 +87,11 @@ PRESETS: dict[str, Preset] = {
             disk_size=128 * KiB,
             disk_block_size=4 * KiB,
             chipdisk_share=64 * KiB,
-            chipdisk_block_size=4 * KiB,
-            chipdisk_cache=128 * KiB,
+            # 16 KiB blocks: littlefs walks a file's block list from its end at every
+            # block boundary, so big files read ~3x faster than with 4 KiB blocks; the
+            # cost is small files (each non-inline file takes a block)
+            chipdisk_block_size=16 * KiB,
+            chipdisk_cache=256 * KiB,
             description="GC200: 1472 tiles x 624 KiB (~900 MiB per chip)",
         ),
         Preset(
