@@ -1,1 +1,154 @@
-"""CLI commands for mount (added to the ``ipuos`` group on import by ``_cli``)."""
+"""CLI commands for host mounts: ``ipuos mount`` and ``ipuos umount``.
+
+``ipuos mount MNT`` asks the daemon to mount (it serves the mount, so the command returns
+at once); ``--foreground`` keeps the command attached until Ctrl-C or SIGTERM, which
+unmount. ``ipuos mount`` alone lists the machine's mounts.
+
+``ipuos umount MNT`` reads the host's mount table to learn which machine serves ``MNT``
+(its source is ``ipuos:NAME``), so it needs no ``--name``. If that machine is gone, the
+mount is dead (nobody answers it) and is removed here, without any daemon.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import signal
+
+import click
+
+from ._cli import _Errors, _fail, _geometry, _name_flag, _paths, json_option, main, name_option
+from ._client import Client, DaemonError, MachineNotRunning
+from ._machine import EXIT_INTERRUPTED
+from ._mount import canonical_mountpoint, mount_at, remove_mount
+from ._presets import DEFAULT_PRESET
+from ._rundir import machine_paths
+from ._spawn import ensure_running
+
+#: seconds a background mount or an unmount may take in the daemon
+MOUNT_SECONDS = 30.0
+
+
+@main.command()
+@click.argument("mountpoint", required=False, type=click.Path(file_okay=False))
+@click.option("--read-only", is_flag=True, help="refuse every change (EROFS)")
+@click.option("--tiles", "tile_spec", default="all", show_default=True,
+              help="tiles to show under /tiles, e.g. 0-15")
+@click.option("--foreground", is_flag=True,
+              help="stay attached; Ctrl-C or SIGTERM unmounts (lazily if a file is still open)")
+@name_option
+@json_option
+def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
+    """Mount the machine's files at MOUNTPOINT: /tiles/<id>/... and /chip/...
+
+    Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`.
+    Without MOUNTPOINT, list the machine's mounts. Starts the machine if none runs.
+    """
+    paths = _paths(name)
+    if mountpoint is None:
+        _list_mounts(paths, as_json)
+        return
+    with _Errors():
+        info, booted = ensure_running(paths, DEFAULT_PRESET, 1)
+    if booted:
+        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
+                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+    args = {"mountpoint": canonical_mountpoint(mountpoint), "read_only": read_only,
+            "tiles": tile_spec, "foreground": foreground}
+    with _Errors(), Client(paths) as client:
+        try:
+            if foreground:
+                reply = _mount_foreground(client, args, name)
+            else:
+                reply = client.call("mount", args, timeout=MOUNT_SECONDS)
+        except DaemonError as exc:
+            if exc.code == "bad_tiles":
+                raise click.BadParameter(exc.message, param_hint="--tiles") from None
+            raise
+    if as_json:
+        click.echo(json.dumps(reply, indent=1))
+    elif foreground:
+        click.echo(f"unmounted {reply['mountpoint']} ({reply.get('reason') or 'unmounted'})")
+    else:
+        mode = "read-only" if reply["readonly"] else "read-write"
+        click.echo(f"mounted machine {name!r} at {reply['mountpoint']} ({mode}, tiles {reply['tiles']}); "
+                   f"`ipuos umount {reply['mountpoint']}` unmounts it")
+
+
+def _mount_foreground(client: Client, args: dict, name: str) -> dict:
+    """Stay attached until the mount ends; SIGTERM is a Ctrl-C (both unmount)."""
+
+    def event(event: dict) -> None:
+        if event.get("event") == "mounted":
+            mode = "read-only" if event.get("readonly") else "read-write"
+            click.echo(f"mounted machine {name!r} at {event.get('mountpoint')} ({mode}, tiles "
+                       f"{event.get('tiles')}); Ctrl-C unmounts", err=True)
+
+    def terminate(signum, frame) -> None:
+        # hand SIGTERM to whatever handles Ctrl-C now: the client's cancel-and-wait
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        return client.call("mount", args, wait=None, interruptible=True, on_event=event)
+    except KeyboardInterrupt:
+        _fail("stopped waiting; the machine unmounts when it sees this command is gone",
+              EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _list_mounts(paths, as_json: bool) -> None:
+    with _Errors(), Client(paths) as client:
+        mounts = client.call("mounts")["mounts"]
+    if as_json:
+        click.echo(json.dumps(mounts, indent=1))
+        return
+    if not mounts:
+        click.echo(f"machine {paths.name!r} has no mounts; `ipuos mount DIR` adds one")
+        return
+    for item in mounts:
+        since = datetime.datetime.fromtimestamp(item["since"]).strftime("%H:%M:%S")
+        mode = "ro" if item["readonly"] else "rw"
+        how = f"  foreground (pid {item['client_pid']})" if item["foreground"] else ""
+        click.echo(f"{item['mountpoint']}  {mode}  tiles {item['tiles']}  since {since}  "
+                   f"{item['open_files']} open files{how}")
+
+
+@main.command()
+@click.argument("mountpoint", type=click.Path())
+@click.option("--lazy", is_flag=True,
+              help="detach now even if files are open there; they are served until closed")
+def umount(mountpoint, lazy) -> None:
+    """Unmount MOUNTPOINT, an ipuos mount, even one whose machine has died."""
+    path = canonical_mountpoint(mountpoint)
+    entry = mount_at(path)
+    if entry is None:
+        _fail(f"{path} is not mounted")
+    machine = entry.machine
+    if machine is None:
+        _fail(f"{path} is not an ipuos mount (it is {entry.fstype} from {entry.source!r}); "
+              "use umount(8) or fusermount3 -u")
+    with _Errors():
+        paths = machine_paths(machine)
+    try:
+        with Client(paths) as client:
+            client.call("umount", {"mountpoint": path, "lazy": lazy}, timeout=MOUNT_SECONDS)
+    except MachineNotRunning:
+        dead = "its machine is not running"
+    except DaemonError as exc:
+        if exc.code != "not_mounted":
+            _fail(exc.message)
+        dead = f"machine {machine!r} no longer serves it"
+    else:
+        click.echo(f"unmounted {path}" + (" (lazily: open files are served until closed)" if lazy else ""))
+        return
+    # nobody serves it: every use fails with ENOTCONN until it is removed
+    if not remove_mount(path):
+        _fail(f"{path} is a dead mount ({dead}) and could not be removed; try `umount -l {path}`")
+    click.echo(f"removed the dead mount at {path} ({dead})")
+

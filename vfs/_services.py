@@ -20,7 +20,7 @@ in a per-tile handle table; a handle is a small int valid on that tile only.
 | ``fs.read`` | handle, offset or None, size | bytes (short at end of file) |
 | ``fs.write`` | handle, offset or None, data | position after the write |
 | ``fs.seek`` | handle, offset, whence | new position |
-| ``fs.ftruncate`` / ``fs.fsync`` / ``fs.close`` | handle (, size) | None |
+| ``fs.ftruncate`` / ``fs.flush`` / ``fs.fsync`` / ``fs.close`` | handle (, size) | None |
 | ``fs.sync`` | | None (pending mtimes written to littlefs) |
 | ``fs.truncate`` | path, size | None |
 | ``fs.mkdir`` / ``fs.rmdir`` / ``fs.unlink`` | path | None |
@@ -137,6 +137,11 @@ def _ftruncate(tile, vfs, handle, size):
     _handles(tile).get(handle).truncate(size)
 
 
+def _flush(tile, vfs, handle):
+    # commits the data so other openers see it; the mtime stays a lazy stamp (unlike fsync)
+    _handles(tile).get(handle).flush()
+
+
 def _fsync(tile, vfs, handle):
     _handles(tile).get(handle).fsync()
 
@@ -219,6 +224,7 @@ _SERVICES: dict[str, Callable] = {
     "fs.write": _write,
     "fs.seek": _seek,
     "fs.ftruncate": _ftruncate,
+    "fs.flush": _flush,
     "fs.fsync": _fsync,
     "fs.sync": _sync,
     "fs.close": _close,

@@ -1,0 +1,409 @@
+"""Host mounts of a running machine's files, served by its daemon (``ipuos mount``).
+
+The daemon process serves every mount of its machine: a FUSE loop thread per mount, with
+the operations of :class:`ipuos.vfs.ChipFilesystem` over the machine's host file client.
+Serving from the daemon (not from the ``ipuos mount`` client) keeps the mount alive after
+the command returns, lets ``halt`` unmount it, and keeps every request one queue hop away
+from the tiles.
+
+Life of a mount:
+
+* ``ipuos mount MNT`` mounts and returns; the mount lives until ``ipuos umount MNT``, an
+  unmount from outside (``fusermount3 -u``), or ``halt``.
+* ``ipuos mount --foreground MNT`` stays attached: the mount lives exactly as long as the
+  command. Ctrl-C, SIGTERM, or the command dying (its connection drops) unmounts it, lazily
+  if a file on it is still open (see below); ``ipuos umount`` from elsewhere ends the
+  command.
+* ``ipuos umount MNT`` unmounts cleanly, or refuses with EBUSY when a process still has a
+  file or its working directory there (like umount(8)); ``--lazy`` detaches the name at
+  once and lets those processes finish (``fusermount3 -uz``).
+* ``halt`` unmounts every mount of the machine before the machine stops (lazily if busy:
+  the files that were open there then fail with EIO or ENOTCONN, never hang).
+* If the daemon dies (kill -9), libfuse's ``auto_unmount`` watchdog (a ``fusermount3``
+  left running beside the daemon) unmounts lazily: no dead "Transport endpoint is not
+  connected" mount is left behind. Should one be left anyway (the watchdog was killed
+  too), ``ipuos umount`` removes it: see :func:`remove_mount`.
+
+Which machine serves a mount is written in the host's mount table: its source is
+``ipuos:NAME`` and its type ``fuse.ipuos`` (:func:`mount_at` reads
+``/proc/self/mountinfo``, which never blocks, unlike a ``stat`` of a dead or hung mount).
+
+One trap shapes this module: a process must never use files on its own FUSE mount while
+it serves it (it would wait for itself, and hangs on exit). The daemon only ever looks at
+its mount points through the mount table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ._tilespec import TileSpecError, format_tiles, parse_tiles
+from .vfs import CHIP_DISK_MOUNT, FUSE_SUBTYPE, ChipFilesystem, FuseUnavailable, fuse_options, serve_fuse
+
+__all__ = ["MountManager", "MountError", "MountEntry", "mount_at", "mount_entries",
+           "remove_mount", "unmount_path", "MOUNT_TYPE", "SOURCE_PREFIX"]
+
+log = logging.getLogger("ipuos.daemon")
+
+MOUNT_TYPE = "fuse." + FUSE_SUBTYPE
+#: a mount's source in the mount table: ``ipuos:NAME``
+SOURCE_PREFIX = "ipuos:"
+#: how long a mount may take to appear in the mount table
+MOUNT_SECONDS = 10.0
+#: how long an unmounted loop may take to return
+LOOP_EXIT_SECONDS = 10.0
+
+
+class MountError(Exception):
+    """A mount or unmount that cannot be done; ``code`` is for the protocol."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# -- the host's mount table -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of ``/proc/self/mountinfo``."""
+
+    mountpoint: str
+    fstype: str
+    source: str
+    device: str  # major:minor, different for every FUSE connection
+
+    @property
+    def machine(self) -> str | None:
+        """The machine serving this mount, if it is an ipuos mount."""
+        if self.fstype == MOUNT_TYPE and self.source.startswith(SOURCE_PREFIX):
+            return self.source[len(SOURCE_PREFIX):]
+        return None
+
+
+def _unescape(field_text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes (``\\040``)."""
+    if "\\" not in field_text:
+        return field_text
+    out, i = [], 0
+    while i < len(field_text):
+        char = field_text[i]
+        digits = field_text[i + 1 : i + 4]
+        if char == "\\" and len(digits) == 3 and all(c in "01234567" for c in digits):
+            out.append(chr(int(digits, 8)))
+            i += 4
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+def mount_entries() -> list[MountEntry]:
+    """Every mount this process sees, in mount order (never touches the mounts themselves)."""
+    entries = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            left, sep, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            if not sep or len(parts) < 5 or len(rparts) < 2:
+                continue
+            entries.append(MountEntry(_unescape(parts[4]), rparts[0], _unescape(rparts[1]), parts[2]))
+    return entries
+
+
+def mount_at(path: str) -> MountEntry | None:
+    """The mount on top at exactly ``path`` (an absolute, canonical path), if any."""
+    found = None
+    for entry in mount_entries():
+        if entry.mountpoint == path:
+            found = entry
+    return found
+
+
+def canonical_mountpoint(path: str) -> str:
+    """``path`` absolute and with symlinks resolved, without touching ``path`` itself (it
+    may be a dead mount, whose stat fails, or a live one of this very process)."""
+    path = os.path.abspath(path)
+    parent, name = os.path.split(path)
+    if not name:
+        return path
+    return os.path.join(os.path.realpath(parent), name)
+
+
+def _run(command: list[str]) -> tuple[int, str]:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return 127, f"{command[0]} is not installed"
+    except subprocess.TimeoutExpired:
+        return 124, f"{' '.join(command)} did not finish in 30 s"
+    return done.returncode, (done.stderr or done.stdout).strip()
+
+
+def unmount_path(path: str, *, lazy: bool = False) -> tuple[bool, str]:
+    """Unmount the FUSE mount at ``path``: ``fusermount3 -u`` (``-uz`` if ``lazy``), or
+    umount(8) where fusermount3 is missing (root). Returns (gone, what the tool said)."""
+    before = mount_at(path)
+    if before is None:
+        return True, ""
+    said = ""
+    for command in ([["fusermount3", "-u", "-z", path], ["umount", "-l", path]] if lazy
+                    else [["fusermount3", "-u", path], ["umount", path]]):
+        status, said = _run(command)
+        if status != 127:  # the tool ran (whatever it said); else try the next one
+            break
+    after = mount_at(path)
+    return after is None or after.device != before.device, said
+
+
+def _watchdogs(mountpoint: str) -> set[int]:
+    """This process's ``fusermount3`` children left watching a mount at ``mountpoint``."""
+    me, found = os.getpid(), set()
+    target = os.fsencode(mountpoint)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rpartition(b")")[2].split()
+            if int(fields[1]) != me:
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if os.path.basename(argv[0]) == b"fusermount3" and target in argv and any(
+                b"auto_unmount" in arg for arg in argv):
+            found.add(int(entry.name))
+    return found
+
+
+def _end_watchdog(pid: int) -> None:
+    """Stop the auto_unmount watchdog of a mount that has ended, and reap it.
+
+    libfuse keeps its end of the watchdog's socket open for the life of the process (and
+    lets later children inherit it), so after a clean unmount the watchdog would wait until
+    the daemon exits, and then lazily unmount whatever ``fuse.ipuos`` mount sits at that
+    path by then, maybe another machine's. It ignores SIGTERM; its mount is gone, so there
+    is nothing for it to finish: SIGKILL."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def remove_mount(path: str) -> bool:
+    """Remove a mount nobody serves any more (its daemon died and took the watchdog with
+    it: every use says "Transport endpoint is not connected"). ``fusermount3 -u``, then
+    lazily, then umount(8) ``-l``; returns whether it is gone."""
+    for lazy in (False, True):
+        gone, _ = unmount_path(path, lazy=lazy)
+        if gone:
+            return True
+    _run(["umount", "-l", path])
+    return mount_at(path) is None
+
+
+# -- the daemon's mounts ------------------------------------------------------------------
+
+
+@dataclass
+class ActiveMount:
+    """A mount the daemon serves."""
+
+    mountpoint: str
+    readonly: bool
+    tiles: str  # the tile spec, as ranges
+    foreground: bool
+    client_pid: int | None
+    operations: ChipFilesystem
+    started: float = field(default_factory=time.time)
+    #: set when the FUSE loop has returned (unmounted, from anywhere)
+    done: threading.Event = field(default_factory=threading.Event)
+    #: why it ended, for a foreground client ("unmounted", "machine halted" ...)
+    reason: str = ""
+    error: BaseException | None = None
+    thread: threading.Thread | None = None
+    #: the mount table's major:minor for it, and libfuse's auto_unmount watchdog
+    device: str = ""
+    watchdog: int | None = None
+
+    def describe(self) -> dict:
+        return {
+            "mountpoint": self.mountpoint,
+            "readonly": self.readonly,
+            "tiles": self.tiles,
+            "foreground": self.foreground,
+            "client_pid": self.client_pid,
+            "since": self.started,
+            "open_files": self.operations.open_files(),
+            "requests": self.operations.requests,
+        }
+
+
+class MountManager:
+    """Every mount of one machine (one per daemon); safe to call from any thread."""
+
+    def __init__(self, machine, name: str):
+        self.machine = machine
+        self.name = name
+        self._mounts: dict[str, ActiveMount] = {}
+        self._lock = threading.Lock()
+        self._halting = False
+
+    def mounts(self) -> list[ActiveMount]:
+        with self._lock:
+            return sorted(self._mounts.values(), key=lambda m: m.mountpoint)
+
+    def get(self, mountpoint: str) -> ActiveMount | None:
+        with self._lock:
+            return self._mounts.get(mountpoint)
+
+    def mount(self, mountpoint: str, *, readonly: bool = False, tiles: str = "all",
+              foreground: bool = False, client_pid: int | None = None) -> ActiveMount:
+        """Mount the machine's files at ``mountpoint`` and return once it answers."""
+        if not os.path.isabs(mountpoint):
+            raise MountError("bad_mountpoint", f"the mount point must be an absolute path, not {mountpoint!r}")
+        mountpoint = canonical_mountpoint(mountpoint)
+        machine = self.machine
+        try:
+            tile_ids = parse_tiles(tiles, machine.ntiles)
+        except TileSpecError as exc:
+            raise MountError("bad_tiles", str(exc)) from None
+        self._check_mountpoint(mountpoint)
+        storage = machine.storage
+        chip_tile = storage.chip_tile if storage.chip_device is not None else None
+        operations = ChipFilesystem(machine.fs, machine.ntiles, tiles=tile_ids, chip_tile=chip_tile,
+                                    readonly=readonly, chip_mount=CHIP_DISK_MOUNT)
+        active = ActiveMount(mountpoint, readonly, format_tiles(tile_ids), foreground, client_pid, operations)
+        with self._lock:
+            if self._halting:
+                raise MountError("halting", f"machine {self.name!r} is halting")
+            if mountpoint in self._mounts:
+                raise MountError("already_mounted", f"{mountpoint} is already a mount of machine {self.name!r}")
+            self._mounts[mountpoint] = active
+        options = fuse_options(fsname=SOURCE_PREFIX + self.name, readonly=readonly)
+        thread = threading.Thread(target=self._serve, args=(active, options), daemon=True,
+                                  name=f"ipuos-fuse:{mountpoint}")
+        active.thread = thread
+        thread.start()
+        try:
+            self._wait_mounted(active)
+        except BaseException:
+            unmount_path(mountpoint, lazy=True)
+            with self._lock:
+                if self._mounts.get(mountpoint) is active:
+                    del self._mounts[mountpoint]
+            raise
+        log.info("mounted machine %r at %s (%s, tiles %s)", self.name, mountpoint,
+                 "read-only" if readonly else "read-write", active.tiles)
+        return active
+
+    def _check_mountpoint(self, mountpoint: str) -> None:
+        for active in self.mounts():
+            if mountpoint == active.mountpoint:
+                raise MountError("already_mounted", f"{mountpoint} is already a mount of machine {self.name!r}")
+            if mountpoint.startswith(active.mountpoint.rstrip("/") + "/"):
+                # this process would stat its own mount while mounting on it
+                raise MountError("bad_mountpoint", f"{mountpoint} is inside {active.mountpoint}, a mount of "
+                                 f"machine {self.name!r}; mount somewhere else")
+        entry = mount_at(mountpoint)
+        if entry is not None:
+            owner = f" (machine {entry.machine!r})" if entry.machine else f" ({entry.fstype})"
+            raise MountError("already_mounted", f"{mountpoint} is already a mount point{owner}; "
+                             "unmount it first (`ipuos umount` removes ipuos mounts, even dead ones)")
+        try:
+            info = os.stat(mountpoint)
+        except FileNotFoundError:
+            raise MountError("bad_mountpoint", f"{mountpoint} does not exist; create the directory first") from None
+        except OSError as exc:
+            raise MountError("bad_mountpoint", f"cannot use {mountpoint}: {exc.strerror}") from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise MountError("bad_mountpoint", f"{mountpoint} is not a directory")
+
+    def _serve(self, active: ActiveMount, options: dict) -> None:
+        try:
+            serve_fuse(active.operations, active.mountpoint, **options)
+        except FuseUnavailable as exc:
+            active.error = exc
+        except BaseException as exc:  # reported by mount() or in the log
+            active.error = exc
+            log.error("the FUSE loop for %s failed: %r", active.mountpoint, exc)
+        finally:
+            entry = mount_at(active.mountpoint)
+            if entry is not None and active.device and entry.device == active.device:
+                unmount_path(active.mountpoint, lazy=True)  # the loop died under a live mount
+            if active.watchdog is not None:
+                _end_watchdog(active.watchdog)
+            with self._lock:
+                if self._mounts.get(active.mountpoint) is active:
+                    del self._mounts[active.mountpoint]
+            active.reason = active.reason or "unmounted"
+            active.done.set()
+            log.info("machine %r is no longer mounted at %s (%s)", self.name, active.mountpoint, active.reason)
+
+    def _wait_mounted(self, active: ActiveMount) -> None:
+        source = SOURCE_PREFIX + self.name
+        deadline = time.monotonic() + MOUNT_SECONDS
+        while True:
+            entry = mount_at(active.mountpoint)
+            if entry is not None and entry.fstype == MOUNT_TYPE and entry.source == source:
+                active.device = entry.device
+                with self._lock:
+                    taken = {other.watchdog for other in self._mounts.values()}
+                fresh = _watchdogs(active.mountpoint) - taken
+                active.watchdog = min(fresh) if len(fresh) == 1 else None
+                return
+            if active.done.is_set():
+                error = active.error
+                if isinstance(error, FuseUnavailable):
+                    raise MountError("no_fuse", str(error))
+                raise MountError("mount_failed", f"mounting at {active.mountpoint} failed"
+                                 + (f": {error}" if error else "") + " (libfuse's reason is in the machine's log)")
+            if time.monotonic() > deadline:
+                raise MountError("mount_failed", f"the mount at {active.mountpoint} did not appear "
+                                 f"within {MOUNT_SECONDS:g} s")
+            time.sleep(0.005)
+
+    def unmount(self, mountpoint: str, *, lazy: bool = False, reason: str = "unmounted") -> dict:
+        """Unmount one of this machine's mounts. EBUSY-like ``busy`` error if a process
+        still uses it, unless ``lazy``."""
+        mountpoint = canonical_mountpoint(mountpoint)
+        active = self.get(mountpoint)
+        if active is None:
+            raise MountError("not_mounted", f"machine {self.name!r} has no mount at {mountpoint}")
+        active.reason = reason
+        gone, said = unmount_path(mountpoint, lazy=lazy)
+        if not gone:
+            active.reason = ""
+            raise MountError("busy", f"{mountpoint} is busy: a process has a file or its working "
+                             f"directory there ({said or 'target is busy'}); close it, or "
+                             "`ipuos umount --lazy` to detach it now and let them finish")
+        # a clean unmount ends the loop at once; a lazy one when the last file is closed
+        active.done.wait(LOOP_EXIT_SECONDS if not lazy else 0.5)
+        return {"mountpoint": mountpoint, "lazy": lazy, "loop_ended": active.done.is_set()}
+
+    def unmount_all(self, reason: str) -> list[str]:
+        """Unmount everything, lazily where busy (``halt``); returns the mount points."""
+        with self._lock:
+            self._halting = True
+            mounts = list(self._mounts.values())
+        for active in mounts:
+            active.reason = reason
+            gone, _ = unmount_path(active.mountpoint)
+            if not gone:
+                unmount_path(active.mountpoint, lazy=True)
+        for active in mounts:
+            active.done.wait(1.0)
+        return [active.mountpoint for active in mounts]

@@ -1,0 +1,118 @@
+"""Several host processes using one mount at once: writing, reading and renaming on the
+same tile (and on the chip disk), while libfuse serves them on many threads and their
+requests share supersteps.
+
+Each worker writes versions of its own files through a temporary name and renames them into
+place, reads its own files back, and reads the other workers' files while they are being
+replaced: a reader may find a name missing for a moment, but never a torn or mixed file
+(every file carries its writer, version and a digest of itself).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from fuse_harness import fuse_session, host_tree, mounted_machine, runtime_dir, tile_tree  # noqa: F401
+
+WORKERS = 4
+
+_WORKER = textwrap.dedent("""
+    import hashlib, json, os, random, sys
+
+    directory, me, workers, rounds, max_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    rng = random.Random(me)
+
+    def body(writer, version, size):
+        payload = random.Random(writer * 100003 + version).randbytes(size)
+        head = f"{writer} {version} {size} ".encode() + hashlib.sha256(payload).hexdigest().encode() + b"\\n"
+        return head + payload
+
+    def check(data):
+        head, _, payload = data.partition(b"\\n")
+        writer, version, size, digest = head.split()
+        assert len(payload) == int(size) and hashlib.sha256(payload).hexdigest().encode() == digest, "torn file"
+        return int(writer), int(version)
+
+    latest, torn, missing = {}, 0, 0
+    for version in range(rounds):
+        slot = version % 3
+        data = body(me, version, rng.randrange(1, max_size))
+        temporary = os.path.join(directory, f"w{me}.tmp")
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        with open(temporary, "rb") as handle:
+            assert handle.read() == data, "read back differs"
+        final = os.path.join(directory, f"f{me}_{slot}")
+        os.rename(temporary, final)
+        latest[final] = version
+        with open(final, "rb") as handle:
+            assert check(handle.read()) == (me, version)
+        other = os.path.join(directory, f"f{rng.randrange(workers)}_{rng.randrange(3)}")
+        try:
+            with open(other, "rb") as handle:
+                check(handle.read())
+        except FileNotFoundError:
+            missing += 1
+        os.listdir(directory)
+    print(json.dumps({os.path.basename(k): v for k, v in latest.items()}))
+""")
+
+
+@pytest.fixture(scope="module")
+def mm(runtime_dir, fuse_session):
+    yield from mounted_machine("mk2")
+
+
+def _run_workers(directory, rounds: int, max_size: int) -> dict:
+    processes = [subprocess.Popen([sys.executable, "-c", _WORKER, str(directory), str(me), str(WORKERS),
+                                   str(rounds), str(max_size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for me in range(WORKERS)]
+    latest, failures = {}, []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        if process.returncode:
+            failures.append(err)
+        else:
+            latest.update(json.loads(out))
+    assert not failures, "\n".join(failures)
+    return latest
+
+
+def _expected_version(path, version: int) -> None:
+    with open(path, "rb") as handle:
+        head = handle.readline().split()
+    assert int(head[1]) == version
+
+
+@pytest.mark.parametrize("where, rounds, max_size", [("tile", 60, 2500), ("chip", 30, 60_000)])
+def test_processes_writing_reading_and_renaming_at_once(mm, where, rounds, max_size):
+    directory = mm.tile(30) if where == "tile" else mm.chip / "concurrent"
+    if where == "chip":
+        os.mkdir(directory)
+    latest = _run_workers(directory, rounds, max_size)
+    assert sorted(os.listdir(directory)) == sorted(latest)  # no temporary left, nothing lost
+    for name, version in latest.items():
+        _expected_version(directory / name, version)
+    tile, top = (30, "/") if where == "tile" else (0, "/chip/concurrent")
+    assert tile_tree(mm.booted, tile, top) == host_tree(directory)
+
+
+def test_many_readers_of_one_file(mm):
+    data = os.urandom(300_000)
+    path = mm.chip / "shared.bin"
+    path.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    reader = ("import hashlib, sys\n"
+              "for _ in range(3):\n"
+              "    assert hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest() == sys.argv[2]\n")
+    processes = [subprocess.Popen([sys.executable, "-c", reader, str(path), digest], stderr=subprocess.PIPE, text=True)
+                 for _ in range(6)]
+    errors = [p.communicate(timeout=120)[1] for p in processes if p.wait(timeout=120)]
+    assert not errors, errors
+    os.unlink(path)

@@ -1,0 +1,262 @@
+"""The life of a mount: ``ipuos mount``/``umount``, foreground mounts, halt, dead daemons.
+
+Every test boots its own machine daemon and mounts it through the real CLI; fixtures
+unmount whatever is left (even dead mounts) and halt the daemon.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from daemon_harness import IPUOS, machine, run_cli, runtime_dir, wait_for  # noqa: F401  (fixtures)
+from fuse_harness import fuse_session, mount, mountpoint, new_mountpoint, cleanup_mountpoint  # noqa: F401
+
+from ipuos._mount import mount_at
+
+
+def mounted(path: str) -> bool:
+    return mount_at(path) is not None
+
+
+def children(pid: int, command: str) -> list[int]:
+    """Pids of ``pid``'s children running ``command``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rpartition(b")")[2].split()
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if int(fields[1]) == pid and os.path.basename(argv0) == command.encode():
+            found.append(int(entry.name))
+    return found
+
+
+def cli(machine, *args, timeout=60):
+    return run_cli(*args, env=machine.env(), timeout=timeout)
+
+
+def test_mount_list_and_umount(machine, mountpoint):
+    done = cli(machine, "mount", mountpoint)
+    assert done.returncode == 0, done.stderr
+    assert f"mounted machine {machine.name!r} at {mountpoint} (read-write, tiles 0-15)" in done.stdout
+    entry = mount_at(mountpoint)
+    assert (entry.fstype, entry.source, entry.machine) == ("fuse.ipuos", f"ipuos:{machine.name}", machine.name)
+    assert sorted(os.listdir(mountpoint)) == ["chip", "tiles"]
+    assert len(children(machine.pid, "fusermount3")) == 1  # libfuse's auto_unmount watchdog
+
+    listed = cli(machine, "mount")
+    assert listed.returncode == 0 and mountpoint in listed.stdout and "tiles 0-15" in listed.stdout
+    (item,) = json.loads(cli(machine, "mount", "--json").stdout)
+    assert item["mountpoint"] == mountpoint and item["readonly"] is False and item["foreground"] is False
+    assert json.loads(cli(machine, "status", "--json").stdout)["mounts"] == [mountpoint]
+
+    done = cli(machine, "umount", mountpoint)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"unmounted {mountpoint}"
+    assert not mounted(mountpoint)
+    # the watchdog of a mount that ended must not linger: at the daemon's exit it would
+    # unmount whatever ipuos mount sits at that path by then
+    wait_for(lambda: not children(machine.pid, "fusermount3"), what="the watchdog to go")
+    assert "no mounts" in cli(machine, "mount").stdout
+    # and again: a mount point can be reused
+    assert cli(machine, "mount", mountpoint).returncode == 0
+    assert cli(machine, "umount", mountpoint).returncode == 0
+
+
+def test_mount_refusals(machine, mountpoint, tmp_path):
+    missing = cli(machine, "mount", str(tmp_path / "missing"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    not_dir = cli(machine, "mount", str(a_file))
+    assert not_dir.returncode != 0
+    bad_tiles = cli(machine, "mount", mountpoint, "--tiles", "7-99")
+    assert bad_tiles.returncode == 2 and "no tile 99" in bad_tiles.stderr
+    assert cli(machine, "mount", mountpoint).returncode == 0
+    twice = cli(machine, "mount", mountpoint)
+    assert twice.returncode == 1 and "already" in twice.stderr
+    inside = cli(machine, "mount", os.path.join(mountpoint, "tiles", "1"))
+    assert inside.returncode == 1
+    not_mounted = cli(machine, "umount", str(tmp_path))
+    assert not_mounted.returncode == 1 and "is not mounted" in not_mounted.stderr
+    foreign = cli(machine, "umount", "/proc")
+    assert foreign.returncode == 1 and "not an ipuos mount" in foreign.stderr
+    assert os.path.isdir("/proc/self")  # left alone
+
+
+def test_tiles_option_limits_what_is_shown(machine, mountpoint):
+    assert cli(machine, "mount", mountpoint, "--tiles", "2-3,9").returncode == 0
+    assert sorted(os.listdir(os.path.join(mountpoint, "tiles"))) == ["2", "3", "9"]
+    with pytest.raises(FileNotFoundError):
+        os.stat(os.path.join(mountpoint, "tiles", "4"))
+    Path(mountpoint, "tiles", "9", "f").write_text("nine")
+    assert Path(mountpoint, "tiles", "9", "f").read_text() == "nine"
+    assert os.path.isdir(os.path.join(mountpoint, "chip"))
+
+
+def test_read_only_mount_refuses_every_change(machine, mountpoint):
+    mount(machine, mountpoint)
+    root = Path(mountpoint)
+    (root / "tiles" / "1" / "kept").write_bytes(b"kept")
+    os.mkdir(root / "tiles" / "1" / "dir")
+    assert cli(machine, "umount", mountpoint).returncode == 0
+    done = cli(machine, "mount", mountpoint, "--read-only")
+    assert done.returncode == 0 and "read-only" in done.stdout
+    t1 = root / "tiles" / "1"
+    assert (t1 / "kept").read_bytes() == b"kept"
+    refused = {
+        "open for writing": lambda: os.open(t1 / "kept", os.O_WRONLY),
+        "create": lambda: os.open(t1 / "new", os.O_WRONLY | os.O_CREAT),
+        "mkdir": lambda: os.mkdir(t1 / "d2"),
+        "unlink": lambda: os.unlink(t1 / "kept"),
+        "rmdir": lambda: os.rmdir(t1 / "dir"),
+        "rename": lambda: os.rename(t1 / "kept", t1 / "moved"),
+        "truncate": lambda: os.truncate(t1 / "kept", 0),
+        "utime": lambda: os.utime(t1 / "kept", ns=(1, 1)),
+        "chip write": lambda: open(root / "chip" / "x", "wb"),
+    }
+    for what, call in refused.items():
+        with pytest.raises(OSError) as caught:
+            call()
+        assert caught.value.errno == errno.EROFS, what
+    assert os.statvfs(t1).f_flag & os.ST_RDONLY
+    assert sorted(os.listdir(t1)) == ["dir", "kept"]
+
+
+def test_umount_of_a_busy_mount_refuses_unless_lazy(machine, mountpoint):
+    mount(machine, mountpoint)
+    path = Path(mountpoint, "tiles", "2", "held")
+    path.write_bytes(b"held open")
+    with open(path, "rb") as held:
+        busy = cli(machine, "umount", mountpoint)
+        assert busy.returncode == 1 and "busy" in busy.stderr
+        assert mounted(mountpoint)
+        lazy = cli(machine, "umount", "--lazy", mountpoint)
+        assert lazy.returncode == 0, lazy.stderr
+        assert not mounted(mountpoint)  # detached at once...
+        assert held.read() == b"held open"  # ...and still served until let go
+    wait_for(lambda: not children(machine.pid, "fusermount3"), what="the loop to end")
+
+
+def _foreground(machine, path: str, *args) -> subprocess.Popen:
+    process = subprocess.Popen([IPUOS, "mount", "--foreground", path, *args], env=machine.env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: mounted(path) or process.poll() is not None, what="the foreground mount")
+    except AssertionError:
+        process.kill()
+        raise
+    assert process.poll() is None, process.communicate()
+    return process
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_foreground_mount_ends_with_its_command(machine, mountpoint, signum):
+    process = _foreground(machine, mountpoint)
+    (item,) = json.loads(cli(machine, "mount", "--json").stdout)
+    assert item["foreground"] is True and item["client_pid"] == process.pid
+    Path(mountpoint, "tiles", "3", "f").write_text("while mounted")
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Ctrl-C unmounts" in err
+    assert f"unmounted {mountpoint} (the foreground command ended)" in out
+    assert not mounted(mountpoint)
+    assert machine.call("mounts")["mounts"] == []
+
+
+def test_foreground_mount_ends_when_unmounted_elsewhere(machine, mountpoint):
+    process = _foreground(machine, mountpoint, "--tiles", "0-3")
+    assert cli(machine, "umount", mountpoint).returncode == 0
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "unmounted with `ipuos umount`" in out
+
+
+def test_foreground_mount_ends_when_its_command_dies(machine, mountpoint):
+    process = _foreground(machine, mountpoint)
+    process.kill()  # SIGKILL: no chance to say anything; its connection drops
+    process.communicate(timeout=30)
+    wait_for(lambda: not mounted(mountpoint), what="the daemon to unmount")
+
+
+def test_halt_unmounts_everything(machine, mountpoint):
+    second = new_mountpoint()
+    try:
+        mount(machine, mountpoint)
+        process = _foreground(machine, second)
+        held = open(Path(mountpoint, "tiles", "1", "open-at-halt"), "wb")  # busy: lazily unmounted
+        try:
+            done = cli(machine, "halt")
+            assert done.returncode == 0, done.stderr
+            assert not mounted(mountpoint) and not mounted(second)
+            out, _ = process.communicate(timeout=30)
+            assert process.returncode == 0 and "halted" in out
+            with pytest.raises(OSError) as caught:  # fails, never hangs
+                held.write(b"x")
+                held.flush()
+            assert caught.value.errno in (errno.EIO, errno.ENOTCONN, errno.ECONNABORTED)
+        finally:
+            try:
+                held.close()
+            except OSError:
+                pass
+    finally:
+        cleanup_mountpoint(second)
+
+
+def test_a_killed_daemon_leaves_no_dead_mount(machine, mountpoint):
+    mount(machine, mountpoint)
+    os.kill(machine.pid, signal.SIGKILL)
+    # libfuse's watchdog (fusermount3 -o auto_unmount) unmounts when its daemon is gone
+    wait_for(lambda: not mounted(mountpoint), timeout=15, what="the watchdog to unmount")
+    assert os.listdir(mountpoint) == []
+
+
+def test_umount_removes_a_dead_mount(machine, mountpoint):
+    mount(machine, mountpoint)
+    (watchdog,) = children(machine.pid, "fusermount3")
+    os.kill(watchdog, signal.SIGKILL)  # no watchdog: killing the daemon now leaves a dead mount
+    os.kill(machine.pid, signal.SIGKILL)
+    wait_for(lambda: _dead(mountpoint), what="the mount to die")
+    assert mounted(mountpoint)
+    done = run_cli("umount", mountpoint)  # no --name: the mount table says whose it was
+    assert done.returncode == 0, done.stderr
+    assert "removed the dead mount" in done.stdout
+    assert not mounted(mountpoint) and os.listdir(mountpoint) == []
+
+
+def _dead(path: str) -> bool:
+    try:
+        os.statvfs(path)
+    except OSError as exc:
+        return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
+    return False
+
+
+def test_mount_starts_the_machine_like_run(runtime_dir, fuse_session):
+    from daemon_harness import unique_name
+
+    from ipuos._rundir import machine_paths
+    from ipuos._spawn import wait_halted
+
+    name = unique_name("mnt")
+    path = new_mountpoint()
+    try:
+        done = run_cli("mount", path, "--name", name)
+        assert done.returncode == 0, done.stderr
+        assert f"started machine {name!r}" in done.stderr
+        assert mounted(path)
+    finally:
+        run_cli("halt", "--name", name)
+        wait_halted(machine_paths(name), timeout=15)
+        cleanup_mountpoint(path)

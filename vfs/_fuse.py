@@ -1,0 +1,778 @@
+"""The live chip's files as a host filesystem: FUSE operations over the file services.
+
+:class:`ChipFilesystem` is an operations object for mfusepy (libfuse3). Its tree::
+
+    /                  the machine
+    /tiles/<id>/...    tile <id>'s own SRAM disk (the tiles chosen when mounting)
+    /chip/...          the chip disk (tile 0's ``/chip``)
+
+Callbacks run on libfuse's threads and never touch a tile: each one becomes ``fs.*``
+kernel requests to the owner tile through a :class:`~ipuos.vfs.HostFsClient`, and waits
+on its Future. Requests from concurrent callbacks (many host processes, several threads
+of one) are queued together and served in the same superstep. No callback ever waits for
+another FUSE request, so libfuse's thread pool cannot deadlock on itself.
+
+Why each choice:
+
+* **No kernel caching.** Tiles change their files behind the kernel's back, so the mount
+  asks for ``attr_timeout``, ``entry_timeout`` and ``negative_timeout`` of 0 (every
+  lookup and stat reaches a tile) and ``direct_io`` (no page cache: every read and write
+  reaches a tile, and reads are not cut at a stale cached size). Big requests pay for
+  it: with direct_io the kernel passes a 1 MiB ``write`` through as one request, where
+  the page cache would split it into 128 KiB ones. ``mmap`` of files is not supported.
+* **Close-to-open consistency.** Data written through an open file is committed on the
+  tile (and seen by new openers, the shell and tile programs) when the writer closes,
+  flushes or fsyncs it, as with NFS. That is littlefs' own rule: an open handle reads the
+  file as it was when it was opened, and commits its whole view, so of two descriptors
+  writing one file the last to close wins. ``stat`` and ``fstat`` see the size the
+  writer's handle sees at once. ``O_APPEND`` writes are the exception: each is appended
+  at the tile's end of the file and committed at once (see ``_append``), so ``>>`` from
+  several processes, or beside a tile program, loses nothing.
+* **Unlink of an open file** goes to the tile at once: littlefs keeps the open handle
+  working. libfuse would rather rename the file to ``.fuse_hiddenXXXXXXXXXXXXXXXX`` and
+  remove it at the last close, which would show tiles a stray file (and leave it forever if
+  the daemon died); with its ``hard_remove`` option instead, ``fstat`` of such a file
+  fails with ESTALE (``tempfile.TemporaryFile`` does that). So the mount lets libfuse ask
+  for the rename, and answers it by unlinking on the tile and keeping the hidden name to
+  itself: the file is gone for everyone else, its descriptors still work.
+* **A tile directory shows that tile's own disk only**: tile 0's mount points (``/chip``,
+  ``/tiles``) are hidden under ``/tiles/0`` (else ``/tiles/0/tiles/0/...`` recurses).
+  Looking them up is ENOENT; creating them is EBUSY (something is mounted there).
+
+Errors are the owner tile's ``OSError`` errno, unchanged (ENOENT, EEXIST, ENOTDIR, EISDIR,
+ENOTEMPTY, ENOSPC, ENAMETOOLONG, EROFS ...). Every callback maps errors itself (see
+:func:`_errno_of`), because mfusepy turns anything but an ``OSError`` into EINVAL: a
+failed tile is EIO, a machine that does not answer in time ETIMEDOUT, one that has stopped
+EIO. What the mount adds itself: EXDEV to rename between two tiles or between a tile and
+``/chip``; EPERM for hard links, symlinks, device nodes, and chmod/chown to anything but
+the fixed 0644/0755 and the mounting user (a tile keeps no owners or permission bits,
+and EPERM is what link(2), symlink(2) and mknod(2) document for a filesystem that cannot
+make such a thing); EINVAL for ``rename`` flags other than RENAME_NOREPLACE (rename(2)'s
+errno for an unsupported flag); EROFS on a read-only mount (the kernel answers most of
+those before asking). Extended attributes are left out on purpose: the kernel then
+answers EOPNOTSUPP (ENOTSUP) itself and stops asking, which saves a round trip per file
+in ``ls -l`` and ``cp -a``.
+
+mfusepy is imported on first use (:func:`load_mfusepy`): ipuos runs without libfuse, and
+only mounting needs it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import functools
+import itertools
+import logging
+import os
+import re
+import stat as _stat
+import threading
+import time
+
+__all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
+
+log = logging.getLogger("ipuos.fuse")
+
+#: the mount's type in the host's mount table is ``fuse.<this>``
+FUSE_SUBTYPE = "ipuos"
+#: what ``st_blksize`` says: big enough that cp/cat/Python buffer in big requests
+#: (each request costs a round trip to a tile), small enough to waste no memory
+IO_BLOCK = 128 * 1024
+#: libfuse threads serving callbacks at once (each waits on a tile for most of its time)
+MAX_THREADS = 16
+
+# utimensat's special tv_nsec values: mfusepy passes them through as they are
+_UTIME_NOW = (1 << 30) - 1
+_UTIME_OMIT = (1 << 30) - 2
+_RENAME_NOREPLACE = 1
+#: the names libfuse renames open files to when they are unlinked (see _hide)
+_HIDDEN_NAME = re.compile(r"\.fuse_hidden[0-9a-f]{16}\Z")
+
+#: open flags that mean something to a tile (the kernel adds O_LARGEFILE and such)
+_OPEN_FLAGS = os.O_ACCMODE | os.O_APPEND | os.O_TRUNC | os.O_CREAT | os.O_EXCL
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
+
+FILE_PERMISSIONS = 0o644
+DIR_PERMISSIONS = 0o755
+
+
+class FuseUnavailable(RuntimeError):
+    """libfuse3 (or mfusepy, or /dev/fuse) is missing: nothing can be mounted."""
+
+
+_mfusepy = None
+_load_lock = threading.Lock()
+
+
+def load_mfusepy():
+    """Import mfusepy on libfuse3, once; FuseUnavailable says what is missing."""
+    global _mfusepy
+    with _load_lock:
+        if _mfusepy is not None:
+            return _mfusepy
+        # without it mfusepy prefers libfuse2 when both are installed
+        if not os.environ.get("FUSE_LIBRARY_PATH"):
+            os.environ["FUSE_LIBRARY_NAME"] = "fuse3"
+        try:
+            import mfusepy
+        except (ImportError, OSError, AttributeError) as exc:  # no library, or a wrong one
+            raise FuseUnavailable(
+                f"FUSE is not available: {exc} (install libfuse3: `apt-get install fuse3`)"
+            ) from None
+        if mfusepy.fuse_version_major != 3:
+            raise FuseUnavailable(
+                f"ipuos mounts need libfuse 3; mfusepy loaded libfuse "
+                f"{mfusepy.fuse_version_major}.{mfusepy.fuse_version_minor}"
+            )
+        if not os.path.exists("/dev/fuse"):
+            raise FuseUnavailable("FUSE is not available: /dev/fuse is missing")
+        _mfusepy = mfusepy
+        return mfusepy
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+def _errno_of(exc: BaseException, where: str) -> int:
+    """The errno a callback answers for ``exc``: the only place errors become numbers."""
+    if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)) and not (
+        isinstance(exc, OSError) and exc.errno
+    ):
+        log.warning("%s: the machine did not answer in time", where)
+        return errno.ETIMEDOUT
+    if isinstance(exc, OSError) and isinstance(exc.errno, int) and exc.errno > 0:
+        return exc.errno  # the tile's own errno (TileFailed is EIO)
+    if isinstance(exc, RuntimeError):  # the scheduler refused it: the machine has stopped
+        log.info("%s: %s", where, exc)
+        return errno.EIO
+    if isinstance(exc, (ValueError, OverflowError)):
+        log.info("%s: refused a bad argument: %s", where, exc)
+        return errno.EINVAL
+    log.error("%s failed unexpectedly; answering EIO", where, exc_info=exc)
+    return errno.EIO
+
+
+def _fail(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
+
+
+def _callback(method):
+    """Wrap an operation so that every failure leaves it as an OSError with a chosen errno."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        try:
+            return method(self, *args)
+        except Exception as exc:
+            raise _fail(_errno_of(exc, f"{name}{args[:1]!r}")) from None
+
+    return wrapper
+
+
+# -- where a path lives -----------------------------------------------------------------
+
+_ROOT, _TILES, _TILE_ROOT, _CHIP_ROOT, _INSIDE = range(5)
+
+
+class _Place:
+    """What a mount path names: one of the fixed directories, or a path on a tile."""
+
+    __slots__ = ("kind", "tile", "inner", "base")
+
+    def __init__(self, kind: int, tile: int | None = None, inner: str = "/", base: str = ""):
+        self.kind = kind
+        self.tile = tile
+        self.inner = inner  # the path in the owner tile's VFS
+        self.base = base  # where the mount's directory starts in that VFS ("" for "/")
+
+    @property
+    def fixed(self) -> bool:
+        """One of the directories the mount itself provides (never removed or renamed)."""
+        return self.kind != _INSIDE
+
+
+class _Open:
+    """An open file: the owner tile's handle, and what the mount remembers about it."""
+
+    __slots__ = ("tile", "handle", "inner", "append", "dirty", "fresh")
+
+    def __init__(self, tile: int, handle: int, inner: str, append: bool):
+        self.tile = tile
+        self.handle = handle
+        #: its path on the tile (None once unlinked or replaced)
+        self.inner: str | None = inner
+        self.append = append
+        #: written or truncated since the tile last committed it
+        self.dirty = False
+        #: created empty by this open and not changed since: its attributes are known
+        self.fresh = False
+
+
+class ChipFilesystem:
+    """mfusepy operations serving a running machine's files (see module doc).
+
+    ``client``: a :class:`HostFsClient`; ``ntiles``: tiles of the machine; ``tiles``: the
+    ones under ``/tiles`` (None: all); ``chip_tile``: the owner of the chip disk, None if
+    the machine has none; ``readonly``: refuse every change with EROFS.
+    """
+
+    use_ns = True  # times as integer nanoseconds
+
+    def __init__(self, client, ntiles: int, *, tiles=None, chip_tile: int | None = 0,
+                 readonly: bool = False, chip_mount: str = "/chip"):
+        self.client = client
+        self.ntiles = ntiles
+        self.tiles = sorted(set(range(ntiles) if tiles is None else tiles))
+        self._tile_set = frozenset(self.tiles)
+        self.chip_tile = chip_tile
+        self.chip_mount = chip_mount
+        self.readonly = readonly
+        self.uid = os.getuid()
+        self.gid = os.getgid()
+        self.mounted_ns = time.time_ns()
+        self._opens: dict[int, _Open] = {}
+        #: (tile, path) -> the open files of that path (getattr asks them for the size)
+        self._by_path: dict[tuple[int, str], set[_Open]] = {}
+        self._open_lock = threading.Lock()
+        self._fh = itertools.count(1)
+        #: (tile, path) -> the open files libfuse hid there after they were unlinked
+        self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
+        #: per tile: its mount points other than "/" (hidden), learnt on first use
+        self._hidden: dict[int, tuple[str, ...]] = {}
+        self._send = client.submit
+        #: seconds a callback waits for a tile before it answers ETIMEDOUT (a tile that
+        #: computes without reaching an exchange point holds every tile up)
+        self.timeout = client.timeout
+        #: requests the mount has sent to tiles, for tests and benchmarks
+        self.requests = 0
+        self._count_lock = threading.Lock()
+
+    def _submit(self, tile: int, service: str, *args):
+        """Queue one request for ``tile``; a Future of its answer."""
+        with self._count_lock:
+            self.requests += 1
+        return self._send(tile, service, *args)
+
+    def _call(self, tile: int, service: str, *args):
+        return self._submit(tile, service, *args).result(self.timeout)
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def _place(self, path: str | None) -> _Place:
+        if path is None:  # an unlinked open file: only handle-based operations get here
+            raise _fail(errno.ENOENT)
+        if path == "/":
+            return _Place(_ROOT)
+        top, _, rest = path[1:].partition("/")
+        if top == "tiles":
+            if not rest:
+                return _Place(_TILES)
+            name, _, inner = rest.partition("/")
+            if not (name.isdigit() and name.isascii() and (name == "0" or name[0] != "0")):
+                raise _fail(errno.ENOENT)
+            tile = int(name)
+            if tile not in self._tile_set:
+                raise _fail(errno.ENOENT)
+            if not inner:
+                return _Place(_TILE_ROOT, tile, "/")
+            return _Place(_INSIDE, tile, "/" + inner)
+        if top == "chip" and self.chip_tile is not None:
+            chip = self.chip_mount
+            if not rest:
+                return _Place(_CHIP_ROOT, self.chip_tile, chip, chip)
+            return _Place(_INSIDE, self.chip_tile, chip + "/" + rest, chip)
+        raise _fail(errno.ENOENT)
+
+    def _file_place(self, path, *, creating: bool = False) -> _Place:
+        """The place of a path on a tile's filesystem; hidden paths raise. ``creating``: a
+        new name is wanted there (EPERM in the mount's own directories, which hold only
+        what the machine has)."""
+        try:
+            place = self._place(path)
+        except FileNotFoundError:
+            if creating and path.rpartition("/")[0] in ("", "/tiles"):
+                raise _fail(errno.EPERM) from None
+            raise
+        if place.kind == _INSIDE and self._is_hidden(place):
+            raise _fail(errno.EBUSY if creating else errno.ENOENT)
+        return place
+
+    def _hidden_mounts(self, tile: int) -> tuple[str, ...]:
+        hidden = self._hidden.get(tile)
+        if hidden is None:
+            hidden = self._learn_mounts(tile, self._call(tile, "fs.mounts"))
+        return hidden
+
+    def _learn_mounts(self, tile: int, mounts) -> tuple[str, ...]:
+        hidden = tuple(info[0] for info in mounts if info[0] != "/")
+        self._hidden[tile] = hidden
+        return hidden
+
+    def _is_hidden(self, place: _Place) -> bool:
+        """Is ``place`` on another filesystem the tile has mounted (see module doc)?"""
+        inner = place.inner
+        for mount in self._hidden_mounts(place.tile):
+            if mount != place.base and (inner == mount or inner.startswith(mount + "/")):
+                return True
+        return False
+
+    def _refuse_if_readonly(self) -> None:
+        if self.readonly:
+            raise _fail(errno.EROFS)
+
+    # -- attributes ----------------------------------------------------------------------
+
+    def _attrs(self, is_dir: bool, size: int, mtime_ns: int) -> dict:
+        return {
+            "st_mode": (_stat.S_IFDIR | DIR_PERMISSIONS) if is_dir else (_stat.S_IFREG | FILE_PERMISSIONS),
+            "st_nlink": 2 if is_dir else 1,
+            "st_size": size,
+            "st_blocks": -(-size // 512),
+            "st_blksize": IO_BLOCK,
+            "st_uid": self.uid,
+            "st_gid": self.gid,
+            "st_atime": mtime_ns,
+            "st_mtime": mtime_ns,
+            "st_ctime": mtime_ns,
+        }
+
+    @_callback
+    def getattr(self, path, fh=None):
+        opened = self._opens.get(fh) if fh else None
+        if opened is not None:
+            if opened.fresh:
+                # libfuse asks right after every create: answering from what the create
+                # just did saves a round trip per file created
+                opened.fresh = False
+                return self._attrs(False, 0, time.time_ns())
+            return self._open_attrs(path, opened)
+        place = self._file_place(path)
+        if place.fixed:
+            return self._attrs(True, 0, self.mounted_ns)
+        writer = self._dirty_open(place.tile, place.inner)
+        if writer is not None:
+            return self._open_attrs(path, writer)
+        hidden = self._hidden_files.get((place.tile, place.inner))
+        if hidden is not None:
+            for opened in list(hidden):
+                return self._open_attrs(None, opened)
+            raise _fail(errno.ENOENT)
+        _, is_dir, size, mtime_ns = self._call(place.tile, "fs.stat", place.inner)
+        return self._attrs(is_dir, size, mtime_ns)
+
+    def _dirty_open(self, tile: int, inner: str) -> _Open | None:
+        """A file open here with changes not committed yet: its size is what the writer
+        sees, not what the tile has committed (``fstat`` after ``write`` must agree)."""
+        opens = self._by_path.get((tile, inner))
+        if opens:
+            for opened in list(opens):
+                if opened.dirty:
+                    return opened
+        return None
+
+    def _open_attrs(self, path, opened: _Open) -> dict:
+        """Attributes of an open file, with the size its handle sees (the stat and the
+        size ride the same superstep)."""
+        size_future = self._submit(opened.tile, "fs.seek", opened.handle, 0, os.SEEK_END)
+        stat_future = None
+        if path is not None and opened.inner is not None:
+            stat_future = self._submit(opened.tile, "fs.stat", opened.inner)
+        size = size_future.result(self.timeout)
+        mtime_ns = time.time_ns()
+        if stat_future is not None:
+            try:
+                mtime_ns = stat_future.result(self.timeout)[3]
+            except FileNotFoundError:
+                pass  # unlinked, or renamed by someone else, while open: the handle still works
+        return self._attrs(False, size, mtime_ns)
+
+    @_callback
+    def readdir(self, path, fh):
+        place = self._file_place(path)
+        kind = place.kind
+        if kind == _ROOT:
+            names = ["tiles"] + (["chip"] if self.chip_tile is not None else [])
+            return [".", ".."] + [(name, _stat.S_IFDIR, 0) for name in names]
+        if kind == _TILES:
+            return [".", ".."] + [(str(tile), _stat.S_IFDIR, 0) for tile in self.tiles]
+        # the tile's mount table rides the same superstep: a readdir refreshes what is hidden
+        listing = self._submit(place.tile, "fs.listdir", place.inner)
+        mounts = self._submit(place.tile, "fs.mounts")
+        entries = listing.result(self.timeout)
+        hidden = self._learn_mounts(place.tile, mounts.result(self.timeout))
+        prefix = place.inner.rstrip("/") + "/"
+        out = [".", ".."]
+        for name, is_dir, _size, _mtime in entries:
+            full = prefix + name
+            if full in hidden and full != place.base:
+                continue
+            out.append((name, _stat.S_IFDIR if is_dir else _stat.S_IFREG, 0))
+        return out
+
+    @_callback
+    def statfs(self, path):
+        place = self._file_place(path)
+        if place.kind in (_ROOT, _TILES):
+            # directories of directories: no blocks of their own (summing every tile's
+            # disk would bring up the storage of tiles nobody has used)
+            return {"f_bsize": 512, "f_frsize": 512, "f_blocks": 0, "f_bfree": 0, "f_bavail": 0,
+                    "f_files": 0, "f_ffree": 0, "f_favail": 0, "f_namemax": 255}
+        result = self._call(place.tile, "fs.statvfs", place.inner)
+        keys = ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree",
+                "f_favail", "f_flag", "f_namemax")
+        return dict(zip(keys, result))
+
+    # -- names -----------------------------------------------------------------------------
+
+    @_callback
+    def mkdir(self, path, mode):
+        self._refuse_if_readonly()
+        place = self._file_place(path, creating=True)
+        if place.fixed:
+            raise _fail(errno.EEXIST)
+        self._call(place.tile, "fs.mkdir", place.inner)
+        return 0
+
+    @_callback
+    def rmdir(self, path):
+        self._refuse_if_readonly()
+        place = self._file_place(path)
+        if place.fixed:
+            raise _fail(errno.EBUSY)
+        self._call(place.tile, "fs.rmdir", place.inner)
+        return 0
+
+    @_callback
+    def unlink(self, path):
+        self._refuse_if_readonly()
+        place = self._file_place(path)
+        if place.fixed:
+            raise _fail(errno.EISDIR)
+        key = (place.tile, place.inner)
+        if key in self._hidden_files:  # libfuse removing a name it hid: the tile has no such file
+            with self._open_lock:
+                self._hidden_files.pop(key, None)
+            return 0
+        self._call(place.tile, "fs.unlink", place.inner)
+        self._orphan(place.tile, place.inner)
+        return 0
+
+    @_callback
+    def rename(self, old, new, flags=0):
+        self._refuse_if_readonly()
+        if flags & ~_RENAME_NOREPLACE:
+            raise _fail(errno.EINVAL)  # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
+        src = self._file_place(old)
+        if src.fixed:
+            raise _fail(errno.EBUSY)
+        dst = self._file_place(new, creating=True)
+        if dst.fixed:
+            raise _fail(errno.EBUSY)
+        if src.tile != dst.tile:
+            raise _fail(errno.EXDEV)
+        if _HIDDEN_NAME.match(new.rpartition("/")[2]) and (src.tile, src.inner) in self._by_path:
+            return self._hide(src, dst)
+        if flags & _RENAME_NOREPLACE:
+            try:
+                self._call(dst.tile, "fs.stat", dst.inner)
+            except FileNotFoundError:
+                pass
+            else:
+                raise _fail(errno.EEXIST)
+        self._call(src.tile, "fs.rename", src.inner, dst.inner)
+        self._renamed(src.tile, src.inner, dst.inner)
+        return 0
+
+    def _orphan(self, tile: int, inner: str) -> set:
+        """Files open at a name that is gone (unlinked, or replaced by a rename) have no
+        path any more: their handles work on, but nothing looks them up by path."""
+        with self._open_lock:
+            opens = self._by_path.pop((tile, inner), set())
+            for opened in opens:
+                opened.inner = None
+        return opens
+
+    def _hide(self, src: _Place, hidden: _Place) -> int:
+        """libfuse hides an open file that is unlinked (or replaced) by renaming it: unlink
+        it on the tile instead, and answer for the hidden name from the open handles."""
+        self._call(src.tile, "fs.unlink", src.inner)
+        opens = self._orphan(src.tile, src.inner)
+        with self._open_lock:
+            self._hidden_files[(hidden.tile, hidden.inner)] = opens
+        return 0
+
+    def _renamed(self, tile: int, src: str, dst: str) -> None:
+        """Keep the paths of open files right (getattr and utimens look them up)."""
+        self._orphan(tile, dst)
+        prefix = src + "/"
+        with self._open_lock:
+            for key in [key for key in self._by_path if key[0] == tile
+                        and (key[1] == src or key[1].startswith(prefix))]:
+                opens = self._by_path.pop(key)
+                inner = dst + key[1][len(src):]
+                for opened in opens:
+                    opened.inner = inner
+                self._by_path.setdefault((tile, inner), set()).update(opens)
+
+    @_callback
+    def truncate(self, path, length, fh=None):
+        self._refuse_if_readonly()
+        opened = self._opens.get(fh) if fh else None
+        if opened is not None:  # ftruncate: through the handle, so its own writes agree
+            opened.dirty = True
+            opened.fresh = False
+            self._call(opened.tile, "fs.ftruncate", opened.handle, length)
+            return 0
+        place = self._file_place(path)
+        if place.fixed:
+            raise _fail(errno.EISDIR)
+        self._call(place.tile, "fs.truncate", place.inner, length)
+        return 0
+
+    @_callback
+    def utimens(self, path, times=None):
+        place = self._file_place(path)
+        if times is None:
+            mtime = None
+        else:
+            mtime = times[1]
+            if mtime == _UTIME_NOW:
+                mtime = None
+            elif mtime == _UTIME_OMIT:
+                # only the access time, which a tile does not keep: just say whether it exists
+                return 0 if place.fixed else self._exists(place)
+        self._refuse_if_readonly()
+        if place.fixed:
+            raise _fail(errno.EPERM)
+        if (place.tile, place.inner) in self._hidden_files:
+            return 0  # the time of a file that no longer has a name: nobody can see it
+        # a dirty open file would stamp "now" over this time when it is closed: commit it first
+        for opened in list(self._by_path.get((place.tile, place.inner), ())):
+            self._commit(opened)
+        self._call(place.tile, "fs.utime", place.inner, mtime)
+        return 0
+
+    def _exists(self, place: _Place) -> int:
+        self._call(place.tile, "fs.stat", place.inner)
+        return 0
+
+    @_callback
+    def chmod(self, path, mode):
+        attrs = self.getattr(path)
+        if _stat.S_IMODE(mode) != _stat.S_IMODE(attrs["st_mode"]):
+            raise _fail(errno.EPERM)  # no permission bits on a tile: only "no change" works
+        return 0
+
+    @_callback
+    def chown(self, path, uid, gid):
+        self.getattr(path)
+        if uid not in (-1, self.uid) or gid not in (-1, self.gid):
+            raise _fail(errno.EPERM)  # no owners on a tile
+        return 0
+
+    @_callback
+    def link(self, target, source):
+        raise _fail(errno.EPERM)
+
+    @_callback
+    def symlink(self, target, source):
+        raise _fail(errno.EPERM)
+
+    @_callback
+    def mknod(self, path, mode, dev):
+        raise _fail(errno.EPERM)
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _open(self, path, flags: int, creating: bool) -> tuple[int, _Open]:
+        flags &= _OPEN_FLAGS
+        if flags & _WRITE_FLAGS and self.readonly:
+            raise _fail(errno.EROFS)
+        place = self._file_place(path, creating=creating)
+        if place.fixed:
+            raise _fail(errno.EISDIR if not creating else errno.EEXIST)
+        handle = self._call(place.tile, "fs.open", place.inner, flags)
+        opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))
+        # an O_TRUNC open has changed the file already: littlefs commits that at flush (a
+        # create made a new, empty file, committed as it was made: nothing to commit)
+        opened.dirty = bool(flags & os.O_TRUNC) and not creating
+        if opened.dirty and opened.append:
+            # appends commit one by one (see _append): the truncation must come first
+            self._commit(opened)
+        fh = next(self._fh)
+        with self._open_lock:
+            self._opens[fh] = opened
+            self._by_path.setdefault((opened.tile, opened.inner), set()).add(opened)
+        return fh, opened
+
+    @_callback
+    def open(self, path, flags):
+        return self._open(path, flags, creating=False)[0]
+
+    @_callback
+    def create(self, path, mode, flags=os.O_WRONLY):
+        fh, opened = self._open(path, flags | os.O_CREAT, creating=True)
+        # new (O_EXCL) or emptied (O_TRUNC): empty either way
+        opened.fresh = bool(flags & (os.O_EXCL | os.O_TRUNC))
+        return fh
+
+    def _opened(self, fh) -> _Open:
+        opened = self._opens.get(fh)
+        if opened is None:
+            raise _fail(errno.EBADF)
+        return opened
+
+    @_callback
+    def read(self, path, size, offset, fh):
+        opened = self._opened(fh)
+        data = self._call(opened.tile, "fs.read", opened.handle, offset, size)
+        return data if type(data) is bytes else bytes(data)  # mfusepy needs bytes
+
+    @_callback
+    def write(self, path, data, offset, fh):
+        opened = self._opened(fh)
+        opened.fresh = False
+        if opened.append and opened.inner is not None:
+            return self._append(opened, data)
+        opened.dirty = True
+        # (an unlinked O_APPEND file has no name to append by: its handle appends)
+        self._call(opened.tile, "fs.write", opened.handle, None if opened.append else offset, data)
+        return len(data)
+
+    def _append(self, opened: _Open, data) -> int:
+        """An O_APPEND write: at the end of the file as the tile has it now, committed at
+        once, through a handle of its own. Every littlefs handle works on the file as it
+        was when it was opened and commits that view whole, so appends through long-lived
+        handles from several writers (``>>`` from two shells, a tile program logging too)
+        would overwrite each other; appended one by one they all land, in order."""
+        tile = opened.tile
+        handle = self._call(tile, "fs.open", opened.inner, os.O_WRONLY | os.O_APPEND)
+        written = self._submit(tile, "fs.write", handle, None, data)
+        closed = self._submit(tile, "fs.close", handle)  # served after the write: same tile
+        try:
+            written.result(self.timeout)
+        finally:
+            closed.result(self.timeout)
+        return len(data)
+
+    @_callback
+    def flush(self, path, fh):
+        """Every close(2) of a descriptor: commit what was written, so that whoever opens
+        the file next (here, in the shell, on a tile) sees it, and close(2) reports ENOSPC."""
+        self._commit(self._opened(fh))
+        return 0
+
+    def _commit(self, opened: _Open) -> None:
+        if opened.dirty:
+            opened.dirty = False
+            self._call(opened.tile, "fs.flush", opened.handle)
+
+    @_callback
+    def fsync(self, path, datasync, fh):
+        opened = self._opened(fh)
+        opened.dirty = False
+        self._call(opened.tile, "fs.fsync", opened.handle)
+        return 0
+
+    @_callback
+    def release(self, path, fh):
+        """The last descriptor is gone. The close is queued without waiting (release is
+        asynchronous in the kernel anyway, and flush already reported errors); requests
+        queued after it reach the tile after it."""
+        with self._open_lock:
+            opened = self._opens.pop(fh, None)
+            if opened is None:
+                return 0
+            key = (opened.tile, opened.inner)
+            opens = self._by_path.get(key)
+            if opens is not None:
+                opens.discard(opened)
+                if not opens:
+                    del self._by_path[key]
+        future = self._submit(opened.tile, "fs.close", opened.handle)
+        future.add_done_callback(_log_close_failure)
+        return 0
+
+    def open_files(self) -> int:
+        return len(self._opens)
+
+
+def _log_close_failure(future) -> None:
+    exc = future.exception()
+    if exc is not None:
+        log.info("closing a file after its last descriptor went: %s", exc)
+
+
+# -- the loop ---------------------------------------------------------------------------
+
+
+_fuse_class = None
+
+
+def _fuse_loop_class(mfusepy):
+    """mfusepy's FUSE with the two libfuse3 arguments it drops passed on: the file handle
+    of ``truncate`` (ftruncate must go through the open file, or its own uncommitted
+    writes would undo the truncation) and ``rename``'s flags (RENAME_NOREPLACE must not
+    silently replace); and read-only opens marked ``noflush`` (the kernel then sends no
+    FLUSH when they are closed: there is nothing to commit)."""
+    global _fuse_class
+    if _fuse_class is not None:
+        return _fuse_class
+
+    can_skip_flush = any(field[0] == "noflush" for field in mfusepy.fuse_file_info._fields_)
+
+    class _Fuse(mfusepy.FUSE):
+        def open(self, path, fip):
+            info = fip.contents
+            info.fh = self.operations.open(path.decode(self.encoding, self.errors), info.flags)
+            if can_skip_flush and info.flags & (os.O_ACCMODE | os.O_TRUNC) == os.O_RDONLY:
+                info.noflush = 1  # nothing to commit at close: no FLUSH round trip per close
+            return 0
+
+        def truncate_fuse_3(self, path, length, fip):
+            fh = fip.contents.fh if fip else None
+            name = None if path is None else path.decode(self.encoding, self.errors)
+            return self.operations.truncate(name, length, fh)
+
+        def rename_fuse_3(self, old, new, flags):
+            return self.operations.rename(old.decode(self.encoding, self.errors),
+                                          new.decode(self.encoding, self.errors), flags)
+
+    _fuse_class = _Fuse
+    return _Fuse
+
+
+def fuse_options(*, fsname: str, readonly: bool, auto_unmount: bool = True,
+                 max_threads: int = MAX_THREADS) -> dict:
+    """The mount options (see the module doc for why)."""
+    options = {
+        "fsname": fsname,
+        "subtype": FUSE_SUBTYPE,
+        "direct_io": True,
+        "attr_timeout": 0,
+        "entry_timeout": 0,
+        "negative_timeout": 0,
+        "max_threads": max_threads,
+        # libfuse 3.12-3.14 warns about max_threads without it
+        "max_idle_threads": max_threads,
+    }
+    if auto_unmount:
+        # fusermount3 stays behind as a watchdog: if this process dies, it unmounts
+        options["auto_unmount"] = True
+    if readonly:
+        options["ro"] = True
+    return options
+
+
+def serve_fuse(operations, mountpoint: str, **options) -> None:
+    """Mount ``operations`` at ``mountpoint`` and serve until it is unmounted (blocks).
+
+    Runs libfuse in the calling thread (``foreground``: libfuse must never fork the
+    daemon). Unmounting (``fusermount3 -u``) from anywhere makes it return. A process that
+    wants its own signal handlers must install them before: libfuse takes SIGTERM, SIGINT
+    and SIGHUP for itself when they are left at their defaults.
+    """
+    mfusepy = load_mfusepy()
+    _fuse_loop_class(mfusepy)(operations, mountpoint, foreground=True, **options)
