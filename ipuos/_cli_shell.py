@@ -1,1 +1,252 @@
-"""CLI commands for shell (added to the ``ipuos`` group on import by ``_cli``)."""
+"""CLI commands for the shell (added to the ``ipuos`` group on import by ``_cli``).
+
+``ipuos shell`` attaches a terminal to the shell on tile 0 (starting the machine if none
+runs, like ``ipuos run``); ``ipuos repl`` is the same terminal started in the multirepl.
+:class:`DaemonTransport` is how the terminal (``ipuos.shell.Terminal``, which may not
+import the client) reaches its session: one connection holds the session open
+(``shell.attach``), another carries the lines, so a long command never blocks the
+session's life line and vice versa.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import socket
+import sys
+import threading
+import time
+
+import click
+
+from ._cli import (
+    _check_geometry,
+    _Errors,
+    _geometry,
+    _name_flag,
+    _paths,
+    ipus_option,
+    main,
+    name_option,
+    preset_option,
+)
+from ._client import Client, DaemonError, MachineNotRunning
+from ._presets import DEFAULT_PRESET
+from ._rundir import MachinePaths
+from ._spawn import ensure_running
+from .shell import RemoteError, quote
+
+#: bytes per put/get request
+CHUNK = 1 << 20
+#: the daemon gives up on tile 0 after 30 s (``_cmd_shell.QUICK_SECONDS``); this is later
+ATTACH_SECONDS = 40.0
+#: after this long without a session, say why the shell does not start
+PATIENCE_SECONDS = 2.0
+#: reconnect the line connection before the daemon would close it as idle (60 s)
+IDLE_RECONNECT_SECONDS = 30.0
+
+
+class _Fatal(RemoteError):
+    """The machine went away: the terminal stops."""
+
+    fatal = True
+
+
+def _remote(exc: DaemonError) -> RemoteError:
+    if exc.code in ("disconnected", "no_session", "not_running"):
+        return _Fatal(exc.message)
+    return RemoteError(exc.message)
+
+
+class DaemonTransport:
+    """A shell session on a machine daemon (see module doc); implements
+    ``ipuos.shell.Transport``."""
+
+    def __init__(self, paths: MachinePaths, width: int = 0):
+        self.paths = paths
+        self.state: dict = {}
+        self._attached = threading.Event()
+        self._error: BaseException | None = None
+        self._holder = Client(paths)
+        self._thread = threading.Thread(target=self._hold, args=(width,), daemon=True,
+                                        name="ipuos-shell-attach")
+        self._thread.start()
+        if not self._attached.wait(PATIENCE_SECONDS):
+            click.echo(f"ipuos: waiting for tile 0 of machine {paths.name!r}: it is busy (a program "
+                       "may be computing without reaching an exchange point; `ipuos ps` shows jobs, "
+                       "`ipuos kill JOB` stops one)", err=True)
+        if not self._attached.wait(ATTACH_SECONDS - PATIENCE_SECONDS):
+            self._holder.close()
+            raise DaemonError("timeout", f"machine {paths.name!r} did not open a shell session "
+                              f"within {ATTACH_SECONDS:g} s")
+        if not self.state:
+            raise self._error or DaemonError("disconnected", "the shell session could not be opened")
+        self.session = self.state["session"]
+        self._client: Client | None = None
+        self._used = 0.0
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def _hold(self, width: int) -> None:
+        try:
+            self._holder.call("shell.attach", {"width": width}, wait=None, on_event=self._event)
+        except BaseException as exc:  # the daemon went away, or we closed the connection
+            self._error = exc
+        finally:
+            self._attached.set()
+
+    def _event(self, event: dict) -> None:
+        if event.get("event") == "attached":
+            self.state = dict(event)
+            self._attached.set()
+
+    def _line(self) -> Client:
+        """The connection for requests, fresh if the daemon may have closed it as idle."""
+        now = time.monotonic()
+        if self._client is None or now - self._used > IDLE_RECONNECT_SECONDS:
+            if self._client is not None:
+                self._client.close()
+            self._client = Client(self.paths)
+        self._used = now
+        return self._client
+
+    def _call(self, cmd: str, args: dict, payload: bytes = b"", **options):
+        with self._lock:
+            try:
+                return self._line().request(cmd, {"session": self.session, **args}, payload, **options)
+            except MachineNotRunning as exc:
+                self._client = None
+                raise _Fatal(str(exc)) from None
+            except DaemonError as exc:
+                if exc.code == "disconnected":
+                    self._client = None
+                raise _remote(exc) from None
+            except KeyboardInterrupt:
+                # the reply may be half read: this connection is out of step from here on
+                if self._client is not None:
+                    self._client.close()
+                    self._client = None
+                raise
+            finally:
+                self._used = time.monotonic()
+
+    # -- the Transport protocol ------------------------------------------------------------------
+
+    def execute(self, line: str, *, payload: bytes = b"", eof: bool = False, on_output, width: int = 0) -> dict:
+        def event(ev: dict) -> None:
+            for stream, text in ev.get("output") or ():
+                on_output(stream, text)
+
+        args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width}
+        result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event)
+        for stream, text in result.pop("output", None) or ():
+            on_output(stream, text)
+        return result
+
+    def complete(self, text: str) -> tuple[int, list[str]]:
+        result, _ = self._call("shell.complete", {"text": text}, timeout=5.0)
+        return result["start"], result["words"]
+
+    def put(self, path: str, chunks, name: str) -> str:
+        offset = 0
+        target = path
+        for data in itertools.chain(chunks, [b""]):
+            if data or offset == 0:
+                result, _ = self._call("shell.put", {"path": target, "name": name, "offset": offset},
+                                       data, timeout=120.0)
+                target = result["path"]
+                offset += len(data)
+        return target
+
+    def get(self, path: str):
+        offset = 0
+        while True:
+            result, data = self._call("shell.get", {"path": path, "offset": offset, "size": CHUNK},
+                                      timeout=120.0)
+            if data:
+                yield data
+            offset += len(data)
+            if len(data) < CHUNK:
+                return
+
+    def close(self) -> None:
+        """Detach: closing the session's connection ends it on tile 0."""
+        for client in (self._client, self._holder):
+            if client is not None:
+                try:
+                    client.sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                client.close()
+        self._thread.join(2.0)
+
+
+# -- the commands --------------------------------------------------------------------------------
+
+
+def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_line: str | None) -> int:
+    from .shell import Terminal, history_path
+
+    paths = _paths(name)
+    with _Errors():
+        info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
+    if booted:
+        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
+                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+    else:
+        _check_geometry(name, info, preset, ipus)
+    interactive = command_text is None and sys.stdin.isatty() and sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if interactive else 0
+    with _Errors():
+        transport = DaemonTransport(paths, width)
+    try:
+        terminal = Terminal(transport, transport.state, history_file=history_path(),
+                            exit_on_leave=first_line is not None)
+        if first_line is not None:
+            terminal.feed(first_line)
+            if terminal.mode == "shell":  # the repl did not start; the error is printed
+                return terminal.status or 1
+        if command_text is not None:
+            return terminal.run_script(command_text.splitlines())
+        if interactive:
+            if first_line is None:
+                click.echo(f"ipuos shell on machine {name!r} ({_geometry(info)}): `help` lists "
+                           "commands, Ctrl-D leaves.")
+            return terminal.interact()
+        return terminal.run_script(sys.stdin)
+    finally:
+        transport.close()
+
+
+@main.command()
+@click.option("-c", "command_text", metavar="LINES", help="run these shell lines and exit with the last status")
+@preset_option(None)
+@ipus_option(None)
+@name_option
+def shell(command_text, preset, ipus, name) -> None:
+    """The shell on tile 0: files of every tile, programs, the multirepl.
+
+    Starts the machine if it is not running. Reads commands from the terminal, from -c,
+    or from a pipe; the exit status is the last command's.
+    """
+    sys.exit(_attach_terminal(name, preset, ipus, command_text, None))
+
+
+@main.command()
+@click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run every block on")
+@click.option("--data", "data_file", type=click.Path(exists=True, dir_okay=False),
+              help="host file split over the tiles as __tiledata")
+@click.option("-c", "command_text", metavar="CODE", help="run these lines as blocks and exit")
+@preset_option(None)
+@ipus_option(None)
+@name_option
+def repl(tile_spec, data_file, command_text, preset, ipus, name) -> None:
+    """The multirepl: every block of Python runs on every selected tile.
+
+    Names persist between blocks; output (and exceptions) are grouped by identical text,
+    most frequent first, with tile ranges.
+    """
+    line = f"multirepl --tiles {quote(tile_spec)}"
+    if data_file is not None:
+        line += f" --data {quote(data_file)}"
+    sys.exit(_attach_terminal(name, preset, ipus, command_text, line))

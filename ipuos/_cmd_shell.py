@@ -1,1 +1,252 @@
-"""Daemon command handlers for shell (registered on import by ``_commands``)."""
+"""Daemon command handlers for the shell (registered on import by ``_commands``).
+
+The shell itself runs on tile 0 (``ipuos.shell``); these handlers only carry requests
+there and answers back:
+
+| command | arguments | what |
+|---|---|---|
+| ``shell.attach`` | width | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
+| ``shell.exec`` | session, seq, line, eof, width; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
+| ``shell.complete`` | session, text | ``{"start", "words"}`` |
+| ``shell.put`` | session, path, name, offset; payload | writes a chunk of a host file; ``{"path"}`` |
+| ``shell.get`` | session, path, offset, size | a chunk of a chip file as the payload |
+
+Keeping ``shell.attach`` in flight for the session's life does two things: the
+connection never looks idle to the daemon, and a client that dies (or is killed) closes
+its session, since a disconnect cancels the call.
+
+What the shell needs from the runtime (starting programs and repls, listing and killing
+jobs) it gets from :class:`_DaemonShellHost`, built here because the shell layer may not
+import the runtime. Jobs the shell starts are registered with the host like ``ipuos run``
+jobs, so ``ipuos ps`` names them, ``ipuos kill`` stops them, and halting interrupts them.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+from ._commands import Arg, Call, CommandError, Reply, command
+from ._host import HostedJob, MachineHost
+from ._machine import RunHandle
+from ._tilespec import format_tiles
+from .shell import ShellServer
+
+#: the tile the shell runs on
+SHELL_TILE = 0
+#: how long a request that should be quick (open, complete, put, get) may wait for tile 0
+QUICK_SECONDS = 30.0
+#: most bytes ``shell.get`` returns at once
+MAX_GET = 4 << 20
+
+
+# -- what the shell needs from the runtime ---------------------------------------------------
+
+
+class _Launched:
+    """A job the shell started, as the shell sees it."""
+
+    def __init__(self, handle: RunHandle):
+        self.handle = handle
+        self.job = handle.job
+
+    def report(self, max_groups):
+        result = self.handle.wait(0)  # the shell has waited for the job on tile 0 already
+        per_tile = [(tile.tile, tile.text) for tile in result.tiles]
+        return result.format(max_groups), result.exit_status, per_tile
+
+
+class _Repl:
+    def __init__(self, repl, shell_host: "_DaemonShellHost", client_pid):
+        self.repl = repl
+        self.tiles = format_tiles(repl.tile_ids)
+        self.ntiles = len(repl.tile_ids)
+        self._shell_host = shell_host
+        self._client_pid = client_pid
+
+    def launch(self, source: str) -> _Launched:
+        handle = self.repl.launch(source)
+        self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
+        return _Launched(handle)
+
+    def close(self) -> None:
+        self.repl.close()
+
+
+@dataclass
+class _JobInfo:
+    id: int
+    name: str
+    tiles: str
+    ntiles: int
+    elapsed: float | None
+    client_pid: int | None
+
+
+class _DaemonShellHost:
+    """The :class:`~ipuos.shell.ShellHost` of a daemon (called on tile 0's greenlet)."""
+
+    def __init__(self, host: MachineHost):
+        self.host = host
+        self.machine = host.machine
+
+    def launch(self, source, filename, tiles, data, argv, budget, client_pid) -> _Launched:
+        handle = self.machine.launch(source, tiles, data, filename=filename, budget=budget, argv=argv)
+        self.track(handle, filename, tiles, client_pid)
+        return _Launched(handle)
+
+    def open_repl(self, tiles, data, client_pid) -> _Repl:
+        return _Repl(self.machine.repl(tiles, data), self, client_pid)
+
+    def track(self, handle: RunHandle, name: str, tiles: str, client_pid) -> None:
+        hosted = HostedJob(handle, name, tiles, time.time(), client_pid)
+        self.host.add_job(hosted)
+        handle.job.future.add_done_callback(lambda _: self.host.remove_job(hosted.id))
+
+    def jobs(self) -> list[_JobInfo]:
+        hosted = {job.id: job for job in self.host.jobs()}
+        now = time.time()
+        found = []
+        for job in list(self.machine.scheduler.jobs.values()):
+            mine = hosted.get(job.id)
+            found.append(_JobInfo(job.id, mine.name if mine else job.name, format_tiles(job.ids),
+                                  len(job.ids), now - mine.started if mine else None,
+                                  mine.client_pid if mine else None))
+        return sorted(found, key=lambda info: info.id)
+
+    def kill(self, job_id: int, reason: str) -> bool:
+        job = self.machine.scheduler.jobs.get(job_id)
+        if job is None:
+            return False
+        self.machine.scheduler.interrupt_job(job, reason)
+        return True
+
+
+# -- one shell server per daemon ---------------------------------------------------------------
+
+_servers: "weakref.WeakKeyDictionary[MachineHost, ShellServer]" = weakref.WeakKeyDictionary()
+_servers_lock = threading.Lock()
+
+
+def _server(host: MachineHost) -> ShellServer:
+    with _servers_lock:
+        server = _servers.get(host)
+        if server is None:
+            machine = host.machine
+            server = ShellServer(machine.scheduler, machine.storage.vfs, _DaemonShellHost(host),
+                                 tile=SHELL_TILE)
+            server.install()
+            _servers[host] = server
+        return server
+
+
+def _ask(call: Call, service: str, *args, timeout: float | None = QUICK_SECONDS):
+    """Run a shell service on tile 0 and wait for it; errors become CommandErrors."""
+    future = call.host.machine.scheduler.submit(SHELL_TILE, service, *args)
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        raise CommandError("timeout", f"tile {SHELL_TILE} did not answer within {timeout:g} s; "
+                           "a program may be computing on it without pause (`ipuos ps`, `ipuos kill`)") from None
+    except OSError as exc:
+        raise CommandError("os_error", _os_message(exc)) from None
+    except LookupError as exc:
+        raise CommandError("no_session", str(exc.args[0] if exc.args else exc)) from None
+    except RuntimeError as exc:
+        raise CommandError("not_running", str(exc)) from None
+
+
+def _os_message(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+
+
+# -- the commands ------------------------------------------------------------------------------
+
+
+@command("shell.attach", Arg("width", int, 0), timeout=None)
+def _attach(call: Call):
+    """Open a shell session on tile 0; it lasts until this call is cancelled or the client
+    disconnects."""
+    server = _server(call.host)
+    opened = _ask(call, "shell.open", call.peer_pid, call.args["width"])
+    sid = opened["session"]
+    gone = threading.Event()
+    call.on_cancel(gone.set)
+    try:
+        call.emit({"event": "attached", **opened})
+        while not gone.wait(0.25):
+            if call.host.halt_requested.is_set():
+                break  # halting: let the connection finish now, not after the grace period
+    finally:
+        server.interrupt(sid)
+        try:
+            call.host.machine.scheduler.submit(SHELL_TILE, "shell.close", sid)
+        except RuntimeError:
+            pass  # the machine has stopped
+    return {"session": sid, "closed": True}
+
+
+@command("shell.exec", Arg("session", int), Arg("seq", int), Arg("line", str), Arg("eof", bool, False),
+         Arg("width", int, 0), timeout=None)
+def _exec(call: Call):
+    """Run one line in a session; output streams as ``output`` events; cancel = Ctrl-C."""
+    server = _server(call.host)
+    args = call.args
+    pieces: queue.SimpleQueue = queue.SimpleQueue()
+    done = object()
+    try:
+        future = call.host.machine.scheduler.submit(
+            SHELL_TILE, "shell.exec", args["session"], args["seq"], args["line"], call.payload,
+            args["eof"], args["width"], pieces.put)
+    except RuntimeError as exc:  # the machine is stopping
+        raise CommandError("not_running", str(exc)) from None
+    call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))
+    future.add_done_callback(lambda _: pieces.put(done))
+    while True:
+        item = pieces.get()
+        if item is done:
+            break
+        call.emit({"output": item})
+    try:
+        return future.result()
+    except LookupError as exc:
+        raise CommandError("no_session", str(exc.args[0] if exc.args else exc)) from None
+
+
+@command("shell.complete", Arg("session", int), Arg("text", str), timeout=10.0)
+def _complete(call: Call):
+    """Tab completion: where the word starts and what could replace it."""
+    _server(call.host)
+    start, words = _ask(call, "shell.complete", call.args["session"], call.args["text"], timeout=5.0)
+    return {"start": start, "words": words}
+
+
+@command("shell.put", Arg("session", int), Arg("path", str), Arg("name", str), Arg("offset", int),
+         timeout=120.0)
+def _put(call: Call):
+    """Write the payload (a chunk of a host file) at ``offset`` of ``path`` on the chip."""
+    _server(call.host)
+    args = call.args
+    if args["offset"] < 0:
+        raise CommandError("bad_request", "the offset cannot be negative")
+    path = _ask(call, "shell.put", args["session"], args["path"], args["name"], call.payload,
+                args["offset"], timeout=110.0)
+    return {"path": path}
+
+
+@command("shell.get", Arg("session", int), Arg("path", str), Arg("offset", int), Arg("size", int),
+         timeout=120.0)
+def _get(call: Call):
+    """Read up to ``size`` bytes of ``path`` on the chip from ``offset`` (the payload)."""
+    _server(call.host)
+    args = call.args
+    if args["offset"] < 0 or not 0 < args["size"] <= MAX_GET:
+        raise CommandError("bad_request", f"offset must be >= 0 and size 1..{MAX_GET}")
+    data = _ask(call, "shell.get", args["session"], args["path"], args["offset"], args["size"],
+                timeout=110.0)
+    return Reply({"size": len(data)}, bytes(data))

@@ -8,13 +8,22 @@ and launches programs as jobs. Everything it does to tiles goes through the sche
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import time
 from dataclasses import dataclass, field
 
 from ._costmodel import CostModel
 from ._grouping import OutputGroup, format_groups, group_texts
 from ._presets import DEFAULT_PRESET, Preset, get_preset
-from ._runtime import DEFAULT_OUTPUT_LIMIT, TileProgram, module_namespace, user_traceback
+from ._runtime import (
+    DEFAULT_OUTPUT_LIMIT,
+    ReplBlock,
+    ReplState,
+    TileProgram,
+    compile_block,
+    module_namespace,
+    user_traceback,
+)
 from ._sram import SRAM
 from ._tiledata import decode_share, split_lines
 from ._tilespec import parse_tiles
@@ -123,6 +132,48 @@ class RunHandle:
         return RunResult(report.job_id, report.name, tiles, report.stats)
 
 
+class Repl:
+    """A repl session on a fixed set of tiles (see :meth:`Machine.repl`).
+
+    Each :meth:`launch` runs one block of source as a job on every tile, in the namespace
+    that tile kept from the blocks before (``__tileid``, ``__numtiles``, ``__tiledata``,
+    the exchange primitives, ``open`` and ``os`` are there from the start; the primitives
+    are rebound to each block's job). A tile's exception is part of its output, grouped
+    like any other text; a bare expression's value is printed, as in Python's REPL.
+    """
+
+    def __init__(self, machine: "Machine", tile_ids: list[int], shares, output_limit: int):
+        self.machine = machine
+        self.tile_ids = tile_ids
+        self.state = ReplState(shares, machine._program_setup, output_limit)
+        self._blocks = itertools.count(1)
+
+    def launch(self, source: str, *, budget: float | None = None) -> RunHandle:
+        """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
+        busy with another job."""
+        filename = f"<in {next(self._blocks)}>"
+        body, expression = compile_block(source, filename)
+        block = ReplBlock(self.state, body, expression)
+        first = source.strip().splitlines()[0] if source.strip() else ""
+        job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
+                                               budget=budget)
+        return RunHandle(self.machine, job, block)
+
+    def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
+        return self.launch(source, budget=budget).wait(timeout)
+
+    def close(self) -> None:
+        """Forget every tile's namespace."""
+        self.state.clear()
+
+
+def _shares(data, ntiles: int) -> list[str] | None:
+    if data is None:
+        return None
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return [decode_share(s) for s in split_lines(raw, ntiles)]
+
+
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)
 STORAGE_BOOT = ("lazy", "eager")
 
@@ -199,27 +250,34 @@ class Machine:
         filename: str = "<program>",
         budget: float | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        argv: list[str] | None = None,
     ) -> RunHandle:
         """Start ``source`` on ``tiles`` (a spec like ``"0-99,200"``, ids, or None for all).
 
         ``data`` is split on line boundaries into each tile's ``__tiledata``. ``budget``
-        caps the seconds a tile may compute in one superstep. Raises SyntaxError before
-        anything runs, TileSpecError for bad tile specs, TileBusyError if a tile is busy.
+        caps the seconds a tile may compute in one superstep. ``argv`` is the program's
+        ``__args`` (default ``[filename]``). Raises SyntaxError before anything runs,
+        TileSpecError for bad tile specs, TileBusyError if a tile is busy.
         """
         tile_ids = parse_tiles(tiles, self.ntiles)
-        shares = None
-        if data is not None:
-            raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-            shares = [decode_share(s) for s in split_lines(raw, len(tile_ids))]
+        shares = _shares(data, len(tile_ids))
         if isinstance(source, bytes):
             source = source.decode("utf-8")
-        program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup)
+        program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup,
+                              argv=argv)
         job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget)
         return RunHandle(self, job, program)
 
     def run(self, source: str | bytes, tiles=None, data=None, *, timeout: float | None = None, **kwargs) -> RunResult:
         """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`)."""
         return self.launch(source, tiles, data, **kwargs).wait(timeout)
+
+    def repl(self, tiles=None, data: bytes | str | None = None, *,
+             output_limit: int = DEFAULT_OUTPUT_LIMIT) -> "Repl":
+        """Interactive interpreters on ``tiles`` whose state persists between blocks (the
+        multirepl); ``data`` is split into ``__tiledata`` as for :meth:`launch`."""
+        tile_ids = parse_tiles(tiles, self.ntiles)
+        return Repl(self, tile_ids, _shares(data, len(tile_ids)), output_limit)
 
     def _program_setup(self, api, ctx) -> None:
         """Give a program its tile's files: ``open``, ``os``, imports from the tile's

@@ -13,6 +13,7 @@ CPython cannot be sandboxed from inside itself.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib
 import linecache
@@ -282,6 +283,9 @@ class TileProgram:
     #: called with (api, ctx) to let storage layers add open/os etc. to the namespace
     setup: Callable[[TileAPI, TileContext], None] | None = None
     outputs: dict[int, str] = field(default_factory=dict)
+    #: the program's arguments, ``__args`` on every tile (like ``sys.argv``: the file
+    #: name first); None gives ``[filename]``
+    argv: list[str] | None = None
     #: the exception each failed tile raised (formatted later: the scheduler may still
     #: complete its message, e.g. for an exception injected by the watchdog)
     errors: dict[int, BaseException] = field(default_factory=dict)
@@ -311,6 +315,7 @@ class TileProgram:
             if self.setup is not None:
                 self.setup(api, ctx)
             namespace = make_namespace(api, ctx, share)
+            namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
             try:
                 exec(self.code, namespace)
             except SystemExit as exc:
@@ -344,3 +349,103 @@ def _run_cleanups(ctx: TileContext) -> None:
             messages = [f"cleanup failed: {exc!r}"]
         for message in messages or ():
             ctx.output.write(f"warning: {message}\n")
+
+
+# -- interactive interpreters: the multirepl and the shell's python ----------------------------
+
+
+def compile_block(source: str, filename: str):
+    """Compile one interactive block: ``(statements, last_expression or None)``.
+
+    The interactive interpreter shows the value of a bare expression through
+    ``sys.displayhook``, which prints on the *host*'s stdout (the daemon's log). So a
+    trailing expression statement is split off, evaluated separately, and its ``repr``
+    printed on the tile like any other output. SyntaxError is raised before anything runs.
+    """
+    tree = ast.parse(source, filename, "exec")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec", dont_inherit=True)
+    expression = compile(last, filename, "eval", dont_inherit=True) if last is not None else None
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return body, expression
+
+
+class ReplState:
+    """The interpreters of one repl session: a namespace and context per tile, kept
+    between blocks, so names defined by one block are there for the next.
+
+    Each entry belongs to its tile and is only touched on that tile's greenlet, while
+    the tile runs a block of this repl. ``shares`` are the tiles' ``__tiledata`` by rank.
+    Dropping the state (``clear``) lets go of everything the tiles defined; files they
+    left open are closed by their finalizers at the tile's next file operation.
+    """
+
+    def __init__(self, shares: list[str] | None, setup, output_limit: int = DEFAULT_OUTPUT_LIMIT):
+        self.shares = shares
+        self.setup = setup
+        self.output_limit = output_limit
+        #: rank -> (namespace, TileContext)
+        self.tiles: dict[int, tuple[dict, TileContext]] = {}
+
+    def clear(self) -> None:
+        self.tiles = {}
+
+
+class ReplBlock:
+    """The job target that runs one interactive block on every tile of a repl.
+
+    Unlike :class:`TileProgram`, an exception is part of a tile's *output* (grouped like
+    any other text, exit code 1) rather than a failure that aborts the job: in a repl one
+    tile's ``ZeroDivisionError`` must not stop the others' block. Interrupts (Ctrl-C,
+    ``kill``, budgets) still stop every tile. ``outputs``/``errors``/``exit_codes`` have
+    the shape ``RunHandle`` reads.
+    """
+
+    def __init__(self, state: ReplState, body, expression):
+        self.state = state
+        self.body = body
+        self.expression = expression
+        self.outputs: dict[int, str] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.exit_codes: dict[int, int] = {}
+
+    def __call__(self, api: TileAPI) -> int:
+        state = self.state
+        rank = api.tileid
+        output = OutputBuffer(state.output_limit)
+        entry = state.tiles.get(rank)
+        if entry is None:
+            ctx = TileContext(api, output)
+            if state.setup is not None:
+                state.setup(api, ctx)
+            share = state.shares[rank] if state.shares else ""
+            namespace = make_namespace(api, ctx, share)
+            state.tiles[rank] = (namespace, ctx)
+        else:
+            namespace, ctx = entry
+            ctx.api = api  # the primitives of this block's job
+            ctx.output = output
+            bind_primitives(namespace, api)
+        code = 0
+        try:
+            exec(self.body, namespace)
+            if self.expression is not None:
+                value = eval(self.expression, namespace)
+                if value is not None:
+                    namespace["_"] = value
+                    output.write(repr(value) + "\n")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                output.write(f"{exc.code}\n")
+        except greenlet.GreenletExit:
+            raise
+        except Exception as exc:
+            output.write(user_traceback(exc))
+            code = 1
+        finally:
+            self.outputs[rank] = output.getvalue()
+        self.exit_codes[rank] = code
+        return code

@@ -1,0 +1,239 @@
+"""The commands that change files: touch, mkdir, rmdir, rm, cp, mv.
+
+Copies and moves between any two places go chunk by chunk through tile 0's VFS: tile
+0's disk, the chip disk, or another tile's files under ``/tiles/N`` (each chunk a request
+to tile N over the exchange). A move across filesystems is a copy, then a removal, as
+``mv`` does on POSIX; nothing reaches another tile's files any other way. Whole trees
+check for Ctrl-C between files and chunks.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from ._table import Usage, command, options
+
+#: bytes per read when copying
+CHUNK = 64 * 1024
+
+_TILE_ROOT = re.compile(r"^/tiles(/\d+)?$")
+
+
+def _name_of(path: str) -> str:
+    return path.rstrip("/").rpartition("/")[2] or path
+
+
+def _join(directory: str, name: str) -> str:
+    return directory + name if directory.endswith("/") else directory + "/" + name
+
+
+def _same_file_key(path: str) -> str:
+    """Tile 0's own files seen through ``/tiles/0`` are the same files."""
+    if path == "/tiles/0":
+        return "/"
+    if path.startswith("/tiles/0/"):
+        return path[len("/tiles/0"):]
+    return path
+
+
+def _protected(sh, path: str) -> str | None:
+    """Why ``path`` must not be removed or moved wholesale, or None."""
+    full = sh.fs.abspath(path)
+    if full == "/":
+        return "refusing to remove the root directory"
+    if _TILE_ROOT.match(full):
+        return "a tile's files are not removed wholesale (remove what is inside it instead)"
+    if sh.fs.ismount(full):
+        return "is a mount point (umount it first)"
+    return None
+
+
+@command("touch", "touch FILE...", "create empty files, or update their time")
+def _touch(sh, args):
+    if not args:
+        raise Usage("missing file operand")
+    for path in args:
+        try:
+            if sh.fs.exists(path):
+                sh.fs.utime(path)
+            else:
+                sh.fs.open_raw(path, os.O_WRONLY | os.O_CREAT).close()
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+@command("mkdir", "mkdir [-p] DIR...", "make directories (-p: parents too, no error if it exists)")
+def _mkdir(sh, args):
+    opts, paths = options(args, "p")
+    if not paths:
+        raise Usage("missing operand")
+    for path in paths:
+        try:
+            if "-p" in opts:
+                sh.fs.makedirs(path)
+            else:
+                sh.fs.mkdir(path)
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+@command("rmdir", "rmdir DIR...", "remove empty directories")
+def _rmdir(sh, args):
+    if not args:
+        raise Usage("missing operand")
+    for path in args:
+        try:
+            sh.fs.rmdir(path)
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+@command("rm", "rm [-r] [-f] PATH...", "remove files (-r: directories and what is in them)")
+def _rm(sh, args):
+    opts, paths = options(args, "rRf")
+    recursive, force = "-r" in opts or "-R" in opts, "-f" in opts
+    if not paths and not force:
+        raise Usage("missing operand")
+    for path in paths:
+        try:
+            entry = sh.fs.entry(path)
+            if not entry.is_dir:
+                sh.fs.remove(path)
+                continue
+            if not recursive:
+                raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            why = _protected(sh, path)
+            if why:
+                sh.error(f"{path}: {why}")
+                continue
+            remove_tree(sh, path)
+        except FileNotFoundError as exc:
+            if not force:
+                sh.oserror(exc)
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+def remove_tree(sh, path: str) -> None:
+    """Remove ``path`` and everything below it (depth first)."""
+    sh.check()
+    for entry in sh.fs.entries(path):
+        child = _join(path, entry.name)
+        if entry.is_dir:
+            remove_tree(sh, child)
+        else:
+            sh.fs.remove(child)
+    sh.fs.rmdir(path)
+
+
+@command("cp", "cp [-r] SRC... DEST", "copy files (-r: directories), across filesystems and tiles")
+def _cp(sh, args):
+    opts, paths = options(args, "rR")
+    recursive = "-r" in opts or "-R" in opts
+    for source, target in _transfers(sh, paths):
+        try:
+            entry = sh.fs.entry(source)
+            if entry.is_dir and not recursive:
+                sh.error(f"{source}: is a directory (use cp -r)")
+                continue
+            copy_tree(sh, source, target)
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+@command("mv", "mv SRC... DEST", "move or rename files (across filesystems: copy, then remove)")
+def _mv(sh, args):
+    if any(arg.startswith("-") and arg != "-" for arg in args):
+        raise Usage(f"unknown option {next(a for a in args if a.startswith('-'))!r}")
+    for source, target in _transfers(sh, args):
+        try:
+            why = _protected(sh, source)
+            if why:
+                sh.error(f"{source}: {why}")
+                continue
+            try:
+                sh.fs.rename(source, target)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                copy_tree(sh, source, target)
+                if sh.fs.entry(source).is_dir:
+                    remove_tree(sh, source)
+                else:
+                    sh.fs.remove(source)
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
+    """(source, target) pairs of a cp/mv: into DEST if it is a directory, else to DEST."""
+    if len(operands) < 2:
+        raise Usage("missing destination operand" if operands else "missing file operand")
+    *sources, dest = operands
+    into = sh.fs.isdir(dest)
+    if len(sources) > 1 and not into:
+        raise Usage(f"target {dest!r} is not a directory")
+    pairs = []
+    for source in sources:
+        target = _join(dest, _name_of(source)) if into else dest
+        src_full, dst_full = sh.fs.abspath(source), sh.fs.abspath(target)
+        if _same_file_key(src_full) == _same_file_key(dst_full):
+            sh.error(f"{source} and {target} are the same file")
+            continue
+        if dst_full.startswith(src_full.rstrip("/") + "/"):
+            sh.error(f"cannot copy or move {source} into itself ({target})")
+            continue
+        pairs.append((source, target))
+    return pairs
+
+
+def copy_tree(sh, source: str, target: str) -> None:
+    """Copy a file, or a directory and everything below it, chunk by chunk."""
+    sh.check()
+    if not sh.fs.entry(source).is_dir:
+        copy_file(sh, source, target)
+        return
+    try:
+        sh.fs.mkdir(target)
+    except FileExistsError:
+        if not sh.fs.isdir(target):
+            raise
+    for entry in sh.fs.entries(source):
+        copy_tree(sh, _join(source, entry.name), _join(target, entry.name))
+
+
+def copy_file(sh, source: str, target: str) -> None:
+    """Copy one file a chunk at a time. An error names the file as the user wrote it,
+    not as the tile that raised it sees it (tile 3's ``/x`` is the user's ``/tiles/3/x``)."""
+    with sh.fs.open(source, "rb") as reader:
+        writer = sh.fs.open(target, "wb")
+        try:
+            while True:
+                sh.check()
+                data = _named(source, reader.read, CHUNK)
+                if not data:
+                    break
+                _named(target, writer.write, data)
+        finally:
+            _named(target, writer.close)
+
+
+def _named(path: str, operation, *args):
+    try:
+        return operation(*args)
+    except OSError as exc:
+        exc.filename, exc.filename2 = path, None
+        raise
+
+
+def resolve_target(fs, path: str, name: str) -> str:
+    """``path``, or ``path/name`` if ``path`` is a directory (where ``put`` writes)."""
+    return fs.abspath(_join(path, name)) if fs.isdir(path) else fs.abspath(path)

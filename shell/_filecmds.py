@@ -1,0 +1,328 @@
+"""The commands that look at files: ls, cd, pwd, cat, head, tail, echo, stat, tree, du.
+
+They work on tile 0's VFS, so the same command reaches every file of the machine: ``/``
+is tile 0's own SRAM disk, ``/chip`` the chip disk striped over the other tiles' SRAM,
+and ``/tiles/N/...`` is tile N's files, each request carried to tile N over the exchange
+and served by tile N itself. Long listings and reads check for Ctrl-C between steps.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+import re
+import time
+
+from ._table import Usage, command, human_size, options
+
+#: bytes per read when printing files
+CHUNK = 64 * 1024
+
+
+def _join(directory: str, name: str) -> str:
+    return directory + name if directory.endswith("/") else directory + "/" + name
+
+
+def _natural(entry) -> list:
+    """Sort key: digits compare as numbers, so /tiles lists 0, 1, 2 ... 10, not 0, 1, 10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", entry.name)]
+
+
+def _mtime(mtime_ns: int) -> str:
+    if not mtime_ns:
+        return "                -"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
+
+
+def _columns(names: list[str], width: int) -> str:
+    """Names in columns filling ``width`` (one per line when width is 0: not a terminal)."""
+    if not names:
+        return ""
+    if width <= 0:
+        return "".join(name + "\n" for name in names)
+    column = max(len(name) for name in names) + 2
+    per_row = max(1, width // column)
+    rows = -(-len(names) // per_row)
+    lines = []
+    for row in range(rows):
+        cells = names[row::rows]
+        lines.append("".join(cell.ljust(column) for cell in cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+# -- looking ------------------------------------------------------------------------------------
+
+
+@command("ls", "ls [-l] [-a] [PATH...]", "list files (directories end in /; -l: type, size, time)")
+def _ls(sh, args):
+    opts, paths = options(args, "la")
+    long_format, show_all = "-l" in opts, "-a" in opts
+    paths = paths or ["."]
+    files, dirs = [], []
+    for path in paths:
+        try:
+            entry = sh.fs.entry(path)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        (dirs if entry.is_dir else files).append((path, entry))
+    if files:
+        sh.write(_listing(sh, [entry._replace(name=path) for path, entry in files], long_format))
+    for index, (path, _) in enumerate(dirs):
+        sh.check()
+        try:
+            entries = sh.fs.entries(path)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        if not show_all:
+            entries = [e for e in entries if not e.name.startswith(".")]
+        entries.sort(key=_natural)
+        if show_all:
+            here = sh.fs.entry(path)
+            entries[:0] = [here._replace(name="."), here._replace(name="..", size=0, mtime_ns=0)]
+        if len(paths) > 1:
+            sh.write(("\n" if files or index else "") + f"{path}:\n")
+        sh.write(_listing(sh, entries, long_format))
+    return sh.status
+
+
+def _listing(sh, entries, long_format: bool) -> str:
+    if long_format:
+        return "".join(
+            f"{'d' if e.is_dir else '-'} {e.size:>9} {_mtime(e.mtime_ns)} {e.name}"
+            f"{'/' if e.is_dir and e.name not in ('.', '..') else ''}\n"
+            for e in entries
+        )
+    names = [e.name + ("/" if e.is_dir and e.name not in (".", "..") else "") for e in entries]
+    return _columns(names, sh.session.width)
+
+
+@command("cd", "cd [DIR]", "change the current directory (default /; cd - goes back)")
+def _cd(sh, args):
+    if len(args) > 1:
+        raise Usage("too many arguments")
+    target = args[0] if args else "/"
+    session = sh.session
+    if target == "-":
+        target = session.previous_cwd
+    entry = sh.fs.entry(target)
+    if not entry.is_dir:
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), target)
+    session.previous_cwd, session.cwd = session.cwd, sh.fs.abspath(target)
+    return 0
+
+
+@command("pwd", "pwd", "print the current directory", paths=False)
+def _pwd(sh, args):
+    if args:
+        raise Usage("pwd takes no arguments")
+    sh.print(sh.session.cwd)
+    return 0
+
+
+@command("cat", "cat FILE...", "print files")
+def _cat(sh, args):
+    if not args:
+        raise Usage("missing file operand")
+    for path in args:
+        try:
+            with sh.fs.open(path, "rb") as file:
+                decoder = codecs.getincrementaldecoder("utf-8")("replace")
+                while True:
+                    sh.check()
+                    data = file.read(CHUNK)
+                    sh.write(decoder.decode(data, final=not data))
+                    if not data:
+                        break
+        except OSError as exc:
+            sh.oserror(exc)
+    return sh.status
+
+
+def _line_count(args: list[str]) -> tuple[int, list[str]]:
+    args = [f"-n{arg[1:]}" if re.fullmatch(r"-\d+", arg) else arg for arg in args]
+    opts, paths = options(args, "n:")
+    try:
+        count = int(opts.get("-n", "10"))
+    except ValueError:
+        raise Usage(f"invalid number of lines: {opts['-n']!r}") from None
+    if count < 0:
+        raise Usage("the number of lines cannot be negative")
+    if not paths:
+        raise Usage("missing file operand")
+    return count, paths
+
+
+@command("head", "head [-n N] FILE...", "print the first N lines (default 10)")
+def _head(sh, args):
+    count, paths = _line_count(args)
+    for index, path in enumerate(paths):
+        try:
+            with sh.fs.open(path, "rb") as file:
+                lines = []
+                for _ in range(count):
+                    line = file.readline()
+                    if not line:
+                        break
+                    lines.append(line)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        if len(paths) > 1:
+            sh.write(("\n" if index else "") + f"==> {path} <==\n")
+        sh.write(b"".join(lines).decode("utf-8", "replace"))
+    return sh.status
+
+
+@command("tail", "tail [-n N] FILE...", "print the last N lines (default 10)")
+def _tail(sh, args):
+    count, paths = _line_count(args)
+    for index, path in enumerate(paths):
+        try:
+            with sh.fs.open(path, "rb") as file:
+                data = _last_lines(sh, file, count)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        if len(paths) > 1:
+            sh.write(("\n" if index else "") + f"==> {path} <==\n")
+        sh.write(data.decode("utf-8", "replace"))
+    return sh.status
+
+
+def _last_lines(sh, file, count: int) -> bytes:
+    """The last ``count`` lines, reading backwards a chunk at a time (a file on the chip
+    disk can be far bigger than what we want of it)."""
+    if count == 0:
+        return b""
+    end = file.seek(0, os.SEEK_END)
+    data = b""
+    position = end
+    while position > 0:
+        sh.check()
+        step = min(CHUNK, position)
+        position -= step
+        file.seek(position)
+        data = file.read(step) + data
+        # one more newline than lines wanted, unless the text ends without one
+        wanted = count + 1 if data.endswith(b"\n") else count
+        if data.count(b"\n") >= wanted:
+            break
+    lines = data.splitlines(keepends=True)
+    return b"".join(lines[-count:])
+
+
+@command("echo", "echo [-n] [WORD...]", "print words (> FILE writes them to a file)", paths=False)
+def _echo(sh, args):
+    newline = "\n"
+    if args and args[0] == "-n":
+        newline, args = "", args[1:]
+    sh.write(" ".join(args) + newline)
+    return 0
+
+
+@command("stat", "stat PATH...", "show a file's type, size, time and filesystem")
+def _stat(sh, args):
+    if not args:
+        raise Usage("missing operand")
+    mounts = sh.fs.vfs.mount_points()
+    for index, path in enumerate(args):
+        try:
+            entry = sh.fs.entry(path)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        full = sh.fs.abspath(path)
+        mount = max((m for m in mounts if full == m.path or full.startswith(m.path.rstrip("/") + "/")),
+                    key=lambda m: len(m.path))
+        where = f"{mount.path} ({mount.kind}: {mount.source})"
+        match = re.match(r"^/tiles/(\d+)", full)
+        if match and mount.path == "/tiles":
+            where += f", served by tile {match.group(1)}"
+        modified = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.mtime_ns / 1e9))
+                    if entry.mtime_ns else "never recorded")
+        sh.write(("\n" if index else "")
+                 + f"  File: {path}\n"
+                 + f"  Path: {full}\n"
+                 + f"  Type: {'directory' if entry.is_dir else 'regular file'}\n"
+                 + f"  Size: {entry.size}\n"
+                 + f"Modified: {modified}\n"
+                 + f" Mount: {where}\n")
+    return sh.status
+
+
+@command("tree", "tree [-L DEPTH] [PATH]", "show a directory tree")
+def _tree(sh, args):
+    opts, paths = options(args, "L:")
+    try:
+        depth = int(opts["-L"]) if "-L" in opts else None
+    except ValueError:
+        raise Usage(f"invalid depth: {opts['-L']!r}") from None
+    if len(paths) > 1:
+        raise Usage("one directory at a time")
+    top = paths[0] if paths else "."
+    if not sh.fs.entry(top).is_dir:
+        sh.print(top)
+        return 0
+    counts = [0, 0]
+    sh.print(top)
+    _tree_below(sh, top, "", depth, counts)
+    dirs, files = counts
+    sh.print(f"\n{dirs} director{'y' if dirs == 1 else 'ies'}, {files} file{'' if files == 1 else 's'}")
+    return sh.status
+
+
+def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int]) -> None:
+    if depth is not None and depth <= 0:
+        return
+    sh.check()
+    try:
+        entries = sorted(sh.fs.entries(path), key=_natural)
+    except OSError as exc:
+        sh.oserror(exc)
+        return
+    for index, entry in enumerate(entries):
+        last = index == len(entries) - 1
+        sh.print(f"{prefix}{'└── ' if last else '├── '}{entry.name}{'/' if entry.is_dir else ''}")
+        if entry.is_dir:
+            counts[0] += 1
+            _tree_below(sh, _join(path, entry.name), prefix + ("    " if last else "│   "),
+                        None if depth is None else depth - 1, counts)
+        else:
+            counts[1] += 1
+
+
+@command("du", "du [-s] [PATH...]", "bytes used by files under each directory")
+def _du(sh, args):
+    opts, paths = options(args, "s")
+    for path in paths or ["."]:
+        try:
+            entry = sh.fs.entry(path)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
+        if entry.is_dir:
+            _du_below(sh, path, "-s" not in opts, top=True)
+        else:
+            sh.print(f"{human_size(entry.size)}\t{path}")
+    return sh.status
+
+
+def _du_below(sh, path: str, every: bool, top: bool = False) -> int:
+    sh.check()
+    total = 0
+    try:
+        entries = sh.fs.entries(path)
+    except OSError as exc:
+        sh.oserror(exc)
+        return 0
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_dir:
+            total += _du_below(sh, _join(path, entry.name), every)
+        else:
+            total += entry.size
+    if every or top:
+        sh.print(f"{human_size(total)}\t{path}")
+    return total

@@ -1,0 +1,177 @@
+"""Reading a command line: words, quoting, ``;`` between commands, ``>``/``>>`` redirection.
+
+The grammar is a small, predictable subset of the POSIX shell's, because the shell has
+no processes to connect: there are no pipes, no ``&``, no variables, no command
+substitution. Anything that would mean one of those in ``sh`` is a syntax error here
+rather than a literal character, so a line written for ``sh`` never silently does
+something else.
+
+* words are separated by blanks; ``'...'`` keeps everything literally, ``"..."`` keeps
+  everything but ``\\"`` and ``\\\\``; outside quotes ``\\`` escapes the next character;
+* ``;`` (or a newline) ends a command; ``# ...`` at the start of a word is a comment;
+* ``> FILE`` and ``>> FILE`` send the command's output to a file on the chip;
+* ``*``, ``?`` and ``[...]`` in an unquoted word are glob patterns (expanded against
+  the chip's files by the caller: :attr:`Word.glob`).
+
+The same parser runs on both sides: tile 0 executes the commands, and the terminal
+front-end uses it to find the commands it carries out itself (``put``, ``get``...),
+using :attr:`Command.text` to send the rest on unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ShellSyntaxError", "Word", "Command", "parse_line", "quote"]
+
+_GLOB_CHARS = frozenset("*?[")
+_UNSUPPORTED = {
+    "|": "pipes are not supported",
+    "&": "background jobs and && are not supported",
+    "<": "input redirection is not supported",
+    "`": "command substitution is not supported",
+    "$(": "command substitution is not supported",
+}
+
+
+class ShellSyntaxError(ValueError):
+    """A line that does not parse; the message is for the user."""
+
+
+@dataclass
+class Word:
+    text: str
+    #: the word as an ``fnmatch`` pattern if unquoted glob characters appear in it (quoted
+    #: ones are escaped), else None: the caller expands it against the files
+    pattern: str | None = None
+
+
+@dataclass
+class Command:
+    words: list[Word]
+    #: ``(file, append)`` for ``> file`` / ``>> file``
+    redirect: tuple[Word, bool] | None = None
+    #: the command as written in the line (for the front-end to pass on)
+    text: str = ""
+
+    @property
+    def argv(self) -> list[str]:
+        return [word.text for word in self.words]
+
+    @property
+    def name(self) -> str:
+        return self.words[0].text if self.words else ""
+
+
+def parse_line(line: str) -> list[Command]:
+    """The commands of ``line`` in order (empty ones, like ``;;``, are dropped)."""
+    commands: list[Command] = []
+    words: list[Word] = []
+    redirect: tuple[Word, bool] | None = None
+    pending_redirect: bool | None = None  # append flag while waiting for the file word
+    start = 0
+    pos = 0
+    n = len(line)
+
+    def finish(end: int) -> None:
+        nonlocal words, redirect
+        if pending_redirect is not None:
+            raise ShellSyntaxError("syntax error: '>' needs a file name after it")
+        if words:
+            commands.append(Command(words, redirect, line[start:end].strip()))
+        elif redirect is not None:
+            raise ShellSyntaxError("syntax error: a redirection needs a command")
+        words, redirect = [], None
+
+    while pos < n:
+        char = line[pos]
+        if char in " \t\r":
+            pos += 1
+            continue
+        if char in ";\n":
+            finish(pos)
+            pos += 1
+            start = pos
+            continue
+        if char == "#":
+            end = line.find("\n", pos)
+            pos = n if end < 0 else end
+            continue
+        if char == ">":
+            if pending_redirect is not None:
+                raise ShellSyntaxError("syntax error near '>'")
+            if redirect is not None:
+                raise ShellSyntaxError("syntax error: only one redirection per command")
+            append = line.startswith(">>", pos)
+            pending_redirect = append
+            pos += 2 if append else 1
+            continue
+        for token, why in _UNSUPPORTED.items():
+            if line.startswith(token, pos):
+                raise ShellSyntaxError(f"syntax error near {token!r}: {why}")
+        word, pos = _read_word(line, pos)
+        if pending_redirect is not None:
+            redirect = (word, pending_redirect)
+            pending_redirect = None
+        else:
+            words.append(word)
+    finish(n)
+    return commands
+
+
+def _read_word(line: str, pos: int) -> tuple[Word, int]:
+    parts: list[str] = []
+    pattern: list[str] = []  # the same characters, quoted ones escaped for fnmatch
+    glob = False
+    n = len(line)
+
+    def literal(text: str) -> None:
+        parts.append(text)
+        pattern.append("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text))
+
+    while pos < n:
+        char = line[pos]
+        if char in " \t\r\n;>":
+            break
+        if char in "|&<`" or line.startswith("$(", pos):
+            break
+        if char == "'":
+            end = line.find("'", pos + 1)
+            if end < 0:
+                raise ShellSyntaxError("syntax error: unterminated ' quote")
+            literal(line[pos + 1 : end])
+            pos = end + 1
+        elif char == '"':
+            pos += 1
+            while True:
+                if pos >= n:
+                    raise ShellSyntaxError('syntax error: unterminated " quote')
+                char = line[pos]
+                if char == '"':
+                    pos += 1
+                    break
+                if char == "\\" and pos + 1 < n and line[pos + 1] in '"\\':
+                    literal(line[pos + 1])
+                    pos += 2
+                else:
+                    literal(char)
+                    pos += 1
+        elif char == "\\":
+            if pos + 1 >= n:
+                raise ShellSyntaxError("syntax error: '\\' at the end of the line")
+            literal(line[pos + 1])
+            pos += 2
+        else:
+            if char in _GLOB_CHARS:
+                glob = True
+            parts.append(char)
+            pattern.append(char)
+            pos += 1
+    return Word("".join(parts), "".join(pattern) if glob else None), pos
+
+
+def quote(text: str) -> str:
+    """``text`` as one word of a command line (for completions and messages)."""
+    if text and all(c.isalnum() or c in "-_./,:+=@%" for c in text):
+        return text
+    return "'" + text.replace("'", "'\\''") + "'"

@@ -1,0 +1,156 @@
+"""The commands that start jobs: run, python and multirepl.
+
+Programs and repl blocks are started through the :class:`~ipuos.shell.ShellHost` the
+daemon gave the shell, and waited for on tile 0 (which keeps serving requests while it
+waits); Ctrl-C interrupts the job, and the command prints what its tiles printed, grouped
+by identical text with tile ranges like ``ipuos run``. ``python`` is a repl on tile 0
+alone, kept for the whole session; ``multirepl`` one on any tiles, kept until it is left.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from ipuos._tilespec import TileSpecError
+from ipuos.scheduler import TileBusyError
+
+from ._session import MULTIREPL, PYTHON, SHELL
+from ._table import Usage, command, options
+
+#: distinct outputs shown before "N more distinct outputs"
+MAX_GROUPS = 20
+
+_EXIT_WORDS = frozenset({"exit", "exit()", "quit", "quit()"})
+
+
+@command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...]",
+         "run a Python file from the chip on tiles; output grouped (ARGs: __args)")
+def _run(sh, args):
+    if not args:
+        raise Usage("missing file operand")
+    path, rest = args[0], args[1:]
+    settings = {"--tiles": "all", "--data": None, "--budget": None}
+    argv = [path]
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        if arg == "--":
+            argv.extend(rest[index + 1 :])
+            break
+        name, eq, value = arg.partition("=")
+        if name in settings:
+            if not eq:
+                if index + 1 >= len(rest):
+                    raise Usage(f"{name} needs a value")
+                index += 1
+                value = rest[index]
+            settings[name] = value
+        else:
+            argv.append(arg)
+        index += 1
+    budget = None
+    if settings["--budget"] is not None:
+        try:
+            budget = float(settings["--budget"])
+            if not budget > 0:
+                raise ValueError
+        except ValueError:
+            return sh.error(f"--budget: {settings['--budget']!r} is not a positive number of seconds", 2)
+    try:
+        source = sh.fs.read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return sh.error(f"{path}: not UTF-8 text (byte {exc.start})")
+    data = sh.fs.read_bytes(settings["--data"]) if settings["--data"] is not None else None
+    try:
+        launched = sh.host.launch(source, sh.fs.abspath(path), settings["--tiles"], data, argv,
+                                  budget, sh.session.client_pid)
+    except TileSpecError as exc:
+        return sh.error(f"--tiles: {exc}", 2)
+    except SyntaxError as exc:
+        return sh.error(f"{path}: syntax error at line {exc.lineno}: {exc.msg}")
+    except (TileBusyError, ValueError) as exc:
+        return sh.error(str(exc))
+    sh.wait(launched)
+    text, status, _ = launched.report(MAX_GROUPS)
+    sh.write(text)
+    return status
+
+
+# -- interpreters ---------------------------------------------------------------------------------
+
+
+@command("python", "python [-c CODE]",
+         "Python on tile 0 with the tile's namespace, kept for the session (Ctrl-D leaves)",
+         paths=False)
+def _python(sh, args):
+    opts, rest = options(args, "c:")
+    if rest:
+        raise Usage(f"unexpected argument {rest[0]!r} (python -c CODE runs one block)")
+    session = sh.session
+    if session.python is None:
+        session.python = sh.host.open_repl("0", None, session.client_pid)
+    if "-c" in opts:
+        return run_block(sh, session.python, opts["-c"], grouped=False)
+    session.mode = PYTHON
+    if session.width:  # a terminal: say where we are (scripts get only their output)
+        sh.print("Python on tile 0: its files through open and os; names are kept until the "
+                 "shell exits. Ctrl-D or exit() goes back to the shell.")
+    return 0
+
+
+@command("multirepl", "multirepl [--tiles SPEC] [--data HOSTFILE]",
+         "every block runs on every tile; output grouped (Ctrl-D leaves)", paths=False)
+def _multirepl(sh, args):
+    opts, rest = options(args, "", ("tiles=", "data="))
+    if rest:
+        raise Usage(f"unexpected argument {rest[0]!r}")
+    data = sh.payload if "--data" in opts else None
+    session = sh.session
+    try:
+        repl = sh.host.open_repl(opts.get("--tiles", "all"), data, session.client_pid)
+    except TileSpecError as exc:
+        return sh.error(f"--tiles: {exc}", 2)
+    except ValueError as exc:
+        return sh.error(str(exc))
+    session.repl = repl
+    session.mode = MULTIREPL
+    if session.width:  # a terminal: say where we are (scripts get only their output)
+        sh.print(f"multirepl on {repl.ntiles} tile{'s' if repl.ntiles != 1 else ''} ({repl.tiles}): "
+             "each block runs on every tile, names are kept between blocks, output is grouped. "
+             "Ctrl-D or exit() leaves.")
+    return 0
+
+
+def run_block(sh, repl, source: str, *, grouped: bool) -> int:
+    """Run one block in a repl and print what the tiles printed."""
+    try:
+        launched = repl.launch(source)
+    except SyntaxError as exc:
+        sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
+        return 1
+    except (TileBusyError, ValueError) as exc:
+        return sh.error(str(exc))
+    sh.wait(launched)
+    text, status, per_tile = launched.report(MAX_GROUPS)
+    if grouped:
+        sh.write(text)
+    else:
+        sh.write("".join(text for _, text in per_tile))
+    return status
+
+
+def repl_line(sh, source: str, eof: bool) -> int:
+    """A block typed in python or multirepl mode (``eof``: Ctrl-D, back to the shell).
+    Leaving keeps the status of the last block (``ipuos repl -c`` exits with it)."""
+    session = sh.session
+    if eof or source.strip() in _EXIT_WORDS:
+        if session.mode == MULTIREPL and session.repl is not None:
+            session.repl.close()
+            session.repl = None
+        session.mode = SHELL
+        return session.status
+    if not source.strip():
+        return session.status
+    if session.mode == PYTHON:
+        return run_block(sh, session.python, source, grouped=False)
+    return run_block(sh, session.repl, source, grouped=True)

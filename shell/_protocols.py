@@ -1,0 +1,99 @@
+"""What the shell needs from the layers above it, as small protocols.
+
+The shell sits below the runtime and the daemon (see ``tests/test_layering.py``): it may
+not import them. What it needs from there it receives as objects at run time:
+
+* :class:`ShellHost`, given to :class:`~ipuos.shell.ShellServer` by the daemon: starting
+  programs and repl sessions as jobs, listing and interrupting jobs. Its methods are
+  called on tile 0's greenlet (the scheduler thread), so they may start jobs directly.
+* :class:`Transport`, given to the terminal front-end by the CLI: how a line reaches the
+  shell on tile 0 and its answer comes back (the daemon's socket, in practice).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+__all__ = ["ShellHost", "Launched", "ReplHandle", "JobInfo", "Transport",
+           "RemoteError"]
+
+
+class RemoteError(Exception):
+    """What a :class:`Transport` raises when the machine refuses or fails a request; the
+    message is for the user as it is."""
+
+
+class Launched(Protocol):
+    """A job the shell started (a program, or one repl block)."""
+
+    #: the scheduler's Job: the shell waits for it on tile 0 and interrupts it on Ctrl-C
+    job: object
+
+    def report(self, max_groups: int | None) -> tuple[str, int, list[tuple[int, str]]]:
+        """After the job ended: (grouped text, exit status, [(tile, text), ...])."""
+
+
+class ReplHandle(Protocol):
+    """Interpreters on a fixed set of tiles whose namespaces persist between blocks."""
+
+    #: the tiles, as a spec ("0-1471")
+    tiles: str
+    ntiles: int
+
+    def launch(self, source: str) -> Launched:
+        """Start one block on every tile (SyntaxError before anything runs)."""
+
+    def close(self) -> None:
+        """Forget the namespaces."""
+
+
+class JobInfo(Protocol):
+    id: int
+    name: str
+    tiles: str
+    ntiles: int
+    elapsed: float | None
+    client_pid: int | None
+
+
+class ShellHost(Protocol):
+    """The machine as the shell on tile 0 uses it (implemented by the daemon)."""
+
+    def launch(self, source: str, filename: str, tiles: str, data: bytes | None,
+               argv: list[str], budget: float | None, client_pid: int | None) -> Launched:
+        """Start a program. Raises TileSpecError, SyntaxError, TileBusyError or ValueError
+        with a message for the user."""
+
+    def open_repl(self, tiles: str, data: bytes | None, client_pid: int | None) -> ReplHandle:
+        """A repl session on ``tiles`` (``data`` split into ``__tiledata``)."""
+
+    def jobs(self) -> list[JobInfo]:
+        """Every job running on the machine."""
+
+    def kill(self, job_id: int, reason: str) -> bool:
+        """Interrupt a job; False if there is no such job."""
+
+
+class Transport(Protocol):
+    """How the terminal front-end reaches its session on tile 0."""
+
+    def execute(self, line: str, *, payload: bytes = b"", eof: bool = False,
+                on_output: Callable[[str, str], None], width: int = 0) -> dict:
+        """Run ``line`` in the session; output arrives through ``on_output(stream, text)``
+        (stream "out" or "err") as it is produced; ``width`` is the terminal's (0: not a
+        terminal). Returns ``{"status", "cwd", "mode",
+        "prompt"}``. Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
+        if the user insists)."""
+
+    def complete(self, text: str) -> tuple[int, list[str]]:
+        """Completions of the end of ``text``: (where the completed word starts, words)."""
+
+    def put(self, path: str, chunks, name: str) -> str:
+        """Write the byte chunks to ``path`` on the chip (``name``: the host file's name,
+        used when ``path`` is a directory); returns the path written. RemoteError."""
+
+    def get(self, path: str):
+        """The bytes of ``path`` on the chip, as an iterator of chunks. RemoteError."""
+
+    def close(self) -> None:
+        """Detach: the session on tile 0 ends."""

@@ -1,0 +1,296 @@
+"""The shell as kernel services: it runs on tile 0, as tile 0's work.
+
+The daemon registers a :class:`ShellServer` on the scheduler; each terminal then talks to
+tile 0 through kernel requests, served on tile 0's greenlet like any file request:
+
+| service | arguments | result |
+|---|---|---|
+| ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
+| ``shell.exec`` | session, seq, line, payload, eof, width, emit | ``{"status", "cwd", "mode", "prompt", "output"}`` |
+| ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
+| ``shell.put`` | session, path, host name, bytes, offset | the path written |
+| ``shell.get`` | session, path, offset, size | bytes (short at the end) |
+| ``shell.close`` | session | None |
+| ``shell.df`` / ``shell.meminfo`` | | a tile's disk use / SRAM regions (every tile) |
+
+So every file operation of the shell goes through tile 0's VFS (other tiles' files via
+``/tiles/N`` and the exchange), and a command costs supersteps like any tile's work. While
+a command waits (for another tile's reply, for a job), tile 0 keeps serving requests, so
+other terminals, FUSE and other tiles are not held up by it.
+
+Output travels as ``[stream, text]`` pieces: in the result, or earlier through ``emit``
+once a command has produced a lot (a ``cat`` of a big file streams).
+
+Ctrl-C: :meth:`ShellServer.interrupt` (from the daemon's thread that saw the client's
+cancel) marks the session's command interrupted and interrupts the job it waits for, if
+any; long commands check the mark between steps (:meth:`Context.check`) and stop with
+``^C`` and status 130.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+
+from ipuos.scheduler import JobAborted, TileInterrupt
+from ipuos.vfs import DISK_REGION
+from ipuos.vfs._vfs import VFS_KEY  # to tell "storage not up yet" without bringing it up
+
+from . import _changecmds, _filecmds, _progcmds, _syscmds  # noqa: F401  (registers the commands)
+from ._changecmds import resolve_target
+from ._complete import complete
+from ._parse import ShellSyntaxError, parse_line
+from ._session import SHELL, Context, Output, Session, SessionFs, ShellInterrupt
+from ._table import COMMANDS, Usage
+
+__all__ = ["ShellServer", "SESSIONS_KEY"]
+
+#: where tile 0 keeps its sessions in ``kernel_data``
+SESSIONS_KEY = "shell.sessions"
+#: exit status of a command stopped by Ctrl-C (as sh reports SIGINT)
+EXIT_INTERRUPTED = 130
+EXIT_NOT_FOUND = 127
+
+log = logging.getLogger("ipuos.shell")
+
+
+class ShellServer:
+    """The shell's kernel services (see module doc).
+
+    ``vfs_of(tile)`` is tile 0's VFS (brought up on first use); ``host`` is the
+    :class:`~ipuos.shell.ShellHost` that starts programs and repls.
+    """
+
+    def __init__(self, scheduler, vfs_of, host, *, tile: int = 0):
+        self.scheduler = scheduler
+        self.vfs_of = vfs_of
+        self.host = host
+        self.tile_id = tile
+        #: every session, by id (the same objects tile 0 keeps in its kernel_data)
+        self.sessions: dict[int, Session] = {}
+        self._ids = itertools.count(1)
+
+    def install(self) -> None:
+        """Register the services on the scheduler."""
+        self.scheduler.services.update({
+            "shell.open": self._serve_open,
+            "shell.close": self._serve_close,
+            "shell.exec": self._serve_exec,
+            "shell.complete": self._serve_complete,
+            "shell.put": self._serve_put,
+            "shell.get": self._serve_get,
+            "shell.df": _serve_df,
+            "shell.meminfo": _serve_meminfo,
+        })
+
+    # -- from any thread ------------------------------------------------------------------------
+
+    def interrupt(self, sid: int, seq: int | None = None) -> None:
+        """Ctrl-C for command ``seq`` of session ``sid`` (None: whatever runs now).
+
+        The command notices at its next :meth:`Context.check`; the job it waits for, if
+        any, is interrupted at once. A command waiting for another tile's reply is not
+        woken: that reply always comes, since the only thing that can hold a tile back
+        (computing without an exchange point) holds the whole machine, which the
+        watchdog or ``kill`` must free first.
+        """
+        session = self.sessions.get(sid)
+        if session is None:
+            return
+        if seq is not None and seq > session.seq:
+            session.cancelled_seq = seq  # not started yet (tile 0 was busy): never start it
+            return
+        if not session.busy or (seq is not None and session.seq != seq):
+            return
+        session.interrupted = True
+        job = session.job
+        if job is not None:
+            self.scheduler.interrupt_job(job, "interrupted (Ctrl-C)")
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def _session(self, tile, sid) -> Session:
+        session = self.sessions.get(sid)
+        if session is None:
+            raise LookupError(f"no shell session {sid!r} (it was closed; attach again)")
+        return session
+
+    def _serve_open(self, tile, client_pid, width=0) -> dict:
+        session = Session(next(self._ids), client_pid)
+        session.width = width
+        self.sessions[session.id] = session
+        tile.kernel_data.setdefault(SESSIONS_KEY, {})[session.id] = session
+        return {"session": session.id, **session.state(0)}
+
+    def _serve_close(self, tile, sid) -> None:
+        session = self.sessions.pop(sid, None)
+        tile.kernel_data.get(SESSIONS_KEY, {}).pop(sid, None)
+        if session is not None:
+            session.close()
+
+    # -- a line --------------------------------------------------------------------------------
+
+    def _serve_exec(self, tile, sid, seq, line, payload=b"", eof=False, width=0, emit=None) -> dict:
+        session = self._session(tile, sid)
+        output = Output(emit)
+        if session.busy:
+            output.write("err", "sh: this session's previous command is still being stopped; "
+                         "try again in a moment\n")
+            return {**session.state(1), "output": output.take()}
+        if seq == session.cancelled_seq:  # Ctrl-C came before tile 0 could start it
+            session.seq = seq
+            output.write("err", "^C\n")
+            return {**session.state(EXIT_INTERRUPTED), "output": output.take()}
+        session.busy = True
+        session.seq = seq
+        session.interrupted = False
+        session.width = width
+        try:
+            vfs = self.vfs_of(tile)
+            if session.mode == SHELL:
+                status = self._run_line(tile, session, vfs, line, payload or b"", output)
+            else:
+                sh = Context(server=self, tile=tile, session=session, fs=SessionFs(vfs, session),
+                             output=output, payload=b"", name=session.mode)
+                status = self._guarded(sh, lambda: _progcmds.repl_line(sh, line, eof))
+        finally:
+            session.busy = False
+            session.job = None
+        session.status = status
+        return {**session.state(status), "output": output.take()}
+
+    def _run_line(self, tile, session: Session, vfs, line: str, payload: bytes, output: Output) -> int:
+        try:
+            commands = parse_line(line)
+        except ShellSyntaxError as exc:
+            output.write("err", f"sh: {exc}\n")
+            return 2
+        status = session.status
+        for command in commands:
+            status = self._run_command(tile, session, vfs, command, payload, output)
+            session.status = status
+            if session.interrupted or session.mode != SHELL:
+                break  # Ctrl-C stops the rest of the line; a repl takes the next lines
+        return status
+
+    def _run_command(self, tile, session: Session, vfs, command, payload: bytes, output: Output) -> int:
+        name = command.name
+        spec = COMMANDS.get(name)
+        if spec is None:
+            # never handed to the host (IPUpy ran unknown commands with system())
+            output.write("err", f"{name}: command not found (help lists the commands)\n")
+            return EXIT_NOT_FOUND
+        fs = SessionFs(vfs, session)
+        sh = Context(server=self, tile=tile, session=session, fs=fs, output=output,
+                     payload=payload, name=name)
+
+        def run() -> int:
+            args = _expand(fs, command.words[1:])
+            if command.redirect is None:
+                return spec.handler(sh, args)
+            target, append = command.redirect
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+            try:
+                sh.redirect = fs.open_raw(target.text, flags)
+            except OSError as exc:
+                sh.name = "sh"
+                return sh.oserror(exc)
+            try:
+                return spec.handler(sh, args)
+            finally:
+                redirect, sh.redirect = sh.redirect, None
+                redirect.close()
+
+        return self._guarded(sh, run)
+
+    def _guarded(self, sh: Context, run) -> int:
+        """Run a command, turning everything it raises into a message and a status."""
+        try:
+            status = run()
+            return status if isinstance(status, int) else 0
+        except Usage as exc:
+            spec = COMMANDS.get(sh.name)
+            usage = f"\nusage: {spec.usage}" if spec else ""
+            return sh.error(f"{exc}{usage}", 2)
+        except (TileInterrupt, JobAborted) as exc:
+            return self._interrupted(sh, exc)
+        except OSError as exc:
+            return sh.oserror(exc)
+        except (ValueError, MemoryError) as exc:
+            return sh.error(str(exc))
+        except Exception as exc:
+            log.error("shell command %r failed", sh.name, exc_info=True)
+            return sh.error(f"internal error: {type(exc).__name__}: {exc} (the machine's log has details)")
+
+    def _interrupted(self, sh: Context, exc: BaseException) -> int:
+        """A command stopped by an interrupt: print ^C. If the signal was not for this
+        command (tile 0 served it while a job's part on tile 0 waited below it), give it
+        back to the tile so that job still gets it."""
+        session = sh.session
+        mine = session.interrupted or (isinstance(exc, ShellInterrupt) and exc.sid == session.id)
+        if not mine and sh.tile.signal is None:
+            sh.tile.signal = exc
+        sh.output.write("err", "^C\n")
+        return EXIT_INTERRUPTED
+
+    # -- completion and host files ---------------------------------------------------------
+
+    def _serve_complete(self, tile, sid, text) -> tuple[int, list[str]]:
+        session = self._session(tile, sid)
+        return complete(SessionFs(self.vfs_of(tile), session), session, text)
+
+    def _serve_put(self, tile, sid, path, name, data, offset) -> str:
+        """Write host bytes at ``offset`` of ``path`` (offset 0 creates or truncates it;
+        a directory gets ``name`` inside it). Returns the absolute path written."""
+        session = self._session(tile, sid)
+        fs = SessionFs(self.vfs_of(tile), session)
+        if offset == 0:
+            target = resolve_target(fs, path, name)
+            file = fs.open_raw(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        else:
+            target = path
+            file = fs.open_raw(target, os.O_WRONLY)
+            file.seek(offset)
+        with file:
+            file.write(data)
+        return target
+
+    def _serve_get(self, tile, sid, path, offset, size) -> bytes:
+        session = self._session(tile, sid)
+        fs = SessionFs(self.vfs_of(tile), session)
+        with fs.open(path, "rb") as file:
+            file.seek(offset)
+            return file.read(size)
+
+
+def _expand(fs: SessionFs, words) -> list[str]:
+    """Arguments with globs expanded (a pattern that matches nothing stays as it is)."""
+    args = []
+    for word in words:
+        if word.pattern is None:
+            args.append(word.text)
+        else:
+            args.extend(fs.glob(word.pattern) or [word.text])
+    return args
+
+
+# -- services every tile answers -------------------------------------------------------------
+
+
+def _serve_df(tile) -> tuple[int, int]:
+    """(size, used) of this tile's own disk, without bringing its storage up: a disk
+    nothing has used yet is empty."""
+    vfs = tile.kernel_data.get(VFS_KEY)
+    region = tile.memory.get(DISK_REGION)
+    if vfs is None:
+        return (region.size if region is not None else 0, 0)
+    info = vfs.statvfs("/")
+    size = info.f_blocks * info.f_frsize
+    return (size, size - info.f_bfree * info.f_frsize)
+
+
+def _serve_meminfo(tile) -> tuple[int, int, list[tuple[str, int]]]:
+    """(SRAM size, bytes used, [(region, size), ...]) of this tile."""
+    memory = tile.memory
+    return (memory.size, memory.used, [(region.name, region.size) for region in memory.regions])

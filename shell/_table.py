@@ -1,0 +1,87 @@
+"""The command table: one small handler per command, with its usage and a line of help.
+
+A handler is ``fn(sh, args) -> status``: ``sh`` is the command's
+:class:`~ipuos.shell._session.Context`, ``args`` the words after the command name (globs
+already expanded). Handlers report user mistakes with ``sh.error`` (or let an
+``OSError`` from the files escape: the dispatcher prints it as ``cmd: path: reason``) and
+raise :class:`Usage` for bad options. Nothing a user types can produce a Python
+traceback; an unexpected exception is reported as an internal error in one line.
+
+Commands marked ``terminal`` are carried out by the terminal front-end (they touch the
+host: its files, its history, its screen); they are in the table so that ``help`` and
+completion know them, and so that tile 0 can say why it cannot run them itself.
+"""
+
+from __future__ import annotations
+
+import getopt
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["CommandSpec", "COMMANDS", "command", "Usage", "options", "human_size"]
+
+
+class Usage(Exception):
+    """Bad options or operands: the message, then the usage line, status 2."""
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    name: str
+    usage: str
+    summary: str
+    handler: Callable | None
+    #: carried out by the terminal front-end, not on tile 0
+    terminal: bool = False
+    #: which operands complete as chip paths (False: none, e.g. ``kill``)
+    paths: bool = True
+
+
+#: every command, by name
+COMMANDS: dict[str, CommandSpec] = {}
+
+
+def command(name: str, usage: str, summary: str, *, terminal: bool = False, paths: bool = True):
+    """Register the decorated handler as command ``name``."""
+
+    def register(fn):
+        if name in COMMANDS:
+            raise ValueError(f"shell command {name!r} is registered twice")
+        COMMANDS[name] = CommandSpec(name, usage, summary, fn, terminal, paths)
+        return fn
+
+    return register
+
+
+def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
+    """``getopt`` with GNU ordering (options may follow operands; ``--`` ends them).
+
+    Returns ({"-l": "", "-n": "5", "--tiles": "0-3"}, operands); Usage on a bad option.
+    """
+    try:
+        found, operands = getopt.gnu_getopt(args, letters, list(long))
+    except getopt.GetoptError as exc:
+        raise Usage(str(exc)) from None
+    return dict(found), operands
+
+
+def human_size(n: float) -> str:
+    """``1536`` -> ``1.5K`` (powers of 1024, like ``df -h``)."""
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            if unit == "":
+                return f"{int(n)}"
+            return f"{n:.1f}{unit}" if abs(n) < 10 else f"{n:.0f}{unit}"
+        n /= 1024
+    return f"{n:.0f}T"
+
+
+def parse_size(text: str) -> int:
+    """``64K``, ``1M``, ``4096`` -> bytes; ValueError otherwise."""
+    units = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "")
+    value = int(number) * units[unit]
+    if value <= 0:
+        raise ValueError("a size must be positive")
+    return value

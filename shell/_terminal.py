@@ -1,0 +1,343 @@
+"""The terminal front-end: the only part of the shell that runs on the host.
+
+It reads lines (prompt_toolkit on a terminal: line editing, history in the user's home,
+Tab completion asked of tile 0; plain reads from a pipe or ``-c``), sends them to the
+session on tile 0 through a :class:`~ipuos.shell.Transport`, and prints what comes back.
+Everything a line does to files happens on tile 0.
+
+It carries out itself only what needs the host: ``put``/``get`` (it reads or writes the
+host file and moves the bytes; tile 0 never touches the host), ``history``, ``clear``,
+``exit``, and reading the host file of ``multirepl --data``. It never runs a host
+command: a name the shell does not know is ``command not found``, from tile 0.
+
+In python and multirepl modes it collects lines until they form a whole block (the
+interactive interpreter's rule, see ``_blocks``), so a ``for`` loop reaches the tiles as
+one job; Ctrl-D leaves the mode, Ctrl-D in the shell (or ``exit``) leaves the shell.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.key_binding import KeyBindings
+
+from ._blocks import block_complete
+from ._complete import complete_host_path, host_word
+from ._parse import ShellSyntaxError, parse_line
+from ._protocols import RemoteError
+from ._session import SHELL
+from ._table import COMMANDS
+
+__all__ = ["Terminal", "history_path"]
+
+#: bytes per put/get request
+TRANSFER_CHUNK = 1 << 20
+EXIT_INTERRUPTED = 130
+
+
+def history_path() -> Path:
+    """``$XDG_DATA_HOME/ipuos/history``, else ``~/.local/share/ipuos/history``."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "ipuos" / "history"
+
+
+def _private_file(path: Path) -> None:
+    """Create the history file (and its directory) readable by the user only: it holds
+    everything typed, which may include data."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+class Terminal:
+    """One attached terminal (see module doc). ``state`` is the session's first state."""
+
+    def __init__(self, transport, state: dict, *, stdout=None, stderr=None,
+                 history_file: Path | None = None, exit_on_leave: bool = False):
+        self.transport = transport
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        self.mode = state.get("mode", SHELL)
+        self.prompt = state.get("prompt", "$ ")
+        self.status = state.get("status", 0)
+        #: lines of a block being typed in a repl mode
+        self.block: list[str] = []
+        #: leave the program when a repl mode ends (``ipuos repl``)
+        self.exit_on_leave = exit_on_leave
+        self.history_file = history_file
+        self._history = None
+        self.interactive = False
+        self._done = False
+
+    # -- input loops --------------------------------------------------------------------------
+
+    def run_script(self, lines) -> int:
+        """Run lines from ``-c`` or a pipe; the status is the last command's."""
+        try:
+            for line in lines:
+                self.feed(line.rstrip("\n"))
+                if self._done:
+                    return self.status
+            if self.block:
+                self._run_block()
+            if self.mode != SHELL and not self._done:
+                self._execute("", eof=True)
+        except KeyboardInterrupt:
+            self._write_err("^C\n")
+            return EXIT_INTERRUPTED
+        return self.status
+
+    def interact(self) -> int:
+        """The interactive loop on a terminal (prompt_toolkit)."""
+        self.interactive = True
+        bindings = KeyBindings()
+
+        @bindings.add("tab", filter=Condition(lambda: self.mode != SHELL))
+        def _indent(event):
+            event.current_buffer.insert_text("    ")
+
+        session = PromptSession(
+            history=self._load_history(),
+            completer=_TileCompleter(self),
+            complete_while_typing=False,
+            key_bindings=bindings,
+        )
+        while not self._done:
+            try:
+                line = session.prompt(self.prompt if not self.block else "... ")
+            except KeyboardInterrupt:
+                self.block = []
+                continue
+            except EOFError:
+                if self.mode == SHELL:
+                    break
+                self.block = []
+                self._execute("", eof=True)
+                continue
+            self.feed(line)
+        return self.status
+
+    def _load_history(self):
+        if self._history is None:
+            if self.history_file is None:
+                self._history = InMemoryHistory()
+            else:
+                try:
+                    _private_file(self.history_file)
+                    self._history = FileHistory(str(self.history_file))
+                except OSError as exc:
+                    self._write_err(f"ipuos: history is not kept: {self.history_file}: {exc.strerror}\n")
+                    self._history = InMemoryHistory()
+        return self._history
+
+    # -- one line -----------------------------------------------------------------------------
+
+    def feed(self, line: str) -> None:
+        """One line typed (or read): a shell line, or part of a repl block."""
+        if self.mode != SHELL:
+            self.block.append(line)
+            if block_complete("\n".join(self.block)):
+                self._run_block()
+            return
+        try:
+            commands = parse_line(line)
+        except ShellSyntaxError:
+            self._execute(line)  # tile 0 says what is wrong, like any other error
+            return
+        if not any(_is_local(command) for command in commands):
+            if commands:
+                self._execute(line)
+            return
+        for command in commands:
+            if _is_local(command):
+                self._run_local(command)
+            else:
+                self._execute(command.text)
+            if self._done or self.mode != SHELL or self.status == EXIT_INTERRUPTED:
+                break
+
+    def _run_block(self) -> None:
+        source = "\n".join(self.block)
+        self.block = []
+        self._execute(source)
+
+    def _execute(self, line: str, *, payload: bytes = b"", eof: bool = False) -> None:
+        try:
+            result = self.transport.execute(line, payload=payload, eof=eof, on_output=self._output,
+                                            width=self._width())
+        except KeyboardInterrupt:
+            self._write_err("^C (stopped waiting; tile 0 is still stopping the command)\n")
+            self.status = EXIT_INTERRUPTED
+            return
+        except RemoteError as exc:
+            self._write_err(f"ipuos: {exc}\n")
+            self.status = 1
+            if getattr(exc, "fatal", False):
+                self._done = True
+            return
+        was_repl = self.mode != SHELL
+        self.status = result["status"]
+        self.mode = result["mode"]
+        self.prompt = result["prompt"]
+        if was_repl and self.mode == SHELL and self.exit_on_leave:
+            self._done = True
+
+    def _output(self, stream: str, text: str) -> None:
+        target = self.stderr if stream == "err" else self.stdout
+        target.write(text)
+        target.flush()
+
+    def _write_err(self, text: str) -> None:
+        self._output("err", text)
+
+    def _width(self) -> int:
+        return shutil.get_terminal_size().columns if self.interactive else 0
+
+    # -- what the terminal does itself ----------------------------------------------------------
+
+    def _run_local(self, command) -> None:
+        name, args = command.name, command.argv[1:]
+        if command.redirect is not None and name != "multirepl":
+            self._fail(name, "cannot redirect the output of a terminal command", 2)
+            return
+        handler = getattr(self, f"_local_{name}")
+        try:
+            handler(args, command)
+        except KeyboardInterrupt:
+            self._fail(name, "interrupted", EXIT_INTERRUPTED)
+        except RemoteError as exc:
+            self._fail(name, str(exc))
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            self._fail(name, f"{where}{exc.strerror or exc}")
+
+    def _fail(self, name: str, message: str, status: int = 1) -> None:
+        self._write_err(f"{name}: {message}\n")
+        self.status = status
+
+    def _local_exit(self, args, command) -> None:
+        if len(args) > 1 or (args and not args[0].lstrip("-").isdigit()):
+            self._fail("exit", "usage: exit [STATUS]", 2)
+            return
+        if args:
+            self.status = int(args[0]) & 0xFF
+        self._done = True
+
+    def _local_clear(self, args, command) -> None:
+        self.stdout.write("\x1b[H\x1b[2J")
+        self.stdout.flush()
+        self.status = 0
+
+    def _local_history(self, args, command) -> None:
+        if args:
+            self._fail("history", "usage: history", 2)
+            return
+        lines = list(reversed(list(self._load_history().load_history_strings()))) \
+            if not self.interactive else list(self._load_history().get_strings())
+        width = len(str(len(lines)))
+        self.stdout.write("".join(f"{i:>{width}}  {line}\n" for i, line in enumerate(lines, 1)))
+        self.stdout.flush()
+        self.status = 0
+
+    def _local_put(self, args, command) -> None:
+        if not 1 <= len(args) <= 2:
+            self._fail("put", f"usage: {COMMANDS['put'].usage}", 2)
+            return
+        host = os.path.expanduser(args[0])
+        target = args[1] if len(args) == 2 else "."
+
+        def chunks(file):
+            while True:
+                data = file.read(TRANSFER_CHUNK)
+                if not data:
+                    return
+                yield data
+
+        with open(host, "rb") as file:
+            written = self.transport.put(target, chunks(file), os.path.basename(host.rstrip("/")))
+        if self.interactive:
+            self.stdout.write(f"{host} -> {written}\n")
+        self.status = 0
+
+    def _local_get(self, args, command) -> None:
+        if not 1 <= len(args) <= 2:
+            self._fail("get", f"usage: {COMMANDS['get'].usage}", 2)
+            return
+        name = args[0].rstrip("/").rpartition("/")[2]
+        host = os.path.expanduser(args[1]) if len(args) == 2 else name
+        if os.path.isdir(host):
+            host = os.path.join(host, name)
+        directory = os.path.dirname(os.path.abspath(host))
+        fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(host)}.", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                for data in self.transport.get(args[0]):
+                    file.write(data)
+            os.replace(temporary, host)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+        if self.interactive:
+            self.stdout.write(f"{args[0]} -> {host}\n")
+        self.status = 0
+
+    def _local_multirepl(self, args, command) -> None:
+        """Read ``--data HOSTFILE`` here (tile 0 cannot), then start the repl on tile 0."""
+        data_file = None
+        for index, arg in enumerate(args):
+            if arg == "--data" and index + 1 < len(args):
+                data_file = args[index + 1]
+            elif arg.startswith("--data="):
+                data_file = arg.partition("=")[2]
+        payload = b""
+        if data_file is not None:
+            with open(os.path.expanduser(data_file), "rb") as file:
+                payload = file.read()
+        self._execute(command.text, payload=payload)
+
+
+def _is_local(command) -> bool:
+    spec = COMMANDS.get(command.name)
+    if spec is not None and spec.terminal:
+        return True
+    return command.name == "multirepl" and any(a == "--data" or a.startswith("--data=") for a in command.argv)
+
+
+def _host_listdir(directory: str) -> list[tuple[str, bool]]:
+    with os.scandir(os.path.expanduser(directory)) as entries:
+        return [(entry.name, entry.is_dir()) for entry in entries]
+
+
+class _TileCompleter(Completer):
+    """Completions asked of tile 0 (commands, then chip paths); host paths for ``put``
+    and ``get`` completed here; none in repl modes."""
+
+    def __init__(self, terminal: Terminal):
+        self.terminal = terminal
+
+    def get_completions(self, document, complete_event):
+        if self.terminal.mode != SHELL:
+            return
+        text = document.text_before_cursor
+        host = host_word(text)
+        if host is not None:
+            start, words = host[0], complete_host_path(host[1], _host_listdir)
+        else:
+            try:
+                start, words = self.terminal.transport.complete(text)
+            except (RemoteError, OSError):
+                return
+        for word in words:
+            yield Completion(word, start_position=start - len(text))

@@ -1,0 +1,139 @@
+"""The multirepl through a real daemon: ``ipuos repl`` and ``multirepl`` in the shell.
+
+Every block goes to every selected tile as one job; namespaces persist between blocks;
+output and exceptions are grouped by identical text, most frequent first, capped with an
+"N more distinct outputs" line. The scale tests run on a full mk2 chip (1472 tiles).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+
+import pytest
+from daemon_harness import IPUOS, boot_machine, runtime_dir, shared_machine  # noqa: F401
+
+
+def repl(booted, code=None, *args, stdin=None, timeout=120):
+    command = [IPUOS, "repl", *args] + (["-c", code] if code is not None else [])
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, env=booted.env(),
+                          timeout=timeout)
+
+
+def groups(text: str) -> list[tuple[str, str]]:
+    """[(header, body), ...] of grouped output."""
+    parts = re.split(r"^(\[\d+ tiles?: [^\]]*\])\n", text, flags=re.M)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+def test_state_persists_and_output_is_grouped(shared_machine):
+    done = repl(shared_machine, "x = __tileid * __tileid\nprint(x % 3)\nprint(x % 3 == 1, __numtiles)",
+                "--tiles", "0-8")
+    assert done.returncode == 0, done.stderr
+    assert groups(done.stdout) == [
+        ("[6 tiles: 1-2,4-5,7-8]", "1\n"), ("[3 tiles: 0-6:3]", "0\n"),
+        ("[6 tiles: 1-2,4-5,7-8]", "True 9\n"), ("[3 tiles: 0-6:3]", "False 9\n"),
+    ]
+
+
+def test_exceptions_are_grouped_like_output(shared_machine):
+    done = repl(shared_machine, "print(12 // (__tileid % 4))", "--tiles", "0-7")
+    assert done.returncode == 1
+    found = dict(groups(done.stdout))
+    assert found["[2 tiles: 0,4]"].startswith("Traceback (most recent call last):\n")
+    assert found["[2 tiles: 0,4]"].endswith("ZeroDivisionError: integer division or modulo by zero\n")
+    assert found["[2 tiles: 1,5]"] == "12\n" and found["[2 tiles: 3,7]"] == "4\n"
+
+
+def test_blocks_from_a_pipe_with_collectives(shared_machine):
+    code = ("def gathered():\n    return allgather(__tileid * 2)\n\n"
+            "for step in range(2):\n    sync()\n\n"
+            "g = gathered()\n"
+            "if __tileid == 0:\n    print(g)\n")
+    done = repl(shared_machine, None, "--tiles", "0-3", stdin=code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[1 tile: 0]\n[0, 2, 4, 6]\n"
+
+
+def test_syntax_errors_and_bad_tiles(shared_machine):
+    done = repl(shared_machine, "x = = 1", "--tiles", "0-1")
+    assert done.returncode == 1
+    assert "SyntaxError: invalid syntax" in done.stderr and "Traceback" not in done.stderr
+    done = repl(shared_machine, "pass", "--tiles", "0-99")
+    assert done.returncode == 2
+    assert done.stderr.startswith("multirepl: --tiles: bad tile specification '0-99'")
+
+
+def test_the_same_text_everywhere_is_shown_once(shared_machine):
+    done = repl(shared_machine, "print('same everywhere')\nprint('')\npass")
+    assert done.returncode == 0
+    assert done.stdout == "[16 tiles: 0-15]\nsame everywhere\n[16 tiles: 0-15]\n\n"
+
+
+def test_multirepl_inside_the_shell_reads_a_host_data_file(shared_machine, tmp_path):
+    (tmp_path / "numbers").write_text("1\n2\n3\n4\n")
+    script = ("cd /tiles/1\n"
+              "multirepl --tiles 0-3 --data numbers\n"
+              "value = int(__tiledata)\n"
+              "print(allreduce(value, 'max'))\n"
+              "exit()\n"
+              "pwd\n")
+    done = subprocess.run([IPUOS, "shell"], input=script, capture_output=True, text=True,
+                          cwd=tmp_path, env=shared_machine.env(), timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "[4 tiles: 0-3]\n4\n/tiles/1\n"
+
+
+@pytest.mark.scale
+def test_a_full_chip_groups_and_counts_words(runtime_dir, tmp_path):
+    booted = boot_machine("mk2")
+    try:
+        rng = random.Random(1472)
+        words = ["".join(rng.choice("abcde") for _ in range(rng.randint(1, 6))) for _ in range(20_000)]
+        lines = [" ".join(words[i : i + 7]) for i in range(0, len(words), 7)]
+        data = tmp_path / "words.txt"
+        data.write_text("\n".join(lines) + "\n")
+        expected = sum(word.startswith("ab") for word in words)
+        code = ("mine = [w for w in __tiledata.split() if w.startswith('ab')]\n"
+                "total = allreduce(len(mine))\n"
+                "print(total)\n"
+                "print(__tileid % 7)\n"
+                "print(total == allreduce(len(mine)), len(__tiledata) > 0)\n"
+                "print('tile', __tileid)\n"
+                "1 / (__tileid % 2)\n")
+        done = repl(booted, code, "--data", str(data), timeout=300)
+        assert done.returncode == 1, done.stderr  # the last block raised on half the tiles
+        blocks = done.stdout.split("[1472 tiles: 0-1471]\n")
+        assert blocks[1].startswith(f"{expected}\n"), done.stdout[:300]  # the allreduce block
+        found = groups(done.stdout)
+        modulo = [(header, body) for header, body in found if re.fullmatch(r"[0-6]\n", body)]
+        # 1472 = 7 * 210 + 2: residues 0 and 1 have one tile more, and come first
+        assert modulo == [("[211 tiles: 0-1470:7]", "0\n"), ("[211 tiles: 1-1471:7]", "1\n")] + [
+            (f"[210 tiles: {r}-{1463 + r}:7]", f"{r}\n") for r in range(2, 7)]
+        assert ("[1472 tiles: 0-1471]", "True True\n") in found  # state persisted
+        assert "... 1452 more distinct outputs from 1452 tiles\n" in done.stdout
+        errors = [(header, body) for header, body in found if "ZeroDivisionError" in body]
+        assert [header for header, _ in errors] == ["[736 tiles: 0-1470:2]"]
+    finally:
+        booted.halt()
+
+
+@pytest.mark.scale
+def test_a_32_chip_machine_is_usable(runtime_dir):
+    from daemon_harness import Booted, unique_name
+    from ipuos._rundir import machine_paths
+    from ipuos._spawn import boot
+
+    paths = machine_paths(unique_name("big"))
+    info = boot(paths, "mk2", 32)
+    booted = Booted(paths.name, paths, info["pid"])
+    try:
+        code = "x = __tileid\nprint(__tileid % 7)\nprint(allreduce(x) == 47103 * 47104 // 2)\n"
+        done = repl(booted, code, timeout=600)
+        assert (done.returncode, done.stderr) == (0, "")
+        found = groups(done.stdout)
+        assert found[0] == ("[6730 tiles: 0-47103:7]", "0\n") and len(found) == 8
+        assert found[-1] == ("[47104 tiles: 0-47103]", "True\n")
+    finally:
+        booted.halt()

@@ -1,0 +1,122 @@
+"""``Machine.repl``: interpreters on tiles whose namespaces persist between blocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import ipuos
+from ipuos.scheduler import TileBusyError
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with ipuos.Machine("tiny") as machine:
+        yield machine
+
+
+def test_names_persist_between_blocks(machine):
+    repl = machine.repl("0-3")
+    assert repl.run("x = __tileid * 10").ok
+    result = repl.run("print(x + 1)")
+    assert result.outputs() == {0: "1\n", 1: "11\n", 2: "21\n", 3: "31\n"}
+    repl.run("def twice(v):\n    return 2 * v\n")
+    assert repl.run("print(twice(x))").outputs()[3] == "60\n"
+
+
+def test_a_bare_expression_shows_its_value(machine):
+    repl = machine.repl("0-1")
+    result = repl.run("__tileid + 40")
+    assert result.outputs() == {0: "40\n", 1: "41\n"}
+    assert repl.run("None").outputs() == {0: "", 1: ""}
+    assert repl.run("print(_)").outputs() == {0: "40\n", 1: "41\n"}  # the last value shown
+
+
+def test_primitives_are_rebound_to_each_block(machine):
+    repl = machine.repl("0-7")
+    repl.run("def total():\n    return allreduce(__tileid)\n")
+    assert repl.run("print(total())").format() == "[8 tiles: 0-7]\n28\n"
+    assert repl.run("print(total())").format() == "[8 tiles: 0-7]\n28\n"  # a new job, same name
+
+
+def test_one_tiles_exception_is_grouped_output_not_an_abort(machine):
+    repl = machine.repl("0-5")
+    result = repl.run("print(10 // (__tileid % 3))")
+    text = result.format()
+    assert "[2 tiles: 0,3]\nTraceback (most recent call last):" in text
+    assert "ZeroDivisionError: integer division or modulo by zero" in text
+    assert "[2 tiles: 1,4]\n10\n" in text and "[2 tiles: 2,5]\n5\n" in text
+    assert result.exit_status == 1
+    assert repl.run("print('still here')").ok  # the failure left every namespace intact
+
+
+def test_tiledata_is_split_once_and_kept(machine):
+    repl = machine.repl("0-3", data="a\nb\nc\nd\n")
+    assert repl.run("print(__tiledata.strip())").outputs() == {0: "a\n", 1: "b\n", 2: "c\n", 3: "d\n"}
+    repl.run("__tiledata = 'changed'")
+    assert repl.run("print(__tiledata)").outputs()[2] == "changed\n"
+
+
+def test_files_and_cwd_persist(machine):
+    repl = machine.repl("2")
+    repl.run("import os\nos.mkdir('/repl-dir')\nos.chdir('/repl-dir')\nf = open('notes', 'w')")
+    repl.run("f.write('kept open between blocks')\nf.close()")
+    assert repl.run("print(os.getcwd(), open('notes').read())").outputs() == {
+        2: "/repl-dir kept open between blocks\n"}
+
+
+def test_syntax_errors_stop_before_any_tile_runs(machine):
+    repl = machine.repl("0-1")
+    with pytest.raises(SyntaxError):
+        repl.launch("x = = 1")
+
+
+def test_interrupting_a_block(machine):
+    repl = machine.repl("0-3")
+    handle = repl.launch("while True:\n    pass\n")
+    time.sleep(0.2)
+    handle.interrupt("stop it")
+    result = handle.wait(10)
+    assert result.exit_status == 130 and "stop it" in result.format()
+    assert repl.run("print('alive')").format() == "[4 tiles: 0-3]\nalive\n"
+
+
+def test_a_busy_tile_refuses_a_block(machine):
+    repl = machine.repl("0-1")
+    handle = machine.launch("while True:\n    sync()\n", tiles="1")
+    try:
+        with pytest.raises(TileBusyError):
+            repl.launch("pass")
+    finally:
+        handle.interrupt()
+        handle.wait(10)
+
+
+def test_close_forgets_namespaces(machine):
+    repl = machine.repl("0")
+    repl.run("secret = 1")
+    repl.close()
+    assert "NameError" in repl.run("print(secret)").format()
+
+
+def test_programs_get_their_arguments(machine):
+    result = machine.run("print(__args)", tiles="0", argv=["prog.py", "-v", "x"], filename="prog.py")
+    assert result.outputs() == {0: "['prog.py', '-v', 'x']\n"}
+    assert machine.run("print(__args)", tiles="0", filename="p.py").outputs() == {0: "['p.py']\n"}
+
+
+def test_blocks_from_two_threads_on_disjoint_tiles(machine):
+    left, right = machine.repl("0-3"), machine.repl("4-7")
+    results = {}
+
+    def run(name, repl):
+        results[name] = repl.run("print(allreduce(1))").format()
+
+    threads = [threading.Thread(target=run, args=item) for item in (("l", left), ("r", right))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == {"l": "[4 tiles: 0-3]\n4\n", "r": "[4 tiles: 4-7]\n4\n"}

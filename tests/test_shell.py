@@ -1,0 +1,302 @@
+"""The shell through a real daemon, non-interactively: ``ipuos shell -c`` and piped stdin.
+
+Every command here runs on tile 0 of a real machine; files of other tiles are reached as
+``/tiles/N/...``. Errors must be one ``cmd: path: reason`` line and a status, never a
+Python traceback. (The interactive terminal is tested through a pty in test_shell_pty.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from daemon_harness import IPUOS, runtime_dir, shared_machine, wait_for  # noqa: F401
+
+
+def shell(booted, text=None, *, stdin=None, cwd=None, env=None, timeout=60, user_code=False):
+    """Run the shell; no traceback may appear unless ``user_code`` (a Python error in the
+    user's own code is reported as Python reports it)."""
+    args = [IPUOS, "shell"] + (["-c", text] if text is not None else [])
+    done = subprocess.run(args, input=stdin, capture_output=True, text=True, cwd=cwd,
+                          env=env or booted.env(), timeout=timeout)
+    if not user_code:
+        assert "Traceback" not in done.stderr + done.stdout, done.stderr
+    return done
+
+
+def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
+    done = shell(shared_machine, "mkdir /order; echo one > /order/a; ls /order; cat /order/a")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "a\none\n", "")
+    done = shell(shared_machine, "ls /order/missing")
+    assert done.returncode == 1
+    assert done.stderr == "ls: /order/missing: No such file or directory\n"
+    assert shell(shared_machine, "ls /order/missing; echo recovered").returncode == 0
+
+
+@pytest.mark.parametrize("setup, line, message, status", [
+    ("mkdir /e1", "cat /e1", "cat: /e1: Is a directory", 1),
+    ("mkdir -p /e2/d; touch /e2/d/f", "rmdir /e2/d", "rmdir: /e2/d: Directory not empty", 1),
+    ("mkdir /e3", "mkdir /e3", "mkdir: /e3: File exists", 1),
+    ("touch /e4", "cd /e4", "cd: /e4: Not a directory", 1),
+    ("mkdir /e5", "rm /e5", "rm: /e5: Is a directory", 1),
+    ("", "mkdir /no/such/parent", "mkdir: /no/such/parent: No such file or directory", 1),
+    ("", "cat /tiles/99/x", "cat: /tiles/99/x: No such file or directory", 1),
+    ("", "rm -r /tiles/3", "rm: /tiles/3: a tile's files are not removed wholesale", 1),
+    ("", "rm -r /", "rm: /: refusing to remove the root directory", 1),
+    ("touch /e6", "mv /e6 /tiles/2", None, 0),
+    ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
+    ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
+    ("", "ls | wc", "sh: syntax error near '|': pipes are not supported", 2),
+    ("", "echo hi > /", "sh: /: Is a directory", 1),
+    ("", "run /missing.py", "run: /missing.py: No such file or directory", 1),
+    ("", "kill 4242", "kill: 4242: no such job", 1),
+    ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
+    ("", "put /x", "put: x: this command is carried out", None),
+])
+def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, message, status):
+    if setup:
+        assert shell(shared_machine, setup).returncode == 0
+    if line.startswith("put"):
+        # the terminal does put; only a client that is not the terminal reaches tile 0 with it
+        done = _exec_raw(shared_machine, line)
+        assert "carried out by the terminal front-end" in done["output"][0][1]
+        return
+    done = shell(shared_machine, line)
+    assert done.returncode == status, done.stderr
+    if message is not None:
+        assert done.stderr.startswith(message), done.stderr
+        assert done.stderr.count("\n") == message.count("\n") + 1
+
+
+def _exec_raw(booted, line):
+    """Send a line straight to the daemon, as a client other than the terminal could."""
+    from ipuos._cli_shell import DaemonTransport
+
+    transport = DaemonTransport(booted.paths)
+    try:
+        out = []
+        result = transport.execute(line, on_output=lambda stream, text: out.append([stream, text]))
+        result["output"] = out
+        return result
+    finally:
+        transport.close()
+
+
+def test_piped_lines_share_one_session(shared_machine):
+    done = shell(shared_machine, stdin="cd /tiles/2\npwd\necho from-a-pipe > piped\ncat /tiles/2/piped\n")
+    assert done.returncode == 0
+    assert done.stdout == "/tiles/2\nfrom-a-pipe\n"
+
+
+def test_unknown_commands_never_reach_the_host(shared_machine, tmp_path):
+    marker = tmp_path / "ran-on-the-host"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("frobnicate", "sh", "python3"):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        script.chmod(0o755)
+    env = shared_machine.env(PATH=f"{bin_dir}:{os.environ['PATH']}")
+    done = shell(shared_machine, "frobnicate --now; sh -c 'touch x'; python3", env=env)
+    assert done.returncode == 127
+    assert done.stderr.splitlines() == [
+        "frobnicate: command not found (help lists the commands)",
+        "sh: command not found (help lists the commands)",
+        "python3: command not found (help lists the commands)",
+    ]
+    assert not marker.exists()
+
+
+def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
+    data = os.urandom(100_000) + bytes(range(256)) * 3
+    (tmp_path / "blob.bin").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "back").mkdir()
+    done = shell(shared_machine, "mkdir /chip/in; put blob.bin /chip/in; put empty /tiles/7/empty; "
+                 "get /chip/in/blob.bin back; get /tiles/7/empty back/empty2; ls -l /chip/in; rm -r /chip/in",
+                 cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "back" / "blob.bin").read_bytes() == data
+    assert (tmp_path / "back" / "empty2").read_bytes() == b""
+    assert f" {len(data)} " in done.stdout
+    done = shell(shared_machine, "put no-such-file /chip; get /chip/nothing here", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["put: no-such-file: No such file or directory",
+                                        "get: /chip/nothing: No such file or directory"]
+    assert not (tmp_path / "here").exists()
+
+
+def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
+    lines = "".join(f"line {i} of a file on tile 3\n" for i in range(150))  # several exchange chunks
+    (tmp_path / "text").write_text(lines)
+    done = shell(shared_machine, "mkdir -p /tiles/3/src/sub; put text /tiles/3/src/a.txt; "
+                 "echo small > /tiles/3/src/sub/b.txt; "
+                 "cp /tiles/3/src/a.txt /tiles/9/copied.txt; cp -r /tiles/3/src /chip/tree; "
+                 "cp /chip/tree/sub/b.txt /b.txt; "
+                 "get /tiles/9/copied.txt one; get /chip/tree/a.txt two; cat /chip/tree/sub/b.txt /b.txt",
+                 cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "one").read_text() == lines and (tmp_path / "two").read_text() == lines
+    assert done.stdout == "small\nsmall\n"
+    done = shell(shared_machine, "cp /tiles/3/src /chip/nope; cp /b.txt /tiles/0/b.txt; cp -r /chip/tree /chip/tree/sub")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "cp: /tiles/3/src: is a directory (use cp -r)",
+        "cp: /b.txt and /tiles/0/b.txt are the same file",
+        "cp: cannot copy or move /chip/tree into itself (/chip/tree/sub/tree)",
+    ]
+
+
+def test_mv_between_filesystems_copies_then_removes(shared_machine):
+    done = shell(shared_machine, "mkdir -p /tiles/4/m/d; echo moved > /tiles/4/m/d/f; "
+                 "mv /tiles/4/m /chip/m; cat /chip/m/d/f; ls /tiles/4/m")
+    assert done.returncode == 1
+    assert done.stdout == "moved\n"
+    assert done.stderr == "ls: /tiles/4/m: No such file or directory\n"
+    done = shell(shared_machine, "mv /chip/m/d/f /chip/m/g; ls /chip/m")
+    assert done.stdout == "d/\ng\n"
+
+
+def test_globs_redirection_head_and_tail(shared_machine):
+    numbers = "; ".join(f"echo {i} >> /g/n.txt" for i in range(1, 21))
+    done = shell(shared_machine, f"mkdir /g; {numbers}; touch /g/a.log /g/b.log /g/.hidden.log; "
+                 "ls /g/*.log; head -n 3 /g/n.txt; tail -2 /g/n.txt; rm /g/*.log; ls -a /g")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("/g/a.log\n/g/b.log\n" "1\n2\n3\n" "19\n20\n" "./\n../\n.hidden.log\nn.txt\n"
+                           ).replace("./\n../\n", ".\n..\n")
+    assert shell(shared_machine, "ls /g/*.none").stderr == "ls: /g/*.none: No such file or directory\n"
+
+
+def test_long_output_streams_whole(shared_machine, tmp_path):
+    text = "".join(f"{i:06d} some text to make a long line of output\n" for i in range(2000))
+    (tmp_path / "long").write_text(text)  # ~94 KB: streams in several pieces
+    done = shell(shared_machine, "put long /chip/long; cat /chip/long; rm /chip/long", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == text
+
+
+def test_tree_stat_du(shared_machine):
+    shell(shared_machine, "mkdir -p /tiles/6/t/a/b; echo 12345 > /tiles/6/t/a/f; touch /tiles/6/t/a/b/g")
+    done = shell(shared_machine, "tree /tiles/6/t; du -s /tiles/6/t; stat /tiles/6/t/a/f")
+    assert done.returncode == 0
+    assert "/tiles/6/t\n└── a/\n    ├── b/\n    │   └── g\n    └── f\n\n2 directories, 2 files\n" in done.stdout
+    assert "6\t/tiles/6/t\n" in done.stdout
+    assert "  Type: regular file\n  Size: 6\n" in done.stdout
+    assert "served by tile 6" in done.stdout
+
+
+def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_path):
+    (tmp_path / "prog.py").write_text(
+        "words = __tiledata.split()\n"
+        "print(__args[1:], allreduce(len(words)), __tileid % 2)\n")
+    (tmp_path / "data.txt").write_text("a b\nc\nd e f\ng\n")
+    (tmp_path / "exit3.py").write_text("exit(3)\n")
+    (tmp_path / "bad.py").write_text("x = = 1\n")
+    done = shell(shared_machine, "mkdir /chip/p; put prog.py /chip/p; put data.txt /chip/p; "
+                 "put exit3.py /chip/p; put bad.py /chip/p; cd /chip/p; "
+                 "run prog.py --tiles 0-3 --data data.txt one --two", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("[2 tiles: 0,2]\n['one', '--two'] 7 0\n"
+                           "[2 tiles: 1,3]\n['one', '--two'] 7 1\n")
+    assert shell(shared_machine, "run /chip/p/exit3.py --tiles 0-1").returncode == 3
+    done = shell(shared_machine, "run /chip/p/bad.py; run /chip/p/prog.py --tiles 0-99")
+    assert done.stderr.splitlines() == [
+        "run: /chip/p/bad.py: syntax error at line 1: invalid syntax",
+        "run: --tiles: bad tile specification '0-99': no tile 99 on this machine (it has tiles 0-15)",
+    ]
+
+
+def test_python_on_tile_0_keeps_its_names(shared_machine):
+    done = shell(shared_machine, "python -c 'x = 6'; python -c 'print(x * 7, __tileid, __numtiles)'; "
+                 "python -c 'import os; print(os.listdir(\"/\") == sorted(os.listdir(\"/\")))'")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "42 0 1"
+    done = shell(shared_machine, "python -c '1/0'", user_code=True)
+    assert done.returncode == 1
+    assert "ZeroDivisionError: division by zero" in done.stdout
+    done = shell(shared_machine, "python -c 'x = = 1'")
+    assert done.returncode == 1 and "SyntaxError" in done.stderr
+
+
+def test_python_mode_from_a_pipe(shared_machine):
+    done = shell(shared_machine, stdin="python\nfor i in range(3):\n    print(i * i)\n\ntotal = 5\n"
+                 "total + 1\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("0\n1\n4\n6\n")
+
+
+def test_ps_names_jobs_and_kill_stops_them(shared_machine):
+    with open(os.devnull, "w") as sink:
+        runner = subprocess.Popen([IPUOS, "run", "-", "--tiles", "10-12"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=sink, text=True, env=shared_machine.env())
+    runner.stdin.write("while True:\n    sync()\n")
+    runner.stdin.close()
+    try:
+        def listed():
+            out = shell(shared_machine, "ps").stdout
+            return out if "10-12" in out else None
+
+        listing = wait_for(listed, timeout=30, what="the job in ps")
+        line = next(line for line in listing.splitlines() if "10-12" in line)
+        job = line.split()[0]
+        assert shell(shared_machine, f"kill {job}").returncode == 0
+        assert runner.wait(30) == 130
+        assert "killed with `kill" in runner.stdout.read()
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+
+
+def test_df_free_and_mounts(shared_machine):
+    done = shell(shared_machine, "df; free; free --tiles 0-1; mount")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["Filesystem", "Size", "Used", "Avail", "Use%", "Mounted", "on"]
+    assert [line.split()[-1] for line in lines[1:4]] == ["/", "/chip", "/tiles"]
+    assert lines[3].split()[:4] == ["16", "tile", "disks", "256K"]
+    assert "SRAM of 16 tiles: 1.0M total" in done.stdout
+    assert any(line.split()[:3] == ["disk", "16", "256K"] for line in lines)
+    assert any(line.split()[:3] == ["1", "44K", "20K"] for line in lines)  # tile 1, tile by tile
+    assert "chip disk on /chip type littlefs (rw)" in done.stdout
+    done = shell(shared_machine, "mount --ram 8K /ram; echo in-sram > /ram/f; cat /ram/f; df; "
+                 "umount /ram; ls /ram")
+    assert done.stdout.startswith("mounted a 8.0K RAM disk (tile 0's SRAM) on /ram\nin-sram\n")
+    assert any(line.split()[-1] == "/ram" for line in done.stdout.splitlines())
+    assert done.stderr == "ls: /ram: No such file or directory\n"
+
+
+def test_help_lists_every_command(shared_machine):
+    done = shell(shared_machine, "help; help cp; help nope")
+    assert done.returncode == 1
+    for name in ("ls", "cp", "multirepl", "put", "get", "history"):
+        assert f"  {name} " in done.stdout
+    assert "usage: cp [-r] SRC... DEST" in done.stdout
+    assert done.stderr == "help: nope: no such command (help lists them)\n"
+
+
+def test_exit_sets_the_status(shared_machine):
+    assert shell(shared_machine, "echo a; exit 4; echo never").returncode == 4
+    done = shell(shared_machine, stdin="echo a\nexit\necho never\n")
+    assert (done.returncode, done.stdout) == (0, "a\n")
+
+
+def test_shell_starts_the_default_machine_when_none_runs(runtime_dir, tmp_path):
+    from daemon_harness import Booted, unique_name
+    from ipuos._rundir import lock_holder, machine_paths
+
+    name = unique_name("sh")
+    env = dict(os.environ, IPUOS_MACHINE=name)
+    done = subprocess.run([IPUOS, "shell", "--preset", "tiny", "-c", "ls /tiles/15"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    paths = machine_paths(name)
+    try:
+        assert done.returncode == 0, done.stderr
+        assert f"started machine {name!r}" in done.stderr
+    finally:
+        Booted(name, paths, lock_holder(paths.lock) or 0).halt()
+
+
+def test_tiles_list_in_numeric_order(shared_machine):
+    done = shell(shared_machine, "ls /tiles")
+    assert done.stdout == "".join(f"{tile}/\n" for tile in range(16))

@@ -1,0 +1,110 @@
+"""The shell's line grammar, block detection and completion of words: pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from ipuos.shell import COMMANDS, ShellSyntaxError, block_complete, parse_line, quote
+from ipuos.shell._complete import _current_word, complete_host_path, host_word
+
+
+def argvs(line):
+    return [command.argv for command in parse_line(line)]
+
+
+def test_words_and_semicolons():
+    assert argvs("mkdir /d; ls /") == [["mkdir", "/d"], ["ls", "/"]]
+    assert argvs("  ls   -l  ") == [["ls", "-l"]]
+    assert argvs(";;") == []
+    assert argvs("a\nb") == [["a"], ["b"]]
+
+
+def test_quoting_keeps_blanks_and_specials():
+    assert argvs("echo 'a b;c' \"d > e\" f\\ g") == [["echo", "a b;c", "d > e", "f g"]]
+    assert argvs('echo "say \\"hi\\"" \'it\'\'s\'') == [["echo", 'say "hi"', "its"]]
+    assert argvs("echo a\\;b") == [["echo", "a;b"]]
+
+
+def test_command_text_is_kept_for_the_front_end():
+    commands = parse_line("put a.txt /chip ; ls -l /chip")
+    assert [c.text for c in commands] == ["put a.txt /chip", "ls -l /chip"]
+
+
+def test_redirection():
+    (command,) = parse_line("echo hi >> /log")
+    assert command.argv == ["echo", "hi"]
+    assert command.redirect[0].text == "/log" and command.redirect[1] is True
+    (command,) = parse_line("echo hi>/f")
+    assert command.argv == ["echo", "hi"] and command.redirect[0].text == "/f"
+    assert command.redirect[1] is False
+
+
+def test_comments():
+    assert argvs("ls / # list the root") == [["ls", "/"]]
+    assert argvs("echo a#b") == [["echo", "a#b"]]
+
+
+def test_globs_are_marked_unless_quoted():
+    (command,) = parse_line("rm *.txt 'x*' \"y?\" plain")
+    patterns = [word.pattern for word in command.words]
+    assert patterns == [None, "*.txt", None, None, None]
+    (command,) = parse_line("ls 'a*'b*")
+    assert command.words[1].text == "a*b*"
+    assert command.words[1].pattern == "a[*]b*"  # the quoted star matches itself only
+
+
+@pytest.mark.parametrize("line, message", [
+    ("ls | wc", "pipes are not supported"),
+    ("sleep 1 &", "not supported"),
+    ("cat < f", "input redirection"),
+    ("echo `id`", "command substitution"),
+    ("echo $(id)", "command substitution"),
+    ("echo 'open", "unterminated ' quote"),
+    ('echo "open', 'unterminated " quote'),
+    ("echo >", "needs a file name"),
+    ("> f", "needs a command"),
+    ("echo a > f > g", "only one redirection"),
+])
+def test_what_sh_would_read_differently_is_an_error(line, message):
+    with pytest.raises(ShellSyntaxError, match=message.replace("(", r"\(")):
+        parse_line(line)
+
+
+def test_quote_round_trips():
+    for text in ["plain", "a b", "it's", "semi;colon", "", "*"]:
+        assert argvs(f"echo {quote(text)}") == [["echo", text]]
+
+
+def test_block_complete_follows_the_interactive_interpreter():
+    assert block_complete("x = 1")
+    assert not block_complete("for i in range(3):")
+    assert not block_complete("for i in range(3):\n    print(i)")
+    assert block_complete("for i in range(3):\n    print(i)\n")
+    assert not block_complete("f(1,")
+    assert block_complete("f(1,\n  2)")
+    assert block_complete("x = = 1")  # broken beyond repair: the tiles report it
+
+
+def test_current_word_for_completion():
+    assert _current_word("mk") == (0, "mk", "")
+    assert _current_word("ls /ch") == (3, "/ch", "ls ")
+    assert _current_word("mkdir x; ls /a\\ b") == (12, "/a b", " ls ")
+    assert _current_word("echo hi > /tm") == (10, "/tm", "echo hi > ")
+
+
+def test_the_command_table_covers_the_shell():
+    expected = {"help", "ls", "cd", "pwd", "cat", "head", "tail", "echo", "touch", "mkdir", "rm",
+                "rmdir", "mv", "cp", "tree", "stat", "df", "du", "free", "mount", "umount", "ps",
+                "kill", "run", "python", "multirepl", "history", "clear", "exit", "put", "get"}
+    assert set(COMMANDS) == expected
+    terminal = {name for name, spec in COMMANDS.items() if spec.terminal}
+    assert terminal == {"put", "get", "history", "clear", "exit"}
+    assert all(spec.summary and spec.usage.startswith(name) for name, spec in COMMANDS.items())
+
+
+def test_host_paths_of_put_and_get_are_completed_on_the_host():
+    assert host_word("put ~/da") == (4, "~/da")
+    assert host_word("get /chip/x ho") == (12, "ho")
+    assert host_word("get /ch") is None and host_word("put a /ch") is None and host_word("ls a") is None
+    listing = {"dir/": [("data.txt", False), ("deep", True), (".dot", False)]}
+    assert complete_host_path("dir/d", lambda d: listing[d]) == ["dir/data.txt ", "dir/deep/"]

@@ -1,0 +1,229 @@
+"""The interactive shell through a real pseudo-terminal (pexpect): what a user at a
+terminal sees and types, against a real daemon.
+
+prompt_toolkit draws the screen with escape sequences (a trailing space of the prompt is
+a cursor move, for one), and redraws the prompt with the accepted line when Enter is
+pressed. So a *new* prompt is recognised by what only a new prompt starts with: the
+switch into bracketed-paste mode (ESC[?2004h), then the prompt text; what commands
+print is compared with escape sequences stripped.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import time
+
+import pytest
+from daemon_harness import IPUOS, machine, run_cli, runtime_dir, shared_machine, wait_for  # noqa: F401
+
+pexpect = pytest.importorskip("pexpect")
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\r")
+_NEW_PROMPT = "\x1b\\[\\?2004h[^\n]*?"
+
+
+def new_prompt(text: str) -> str:
+    """A regex for a freshly drawn prompt ``text``."""
+    return _NEW_PROMPT + re.escape(text)
+
+
+def plain(text: str) -> str:
+    return _ESCAPES.sub("", text)
+
+
+class Terminal:
+    """``ipuos shell`` (or ``ipuos repl``) on a pty, with a private home for its history."""
+
+    def __init__(self, booted, home, *args: str, command: str = "shell"):
+        env = booted.env(HOME=str(home), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+        env.pop("XDG_DATA_HOME", None)
+        self.child = pexpect.spawn(IPUOS, [command, *args], env=env, encoding="utf-8", timeout=30,
+                                   dimensions=(40, 120))
+
+    def prompt(self, cwd: str = "/") -> str:
+        """Wait for the shell's prompt; returns what was printed before it, plain."""
+        self.child.expect(new_prompt(f"ipuos:{cwd}$"))
+        return plain(self.child.before)
+
+    def run(self, line: str, cwd: str = "/") -> str:
+        """Type a line, wait for the next prompt; returns the output (the echo removed)."""
+        self.child.sendline(line)
+        out = self.prompt(cwd)
+        return out.split("\n", 1)[1] if "\n" in out else ""  # the first line: the redrawn input
+
+    def expect(self, pattern: str) -> str:
+        self.child.expect(pattern)
+        return plain(self.child.before)
+
+    def expect_prompt(self, text: str) -> str:
+        """Wait for a new prompt ``text`` (``>>>``, ``...``); returns what came before."""
+        return self.expect(new_prompt(text))
+
+    def finish(self) -> int:
+        self.child.expect(pexpect.EOF)
+        self.child.close()
+        return self.child.exitstatus
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+@pytest.fixture
+def terminal(shared_machine, tmp_path):
+    opened = []
+
+    def open_terminal(*args, command="shell"):
+        term = Terminal(shared_machine, tmp_path, *args, command=command)
+        opened.append(term)
+        return term
+
+    yield open_terminal
+    for term in opened:
+        term.close()
+
+
+def test_prompt_commands_errors_and_ctrl_d(terminal):
+    term = terminal()
+    term.prompt()
+    assert term.run("mkdir /pty1; echo hello > /pty1/f; cat /pty1/f") == "hello\n"
+    assert term.run("ls /pty1/nope") == "ls: /pty1/nope: No such file or directory\n"
+    assert term.run("cd /pty1", cwd="/pty1") == ""
+    assert term.run("pwd", cwd="/pty1") == "/pty1\n"
+    assert term.run("frobnicate", cwd="/pty1") == "frobnicate: command not found (help lists the commands)\n"
+    term.child.sendeof()
+    assert term.finish() == 127  # the status of the last command
+
+
+def test_exit_with_a_status(terminal):
+    term = terminal()
+    term.prompt()
+    term.child.sendline("exit 3")
+    assert term.finish() == 3
+
+
+def test_tab_completes_commands_and_paths(terminal):
+    term = terminal()
+    term.prompt()
+    term.run("mkdir -p /complete-me/inner; echo tab-content > /complete-me/inner/only-file")
+    term.child.send("mkd\t")  # -> "mkdir "
+    term.expect("mkdir")
+    term.child.sendline("/made-by-tab")
+    term.prompt()
+    assert "made-by-tab/" in term.run("ls /")
+    term.child.send("cd /complete-m\t")  # -> "cd /complete-me/"
+    term.expect("complete-me/")
+    term.child.send("in\t")  # -> "cd /complete-me/inner/"
+    term.expect("inner/")
+    term.child.sendline("")
+    term.prompt("/complete-me/inner")
+    term.child.send("cat only\t")  # a file completes (with a space after it)
+    term.expect("only-file")
+    term.child.sendline("")
+    assert term.prompt("/complete-me/inner").split("\n", 1)[1] == "tab-content\n"
+
+
+def test_history_persists_across_sessions(terminal, tmp_path):
+    term = terminal()
+    term.prompt()
+    term.run("echo remembered-line")
+    term.child.sendeof()
+    term.finish()
+    history = tmp_path / ".local" / "share" / "ipuos" / "history"
+    assert "remembered-line" in history.read_text()
+    assert stat.S_IMODE(history.stat().st_mode) == 0o600
+    assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700
+
+    term = terminal()
+    term.prompt()
+    assert "echo remembered-line" in term.run("history")
+    term.child.send("\x1b[A\x1b[A")  # up twice: past "history" to the line of the last session
+    term.child.sendline("")
+    assert "remembered-line" in term.prompt()
+
+
+def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
+    term = terminal()
+    term.prompt()
+    term.run("echo 'while True: pass' > /spin.py")
+    term.child.sendline("run /spin.py --tiles 1-3")
+    wait_for(lambda: "spin.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
+             what="the program to run")
+    time.sleep(0.3)
+    term.child.sendintr()
+    out = term.prompt()
+    assert "[3 tiles: 1-3]\ninterrupted (Ctrl-C)\n" in out
+    assert term.run("echo still-working") == "still-working\n"
+    assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
+
+
+def test_ctrl_c_at_the_prompt_clears_the_line(terminal):
+    term = terminal()
+    term.prompt()
+    term.child.send("echo never-run")
+    term.child.sendintr()
+    term.prompt()
+    assert term.run("echo after") == "after\n"
+
+
+def test_python_mode_runs_blocks_on_tile_0(terminal):
+    term = terminal()
+    term.prompt()
+    term.child.sendline("python")
+    term.expect_prompt(">>>")
+    term.child.sendline("for i in range(3):")
+    term.expect_prompt("...")
+    term.child.sendline("    print('row', i)")
+    term.expect_prompt("...")
+    term.child.sendline("")
+    out = term.expect_prompt(">>>")
+    assert "row 0\nrow 1\nrow 2\n" in out
+    term.child.sendline("kept = __tileid + 100")
+    term.expect_prompt(">>>")
+    term.child.sendline("kept")
+    assert "100\n" in term.expect_prompt(">>>")
+    term.child.sendeof()  # back to the shell, not out of it
+    term.prompt()
+    assert term.run("python -c 'print(kept)'") == "100\n"  # the namespace lives on
+
+
+def test_multirepl_in_the_shell(terminal):
+    term = terminal()
+    term.prompt()
+    term.child.sendline("multirepl --tiles 0-5")
+    term.expect_prompt("[0-5]>>>")
+    term.child.sendline("x = __tileid % 2")
+    term.expect_prompt("[0-5]>>>")
+    term.child.sendline("print('parity', x)")
+    out = term.expect_prompt("[0-5]>>>")
+    assert "[3 tiles: 0-4:2]\nparity 0\n[3 tiles: 1-5:2]\nparity 1\n" in out
+    term.child.sendline("exit()")
+    term.prompt()
+
+
+def test_ipuos_repl_from_the_host(terminal, tmp_path):
+    data = tmp_path / "lines.txt"
+    data.write_text("".join(f"{i}\n" for i in range(8)))
+    term = terminal("--tiles", "0-7", "--data", str(data), command="repl")
+    term.expect_prompt("[0-7]>>>")
+    term.child.sendline("print(allreduce(int(__tiledata)))")
+    assert "[8 tiles: 0-7]\n28\n" in term.expect_prompt("[0-7]>>>")
+    term.child.sendeof()
+    assert term.finish() == 0
+
+
+def test_the_shell_ends_cleanly_when_its_machine_halts(machine, tmp_path):
+    term = Terminal(machine, tmp_path)
+    try:
+        term.prompt()
+        halted = run_cli("halt", env=machine.env())
+        assert halted.returncode == 0, halted.stderr
+        term.child.sendline("ls /")
+        out = term.expect(pexpect.EOF)
+        assert f"ipuos: no machine named {machine.name!r} is running" in out
+        assert "Traceback" not in out
+        term.child.close()
+        assert term.child.exitstatus == 1
+    finally:
+        term.close()

@@ -1,0 +1,126 @@
+"""The shell's kernel services on tile 0 of an in-process machine: sessions, completion,
+interrupts of commands that are not jobs, streaming. (The daemon and the terminal around
+them are tested in test_shell and test_shell_pty.)"""
+
+from __future__ import annotations
+
+import pytest
+
+import ipuos
+from ipuos._cmd_shell import _DaemonShellHost
+from ipuos.shell import EXIT_INTERRUPTED, ShellServer
+
+
+class _Host:
+    """The little of the daemon's MachineHost that the shell host uses."""
+
+    def __init__(self, machine):
+        self.machine = machine
+        self._jobs = {}
+
+    def add_job(self, job):
+        self._jobs[job.id] = job
+
+    def remove_job(self, job_id):
+        self._jobs.pop(job_id, None)
+
+    def jobs(self):
+        return list(self._jobs.values())
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ipuos.Machine("tiny") as machine:
+        server = ShellServer(machine.scheduler, machine.storage.vfs, _DaemonShellHost(_Host(machine)))
+        server.install()
+        yield server
+
+
+def call(server, service, *args):
+    return server.scheduler.submit(0, service, *args).result(30)
+
+
+class Session:
+    def __init__(self, server):
+        self.server = server
+        self.id = call(server, "shell.open", None, 0)["session"]
+        self.seq = 0
+        self.streamed = []
+
+    def run(self, line, emit=None):
+        self.seq += 1
+        result = call(self.server, "shell.exec", self.id, self.seq, line, b"", False, 0,
+                      emit or self.streamed.extend)
+        result["text"] = "".join(text for _, text in self.streamed + result["output"])
+        self.streamed = []
+        return result
+
+    def complete(self, text):
+        return call(self.server, "shell.complete", self.id, text)
+
+
+def test_sessions_have_their_own_directory(server):
+    one, two = Session(server), Session(server)
+    one.run("mkdir -p /s1 /s2")
+    assert one.run("cd /s1")["cwd"] == "/s1"
+    assert two.run("cd /s2")["prompt"] == "ipuos:/s2$ "
+    assert one.run("pwd")["text"] == "/s1\n"
+    assert one.run("touch here; ls /s1; ls /s2")["text"] == "here\n"
+
+
+def test_ctrl_c_stops_a_long_command_between_steps(server):
+    session = Session(server)
+    for index in range(6):  # ~96 KB on the chip disk: several flushes of output
+        session.run(f"python -c \"open('/chip/big{index}', 'w').write('x' * 16000 + '\\\\n')\"")
+    pieces = []
+
+    def emit(batch):  # the first batch of output reaches the terminal: the user presses Ctrl-C
+        pieces.extend(batch)
+        server.interrupt(session.id, session.seq)
+
+    result = session.run("cat /chip/big0 /chip/big1 /chip/big2 /chip/big3 /chip/big4 /chip/big5; "
+                         "echo not-reached", emit=emit)
+    assert result["status"] == EXIT_INTERRUPTED
+    assert result["output"][-1] == ["err", "^C\n"]
+    printed = sum(len(text) for _, text in pieces + result["output"] if _ == "out")
+    assert 32 * 1024 <= printed < 6 * 16001
+    assert "not-reached" not in result["text"]
+    assert session.run("echo next")["text"] == "next\n"  # the mark is for that command only
+
+
+def test_an_interrupt_for_an_old_command_is_ignored(server):
+    session = Session(server)
+    session.run("echo one")
+    server.interrupt(session.id, session.seq)  # arrives late: that command is over
+    assert session.run("echo two")["status"] == 0
+
+
+def test_a_command_interrupted_before_it_started_never_runs(server):
+    session = Session(server)
+    server.interrupt(session.id, session.seq + 1)  # Ctrl-C while tile 0 was still busy
+    result = session.run("mkdir /never-made")
+    assert (result["status"], result["output"]) == (EXIT_INTERRUPTED, [["err", "^C\n"]])
+    assert session.run("ls /never-made")["status"] == 1
+
+
+def test_completion_of_commands_and_paths(server):
+    session = Session(server)
+    session.run("mkdir -p '/comp/with space' /comp/dir; touch /comp/file /comp/.hidden")
+    assert session.complete("mkd") == (0, ["mkdir "])
+    assert session.complete("m") == (0, ["mkdir ", "mount ", "multirepl ", "mv "])
+    assert session.complete("ls /comp/") == (3, ["/comp/dir/", "/comp/file ", "/comp/with\\ space/"])
+    assert session.complete("ls /comp/.") == (3, ["/comp/.hidden "])
+    assert session.complete("echo hi > /comp/f") == (10, ["/comp/file "])
+    assert session.complete("kill ") == (5, [])  # job numbers, not paths
+    session.run("cd /comp")
+    assert session.complete("cat fi") == (4, ["file "])
+    assert session.complete("ls /tiles/1") == (3, ["/tiles/1/", "/tiles/10/", "/tiles/11/", "/tiles/12/",
+                                                   "/tiles/13/", "/tiles/14/", "/tiles/15/"])
+
+
+def test_closing_a_session_forgets_it(server):
+    session = Session(server)
+    session.run("python -c 'x = 1'")
+    call(server, "shell.close", session.id)
+    with pytest.raises(LookupError, match="no shell session"):
+        session.run("echo gone")
