@@ -1,1 +1,365 @@
-"""CLI commands for backup (added to the ``ipuos`` group on import by ``_cli``)."""
+"""CLI commands for backups (added to the ``ipuos`` group on import by ``_cli``).
+
+``ipuos backup IMG`` and ``ipuos restore IMG`` ask the running machine's daemon, which
+reads and writes the image itself; ``boot --restore`` and ``halt --backup`` go through
+``_cli``'s boot and halt with the helpers here. ``ipuos image ...`` needs no machine: it
+reads the image file (see ``_backup_offline``).
+
+Long work shows a progress bar on stderr when it is a terminal (rich), nothing otherwise.
+Ctrl-C cancels a backup or restore cleanly (no partial image, machine untouched) and
+exits 130; a second Ctrl-C stops waiting. Exit statuses as everywhere: 0 ok, 1 an error
+(a damaged image, a refusal), 2 a usage error, 3 no such machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import click
+
+from ._backup_offline import OfflineError, device_entry, extract, list_dir, mounted, read_file
+from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, json_option, main, name_option
+from ._client import Client, DaemonError
+from ._image import ImageError, open_image
+from ._machine import EXIT_INTERRUPTED
+from ._presets import PRESETS
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A rich progress bar on stderr for a terminal; silent otherwise."""
+
+    _TITLES = {"waiting": "waiting for tiles", "writing": "backing up", "reading": "reading image",
+               "checking": "checking filesystems", "restoring": "restoring", "verifying": "verifying"}
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._bar = None
+        self._task = None
+        self._phase = None
+
+    def __enter__(self) -> "_Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def update(self, phase: str, done: int, total) -> None:
+        if not self.enabled:
+            return
+        if self._bar is None:
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                       TimeRemainingColumn, TransferSpeedColumn)
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._bar.start()
+        if phase == "waiting":
+            text = f"waiting for {done or total} tile{'s' if (done or total) != 1 else ''} to reach an exchange point"
+            if self._task is None:
+                self._task = self._bar.add_task(text, total=None)
+            self._bar.update(self._task, description=text)
+            return
+        if phase != self._phase or self._task is None:
+            if self._task is not None:
+                self._bar.remove_task(self._task)
+            self._task = self._bar.add_task(self._TITLES.get(phase, phase), total=total)
+            self._phase = phase
+        self._bar.update(self._task, completed=done, total=total)
+
+    def event(self, event: dict) -> None:
+        if event.get("event") == "progress":
+            self.update(str(event.get("phase")), int(event.get("done") or 0), event.get("total"))
+
+    def interrupted(self, count: int) -> None:
+        if count == 1 and self.enabled:
+            self.close()
+            click.echo("cancelling... (Ctrl-C again to stop waiting)", err=True)
+
+
+def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
+    """Run a long daemon command with a progress bar; Ctrl-C cancels it."""
+    with _Errors(), Client(paths) as client, _Progress(not quiet and _stderr_is_terminal()) as progress:
+        try:
+            return client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
+                               on_interrupt=progress.interrupted)
+        except DaemonError as exc:
+            progress.close()
+            if exc.code == "bad_tiles":
+                raise click.BadParameter(exc.message, param_hint="--tiles") from None
+            if exc.code == "cancelled":
+                _fail(exc.message, EXIT_INTERRUPTED)
+            raise
+        except KeyboardInterrupt:
+            progress.close()
+            _fail(f"stopped waiting; the machine is still finishing its {cmd} (see `ipuos ps`)",
+                  EXIT_INTERRUPTED)
+
+
+def _mib(n: int) -> str:
+    """A size for people: 3.0 KiB, 184.1 MiB, 1.2 GiB."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+# -- backup and restore -----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("image", type=click.Path(dir_okay=False))
+@click.option("--tiles", "tile_spec", default="all", show_default=True,
+              help="tiles whose disks to back up, e.g. 0-15; tile 0 brings the chip disk")
+@name_option
+@json_option
+def backup(image, tile_spec, name, as_json) -> None:
+    """Back up the machine's tile disks and chip disk to IMAGE, atomically.
+
+    The tiles are paused at an exchange point while their disks are copied, so the image
+    is consistent; IMAGE is replaced only once the new image is complete.
+    """
+    paths = _paths(name)
+    args = {"path": os.path.abspath(image), "tiles": tile_spec}
+    summary = _call_with_progress(paths, "backup", args, as_json)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    click.echo(f"backed up {summary['devices']} of machine {name!r} to {summary['path']}: "
+               f"{_mib(summary['device_bytes'])} of disks in a {_mib(summary['file_size'])} image "
+               f"({summary['seconds']:.2f} s)")
+
+
+@main.command()
+@click.argument("image", type=click.Path(dir_okay=False))
+@click.option("--tiles", "tile_spec", default=None,
+              help="restore only these tiles' disks from IMAGE (default: all it holds)")
+@name_option
+@json_option
+def restore(image, tile_spec, name, as_json) -> None:
+    """Restore the machine's disks from IMAGE.
+
+    The whole image is verified and every filesystem mounted in scratch memory first;
+    tiles running a program or holding open files are refused. Nothing changes unless
+    everything can.
+    """
+    paths = _paths(name)
+    if not os.path.exists(image):
+        _fail(f"image {image}: no such file")
+    args = {"path": os.path.abspath(image), "tiles": tile_spec}
+    summary = _call_with_progress(paths, "restore", args, as_json)
+    if as_json:
+        click.echo(json.dumps(summary, indent=1))
+        return
+    click.echo(f"restored {summary['devices']} of machine {name!r} from {summary['path']} "
+               f"({summary['seconds']:.2f} s)")
+
+
+# -- boot --restore and halt --backup (called by _cli) ----------------------------------------
+
+
+def boot_geometry(ctx: click.Context, image: str, preset: str, ipus: int) -> tuple[str, int]:
+    """The preset and IPUs to boot for ``--restore IMAGE``: the image's, unless given."""
+    try:
+        with open_image(image, verify=False) as img:
+            meta = img.meta
+    except ImageError as exc:
+        _fail(f"{exc}; no machine was started")
+    if ctx.get_parameter_source("preset") is click.core.ParameterSource.DEFAULT:
+        preset = meta.get("preset", preset)
+        if preset not in PRESETS:
+            _fail(f"image {image} was taken on a {preset!r} machine, which this ipuos does not know")
+    if ctx.get_parameter_source("ipus") is click.core.ParameterSource.DEFAULT:
+        ipus = meta.get("ipus", ipus)
+    return preset, ipus
+
+
+def halt_with_backup(client: Client, args: dict) -> dict:
+    """``halt --backup``: the halt call, with progress while the backup is written."""
+    with _Progress(_stderr_is_terminal()) as progress:
+        try:
+            return client.call("halt", args, wait=None, interruptible=True, on_event=progress.event,
+                               on_interrupt=progress.interrupted)
+        except DaemonError as exc:
+            progress.close()
+            if exc.code == "cancelled":
+                _fail(f"{exc.message}; the machine was not halted", EXIT_INTERRUPTED)
+            raise
+        except KeyboardInterrupt:
+            progress.close()
+            _fail("stopped waiting; the machine may still halt once its backup is written",
+                  EXIT_INTERRUPTED)
+
+
+# -- offline: ipuos image ... -----------------------------------------------------------------
+
+
+@main.group()
+def image() -> None:
+    """Look into backup images without a machine: info, ls, cat, verify, extract."""
+
+
+class _ImageErrors:
+    """ImageError and OfflineError become one line on stderr and exit status 1."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, (ImageError, OfflineError)):
+            _fail(str(exc))
+        if isinstance(exc, BrokenPipeError):
+            _quiet_broken_pipe()
+        if isinstance(exc, OSError):
+            _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
+        return False
+
+
+def _quiet_broken_pipe():
+    """The reader went away (``| head``): stop quietly, as cat does."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(1)
+
+
+def _open(path: str, verify: bool = False):
+    if not os.path.exists(path):
+        _fail(f"image {path}: no such file")
+    if not verify:
+        return open_image(path, verify=False)
+    with _Progress(_stderr_is_terminal()) as progress:
+        return open_image(path, verify=True,
+                          progress=lambda done, total: progress.update("verifying", done, total))
+
+
+def _when(ns) -> str:
+    if not ns:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
+
+
+@image.command("info")
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@json_option
+def image_info(path, as_json) -> None:
+    """The image's machine, devices and sizes (its structure is checked, not every byte)."""
+    with _ImageErrors(), _open(path) as img:
+        info = img.info()
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    meta = info["meta"]
+    taken = meta.get("taken")
+    formatted = [d for d in info["devices"] if d["chunks"]]
+    click.echo(f"image {info['path']}: ipuos image format {info['format_version']}, "
+               f"{info['digest_algorithm']} digests")
+    click.echo(f"  machine   {meta.get('machine', '?')!s}: {meta.get('preset')}, {meta.get('ipus')} IPU(s), "
+               f"{meta.get('tiles_per_chip', 0) * meta.get('ipus', 0)} tiles")
+    if taken:
+        click.echo(f"  taken     {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(taken))}")
+    click.echo(f"  devices   {info['device_count']} ({len(formatted)} formatted, "
+               f"{info['device_count'] - len(formatted)} blank) holding {_mib(info['device_bytes'])}")
+    click.echo(f"  file      {info['file_size']} bytes ({_mib(info['stored_bytes'])} of chunks)")
+    click.echo(f"  digest    {info['image_digest']}")
+
+
+@image.command("verify")
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@json_option
+def image_verify(path, as_json) -> None:
+    """Check every byte of the image: chunks, device digests, the image digest."""
+    started = time.perf_counter()
+    with _ImageErrors(), _open(path, verify=True) as img:
+        info = img.info()
+    seconds = time.perf_counter() - started
+    if as_json:
+        click.echo(json.dumps({"path": info["path"], "ok": True, "image_digest": info["image_digest"],
+                               "device_bytes": info["device_bytes"], "seconds": seconds}, indent=1))
+        return
+    click.echo(f"image {info['path']} is intact: {info['device_count']} devices, "
+               f"{_mib(info['device_bytes'])} checked ({seconds:.2f} s)")
+
+
+@image.command("ls")
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("device", required=False)
+@click.argument("inner", metavar="PATH", required=False, default="/")
+@json_option
+def image_ls(path, device, inner, as_json) -> None:
+    """List the image's devices, or a directory of DEVICE (tile/N/disk, N, or chip)."""
+    with _ImageErrors(), _open(path) as img:
+        if device is None:
+            rows = [e.summary() for e in img.devices]
+            if as_json:
+                click.echo(json.dumps(rows, indent=1))
+                return
+            for row in rows:
+                state = "formatted" if row["chunks"] else "blank"
+                click.echo(f"{row['name']:<16} {state:<9} {row['length']:>10}  {row['mount'] or ''}")
+            return
+        entry = device_entry(img, device)
+        with mounted(img, entry) as fs:
+            nodes = list_dir(fs, inner)
+    if as_json:
+        click.echo(json.dumps([{"name": n.path, "is_dir": n.is_dir, "size": n.size,
+                                "mtime_ns": n.mtime_ns} for n in nodes], indent=1))
+        return
+    for node in nodes:
+        name = node.path + ("/" if node.is_dir else "")
+        click.echo(f"{'d' if node.is_dir else '-'} {node.size:>9}  {_when(node.mtime_ns)}  {name}")
+
+
+@image.command("cat")
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("device")
+@click.argument("inner", metavar="PATH")
+def image_cat(path, device, inner) -> None:
+    """Write the file PATH of DEVICE to stdout."""
+    with _ImageErrors(), _open(path) as img:
+        entry = device_entry(img, device)
+        with mounted(img, entry) as fs:
+            data = read_file(fs, inner)
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+
+
+@image.command("extract")
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("device")
+@click.argument("dest", type=click.Path(file_okay=False))
+@click.option("--path", "inner", default="/", show_default=True, help="the directory of DEVICE to extract")
+@json_option
+def image_extract(path, device, dest, inner, as_json) -> None:
+    """Copy DEVICE's files (or those under --path) into the new directory DEST.
+
+    Every name is checked before anything is written (no '..', absolute paths, NUL,
+    control characters or over-long names); on any refusal DEST is not created.
+    """
+    with _ImageErrors(), _open(path) as img:
+        entry = device_entry(img, device)
+        with mounted(img, entry) as fs:
+            result = extract(fs, inner, dest)
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    click.echo(f"extracted {result['files']} files and {result['directories']} directories "
+               f"({result['bytes']} bytes) to {result['dest']}")
+

@@ -1,1 +1,126 @@
-"""Daemon command handlers for backup (registered on import by ``_commands``)."""
+"""Daemon command handlers for backup (registered on import by ``_commands``).
+
+The daemon itself writes and reads image files: the bytes never cross the socket, and the
+process that writes an image is the one holding the machine, so killing it (or its
+client: the call is cancelled) leaves the old image or the complete new one, never a
+partial file. Paths arrive absolute (the daemon runs in ``/``). Progress is streamed as
+``{"event": "progress", "phase": ..., "done": ..., "total": ...}`` at most ~10 times a
+second; a cancel (Ctrl-C, disconnect) gives up cleanly until the point of no return.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from ._backup import BackupError, Cancelled, backup, restore, unsaved
+from ._commands import Arg, Call, CommandError, command
+from ._protocol import BAD_REQUEST
+from ._tilespec import TileSpecError
+
+log = logging.getLogger("ipuos.daemon")
+
+_EVENT_SECONDS = 0.1
+
+
+class _Events:
+    """Throttled progress events for one call, and its cancel flag."""
+
+    def __init__(self, call: Call):
+        self._call = call
+        self._last = 0.0
+        self._phase = None
+        self.cancelled = threading.Event()
+        call.on_cancel(self.cancelled.set)
+
+    def __call__(self, phase: str, done: int, total) -> None:
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if phase == self._phase and not final and now - self._last < _EVENT_SECONDS:
+            return
+        self._phase, self._last = phase, now
+        self._call.emit({"event": "progress", "phase": phase, "done": done, "total": total})
+
+
+def _path(call: Call) -> str:
+    path = call.args["path"]
+    if not os.path.isabs(path) or "\0" in path:
+        raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
+    return path
+
+
+def _failure(exc: BaseException) -> CommandError:
+    if isinstance(exc, TileSpecError):
+        return CommandError("bad_tiles", str(exc))
+    if isinstance(exc, Cancelled):
+        return CommandError("cancelled", str(exc))
+    return CommandError("backup_failed", str(exc))
+
+
+def run_backup(call: Call, path: str, tiles: str | None) -> dict:
+    events = _Events(call)
+    host = call.host
+    try:
+        summary = backup(host.machine, path, tiles, name=host.name, progress=events,
+                         cancelled=events.cancelled)
+    except (BackupError, TileSpecError) as exc:
+        raise _failure(exc) from None
+    summary.pop("digests", None)  # one per device: kept by the daemon, not worth sending
+    log.info("backed up %s to %s (%d bytes) in %.2f s", summary["devices"], path,
+             summary["file_size"], summary["seconds"])
+    return summary
+
+
+@command("backup", Arg("path", str), Arg("tiles", str, "all"), timeout=None)
+def _backup(call: Call):
+    """Back up tile disks (and the chip disk with tile 0) to an image file, atomically."""
+    return run_backup(call, _path(call), call.args["tiles"])
+
+
+@command("restore", Arg("path", str), Arg("tiles", str, None), timeout=None)
+def _restore(call: Call):
+    """Restore devices from an image: all checked in scratch memory before any tile."""
+    path = _path(call)
+    events = _Events(call)
+    host = call.host
+    try:
+        summary = restore(host.machine, path, call.args["tiles"], name=host.name, progress=events,
+                          cancelled=events.cancelled)
+    except (BackupError, TileSpecError) as exc:
+        raise _failure(exc) from None
+    log.info("restored %s from %s in %.2f s", summary["devices"], path, summary["seconds"])
+    return summary
+
+
+@command("unsaved", timeout=None)
+def _unsaved(call: Call):
+    """The devices whose files changed since the last backup or restore."""
+    cancelled = threading.Event()
+    call.on_cancel(cancelled.set)
+    try:
+        names = unsaved(call.host.machine, cancelled)
+    except BackupError as exc:
+        raise _failure(exc) from None
+    return {"unsaved": names}
+
+
+def halt_backup(call: Call, path: str) -> dict:
+    """``halt --backup``: stop the daemon's jobs, back up, and only then let it halt. If
+    the backup fails the machine keeps running and the error says so."""
+    if not os.path.isabs(path) or "\0" in path:
+        raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
+    host = call.host
+    host.interrupt_all(f"machine {host.name!r} is being backed up and halted")
+    deadline = time.monotonic() + 10.0
+    for job in host.jobs():
+        try:
+            job.handle.wait(max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            pass
+    try:
+        return run_backup(call, path, None)
+    except CommandError as exc:
+        exc.message = f"{exc.message}; machine {host.name!r} was not halted"
+        raise

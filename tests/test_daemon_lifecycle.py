@@ -156,24 +156,26 @@ def test_sigterm_halts_cleanly(runtime_dir):
     assert "SIGTERM: halting" in booted.paths.log.read_text()
 
 
-def test_halt_if_saved_refuses_while_changes_cannot_be_tracked(machine):
+def test_halt_if_saved_refuses_to_drop_unsaved_files(machine, tmp_path):
+    program = tmp_path / "write.py"
+    program.write_text("open('/unsaved', 'w').write('x')\n")
+    assert run_cli("run", str(program), "--tiles", "4", "--name", machine.name).returncode == 0
     done = run_cli("halt", "--if-saved", "--name", machine.name)
     assert done.returncode == 1
-    assert f"machine {machine.name!r} was not halted because" in done.stderr
+    assert f"machine {machine.name!r} was not halted because the disk of tile 4 changed" in done.stderr
     assert "halt without --if-saved" in done.stderr
     assert machine.call("hello")["pid"] == machine.pid
 
 
-def test_halt_backup_and_boot_restore_are_reserved(machine, runtime_dir):
-    halt = run_cli("halt", "--backup", "/tmp/x.img", "--name", machine.name)
+def test_halt_backup_and_boot_restore_fail_cleanly(machine, runtime_dir, tmp_path):
+    halt = run_cli("halt", "--backup", str(tmp_path / "no" / "x.img"), "--name", machine.name)
     assert halt.returncode == 1
-    assert "`ipuos halt --backup IMG` is not available yet" in halt.stderr
-    assert "still running" in halt.stderr
+    assert "does not exist" in halt.stderr and "was not halted" in halt.stderr
+    assert machine.call("hello")["pid"] == machine.pid
     name = unique_name("restore")
-    boot = run_cli("boot", "--preset", "tiny", "--restore", "/tmp/x.img", "--name", name)
+    boot = run_cli("boot", "--preset", "tiny", "--restore", str(tmp_path / "x.img"), "--name", name)
     assert boot.returncode == 1
-    assert boot.stderr == ("ipuos: `ipuos boot --restore IMG` is not available yet: "
-                           "restoring images arrives with `ipuos restore`\n")
+    assert "cannot open it: No such file or directory; no machine was started" in boot.stderr
     assert lock_holder(machine_paths(name).lock) is None
 
 

@@ -142,6 +142,19 @@ class LittlefsBackend(Backend):
             finally:
                 owner.fs_depth -= 1
 
+    def abandon(self) -> None:
+        """Unmount without writing a byte, not even pending mtimes: the device's bytes were
+        replaced underneath (a restore), and littlefs' view of them is stale. Files must
+        be closed first."""
+        self._stamps.clear()
+        if self.fs.mounted:
+            owner = self.owner
+            owner.fs_depth += 1
+            try:
+                self.fs.unmount()
+            finally:
+                owner.fs_depth -= 1
+
     # -- modification times ---------------------------------------------------------------------
 
     def stamp(self, path: str) -> None:

@@ -1,0 +1,417 @@
+"""Backup and restore of a running machine's SRAM devices to an image on host disk.
+
+:func:`backup` freezes the owners of the selected devices at an exchange point
+(``_backup_freeze``), writes their bytes straight from SRAM into an image
+(``_image.write_image``: atomic, verified format), and releases them. Every device is
+copied at one point in time, with no filesystem operation in flight and nothing held back
+in memory (pending mtimes, the chip disk's write-behind cache), and tile disks are hashed
+and written where they lie in SRAM: no second copy of them is made.
+
+:func:`restore` never leaves a machine half-restored. In order, touching nothing before
+the last step:
+
+1. open the image and check its structure (``_image``: magic, version, checksums, bombs);
+2. check its geometry against the machine (preset, tiles, disk and block sizes) and that
+   it holds a device for every tile asked for;
+3. read and verify every byte into scratch memory (``Image.read_all``: all or nothing),
+   meanwhile faulting in the SRAM pages the restore will fill (which changes no byte);
+4. mount every device's filesystem there as its digest checks out (littlefs' mount walks
+   every metadata pair), unmount, and check that doing so wrote nothing;
+5. freeze the target tiles; a tile refuses if it runs a program or has files open, and
+   then all are released as they were;
+6. write the devices into SRAM and release the owners, each of which drops its old mounts
+   without writing, so the new bytes are mounted on first use; a device that is blank in
+   the image (its tile never used storage) leaves the tile blank, formatted on first use.
+
+``--tiles`` and the chip disk: the chip disk belongs to the chip tile (tile 0), which
+mounts it, so it goes with tile 0: ``backup --tiles 5-9`` holds five tile disks,
+``--tiles 0`` tile 0's disk and the chip disk. ``restore`` restores what the image holds,
+or, with ``--tiles``, that subset of it (the image must hold every device asked for).
+
+Unsaved state (``halt --if-saved``): each machine remembers the digest of every device as
+of the last backup or restore that covered it. :func:`unsaved` freezes the machine's
+owners, hashes the devices of tiles whose storage is up (no other device can have changed:
+only a tile whose storage is up writes its devices) and names those that differ, or, for
+a device no backup or restore ever covered, those that hold any file.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from typing import Callable
+
+from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
+from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
+from ._image import DeviceSnapshot, ImageError, device_digest, open_image, write_image
+from ._tilespec import format_tiles, parse_tiles
+from .blockdev import Filesystem, MemoryDevice
+
+__all__ = ["BackupError", "Cancelled", "DIGEST", "backup", "restore", "unsaved", "unsaved_state",
+           "image_geometry_problems"]
+
+#: the digest backups are written with: blake3 hashes ~4x faster than sha256 here
+DIGEST = "blake3"
+#: zstd level: 1 is zstd's fastest positive level; incompressible slots skip it (probes)
+LEVEL = 1
+#: how long ``halt --if-saved`` waits for busy tiles before it refuses (it cannot tell)
+UNSAVED_WAIT = 10.0
+
+#: progress(phase, done, total) with phases "waiting", "writing", "reading", "checking",
+#: "restoring"; ``total`` may be None
+Progress = Callable[[str, int, "int | None"], None]
+
+
+class BackupError(Exception):
+    """A backup or restore that cannot be done; the message is for the user."""
+
+
+class Cancelled(BackupError):
+    """Cancelled (Ctrl-C) before anything was changed."""
+
+
+# -- unsaved-state baselines -------------------------------------------------------------------
+
+
+class _Baseline:
+    """Per machine: device name -> (digest algorithm, chunk size, digest) as of the last
+    backup or restore that covered it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.digests: dict[str, tuple[str, int, str]] = {}
+
+    def record(self, algo: str, chunk_size: int, digests: dict[str, str]) -> None:
+        with self.lock:
+            for name, digest in digests.items():
+                self.digests[name] = (algo, chunk_size, digest)
+
+    def get(self, name: str):
+        with self.lock:
+            return self.digests.get(name)
+
+
+_baselines: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_baselines_lock = threading.Lock()
+
+
+def _baseline(machine) -> _Baseline:
+    with _baselines_lock:
+        base = _baselines.get(machine)
+        if base is None:
+            base = _baselines[machine] = _Baseline()
+        return base
+
+
+# -- selecting devices -------------------------------------------------------------------------
+
+
+def _select(machine, tiles) -> tuple[list[int], list[Device]]:
+    tile_ids = parse_tiles(tiles, machine.ntiles)  # TileSpecError for a bad spec
+    wanted = set(tile_ids)
+    return tile_ids, [d for d in machine_devices(machine) if d.owner in wanted]
+
+
+def _describe(devices: list[Device]) -> str:
+    disks = [d.owner for d in devices if d.name != CHIP]
+    parts = []
+    if disks:
+        parts.append(f"{len(disks)} tile disk{'s' if len(disks) != 1 else ''} ({format_tiles(disks)})")
+    if any(d.name == CHIP for d in devices):
+        parts.append("the chip disk")
+    return " and ".join(parts) or "no devices"
+
+
+def _waiting_note(progress: Progress | None):
+    """Tells the progress display how many tiles have yet to reach an exchange point."""
+    if progress is None:
+        return None
+
+    def waiting(tiles: list[int]) -> None:
+        if tiles:
+            progress("waiting", 0, len(tiles))
+
+    return waiting
+
+
+# -- backup ------------------------------------------------------------------------------------
+
+
+def backup(machine, path, tiles=None, *, name: str | None = None, level: int | None = LEVEL,
+           digest: str = DIGEST, progress: Progress | None = None,
+           cancelled: threading.Event | None = None) -> dict:
+    """Write an image of the devices of ``tiles`` (default all; see the module doc) to
+    ``path`` atomically; return the image's summary. Raises BackupError (Cancelled if
+    ``cancelled`` is set before the image is complete: the old file at ``path`` stays)."""
+    path = os.path.abspath(os.fspath(path))
+    _check_destination(path)
+    tile_ids, devices = _select(machine, tiles)
+    started = time.perf_counter()
+    owners = sorted({d.owner for d in devices})
+    with Freeze(machine, owners, "backup", prepare=prepare_backup) as freeze:
+        try:
+            freeze.hold(cancelled, _waiting_note(progress))
+        except FreezeCancelled as exc:
+            raise Cancelled(f"backup cancelled ({exc}); {path} was not written") from None
+        except FreezeRefused as exc:
+            raise BackupError(f"cannot back up: {exc}; {path} was not written") from None
+        frozen_at = time.time()
+        residency = Residency.of(machine.sram)
+        snapshots = (_snapshot(d, freeze.states[d.owner], residency) for d in devices)
+        total = sum(d.length for d in devices)
+
+        def writing(done: int, _total) -> None:
+            if cancelled is not None and cancelled.is_set():
+                raise Cancelled(f"backup cancelled; {path} was not written")
+            if progress is not None:
+                progress("writing", done, total)
+
+        meta = machine_meta(machine, tile_ids, name)
+        meta["taken"] = frozen_at
+        try:
+            summary = write_image(path, meta, snapshots, level=level, digest=digest,
+                                  stable=True, progress=writing)
+        except OSError as exc:
+            raise BackupError(f"cannot write {path}: {exc.strerror or exc}") from None
+    _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
+    summary["devices"] = _describe(devices)
+    summary["seconds"] = time.perf_counter() - started
+    return summary
+
+
+def _snapshot(device: Device, state: str, residency) -> DeviceSnapshot:
+    # a blank tile never used its storage: its SRAM is all zeros, nothing to read
+    data, nonzero = (None, None) if state == "blank" else device.read(residency)
+    return DeviceSnapshot(device.name, device.image_tile, device.mount, device.block_size,
+                          device.block_count, data, nonzero)
+
+
+def _check_destination(path: str) -> None:
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise BackupError(f"cannot write {path}: the directory {directory} does not exist")
+    if os.path.isdir(path):
+        raise BackupError(f"cannot write {path}: it is a directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BackupError(f"cannot write {path}: no permission to create files in {directory}")
+
+
+# -- restore -----------------------------------------------------------------------------------
+
+
+def image_geometry_problems(meta: dict, machine) -> list[str]:
+    """How the machine an image was taken on differs from ``machine`` (empty: alike)."""
+    ours = machine_meta(machine, [])
+    return [f"{key} {meta.get(key)!r} (this machine: {ours[key]!r})"
+            for key in GEOMETRY_KEYS if meta.get(key) != ours[key]]
+
+
+def restore(machine, path, tiles=None, *, name: str | None = None,
+            progress: Progress | None = None, cancelled: threading.Event | None = None) -> dict:
+    """Restore ``machine``'s devices from the image at ``path``: everything it holds, or
+    those of ``tiles``. All checks come before any tile is touched (see the module doc)."""
+    path = os.path.abspath(os.fspath(path))
+    started = time.perf_counter()
+    machine_name = f"machine {name!r}" if name else "this machine"
+    try:
+        image = open_image(path, verify=False, max_decompressed=machine.sram.nbytes)
+    except ImageError as exc:
+        raise BackupError(f"{exc}; nothing was restored") from None
+    with image:
+        problems = image_geometry_problems(image.meta, machine)
+        if problems:
+            raise BackupError(
+                f"image {path} was taken on another kind of machine: {'; '.join(problems)}. "
+                f"Nothing was restored; `ipuos boot --restore {path} --name NEW` starts a "
+                f"machine like it"
+            )
+        devices = {d.name: d for d in machine_devices(machine)}
+        entries = {e.name: e for e in image.devices}
+        strangers = [n for n in entries if n not in devices]
+        if strangers:
+            raise BackupError(f"image {path} holds device {strangers[0]!r}, which {machine_name} "
+                              "does not have; nothing was restored")
+        if tiles is None:
+            selected = [d for d in devices.values() if d.name in entries]
+        else:
+            wanted = set(parse_tiles(tiles, machine.ntiles))
+            selected = [d for d in devices.values() if d.owner in wanted]
+            missing = [d for d in selected if d.name not in entries]
+            if missing:
+                raise BackupError(
+                    f"image {path} has no copy of {_describe(missing)}; it holds "
+                    f"{_describe([devices[n] for n in entries])}; nothing was restored")
+        for d in selected:
+            e = entries[d.name]
+            if (e.block_size, e.block_count) != (d.block_size, d.block_count):
+                raise BackupError(
+                    f"image {path}: device {d.name!r} has {e.block_count} blocks of {e.block_size} "
+                    f"bytes, but {machine_name}'s has {d.block_count} of {d.block_size}; "
+                    "nothing was restored")
+        blank = {d.name: not entries[d.name].chunks for d in selected}
+        _check_chip_tile(selected, blank, path)
+        total = sum(d.length for d in selected)
+        stored = {d.name: [(c.offset, c.length) for c in entries[d.name].chunks] for d in selected}
+        # the SRAM pages the restore will fill are faulted in meanwhile (no byte changes)
+        faulting = threading.Thread(target=prefault, args=(selected, stored), daemon=True,
+                                    name="ipuos-restore-prefault")
+        faulting.start()
+
+        def reading(done: int, _total) -> None:
+            if cancelled is not None and cancelled.is_set():
+                raise Cancelled("restore cancelled; nothing was restored")
+            if progress is not None:
+                progress("reading", done, image.device_bytes)
+
+        wanted = {d.name: d for d in selected if not blank[d.name]}
+
+        def checked(entry, device_bytes) -> None:  # as each device's digest checks out
+            device = wanted.get(entry.name)
+            if device is not None:
+                _mount_in_scratch(path, device, device_bytes)
+
+        try:
+            data = image.read_all(progress=reading, checked=checked)
+        except ImageError as exc:
+            raise BackupError(f"{exc}; nothing was restored") from None
+        finally:
+            faulting.join()
+        digests = {d.name: entries[d.name].digest for d in selected}
+        algo, chunk_size = image.digest_algorithm, image.chunk_size
+
+    restored_owner: dict[int, bool] = {}
+    for d in selected:
+        restored_owner[d.owner] = restored_owner.get(d.owner, False) or not blank[d.name]
+    storage = machine.storage
+
+    def forget(tile) -> None:
+        storage.forget(tile, restored=restored_owner[tile.id])
+
+    owners = sorted(restored_owner)
+    freeze = Freeze(machine, owners, "restore", prepare=prepare_restore, after=forget)
+    try:
+        freeze.hold(cancelled, _waiting_note(progress))
+    except FreezeCancelled as exc:
+        raise Cancelled(f"restore cancelled ({exc}); nothing was restored") from None
+    except FreezeRefused as exc:
+        raise BackupError(f"cannot restore while tiles are in use: {exc}; nothing was restored") from None
+    try:
+        if progress is not None:
+            progress("restoring", 0, total)
+        residency = Residency.of(machine.sram)
+        # one thread: measured here, two copying at once are slower (memory bandwidth)
+        for d in selected:
+            d.write(None if blank[d.name] else data[d.name], stored[d.name], residency)
+        if progress is not None:
+            progress("restoring", total, total)
+    finally:
+        # from the first byte written, the old mounts are stale whatever happens
+        freeze.release(commit=True)
+    problems = freeze.wait_released()
+    if problems:
+        raise BackupError(f"the devices were restored, but {FreezeRefused(problems)}; "
+                          "restart the machine if those tiles misbehave")
+    _baseline(machine).record(algo, chunk_size, digests)
+    return {
+        "path": path,
+        "devices": _describe(selected),
+        "device_count": len(selected),
+        "blank": sum(blank.values()),
+        "device_bytes": total,
+        "image_digest": image.image_digest,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _check_chip_tile(selected: list[Device], blank: dict[str, bool], path: str) -> None:
+    """The chip tile formats or mounts its disk and the chip disk together, so an image
+    must have both or neither blank (a real backup always does)."""
+    chip = [d for d in selected if d.name == CHIP]
+    if not chip:
+        return
+    disk = [d for d in selected if d.owner == chip[0].owner and d.name != CHIP]
+    if disk and blank[disk[0].name] != blank[CHIP]:
+        raise BackupError(
+            f"image {path}: tile {chip[0].owner}'s disk is {'blank' if blank[disk[0].name] else 'formatted'} "
+            f"but the chip disk is not; the chip tile brings both up together, so this image "
+            "was not taken by ipuos; nothing was restored")
+
+
+def _mount_in_scratch(path: str, d: Device, data) -> None:
+    """Mount a restored filesystem in scratch memory before any tile is touched, as its
+    tile will (littlefs' mount walks every metadata pair); it must not write a byte."""
+    device = MemoryDevice(data, d.block_size)
+    fs = Filesystem(device)
+    try:
+        fs.mount()
+        fs.unmount()
+    except OSError as exc:
+        raise BackupError(f"image {path}: device {d.name!r} holds no filesystem that mounts "
+                          f"({exc}); nothing was restored") from None
+    if device.progs or device.erases:
+        raise BackupError(f"image {path}: mounting device {d.name!r} changed it; "
+                          "nothing was restored")
+
+
+# -- unsaved state -----------------------------------------------------------------------------
+
+
+def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
+    """Names of the devices whose contents halting would lose (see the module doc)."""
+    devices = machine_devices(machine)
+    baseline = _baseline(machine)
+    owners = sorted({d.owner for d in devices})
+    changed = []
+    with Freeze(machine, owners, "check for unsaved files", prepare=prepare_backup) as freeze:
+        try:
+            freeze.hold(cancelled, timeout=UNSAVED_WAIT)
+        except (FreezeCancelled, FreezeRefused) as exc:
+            raise BackupError(f"it cannot tell what is unsaved: {exc}") from None
+        residency = Residency.of(machine.sram)
+        for d in devices:
+            if freeze.states[d.owner] != "up":
+                continue  # not written since it was restored (or since boot, blank)
+            base = baseline.get(d.name)
+            data, _ = d.read(residency)
+            if base is not None:
+                algo, chunk_size, digest = base
+                if device_digest(data, chunk_size=chunk_size, digest=algo) != digest:
+                    changed.append(d.name)
+            elif _holds_files(d, data):
+                changed.append(d.name)
+    return changed
+
+
+def _holds_files(device: Device, data) -> bool:
+    """Whether a device holds any file or directory (read on a copy, offline)."""
+    if not data.any():
+        return False
+    copy = bytearray(data) if device.name != CHIP else data  # the chip's read() is a copy
+    fs = Filesystem(MemoryDevice(copy, device.block_size))
+    try:
+        fs.mount()
+    except OSError:
+        return True  # unreadable: say it is unsaved rather than lose it
+    try:
+        return bool(fs.scandir("/"))
+    finally:
+        fs.unmount()
+
+
+def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | None:
+    """What halting ``machine`` would lose, in words, or None."""
+    names = unsaved(machine, cancelled)
+    if not names:
+        return None
+    disks = [n for n in names if n != CHIP]
+    parts = []
+    if disks:
+        tiles = [int(n.split("/")[1]) for n in disks]
+        parts.append(f"the disk{'s' if len(tiles) > 1 else ''} of tile{'s' if len(tiles) > 1 else ''} "
+                     f"{format_tiles(tiles)}")
+    if CHIP in names:
+        parts.append("the chip disk")
+    return f"{' and '.join(parts)} changed since the last backup"
+

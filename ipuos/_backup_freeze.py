@@ -1,0 +1,253 @@
+"""Freezing owner tiles at an exchange point, so the host can read or write their devices.
+
+A tile's filesystems are touched only by its own greenlet (DESIGN, "Ownership"), so a
+backup cannot just read SRAM whenever it likes: the owner might be half-way through a
+littlefs commit, keep mtimes in memory, or (the chip tile) keep written blocks in the chip
+disk's write-behind cache. Copying every device on its owner would be consistent but
+doubles the bytes moved; instead each owner is asked, with a kernel request served at its
+next exchange point (never inside a filesystem operation), to
+
+1. get its devices ready: close files a program dropped, write pending mtimes, flush the
+   chip disk's cache to its stripes (``prepare``, which may also refuse: a restore refuses
+   tiles that run a program or have files open);
+2. report how its storage is (``up``, ``restored``, ``blank``) and then *hold*: it parks
+   inside the request with ``fs_depth`` raised, so it serves no other request, takes no
+   signal and starts no filesystem operation until released. A program on it simply
+   stays paused at the exchange point where it was; other tiles run on.
+
+Once every owner holds, the host reads (backup) or writes (restore) their SRAM directly,
+then releases them. A restore also asks each owner, on release, to drop its mounts without
+writing (``after``), so the new bytes are mounted on next use. A release that comes first
+(Ctrl-C, a refusal elsewhere) leaves every owner as it was.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from ._tilespec import format_tiles
+from .vfs import CHIP_DISK_MOUNT, LittlefsBackend
+
+__all__ = ["SERVICE", "Freeze", "FreezeRefused", "FreezeCancelled", "prepare_backup", "prepare_restore"]
+
+SERVICE = "backup.freeze"
+
+
+class FreezeRefused(Exception):
+    """Some owners would not freeze; ``reasons`` maps tile id -> why."""
+
+    def __init__(self, reasons: dict[int, str]):
+        self.reasons = dict(sorted(reasons.items()))
+        shown = "; ".join(f"tile {t}: {why}" for t, why in list(self.reasons.items())[:5])
+        more = len(self.reasons) - 5
+        super().__init__(shown + (f"; and {more} more tiles" if more > 0 else ""))
+
+
+class FreezeCancelled(Exception):
+    """The freeze was given up before every owner held (Ctrl-C, or the machine stopped)."""
+
+
+class Freeze:
+    """One freeze of a set of owner tiles (see the module doc). Use as a context manager
+    around :meth:`hold`; leaving it releases every owner."""
+
+    def __init__(self, machine, tiles, purpose: str,
+                 prepare: Callable | None = None, after: Callable | None = None):
+        self._machine = machine
+        self._scheduler = machine.scheduler
+        self.tiles = sorted(set(tiles))
+        self.purpose = purpose
+        #: ``prepare(tile, storage) -> reason or None``, on the owner, before it holds
+        self._prepare = prepare
+        #: ``after(tile)``, on the owner, when released with ``commit=True``
+        self._after = after
+        self._lock = threading.Lock()
+        #: tile id -> its storage state when it froze
+        self.states: dict[int, str] = {}
+        self.refusals: dict[int, str] = {}
+        self._arrived = 0
+        self._all_in = threading.Event()
+        self._held: list = []
+        self._futures: dict = {}
+        self.released = False
+        self.commit = False
+        #: tile id -> the error ``after`` raised there
+        self.after_errors: dict[int, str] = {}
+
+    def __enter__(self) -> "Freeze":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    # -- the host's side --------------------------------------------------------------------
+
+    def hold(self, cancelled: threading.Event | None = None,
+             waiting: Callable[[list[int]], None] | None = None, poll: float = 0.1,
+             timeout: float | None = None) -> None:
+        """Freeze every tile; return once all hold. ``waiting(tiles)`` is told, now and
+        then, which tiles have not reached an exchange point yet. Raises FreezeRefused (all
+        released) if any owner refused or cannot answer, FreezeCancelled if ``cancelled``
+        is set or ``timeout`` seconds pass first."""
+        services = self._scheduler.services
+        services.setdefault(SERVICE, _serve)
+        if not self.tiles:
+            self._all_in.set()
+        else:
+            try:
+                self._futures = self._machine.fs.submit_all(SERVICE, self.tiles, self)
+            except RuntimeError as exc:  # the machine has stopped
+                raise FreezeCancelled(str(exc)) from None
+        ticks = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._all_in.wait(poll):
+            ticks += 1
+            if cancelled is not None and cancelled.is_set():
+                self.release()
+                raise FreezeCancelled(f"the {self.purpose} was cancelled")
+            if not self._scheduler.running:
+                self.release()
+                raise FreezeCancelled("the machine stopped")
+            if deadline is not None and time.monotonic() > deadline:
+                busy = self.pending()
+                self.release()
+                raise FreezeCancelled(f"{describe_tiles(busy)} did not reach an exchange point "
+                                      f"within {timeout:g} s")
+            failed = {t: f.exception() for t, f in self._futures.items() if f.done() and f.exception()}
+            if failed:  # e.g. a tile that has failed and answers nothing
+                self.release()
+                raise FreezeRefused({t: (exc.strerror if isinstance(exc, OSError) and exc.strerror
+                                         else str(exc)) for t, exc in failed.items()})
+            if waiting is not None and ticks % 5 == 0:
+                waiting(self.pending())
+        if self.refusals:
+            self.release()
+            raise FreezeRefused(self.refusals)
+
+    def pending(self) -> list[int]:
+        """Tiles that have not answered yet (busy computing without an exchange point)."""
+        with self._lock:
+            answered = set(self.states) | set(self.refusals)
+        return [t for t in self.tiles if t not in answered]
+
+    def release(self, commit: bool = False) -> None:
+        """Let every owner go; ``commit`` runs ``after`` on each first (idempotent)."""
+        with self._lock:
+            if self.released:
+                return
+            self.commit = commit
+            self.released = True
+            held, self._held = self._held, []
+        if held:
+            wake = self._scheduler.wake
+            try:
+                self._scheduler.call(lambda: [wake(tile) for tile in held])
+            except RuntimeError:
+                pass  # the machine has stopped: nobody is left to wake
+
+    def wait_released(self, timeout: float | None = 60.0) -> dict[int, str]:
+        """Wait until every owner has left the freeze (and run ``after``); return what
+        went wrong where (tile id -> error), if anything did."""
+        for future in self._futures.values():
+            future.result(timeout)
+        return dict(self.after_errors)
+
+    # -- the owner's side (on its own greenlet) ---------------------------------------------
+
+    def _arrive(self) -> None:
+        self._arrived += 1
+        if self._arrived == len(self.tiles):
+            self._all_in.set()
+
+    def serve(self, tile) -> None:
+        if self.released:
+            return  # given up before this tile got here: nothing to do
+        storage = self._machine.storage
+        try:
+            reason = self._prepare(tile, storage) if self._prepare is not None else None
+        except Exception as exc:  # e.g. the chip disk's cache cannot reach its stripes
+            reason = f"its storage could not be made ready ({type(exc).__name__}: {exc})"
+        state = storage.state(tile)
+        with self._lock:
+            if self.released:
+                return
+            if reason:
+                self.refusals[tile.id] = reason
+                self._arrive()
+                return
+            self.states[tile.id] = state
+            self._held.append(tile)
+            self._arrive()
+        tile.fs_depth += 1  # no requests, no signals, no filesystem operation meanwhile
+        try:
+            tile.wait(lambda: self.released, f"frozen for a {self.purpose}")
+        finally:
+            tile.fs_depth -= 1
+        if self.commit and self._after is not None:
+            try:
+                self._after(tile)
+            except Exception as exc:  # reported by wait_released; the tile carries on
+                self.after_errors[tile.id] = f"{type(exc).__name__}: {exc}"
+
+
+def _serve(tile, freeze: Freeze) -> None:
+    """The ``backup.freeze`` kernel service."""
+    freeze.serve(tile)
+
+
+# -- what owners do before they hold ---------------------------------------------------------
+
+
+def _littlefs_mounts(tile, storage):
+    """The tile's mounted littlefs backends a backup holds: ``/`` and, on the chip tile,
+    ``/chip`` (other mounts are not SRAM devices of this tile)."""
+    vfs = storage.vfs(tile)  # only called for tiles that are up: nothing is brought up
+    if vfs.pending:
+        vfs.close_pending()
+    paths = ["/"] + ([CHIP_DISK_MOUNT] if tile.id == storage.chip_tile else [])
+    found = []
+    for path in paths:
+        try:
+            backend = vfs.backend(path)
+        except OSError:
+            continue  # e.g. /chip failed to mount at bring-up
+        if isinstance(backend, LittlefsBackend):
+            found.append((vfs, path, backend))
+    return found
+
+
+def prepare_backup(tile, storage) -> str | None:
+    """Make the tile's devices hold everything it has committed: mtimes kept in memory
+    are written and the chip disk's write-behind cache is flushed to its stripes."""
+    if storage.state(tile) != "up":
+        return None  # nothing in memory: the bytes in SRAM are all there is
+    for _, _, backend in _littlefs_mounts(tile, storage):
+        fs = backend.fs
+        if fs.mounted and fs.fault is None:
+            try:
+                backend.sync()
+            except OSError:
+                pass  # a full disk drops its stamps (see LittlefsBackend); the data is there
+        flush = getattr(backend.device, "flush", None)
+        if flush is not None:
+            flush()
+    return None
+
+
+def prepare_restore(tile, storage) -> str | None:
+    """Refuse a tile whose files are in use: a program runs there or files are open."""
+    job = tile.job
+    if job is not None:
+        return f"it runs job {job.id} (wait for it, or stop it with `ipuos kill {job.id}`)"
+    if storage.state(tile) != "up":
+        return None
+    open_files = sum(backend.open_files for _, _, backend in _littlefs_mounts(tile, storage))
+    if open_files:
+        return f"{open_files} file{'s are' if open_files > 1 else ' is'} open on it"
+    return None
+
+
+def describe_tiles(tiles: list[int]) -> str:
+    return f"tile{'s' if len(tiles) != 1 else ''} {format_tiles(tiles)}" if tiles else "no tile"

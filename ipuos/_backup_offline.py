@@ -1,0 +1,297 @@
+"""Reading an image's filesystems with no machine: list, read, and extract to host disk.
+
+A device of an image is read (and checked: chunks and digest, after a whole-image verify)
+into memory, and littlefs is mounted over that copy, exactly as a tile would mount it.
+Nothing here writes to the image or needs a daemon.
+
+Names inside an image are untrusted, even when the image was written by ipuos: an image
+is a file anyone can craft. Before :func:`extract` creates anything, it walks the whole
+tree and checks every name: each littlefs name must be one path component (no ``/``, not
+``.`` or ``..``, no NUL or control character, at most 255 bytes, valid UTF-8), and the
+path it forms must pass ``_safepath.check_name``. Only then is the tree written, into a
+private temporary directory beside the destination, through ``_safepath.open_beneath``
+(no symlink is ever followed), and renamed into place at the end; on any failure the
+temporary directory is removed, so the destination's parent is as it was.
+
+littlefs itself hands out ``.`` and ``..`` for every directory, and the project's
+``Filesystem.scandir`` drops them; a hostile image can hold *more* entries with those
+names, so directories are read here with the raw littlefs call and any name beyond the
+two littlefs makes is refused, not silently skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from typing import Iterator
+
+from littlefs import lfs
+
+from ._backup_devices import tile_disk_name
+from ._image import DeviceEntry, Image
+from ._safepath import NAME_MAX, UnsafePathError, check_name, open_beneath
+from .blockdev import Filesystem, MemoryDevice
+
+__all__ = ["OfflineError", "Node", "device_entry", "mounted", "list_dir", "read_file", "walk", "extract"]
+
+
+class OfflineError(Exception):
+    """Something the user asked of an image cannot be done; the message says why."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One entry of a device's tree."""
+
+    path: str  # relative to the walked directory, "/"-separated
+    is_dir: bool
+    size: int
+    mtime_ns: int  # 0 if littlefs holds none
+
+
+def device_entry(image: Image, spec: str) -> DeviceEntry:
+    """The device ``spec`` names: ``tile/5/disk``, just ``5`` (tile 5's disk), or ``chip``."""
+    name = tile_disk_name(int(spec)) if spec.isdigit() else spec
+    try:
+        return image.device(name)
+    except KeyError:
+        names = [e.name for e in image.devices]
+        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+        raise OfflineError(f"image {image.path} has no device {spec!r}; it holds {shown or 'none'}") from None
+
+
+@contextlib.contextmanager
+def mounted(image: Image, entry: DeviceEntry) -> Iterator[Filesystem]:
+    """littlefs of ``entry``, mounted over a checked copy of its bytes."""
+    if not entry.chunks:
+        raise OfflineError(f"device {entry.name!r} of image {image.path} is blank: its tile "
+                           "never used its storage, so it holds no filesystem")
+    data = image.read_device(entry.name)  # verifies the image first, then this device again
+    fs = Filesystem(MemoryDevice(data, entry.block_size))
+    try:
+        fs.mount()
+    except OSError as exc:
+        raise OfflineError(f"device {entry.name!r} of image {image.path} holds no filesystem "
+                           f"that mounts ({exc})") from None
+    try:
+        yield fs
+    finally:
+        fs.unmount()
+
+
+def _component_problem(name) -> str | None:
+    """Why a name littlefs returned cannot be one path component, or None."""
+    if not isinstance(name, str):
+        return "it is not text"
+    if name in (".", ".."):
+        return f"a directory entry is named {name!r}"
+    if "/" in name:
+        return "it contains '/'"
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid UTF-8"
+    if b"\0" in raw:
+        return "it contains a NUL byte"
+    if len(raw) > NAME_MAX:
+        return f"it is {len(raw)} bytes long, over NAME_MAX ({NAME_MAX})"
+    return None
+
+
+def _raw_listing(handle, path: str) -> list:
+    """Every entry littlefs stores in directory ``path``, ``.`` and ``..`` included."""
+    directory = lfs.dir_open(handle, path, "utf-8")
+    entries = []
+    try:
+        while True:
+            info = lfs.dir_read(handle, directory, "utf-8")
+            if info is None:
+                return entries
+            entries.append(info)
+    finally:
+        lfs.dir_close(handle, directory)
+
+
+def _entries(fs: Filesystem, path: str) -> list[tuple[str, bool, int]]:
+    """(name, is_dir, size) of directory ``path``, refusing names no directory can hold."""
+    try:
+        # the raw call through the Filesystem's own gate (mounted, exclusive, errno)
+        infos = fs._run("scandir", path, None, _raw_listing, path)
+    except UnicodeDecodeError:
+        raise OfflineError(f"a name in {path!r} is not valid UTF-8; refused") from None
+    except OSError as exc:
+        raise OfflineError(f"cannot list {path!r}: {exc.strerror or exc}") from None
+    out = []
+    dots = {".": 0, "..": 0}
+    for info in infos:
+        name = info.name
+        if name in dots and dots[name] == 0:
+            dots[name] = 1  # the one littlefs makes for every directory
+            continue
+        problem = _component_problem(name)
+        if problem:
+            raise OfflineError(f"refusing the name {name!r} in {path!r}: {problem}")
+        out.append((name, info.type == 2, info.size if info.type != 2 else 0))  # 2: LFS_TYPE_DIR
+    return out
+
+
+def _mtime(fs: Filesystem, path: str) -> int:
+    try:
+        return fs.get_mtime(path) or 0
+    except OSError:
+        return 0
+
+
+def _join(directory: str, name: str) -> str:
+    return directory.rstrip("/") + "/" + name
+
+
+def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
+    """The entries of ``path`` (a directory; a file lists itself), sorted by name."""
+    try:
+        info = fs.stat(path)
+    except OSError as exc:
+        raise OfflineError(f"{path}: {exc.strerror or exc}") from None
+    if not info.is_dir:
+        return [Node(info.name, False, info.size, _mtime(fs, path))]
+    return sorted((Node(name, is_dir, size, _mtime(fs, _join(path, name)))
+                   for name, is_dir, size in _entries(fs, path)), key=lambda n: n.path)
+
+
+def read_file(fs: Filesystem, path: str) -> bytes:
+    try:
+        if fs.stat(path).is_dir:
+            raise OfflineError(f"{path} is a directory (`ipuos image ls` lists it)")
+        with fs.open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        raise OfflineError(f"{path}: {exc.strerror or exc}") from None
+
+
+def walk(fs: Filesystem, top: str = "/") -> list[Node]:
+    """Every entry under ``top``, parents before children, every name checked."""
+    nodes: list[Node] = []
+    stack = [("", top)]
+    while stack:
+        rel, path = stack.pop()
+        for name, is_dir, size in sorted(_entries(fs, path)):
+            child_rel = f"{rel}/{name}" if rel else name
+            child = _join(path, name)
+            nodes.append(Node(child_rel, is_dir, size, _mtime(fs, child)))
+            if is_dir:
+                stack.append((child_rel, child))
+    return nodes
+
+
+def extract(fs: Filesystem, top: str, dest) -> dict:
+    """Write the tree under ``top`` to the host directory ``dest`` (created; it must not
+    exist, or be an empty directory), files with their mtimes. All or nothing."""
+    dest = os.path.abspath(os.fspath(dest))
+    try:
+        if not fs.stat(top).is_dir:
+            raise OfflineError(f"{top} is a file; extract takes a directory (`ipuos image cat` reads a file)")
+    except OSError as exc:
+        raise OfflineError(f"{top}: {exc.strerror or exc}") from None
+    nodes = walk(fs, top)
+    for node in nodes:  # the whole tree is checked before anything is created
+        try:
+            check_name(node.path)
+        except UnsafePathError as exc:
+            raise OfflineError(str(exc)) from None
+    parent = os.path.dirname(dest)
+    _check_destination(dest, parent)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)[:100]}.", suffix=".tmp", dir=parent)
+    try:
+        files = _write_tree(fs, top, staging, nodes)
+        try:
+            os.rename(staging, dest)  # onto nothing, or onto an empty directory
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
+            raise
+        os.chmod(dest, 0o755 & ~_umask())
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {"dest": dest, "files": files, "directories": sum(n.is_dir for n in nodes),
+            "bytes": sum(n.size for n in nodes if not n.is_dir)}
+
+
+def _check_destination(dest: str, parent: str) -> None:
+    if not os.path.isdir(parent):
+        raise OfflineError(f"cannot extract to {dest}: the directory {parent} does not exist")
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise OfflineError(f"cannot extract to {dest}: it exists and is not a directory")
+    if os.listdir(dest):
+        raise OfflineError(f"cannot extract to {dest}: it is not empty")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node]) -> int:
+    files = 0
+    dirs = []
+    for node in nodes:
+        if node.is_dir:
+            _mkdir_beneath(root, node.path)
+            dirs.append(node)
+            continue
+        data = read_file(fs, _join(top, node.path))
+        fd = open_beneath(root, node.path, mode=0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if node.mtime_ns:
+                os.utime(fd, ns=(node.mtime_ns, node.mtime_ns))
+        finally:
+            os.close(fd)
+        files += 1
+    for node in reversed(dirs):  # children first: writing into a directory changes its mtime
+        if node.mtime_ns:
+            fd = _open_dir_beneath(root, node.path)
+            try:
+                os.utime(fd, ns=(node.mtime_ns, node.mtime_ns))
+            finally:
+                os.close(fd)
+    return files
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir_beneath(root: str, path: str, create: bool = False) -> int:
+    """An fd of directory ``path`` under ``root``, walked without following symlinks."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in check_name(path):
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _mkdir_beneath(root: str, path: str) -> None:
+    os.close(_open_dir_beneath(root, path, create=True))
+

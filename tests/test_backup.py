@@ -1,0 +1,340 @@
+"""Backup and restore end to end: real daemons over their socket, the real CLI, real
+littlefs on every tile, image files on host disk.
+
+Trees are compared through a tile program (names, bytes and mtimes as the tile's own ``os``
+sees them) and through the host's VFS client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+
+import pytest
+
+import ipuos
+from daemon_harness import IPUOS, Booted, boot_machine, machine, run_cli, runtime_dir, unique_name, wait_for  # noqa: F401
+from ipuos._rundir import machine_paths
+from ipuos import _backup
+
+KiB = 1024
+
+#: makes a random tree on every tile it runs on (and on /chip from tile 0), seeded by tile
+GROW = """
+import os, random
+rng = random.Random(__tileid * 7919 + int((__tiledata or "0").split()[0]))
+def grow(root, depth, budget):
+    for i in range(rng.randrange(1, 4)):
+        if depth < 2 and rng.random() < 0.3:
+            sub = f"{root}/d{i}-{rng.randrange(1000)}"
+            os.makedirs(sub, exist_ok=True)
+            grow(sub, depth + 1, budget // 2)
+        else:
+            with open(f"{root}/f{i}-{rng.randrange(1000)}.bin", "wb") as f:
+                f.write(rng.randbytes(rng.randrange(0, budget)))
+grow("", 0, 1200)
+if __tileid == 0:
+    os.makedirs("/chip/shared", exist_ok=True)
+    grow("/chip/shared", 0, 6000)
+"""
+
+#: prints every file and directory of the tile (and /chip on tile 0) with size, digest, mtime
+LIST = """
+import os, hashlib
+roots = ["/"] + (["/chip"] if __tileid == 0 else [])
+for root in roots:
+    for top, dirs, files in os.walk(root):
+        if top == "/":
+            dirs[:] = [d for d in dirs if d not in ("tiles", "chip")]  # other filesystems
+        for name in sorted(dirs):
+            path = os.path.join(top, name)
+            print("d", path, os.stat(path).st_mtime_ns)
+        for name in sorted(files):
+            path = os.path.join(top, name)
+            data = open(path, "rb").read()
+            print("f", path, len(data), hashlib.sha256(data).hexdigest()[:16], os.stat(path).st_mtime_ns)
+"""
+
+
+def cli(booted, *args, timeout=120.0, check=True):
+    result = run_cli(*args, env=booted.env(), timeout=timeout)
+    if check:
+        assert result.returncode == 0, (result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def listing(booted, tmp_path) -> str:
+    program = tmp_path / "list.py"
+    program.write_text(LIST)
+    return cli(booted, "run", str(program), "--json").stdout
+
+
+def per_tile(doc: str) -> dict[int, str]:
+    return {t["tile"]: t["output"] for t in json.loads(doc)["tiles"]}
+
+
+def grow(booted, tmp_path, tiles="all", seed=0) -> None:
+    program = tmp_path / "grow.py"
+    program.write_text(GROW)
+    data = tmp_path / "seed"
+    data.write_text("\n".join([str(seed)] * 64) + "\n")
+    cli(booted, "run", str(program), "--tiles", tiles, "--data", str(data))
+
+
+@pytest.fixture
+def other(runtime_dir):
+    booted = boot_machine()
+    yield booted
+    booted.halt()
+
+
+def test_round_trip_through_backup_and_boot_restore(machine, other, tmp_path):
+    grow(machine, tmp_path)
+    before = per_tile(listing(machine, tmp_path))
+    assert all(any(line.startswith("f ") for line in before[t].splitlines()) for t in range(16))
+    assert "/chip/shared" in before[0]
+    image = tmp_path / "m.img"
+    out = cli(machine, "backup", str(image)).stdout
+    assert "backed up 16 tile disks (0-15) and the chip disk" in out and str(image) in out
+    # a fresh machine booted from the image
+    name = unique_name("restored")
+    boot = run_cli("boot", "--restore", str(image), "--name", name)
+    assert boot.returncode == 0, boot.stderr
+    assert "tiny, 1 IPU" in boot.stdout  # the image's preset, although none was given
+    try:
+        restored = Booted(name, machine_paths(name), 0)
+        assert per_tile(listing(restored, tmp_path)) == before
+    finally:
+        run_cli("halt", "--name", name)
+    # a running machine with other files, restored in place
+    grow(other, tmp_path, seed=5)
+    assert per_tile(listing(other, tmp_path)) != before
+    out = cli(other, "restore", str(image)).stdout
+    assert "restored 16 tile disks (0-15) and the chip disk" in out
+    assert per_tile(listing(other, tmp_path)) == before
+
+
+def test_round_trip_through_the_host_client(tmp_path):
+    rng = random.Random(5)
+    expected = {}
+    with ipuos.Machine("tiny") as source:
+        for tile in list(range(1, 16, 2)) + [0]:
+            root = "/chip" if tile == 0 else ""
+            for i in range(rng.randrange(2, 5)):
+                directory = f"{root}/dir{i % 2}" + ("/deeper" if i == 3 else "")
+                source.fs.makedirs(tile, directory, exist_ok=True)
+                path = f"{directory}/file{i}"
+                data = rng.randbytes(rng.randrange(0, 1200))
+                source.fs.write_file(tile, path, data)
+                mtime = 1_600_000_000_000_000_000 + rng.randrange(10**15)
+                source.fs.utime(tile, path, mtime)
+                expected[(tile, path)] = (data, mtime)
+        _backup.backup(source, tmp_path / "h.img")
+        want = {tile: walk(source, tile) for tile in range(16)}
+    with ipuos.Machine("tiny") as target:
+        target.fs.write_file(3, "/will-vanish", b"x")
+        _backup.restore(target, tmp_path / "h.img")
+        # tiles that never used storage come back blank (formatted on first use), the
+        # others hold restored bytes, mounted on first use
+        states = [target.storage.state(t) for t in target.scheduler.tiles]
+        assert states == ["restored" if t % 2 or t == 0 else "blank" for t in range(16)]
+        for tile in range(16):
+            assert walk(target, tile) == want[tile], tile
+        for (tile, path), (data, mtime) in expected.items():
+            assert target.fs.read_file(tile, path) == data
+            assert target.fs.stat(tile, path).st_mtime_ns == mtime
+        assert not target.fs.exists(3, "/will-vanish")
+        assert target.fs.listdir(2, "/") == []
+
+
+def walk(machine, tile, top="/") -> list:
+    out = []
+    for entry in machine.fs.entries(tile, top):
+        path = top.rstrip("/") + "/" + entry.name
+        if path in ("/tiles",) or (path == "/chip" and top == "/"):
+            continue
+        data = None if entry.is_dir else machine.fs.read_file(tile, path)
+        out.append((path, entry.is_dir, data, entry.mtime_ns))
+        if entry.is_dir:
+            out.extend(walk(machine, tile, path))
+    if top == "/" and tile == 0:
+        out.extend(walk(machine, 0, "/chip"))
+    return out
+
+
+def test_tiles_select_disks_and_the_chip_goes_with_tile_0(machine, tmp_path):
+    grow(machine, tmp_path)
+    before = per_tile(listing(machine, tmp_path))
+    part = tmp_path / "part.img"
+    out = cli(machine, "backup", str(part), "--tiles", "3-5").stdout
+    assert "3 tile disks (3-5) of machine" in out and "chip" not in out
+    info = json.loads(run_cli("image", "info", str(part), "--json").stdout)
+    assert [d["name"] for d in info["devices"]] == ["tile/3/disk", "tile/4/disk", "tile/5/disk"]
+    chip = tmp_path / "chip.img"
+    cli(machine, "backup", str(chip), "--tiles", "0")
+    info = json.loads(run_cli("image", "info", str(chip), "--json").stdout)
+    assert [d["name"] for d in info["devices"]] == ["tile/0/disk", "chip"]
+    grow(machine, tmp_path, seed=9)  # change every tile
+    changed = per_tile(listing(machine, tmp_path))
+    cli(machine, "restore", str(part), "--tiles", "4")  # a subset of the image
+    now = per_tile(listing(machine, tmp_path))
+    assert now[4] == before[4] and now[3] == changed[3] and now[5] == changed[5]
+    cli(machine, "restore", str(part))  # all it holds
+    now = per_tile(listing(machine, tmp_path))
+    assert [now[t] for t in (3, 4, 5)] == [before[t] for t in (3, 4, 5)] and now[6] == changed[6]
+    result = cli(machine, "restore", str(part), "--tiles", "5-6", check=False)
+    assert result.returncode == 1
+    assert "has no copy of 1 tile disk (6)" in result.stderr and "nothing was restored" in result.stderr
+
+
+def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
+    assert cli(machine, "run", "--tiles", "0-15", _write(tmp_path, "import os\nos.listdir('/')\n")).returncode == 0
+    # every tile formatted its disk, none holds a file: nothing to lose
+    result = cli(machine, "backup", str(tmp_path / "empty.img"), "--tiles", "1")  # covers tile 1 only
+    cli(machine, "run", "--tiles", "7", _write(tmp_path, "open('/keep', 'w').write('me')\n"))
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1
+    assert "the disk of tile 7 changed since the last backup" in result.stderr
+    cli(machine, "backup", str(tmp_path / "m.img"))
+    cli(machine, "run", "--tiles", "7", _write(tmp_path, "print(open('/keep').read())\n"))  # reading changes nothing
+    result = cli(machine, "halt", "--if-saved")
+    assert "halted machine" in result.stdout
+
+
+def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):
+    grow(machine, tmp_path, tiles="0-3")
+    before = per_tile(listing(machine, tmp_path))
+    result = cli(machine, "halt", "--backup", str(tmp_path / "no" / "such" / "dir.img"), check=False)
+    assert result.returncode == 1 and "does not exist" in result.stderr and "was not halted" in result.stderr
+    assert cli(machine, "status").returncode == 0  # still running
+    image = tmp_path / "final.img"
+    result = cli(machine, "halt", "--backup", str(image))
+    assert f"after backing it up to {image}" in result.stdout
+    assert run_cli("status", env=machine.env()).returncode == 3
+    name = unique_name("again")
+    assert run_cli("boot", "--restore", str(image), "--name", name).returncode == 0
+    try:
+        again = Booted(name, machine_paths(name), 0)
+        assert per_tile(listing(again, tmp_path)) == before
+    finally:
+        run_cli("halt", "--name", name)
+
+
+def _write(tmp_path, text: str) -> str:
+    path = tmp_path / f"p{abs(hash(text))}.py"
+    path.write_text(text)
+    return str(path)
+
+
+def test_cli_errors_and_exit_codes(machine, tmp_path):
+    image = tmp_path / "m.img"
+    cli(machine, "backup", str(image))
+    result = cli(machine, "backup", str(image), "--tiles", "3-99", check=False)
+    assert result.returncode == 2 and "no tile 99" in result.stderr
+    result = cli(machine, "restore", str(image), "--tiles", "x", check=False)
+    assert result.returncode == 2 and "bad tile specification" in result.stderr
+    result = cli(machine, "restore", str(tmp_path / "missing.img"), check=False)
+    assert result.returncode == 1 and "no such file" in result.stderr
+    (tmp_path / "junk.img").write_bytes(b"junk" * 100)
+    result = cli(machine, "restore", str(tmp_path / "junk.img"), check=False)
+    assert result.returncode == 1 and "is not an ipuos image" in result.stderr
+    result = cli(machine, "backup", str(tmp_path), check=False)
+    assert result.returncode == 2 and "is a directory" in result.stderr
+    nobody = unique_name("nobody")
+    result = run_cli("backup", str(image), "--name", nobody)
+    assert result.returncode == 3 and f"no machine named {nobody!r} is running" in result.stderr
+    result = run_cli("boot", "--restore", str(tmp_path / "junk.img"), "--name", nobody)
+    assert result.returncode == 1 and "is not an ipuos image" in result.stderr and "no machine was started" in result.stderr
+    summary = json.loads(cli(machine, "backup", str(image), "--json").stdout)
+    assert summary["device_count"] == 17 and summary["digest_algorithm"] == "blake3"
+    assert json.loads(cli(machine, "restore", str(image), "--json").stdout)["device_count"] == 17
+
+
+def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
+    image = tmp_path / "tiny.img"
+    cli(machine, "backup", str(image))
+    name = unique_name("mk1")
+    boot = run_cli("boot", "--preset", "mk1", "--restore", str(image), "--name", name, timeout=120)
+    assert boot.returncode == 1
+    assert "was taken on another kind of machine: preset 'tiny' (this machine: 'mk1')" in boot.stderr
+    assert run_cli("status", "--name", name).returncode == 3  # nothing left running
+
+
+def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path):
+    image = tmp_path / "m.img"
+    image.write_bytes(b"the old image")
+    busy = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, """
+x = 0
+for i in range(80_000_000):  # seconds of pure compute: no exchange point to freeze at
+    x ^= i
+print(x)
+""")], env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # tile 3 now computes without an exchange point: it cannot freeze
+    backup = subprocess.Popen([IPUOS, "backup", str(image)], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    assert backup.poll() is None  # waiting for tile 3
+    backup.send_signal(signal.SIGINT)
+    out, err = backup.communicate(timeout=60)
+    assert backup.returncode == 130, (out, err)
+    assert "cancelled" in err
+    busy.communicate(timeout=60)
+    assert image.read_bytes() == b"the old image"
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in tmp_path.iterdir())
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    cli(machine, "backup", str(image))  # the machine is fine
+    assert run_cli("image", "verify", str(image)).returncode == 0
+
+
+def test_an_empty_machine_image_is_small(tmp_path):
+    with ipuos.Machine("mk2") as machine:
+        summary = _backup.backup(machine, tmp_path / "empty.img")
+        assert summary["file_size"] < 64 * KiB and summary["device_count"] == 1473
+        machine.run("import os\nos.listdir('/')\n")  # every disk formatted, still empty
+        summary = _backup.backup(machine, tmp_path / "formatted.img")
+        assert summary["file_size"] < 1024 * KiB
+        assert _backup.unsaved(machine) == []
+
+
+def test_the_chip_disk_layout_is_the_striped_devices(tmp_path):
+    """``_backup_devices`` reads the chip disk's stripes itself; it must agree with what
+    the striped device reads, block for block, both ways."""
+    from ipuos._backup_devices import Residency, machine_devices
+
+    with ipuos.Machine("tiny") as machine:
+        machine.fs.write_file(0, "/chip/data", random.Random(1).randbytes(30 * KiB))
+        machine.fs.sync(0)
+        device_view = machine.fs.snapshot(0, "/chip")["data"]
+        chip = next(d for d in machine_devices(machine) if d.name == "chip")
+        data, ranges = chip.read(Residency.of(machine.sram))
+        assert bytes(data) == device_view
+        inside = bytearray(len(data))
+        for offset, length in ranges:
+            inside[offset : offset + length] = data[offset : offset + length].tobytes()
+        assert bytes(inside) == device_view  # nothing non-zero outside the ranges
+        # written through the layout, read back by the device (after a remount)
+        other = bytearray(device_view)
+        other[: 16] = b"not a superblock"
+        chip.write(bytes(other))
+        assert machine.fs.snapshot(0, "/chip")["data"] == bytes(other)
+        chip.write(device_view)
+        machine.fs.remount(0, "/chip")
+        assert machine.fs.read_file(0, "/chip/data") == random.Random(1).randbytes(30 * KiB)
+
+
+def test_a_failed_tile_stops_a_backup_before_anything_is_written(tmp_path):
+    with ipuos.Machine("tiny") as machine:
+        machine.fs.write_file(5, "/f", b"x")
+        machine.scheduler.fail_tile(5)
+        with pytest.raises(_backup.BackupError) as excinfo:
+            _backup.backup(machine, tmp_path / "x.img")
+        assert "tile 5: tile 5 is not answering" in str(excinfo.value)
+        assert "was not written" in str(excinfo.value)
+        assert list(tmp_path.iterdir()) == []
+        machine.scheduler.fail_tile(5, failed=False)
+        _backup.backup(machine, tmp_path / "x.img", "5")  # every tile was released
+        assert machine.fs.read_file(5, "/f") == b"x"

@@ -1,0 +1,191 @@
+"""``ipuos image info|ls|cat|verify|extract``: images read offline, with no machine.
+
+Images are built from real littlefs filesystems (``backup_craft``); hostile ones have
+names littlefs would never create, written into its metadata with valid CRCs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from backup_craft import littlefs_device, rename_entry, write_tiny_image
+from ipuos._cli import main
+
+MTIME = 1_700_000_000_123_456_789
+
+
+def ipuos(*args: str):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result
+
+
+def tree(root) -> dict:
+    """Everything under ``root``: relative path -> (kind, bytes or None, mtime_ns, mode)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            st = os.lstat(full)
+            data = open(full, "rb").read() if stat.S_ISREG(st.st_mode) else None
+            out[os.path.relpath(full, root)] = (stat.S_IFMT(st.st_mode), data, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "good.img"
+    files = {"/hello.txt": b"hello from tile 2\n", "/d/e/deep.bin": bytes(range(256)) * 20,
+             "/d/empty": b""}
+    disk = littlefs_device(files, dirs=["/d", "/d/e", "/d/void"],
+                           mtimes={"/hello.txt": MTIME, "/d/e/deep.bin": MTIME + 1, "/d": MTIME + 2})
+    chip = littlefs_device({"/shared": b"on the chip disk"}, blocks=480)
+    write_tiny_image(path, {"tile/2/disk": bytes(disk), "tile/3/disk": None, "chip": bytes(chip)})
+    return path
+
+
+def test_info_and_verify(good):
+    result = ipuos("image", "info", str(good))
+    assert result.exit_code == 0
+    assert "tiny, 1 IPU(s), 16 tiles" in result.output and "3 (2 formatted, 1 blank)" in result.output
+    info = json.loads(ipuos("image", "info", str(good), "--json").output)
+    assert info["device_count"] == 3 and info["meta"]["preset"] == "tiny"
+    assert info["verified"] is False  # info checks the structure, not every byte
+    result = ipuos("image", "verify", str(good))
+    assert result.exit_code == 0 and "is intact: 3 devices" in result.output
+    assert json.loads(ipuos("image", "verify", str(good), "--json").output)["ok"] is True
+
+
+def test_ls_devices_and_directories(good):
+    result = ipuos("image", "ls", str(good))
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert [line.split()[:2] for line in lines] == [["tile/2/disk", "formatted"], ["tile/3/disk", "blank"],
+                                                    ["chip", "formatted"]]
+    listing = json.loads(ipuos("image", "ls", str(good), "2", "--json").output)
+    assert [(e["name"], e["is_dir"]) for e in listing] == [("d", True), ("hello.txt", False)]
+    assert listing[1]["size"] == 18 and listing[1]["mtime_ns"] == MTIME
+    deep = json.loads(ipuos("image", "ls", str(good), "tile/2/disk", "/d", "--json").output)
+    assert [e["name"] for e in deep] == ["e", "empty", "void"]
+    text = ipuos("image", "ls", str(good), "2", "/d/e").output
+    assert "deep.bin" in text and "5120" in text
+
+
+def test_cat_writes_the_bytes(good):
+    result = ipuos("image", "cat", str(good), "2", "/d/e/deep.bin")
+    assert result.exit_code == 0 and result.stdout_bytes == bytes(range(256)) * 20
+    assert ipuos("image", "cat", str(good), "chip", "/shared").stdout_bytes == b"on the chip disk"
+
+
+def test_extract_writes_the_tree_with_mtimes(good, tmp_path):
+    dest = tmp_path / "out"
+    result = ipuos("image", "extract", str(good), "2", str(dest))
+    assert result.exit_code == 0, result.output
+    assert "extracted 3 files and 3 directories" in result.output
+    got = tree(dest)
+    assert got["hello.txt"] == (stat.S_IFREG, b"hello from tile 2\n", MTIME)
+    assert got["d/e/deep.bin"][1:] == (bytes(range(256)) * 20, MTIME + 1)
+    assert got["d"][2] == MTIME + 2  # set after its contents were written
+    assert got["d/empty"][1] == b"" and got["d/void"][0] == stat.S_IFDIR
+    assert sorted(got) == ["d", "d/e", "d/e/deep.bin", "d/empty", "d/void", "hello.txt"]
+    # a subtree, into an existing empty directory
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    assert ipuos("image", "extract", str(good), "2", str(sub), "--path", "/d/e").exit_code == 0
+    assert sorted(tree(sub)) == ["deep.bin"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ls", "{img}", "9"], "has no device '9'"),
+    (["ls", "{img}", "3"], "is blank"),
+    (["ls", "{img}", "2", "/nope"], "/nope: No such file or directory"),
+    (["cat", "{img}", "2", "/d"], "/d is a directory"),
+    (["cat", "{img}", "2", "/missing"], "/missing: No such file or directory"),
+    (["extract", "{img}", "2", "{tmp}/x", "--path", "/hello.txt"], "is a file"),
+    (["extract", "{img}", "2", "{tmp}/no/such/dir"], "does not exist"),
+    (["info", "{tmp}/nothing.img"], "no such file"),
+])
+def test_clear_errors(good, tmp_path, args, message):
+    args = [a.format(img=good, tmp=tmp_path) for a in args]
+    result = ipuos("image", *args)
+    assert result.exit_code == 1
+    assert message in result.output, result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_extract_refuses_a_non_empty_destination(good, tmp_path):
+    dest = tmp_path / "full"
+    dest.mkdir()
+    (dest / "mine").write_text("keep me")
+    result = ipuos("image", "extract", str(good), "2", str(dest))
+    assert result.exit_code == 1 and "is not empty" in result.output
+    assert tree(dest) == {"mine": (stat.S_IFREG, b"keep me", (dest / "mine").stat().st_mtime_ns)}
+
+
+def test_damaged_images_are_refused(good, tmp_path):
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    bad = tmp_path / "bad.img"
+    bad.write_bytes(raw)
+    result = ipuos("image", "verify", str(bad))
+    assert result.exit_code == 1 and f"image {bad}" in result.output and "damaged" in result.output
+    (tmp_path / "text.img").write_text("not an image at all")
+    result = ipuos("image", "info", str(tmp_path / "text.img"))
+    assert result.exit_code == 1 and "is not an ipuos image" in result.output
+    (tmp_path / "short.img").write_bytes(good.read_bytes()[:300])
+    result = ipuos("image", "ls", str(tmp_path / "short.img"))
+    assert result.exit_code == 1 and "truncated" in result.output
+
+
+# -- hostile images --------------------------------------------------------------------------
+
+
+def hostile_image(tmp_path, placeholder_is_dir: bool, name: bytes) -> str:
+    """An image whose tile 2 disk holds an entry named ``name`` (same length as the
+    placeholder it replaces), besides an ordinary file."""
+    placeholder = b"P" * len(name)
+    path = "/" + placeholder.decode()
+    disk = littlefs_device({"/innocent": b"ok", **({} if placeholder_is_dir else {path: b"payload"})},
+                           dirs=[path] if placeholder_is_dir else [])
+    rename_entry(disk, 512, placeholder, name)
+    image = tmp_path / f"hostile-{abs(hash(name))}.img"
+    write_tiny_image(image, {"tile/2/disk": bytes(disk)})
+    return str(image)
+
+
+@pytest.mark.parametrize("is_dir, name, why", [
+    (True, b"..", "a directory entry is named '..'"),
+    (True, b".", "a directory entry is named '.'"),
+    (False, b"../../../../../tmp/pwned", "it contains '/'"),
+    (False, b"/etc/cron.d/x", "it contains '/'"),
+    (False, b"a/../../b", "it contains '/'"),
+    (False, b"\x1b[2Jclear", "control character"),
+    (False, b"bell\x07", "control character"),
+])
+def test_extract_refuses_hostile_names_and_leaves_the_parent_alone(tmp_path, is_dir, name, why):
+    image = hostile_image(tmp_path, is_dir, name)
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    before = tree(parent), os.stat(parent).st_mtime_ns
+    result = ipuos("image", "extract", image, "2", str(parent / "out"))
+    assert result.exit_code == 1
+    assert "refusing" in result.output and why in result.output, result.output
+    assert (tree(parent), os.stat(parent).st_mtime_ns) == before  # nothing created, nothing left
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_hostile_names_are_refused_by_ls_too(tmp_path):
+    image = hostile_image(tmp_path, False, b"../x")
+    result = ipuos("image", "ls", image, "2")
+    assert result.exit_code == 1 and "refusing the name '../x'" in result.output
+
+
+def test_a_name_littlefs_allows_but_the_host_finds_odd_still_extracts(tmp_path):
+    image = hostile_image(tmp_path, False, b"..x")  # legal: not a traversal
+    result = ipuos("image", "extract", image, "2", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert tree(tmp_path / "out")["..x"][1] == b"payload"
