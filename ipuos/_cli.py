@@ -11,6 +11,7 @@ Exit statuses: 0 ok; 1 an error; 2 a usage error; 3 no such machine is running;
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import click
@@ -107,10 +108,13 @@ def ipus_option(default):
 @ipus_option(1)
 @name_option
 @click.option("--restore", metavar="IMG", type=click.Path(dir_okay=False),
-              help="boot from a backup image (not available yet)")
-def boot(preset, ipus, name, restore) -> None:
+              help="restore a backup image before serving (its preset and IPUs unless given)")
+@click.pass_context
+def boot(ctx, preset, ipus, name, restore) -> None:
     """Start a machine in the background."""
     paths = _paths(name)
+    if restore is not None:
+        preset, ipus = _cli_backup.boot_geometry(ctx, restore, preset, ipus)
     with _Errors():
         try:
             info = boot_daemon(paths, preset, ipus, restore)
@@ -124,18 +128,19 @@ def boot(preset, ipus, name, restore) -> None:
 @click.option("--if-saved", is_flag=True,
               help="refuse to halt if files changed since the last backup (they would be lost)")
 @click.option("--backup", metavar="IMG", type=click.Path(dir_okay=False),
-              help="back up the machine to IMG first (not available yet)")
+              help="back up the machine to IMG first; if that fails it keeps running")
 def halt(name, if_saved, backup) -> None:
     """Stop a machine: interrupt its programs and drop its memory."""
     paths = _paths(name)
     with _Errors(), Client(paths) as client:
-        args = {"if_saved": if_saved, "backup": None if backup is None else click.format_filename(backup)}
-        reply = client.call("halt", args)
+        args = {"if_saved": if_saved, "backup": None if backup is None else os.path.abspath(backup)}
+        reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
     if not wait_halted(paths):
         _fail(f"machine {name!r} (pid {reply['pid']}) was asked to halt but still runs; see {paths.log}")
     jobs = reply["interrupted_jobs"]
     note = f" (interrupted job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})" if jobs else ""
-    click.echo(f"halted machine {name!r}{note}")
+    saved = f" after backing it up to {reply['backup']['path']}" if reply.get("backup") else ""
+    click.echo(f"halted machine {name!r}{saved}{note}")
 
 
 # -- programs ---------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ._host import HaltRefused, HostedJob, MachineHost
-from ._protocol import BAD_REQUEST, NOT_AVAILABLE, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request
+from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request
 from ._runjson import run_result_to_json
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError
@@ -218,6 +218,7 @@ def _status(call: Call):
         "bytes_exchanged": stats["bytes_exchanged"],
         "simulated_exchange_seconds": stats["simulated_exchange_seconds"],
         "jobs": len(host.jobs()),
+        "mounts": [active.mountpoint for active in host.mounts.mounts()],
         "socket": str(host.paths.socket),
         "log": str(host.paths.log),
         "protocol": VERSION,
@@ -360,13 +361,16 @@ def _kill(call: Call):
     return {"job": job_id, "interrupted": True}
 
 
-@command("halt", Arg("if_saved", bool, False), Arg("backup", str, None))
+@command("halt", Arg("if_saved", bool, False), Arg("backup", str, None), timeout=None)
 def _halt(call: Call):
-    """Stop the daemon: interrupt jobs, close the machine, remove socket and lock."""
+    """Stop the daemon: interrupt jobs, close the machine, remove socket and lock
+    (``backup``: back the machine up first, and stay up if that fails)."""
     host = call.host
+    backup = None
     if call.args["backup"] is not None:
-        raise CommandError(NOT_AVAILABLE, "`ipuos halt --backup IMG` is not available yet: backup "
-                           f"images arrive with `ipuos backup`; machine {host.name!r} is still running")
+        from ._cmd_backup import halt_backup
+
+        backup = halt_backup(call, call.args["backup"])
     try:
         host.check_halt(call.args["if_saved"])
     except HaltRefused as exc:
@@ -374,7 +378,7 @@ def _halt(call: Call):
     jobs = [job.id for job in host.jobs()]
     log.info("halt requested by client pid %s", call.peer_pid)
     host.request_halt()
-    return {"name": host.name, "pid": host.pid, "interrupted_jobs": jobs}
+    return {"name": host.name, "pid": host.pid, "interrupted_jobs": jobs, "backup": backup}
 
 
 def _ipuos_version() -> str:

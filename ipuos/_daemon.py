@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from ._connection import Connection, ConnectionPolicy, linger_close
+from ._backup import BackupError, restore as restore_image
 from ._host import MachineHost
 from ._machine import Machine
 from ._presets import PRESETS
@@ -69,11 +70,13 @@ class StartupError(Exception):
 
 class Daemon:
     def __init__(self, paths: MachinePaths, preset: str, ipus: int,
-                 policy: ConnectionPolicy = ConnectionPolicy()):
+                 policy: ConnectionPolicy = ConnectionPolicy(), restore: str | None = None):
         self.policy = policy
         self.paths = paths
         self.preset = preset
         self.ipus = ipus
+        #: an image to restore after boot, before serving anyone (``boot --restore``)
+        self.restore = restore
         self.host: MachineHost | None = None
         self.stopping = threading.Event()
         self.handler_slots = threading.BoundedSemaphore(MAX_HANDLERS)
@@ -92,6 +95,8 @@ class Daemon:
             _remove_stale_socket(self.paths.socket)
             machine = Machine(self.preset, self.ipus)
             self.host = MachineHost(machine, self.paths)
+            if self.restore is not None:
+                self._restore(machine)
             for kind in ("tile_states", "stats"):  # so a busy machine always has a last look
                 self.host.look(kind, wait=30.0)
             try:
@@ -106,6 +111,14 @@ class Daemon:
         finally:
             release_lock(lock_fd, self.paths.lock)
         log.info("machine %r halted", self.paths.name)
+
+    def _restore(self, machine: Machine) -> None:
+        try:
+            summary = restore_image(machine, self.restore, name=self.paths.name)
+        except BackupError as exc:
+            machine.close()
+            raise StartupError(str(exc)) from None
+        log.info("restored %s from %s in %.2f s", summary["devices"], self.restore, summary["seconds"])
 
     # -- serving -------------------------------------------------------------------------
 
@@ -176,6 +189,8 @@ class Daemon:
         if host is None:
             return
         host.interrupt_all(f"machine {self.paths.name!r} is halting")
+        # before waiting for clients: a foreground mount's client waits for its unmount
+        host.mounts.unmount_all(f"machine {self.paths.name!r} halted")
         with self._connections_lock:
             connections = list(self._connections.items())
         deadline = time.monotonic() + HALT_GRACE_SECONDS
@@ -260,9 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s ipuos[%(process)d] %(levelname)s %(message)s")
     try:
-        if args.restore is not None:
-            raise StartupError("`ipuos boot --restore IMG` is not available yet: restoring images "
-                               "arrives with `ipuos restore`", EXIT_USAGE)
+        if args.restore is not None and not os.path.isabs(args.restore):
+            raise StartupError(f"--restore needs an absolute path, not {args.restore!r}", EXIT_USAGE)
         if args.ipus < 1:
             raise StartupError(f"--ipus must be at least 1, not {args.ipus}", EXIT_USAGE)
         try:
@@ -272,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.idle_seconds > 0 and args.frame_seconds > 0):
             raise StartupError("--idle-seconds and --frame-seconds must be positive", EXIT_USAGE)
         policy = ConnectionPolicy(frame_seconds=args.frame_seconds, idle_seconds=args.idle_seconds)
-        Daemon(paths, args.preset, args.ipus, policy).run()
+        Daemon(paths, args.preset, args.ipus, policy, restore=args.restore).run()
     except StartupError as exc:
         print(ERROR_PREFIX + str(exc), file=sys.stderr, flush=True)
         return exc.status

@@ -21,7 +21,9 @@ import concurrent.futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from ._backup import BackupError, unsaved_state
 from ._machine import Machine, RunHandle
+from ._mount import MountManager
 from ._rundir import MachinePaths
 
 
@@ -58,6 +60,8 @@ class MachineHost:
         #: per kind of look ("tile_states", "stats"): the call in progress, the last answer
         self._looking: dict[str, tuple[Future, float]] = {}
         self._last_look: dict[str, tuple[float, object]] = {}
+        #: the host mounts of the machine's files (``ipuos mount``); unmounted at halt
+        self.mounts = MountManager(machine, self.name)
 
     # -- looking ---------------------------------------------------------------------------
 
@@ -121,15 +125,12 @@ class MachineHost:
     # -- saved state -----------------------------------------------------------------------
 
     def unsaved_state(self) -> str | None:
-        """What would be lost by halting now, or None if nothing would be.
-
-        Change tracking arrives with backup images; until then the daemon cannot tell
-        whether tile files changed, so it answers as if they had.
-        """
-        return (
-            "the daemon cannot yet tell whether files changed since the last backup "
-            "(change tracking arrives with `ipuos backup`)"
-        )
+        """What would be lost by halting now, or None if nothing would be: the devices
+        whose files changed since the last backup or restore (see ``_backup``)."""
+        try:
+            return unsaved_state(self.machine)
+        except BackupError as exc:
+            return str(exc)
 
     def check_halt(self, if_saved: bool) -> None:
         """Raise HaltRefused when asked to keep unsaved state that halting would drop."""

@@ -5,10 +5,11 @@ further mounts such as the chip disk at ``/chip`` and, on tile 0, every tile's f
 ``/tiles/N``. Tile programs reach it through their ``open`` and ``os``
 (:class:`TileSession`); everyone else asks the owner tile through the ``fs.*`` kernel
 services, with :class:`HostFsClient` from host threads or :class:`TileFsClient` from
-another tile. :class:`Storage` sets all of it up at boot.
+another tile. :class:`Storage` sets all of it up at boot. :class:`ChipFilesystem` serves
+the files to the host as a FUSE mount (mfusepy, imported only when mounting).
 
-This layer imports only the standard library, greenlet, ``ipuos.blockdev`` (littlefs) and
-the machine core.
+This layer imports only the standard library, greenlet, ``ipuos.blockdev`` (littlefs), the
+machine core, and mfusepy (lazily, when mounting).
 """
 
 from ._backend import Backend, EmptyBackend
@@ -16,6 +17,7 @@ from ._chipdisk import CHIP_CACHE_REGION, CHIP_DISK_REGION, reserve_striped_chip
 from ._client import FsClient, HostFsClient, RemoteFile, TileFsClient
 from ._entries import DirEntry, Entry
 from ._files import TextFile, VfsFile
+from ._fuse import FUSE_SUBTYPE, ChipFilesystem, FuseUnavailable, fuse_options, load_mfusepy, serve_fuse
 from ._importer import MODULE_PATH
 from ._local import LittlefsBackend, LocalFile
 from ._services import MAX_HANDLES, SERVICE_NAMES
@@ -53,4 +55,10 @@ __all__ = [
     "CHIP_CACHE_REGION",
     "CHIP_DISK_MOUNT",
     "TILES_MOUNT",
+    "ChipFilesystem",
+    "FuseUnavailable",
+    "FUSE_SUBTYPE",
+    "fuse_options",
+    "load_mfusepy",
+    "serve_fuse",
 ]
