@@ -34,8 +34,7 @@ import logging
 import os
 
 from ipuos.scheduler import JobAborted, TileInterrupt
-from ipuos.vfs import DISK_REGION
-from ipuos.vfs._vfs import VFS_KEY  # to tell "storage not up yet" without bringing it up
+from ipuos.vfs import DISK_REGION, existing_vfs
 
 from . import _changecmds, _filecmds, _progcmds, _syscmds  # noqa: F401  (registers the commands)
 from ._changecmds import resolve_target
@@ -281,7 +280,7 @@ def _expand(fs: SessionFs, words) -> list[str]:
 def _serve_df(tile) -> tuple[int, int]:
     """(size, used) of this tile's own disk, without bringing its storage up: a disk
     nothing has used yet is empty."""
-    vfs = tile.kernel_data.get(VFS_KEY)
+    vfs = existing_vfs(tile)
     region = tile.memory.get(DISK_REGION)
     if vfs is None:
         return (region.size if region is not None else 0, 0)

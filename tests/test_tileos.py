@@ -273,3 +273,19 @@ def test_a_dropped_file_is_committed_before_anything_looks_at_it(machine):
     assert machine.fs.read_file(15, "/for_host.txt") == b"seen by the host while the program runs"
     machine.fs.write_file(15, "/stop", b"")
     assert output(handle.wait(30)) == "5 3 abc\n"
+
+
+def test_os_walk_from_tile_0_root_terminates_and_tiles_0_is_its_own_disk_only():
+    from ipuos import Machine
+
+    with Machine("tiny") as machine:
+        result = machine.run(
+            "import os\n"
+            "open('/mine.txt', 'w').write('x')\n"
+            "seen = [d for d, _, _ in os.walk('/')]\n"
+            "print(len(seen) > 16, sorted(os.listdir('/tiles/0')), os.path.exists('/tiles/0/chip'))\n"
+            "print(any(d.startswith('/tiles/0/tiles') for d in seen))\n",
+            tiles="0", timeout=60,
+        )
+        assert result.ok, result.format()
+        assert result.tiles[0].output == "True ['mine.txt'] False\nFalse\n"

@@ -70,6 +70,8 @@ import stat as _stat
 import threading
 import time
 
+from ._submounts import Submounts
+
 __all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
 
 log = logging.getLogger("ipuos.fuse")
@@ -239,8 +241,8 @@ class ChipFilesystem:
         self._fh = itertools.count(1)
         #: (tile, path) -> the open files libfuse hid there after they were unlinked
         self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
-        #: per tile: its mount points other than "/" (hidden), learnt on first use
-        self._hidden: dict[int, tuple[str, ...]] = {}
+        #: per tile: the mount points hidden under its directory (see Submounts)
+        self._submounts = Submounts()
         self._send = client.submit
         #: seconds a callback waits for a tile before it answers ETIMEDOUT (a tile that
         #: computes without reaching an exchange point holds every tile up)
@@ -299,24 +301,11 @@ class ChipFilesystem:
             raise _fail(errno.EBUSY if creating else errno.ENOENT)
         return place
 
-    def _hidden_mounts(self, tile: int) -> tuple[str, ...]:
-        hidden = self._hidden.get(tile)
-        if hidden is None:
-            hidden = self._learn_mounts(tile, self._call(tile, "fs.mounts"))
-        return hidden
-
-    def _learn_mounts(self, tile: int, mounts) -> tuple[str, ...]:
-        hidden = tuple(info[0] for info in mounts if info[0] != "/")
-        self._hidden[tile] = hidden
-        return hidden
-
     def _is_hidden(self, place: _Place) -> bool:
         """Is ``place`` on another filesystem the tile has mounted (see module doc)?"""
-        inner = place.inner
-        for mount in self._hidden_mounts(place.tile):
-            if mount != place.base and (inner == mount or inner.startswith(mount + "/")):
-                return True
-        return False
+        if self._submounts.known(place.tile) is None:
+            self._submounts.learn(place.tile, self._call(place.tile, "fs.mounts"))
+        return self._submounts.hides(place.tile, place.inner, place.base)
 
     def _refuse_if_readonly(self) -> None:
         if self.readonly:
@@ -401,12 +390,11 @@ class ChipFilesystem:
         listing = self._submit(place.tile, "fs.listdir", place.inner)
         mounts = self._submit(place.tile, "fs.mounts")
         entries = listing.result(self.timeout)
-        hidden = self._learn_mounts(place.tile, mounts.result(self.timeout))
+        self._submounts.learn(place.tile, mounts.result(self.timeout))
         prefix = place.inner.rstrip("/") + "/"
         out = [".", ".."]
         for name, is_dir, _size, _mtime in entries:
-            full = prefix + name
-            if full in hidden and full != place.base:
+            if self._submounts.hides(place.tile, prefix + name, place.base):
                 continue
             out.append((name, _stat.S_IFDIR if is_dir else _stat.S_IFREG, 0))
         return out

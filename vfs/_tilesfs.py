@@ -1,6 +1,8 @@
 """``/tiles``: every tile's files, seen from one tile (the shell's tile 0).
 
-``/tiles`` lists the tile ids; ``/tiles/N/...`` is tile N's own VFS, path for path. Nothing
+``/tiles`` lists the tile ids; ``/tiles/N/...`` is tile N's own disk, path for path (what
+tile N itself mounted, such as tile 0's ``/chip`` and ``/tiles``, is left out: see
+``_submounts``). Nothing
 here touches another tile's filesystem: every operation becomes a kernel request to tile
 N (``fs.stat``, ``fs.open`` ...) through a :class:`~ipuos.vfs._client.TileFsClient`, and
 tile N's greenlet serves it, as the ownership rule demands. Errors are the ones tile N
@@ -19,6 +21,7 @@ import os
 from ._backend import Backend, fs_error
 from ._entries import Entry
 from ._client import RemoteFile
+from ._submounts import Submounts
 
 __all__ = ["TilesBackend"]
 
@@ -31,6 +34,7 @@ class TilesBackend(Backend):
     def __init__(self, client, ntiles: int):
         self.client = client
         self.ntiles = ntiles
+        self._submounts = Submounts()
 
     def describe(self) -> str:
         return f"tiles 0-{self.ntiles - 1} over the exchange"
@@ -43,7 +47,13 @@ class TilesBackend(Backend):
         if not (name.isdigit() and name.isascii() and (name == "0" or name[0] != "0")
                 and int(name) < self.ntiles):
             raise fs_error(errno.ENOENT, path)
-        return int(name), "/" + rest if slash else "/"
+        tile, inner = int(name), "/" + rest if slash else "/"
+        if inner != "/":
+            if self._submounts.known(tile) is None:
+                self._submounts.learn(tile, self.client.mounts(tile))
+            if self._submounts.hides(tile, inner):  # only the tile's own disk is shown
+                raise fs_error(errno.ENOENT, path)
+        return tile, inner
 
     # -- names -------------------------------------------------------------------------------
 
@@ -58,7 +68,11 @@ class TilesBackend(Backend):
         tile, rest = self._split(path)
         if tile is None:
             return [Entry(str(tile_id), True, 0, 0) for tile_id in range(self.ntiles)]
-        return self.client.entries(tile, rest)
+        entries = self.client.entries(tile, rest)
+        if rest == "/":  # listing a tile's top: learn its mounts afresh, show its disk only
+            self._submounts.learn(tile, self.client.mounts(tile))
+        prefix = rest.rstrip("/") + "/"
+        return [e for e in entries if not self._submounts.hides(tile, prefix + e.name)]
 
     def mkdir(self, path: str) -> None:
         tile, rest = self._split(path)

@@ -26,7 +26,7 @@ from ._local import LittlefsBackend
 from ._mounts import MountTable
 from ._paths import checked, normalize, parent_and_name
 
-__all__ = ["Vfs", "MountInfo", "HostOwner", "VFS_KEY"]
+__all__ = ["Vfs", "MountInfo", "HostOwner", "VFS_KEY", "existing_vfs"]
 
 #: where a tile keeps its Vfs in ``tile.kernel_data``
 VFS_KEY = "vfs"
@@ -476,3 +476,9 @@ class Vfs:
             if exists_errno is not None:
                 raise fs_error(exists_errno, path)
         raise fs_error(errno.EROFS, path)
+
+
+def existing_vfs(tile) -> "Vfs | None":
+    """``tile``'s VFS if its storage is up, else None; never brings it up (a tile nothing
+    has used yet has an empty disk, and asking should not format it)."""
+    return tile.kernel_data.get(VFS_KEY)
