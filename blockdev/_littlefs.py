@@ -42,14 +42,12 @@ from __future__ import annotations
 
 import errno
 import math
-import mmap
 import os
 import posixpath
 import struct
 import threading
 from typing import NamedTuple
 
-import numpy as np
 from littlefs import LittleFSError, lfs
 
 from ._memory import MemoryDevice, slicing_source

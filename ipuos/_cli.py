@@ -164,14 +164,7 @@ def run(file, tile_spec, data_file, budget, as_json, show_stats, preset, ipus, n
     """
     source = file.read()
     data = data_file.read() if data_file is not None else None
-    paths = _paths(name)
-    with _Errors():
-        info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
-    if booted:
-        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
-                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
-    else:
-        _check_geometry(name, info, preset, ipus)
+    paths, _ = attach_machine(name, preset, ipus)
     progress = _RunProgress(enabled=not as_json and _stderr_is_terminal())
     args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None}
@@ -227,6 +220,21 @@ def _stderr_is_terminal() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def attach_machine(name: str, preset: str | None = None,
+                   ipus: int | None = None) -> tuple[MachinePaths, dict]:
+    """The paths of machine ``name`` and its ``hello`` answer, started (like tmux) if it is
+    not running; a ``--preset``/``--ipus`` the running machine does not have is refused."""
+    paths = _paths(name)
+    with _Errors():
+        info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
+    if booted:
+        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
+                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+    else:
+        _check_geometry(name, info, preset, ipus)
+    return paths, info
 
 
 def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None) -> None:

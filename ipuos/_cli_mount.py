@@ -17,13 +17,11 @@ import signal
 
 import click
 
-from ._cli import _Errors, _fail, _geometry, _name_flag, _paths, json_option, main, name_option
+from ._cli import _Errors, _fail, _paths, attach_machine, json_option, main, name_option
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED
 from ._mount import canonical_mountpoint, mount_at, remove_mount
-from ._presets import DEFAULT_PRESET
 from ._rundir import machine_paths
-from ._spawn import ensure_running
 
 #: seconds a background mount or an unmount may take in the daemon
 MOUNT_SECONDS = 30.0
@@ -48,11 +46,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
     if mountpoint is None:
         _list_mounts(paths, as_json)
         return
-    with _Errors():
-        info, booted = ensure_running(paths, DEFAULT_PRESET, 1)
-    if booted:
-        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
-                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+    attach_machine(name)
     args = {"mountpoint": canonical_mountpoint(mountpoint), "read_only": read_only,
             "tiles": tile_spec, "foreground": foreground}
     with _Errors(), Client(paths) as client:

@@ -20,20 +20,16 @@ import time
 import click
 
 from ._cli import (
-    _check_geometry,
     _Errors,
     _geometry,
-    _name_flag,
-    _paths,
+    attach_machine,
     ipus_option,
     main,
     name_option,
     preset_option,
 )
 from ._client import Client, DaemonError, MachineNotRunning
-from ._presets import DEFAULT_PRESET
 from ._rundir import MachinePaths
-from ._spawn import ensure_running
 from .shell import RemoteError, quote
 
 #: bytes per put/get request
@@ -187,14 +183,7 @@ class DaemonTransport:
 def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_line: str | None) -> int:
     from .shell import Terminal, history_path
 
-    paths = _paths(name)
-    with _Errors():
-        info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
-    if booted:
-        click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
-                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
-    else:
-        _check_geometry(name, info, preset, ipus)
+    paths, info = attach_machine(name, preset, ipus)
     interactive = command_text is None and sys.stdin.isatty() and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if interactive else 0
     with _Errors():

@@ -366,45 +366,32 @@ class LocalFile(VfsFile):
         return written
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        owner = self._owner
-        owner.fs_depth += 1
-        try:
-            return self._file.seek(offset, whence)
-        except OSError as exc:
-            exc.filename = self.name
-            raise
-        finally:
-            owner.fs_depth -= 1
+        return self._owned(self._file.seek, offset, whence)
 
     def tell(self) -> int:
-        owner = self._owner
-        owner.fs_depth += 1
-        try:
-            return self._file.tell()
-        finally:
-            owner.fs_depth -= 1
+        return self._owned(self._file.tell)
 
     def size(self) -> int:
         """Current size, including writes not yet committed."""
-        owner = self._owner
-        owner.fs_depth += 1
-        try:
-            return self._file.size()
-        finally:
-            owner.fs_depth -= 1
+        return self._owned(self._file.size)
 
     def truncate(self, size: int | None = None) -> int:
+        result = self._owned(self._file.truncate, size)
+        self._dirty = True
+        return result
+
+    def _owned(self, call, *args):
+        """``call(*args)`` inside the owner's filesystem bracket (read and write spell the
+        same out inline: they are the hot path), errors naming this file."""
         owner = self._owner
         owner.fs_depth += 1
         try:
-            result = self._file.truncate(size)
+            return call(*args)
         except OSError as exc:
             exc.filename = self.name
             raise
         finally:
             owner.fs_depth -= 1
-        self._dirty = True
-        return result
 
     def flush(self) -> None:
         """Commit this file's data so other handles see it (its mtime is stamped)."""

@@ -213,22 +213,14 @@ class Vfs:
     def entry(self, path) -> Entry:
         """(name, is_dir, size, mtime_ns) of ``path``: ``stat`` in exchange-ready form."""
         vpath, mount, inner = self._resolve(path)
-        try:
-            entry = mount.backend.entry(inner)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        entry = self._on_backend(path, mount, inner, mount.backend.entry, inner)
         if inner == "/":  # a mount point: named as its parent directory sees it
             entry = entry._replace(name=parent_and_name(vpath)[1])
         return entry
 
     def stat(self, path, *, follow_symlinks: bool = True) -> os.stat_result:
         vpath, mount, inner = self._resolve(path)
-        try:
-            entry = mount.backend.entry(inner)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        entry = self._on_backend(path, mount, inner, mount.backend.entry, inner)
         return make_stat(entry.is_dir, entry.size, entry.mtime_ns, device=mount.device)
 
     lstat = stat
@@ -237,11 +229,7 @@ class Vfs:
         """Every entry of a directory with type, size and mtime (one backend call), mount
         points included: what ``ls -l`` needs in one round trip."""
         vpath, mount, inner = self._resolve(path)
-        try:
-            entries = mount.backend.entries(inner)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        entries = self._on_backend(path, mount, inner, mount.backend.entries, inner)
         extra = self._mounts.children(vpath)
         if extra:
             known = {entry.name for entry in entries}
@@ -279,13 +267,9 @@ class Vfs:
         vpath, mount, inner = self._resolve(path)
         if vpath == mount.path:
             raise fs_error(errno.EEXIST, path)
-        if mount.readonly:
-            self._refuse_write(mount, inner, path, exists_errno=errno.EEXIST)
-        try:
-            mount.backend.mkdir(inner.rstrip("/"))  # "mkdir d/" makes d, as on POSIX
-        except OSError as exc:
-            exc.filename = path
-            raise
+        # "mkdir d/" makes d, as on POSIX
+        self._on_backend(path, mount, inner, mount.backend.mkdir, inner.rstrip("/"),
+                         write=True, exists_errno=errno.EEXIST)
 
     def makedirs(self, name, mode: int = 0o777, exist_ok: bool = False) -> None:
         """``os.makedirs``: every missing directory on the way, then ``name`` itself."""
@@ -308,25 +292,13 @@ class Vfs:
         vpath, mount, inner = self._resolve(path)
         if self._mounts.mounted_below(vpath) or vpath == "/":
             raise fs_error(errno.EBUSY, path, "a filesystem is mounted here")
-        if mount.readonly:
-            self._refuse_write(mount, inner, path)
-        try:
-            mount.backend.rmdir(inner)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        self._on_backend(path, mount, inner, mount.backend.rmdir, inner, write=True)
 
     def remove(self, path) -> None:
         vpath, mount, inner = self._resolve(path)
         if vpath == mount.path:
             raise fs_error(errno.EISDIR, path)
-        if mount.readonly:
-            self._refuse_write(mount, inner, path)
-        try:
-            mount.backend.remove(inner)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        self._on_backend(path, mount, inner, mount.backend.remove, inner, write=True)
 
     unlink = remove
 
@@ -354,13 +326,7 @@ class Vfs:
 
     def truncate(self, path, length: int) -> None:
         vpath, mount, inner = self._resolve(path)
-        if mount.readonly:
-            self._refuse_write(mount, inner, path)
-        try:
-            mount.backend.truncate(inner, length)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        self._on_backend(path, mount, inner, mount.backend.truncate, inner, length, write=True)
 
     def utime(self, path, times=None, *, ns=None, follow_symlinks: bool = True) -> None:
         """Set the modification time (the only time a tile keeps): ``times`` as
@@ -374,13 +340,7 @@ class Vfs:
         else:
             mtime_ns = time.time_ns()
         vpath, mount, inner = self._resolve(path)
-        if mount.readonly:
-            self._refuse_write(mount, inner, path)
-        try:
-            mount.backend.set_mtime(inner, mtime_ns)
-        except OSError as exc:
-            exc.filename = path
-            raise
+        self._on_backend(path, mount, inner, mount.backend.set_mtime, inner, mtime_ns, write=True)
 
     def statvfs(self, path="/") -> os.statvfs_result:
         vpath, mount, inner = self._resolve(path)
@@ -464,6 +424,18 @@ class Vfs:
             self._resolved.clear()
         self._resolved[key] = result
         return result
+
+    def _on_backend(self, path, mount, inner: str, call, *args, write: bool = False,
+                    exists_errno: int | None = None):
+        """``call(*args)`` on ``mount``'s backend, errors naming ``path`` as the caller
+        wrote it; a change (``write``) on a read-only mount is refused first."""
+        if write and mount.readonly:
+            self._refuse_write(mount, inner, path, exists_errno)
+        try:
+            return call(*args)
+        except OSError as exc:
+            exc.filename = path
+            raise
 
     def _refuse_write(self, mount, inner: str, path, exists_errno: int | None = None) -> None:
         """EROFS for a change on a read-only mount (ENOENT/EEXIST first where they apply)."""
