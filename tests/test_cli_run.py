@@ -176,7 +176,8 @@ def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, pr
 
 def test_ctrl_c_on_a_terminal_stops_pure_compute(machine, program):
     """The user's view: a status line, Ctrl-C on the tty, output, status 130."""
-    pexpect = pytest.importorskip("pexpect")
+    import pexpect
+
     path = program("print('spinning on', __tileid)\nwhile True: pass\n")
     child = pexpect.spawn(IPUOS, ["run", path, "--tiles", "0-1"], env=machine.env(), encoding="utf-8", timeout=30)
     try:

@@ -436,7 +436,8 @@ def test_reentrant_call_from_inside_a_callback_is_refused():
 
 
 def test_a_second_greenlet_is_refused_while_the_first_is_paused():
-    greenlet = pytest.importorskip("greenlet")
+    import greenlet
+
     device = PausingDevice(bytearray(512 * 32), 512)
     fs = formatted(device)
     with fs.open("/f", "w") as f:
@@ -466,7 +467,8 @@ def test_a_second_greenlet_is_refused_while_the_first_is_paused():
 
 def test_killing_a_greenlet_paused_in_a_callback_leaves_a_consistent_image():
     """DESIGN says not to do it; if it happens anyway, littlefs must unwind cleanly."""
-    greenlet = pytest.importorskip("greenlet")
+    import greenlet
+
     device = PausingDevice(bytearray(512 * 32), 512)
     fs = formatted(device)
     with fs.open("/f", "w") as f:

@@ -14,10 +14,9 @@ import re
 import stat
 import time
 
+import pexpect
 import pytest
 from daemon_harness import IPUOS, machine, run_cli, runtime_dir, shared_machine, wait_for  # noqa: F401
-
-pexpect = pytest.importorskip("pexpect")
 
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]|\r")
 _NEW_PROMPT = "\x1b\\[\\?2004h[^\n]*?"
