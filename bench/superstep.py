@@ -37,9 +37,30 @@ def bare_greenlets(tiles: int, rounds: int):
     return run
 
 
+class _ConditionBarrier:
+    """asyncio.Barrier's behaviour for Python 3.10, which lacks it."""
+
+    def __init__(self, parties: int):
+        self._parties = parties
+        self._arrived = 0
+        self._generation = 0
+        self._condition = asyncio.Condition()
+
+    async def wait(self) -> None:
+        async with self._condition:
+            generation = self._generation
+            self._arrived += 1
+            if self._arrived == self._parties:
+                self._arrived = 0
+                self._generation += 1
+                self._condition.notify_all()
+            else:
+                await self._condition.wait_for(lambda: self._generation != generation)
+
+
 def asyncio_barrier(tiles: int, rounds: int) -> None:
     async def main():
-        barrier = asyncio.Barrier(tiles)
+        barrier = getattr(asyncio, "Barrier", _ConditionBarrier)(tiles)
 
         async def body():
             for _ in range(rounds):
