@@ -4,10 +4,17 @@ The public Python API. Layers live in subpackages: ``ipuos.scheduler``,
 ``ipuos.blockdev``, ``ipuos.vfs`` and ``ipuos.shell``.
 """
 
-from ._grouping import OutputGroup, format_groups, group_texts
-from ._machine import EXIT_INTERRUPTED, Machine, RunHandle, RunResult, TileRun
-from ._presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
-from ._tilespec import TileSpecError, format_tiles, parse_tiles
+import os as _os
+
+# before numpy is first imported: one BLAS thread, not a pool spinning on the CPU
+# (ipuos never calls BLAS; see _memtune)
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+    _os.environ.setdefault(_name, "1")
+
+from ._grouping import OutputGroup, format_groups, group_texts  # noqa: E402
+from ._machine import EXIT_INTERRUPTED, Machine, RunHandle, RunResult, TileRun  # noqa: E402
+from ._presets import DEFAULT_PRESET, PRESETS, Preset, get_preset  # noqa: E402
+from ._tilespec import TileSpecError, format_tiles, parse_tiles  # noqa: E402
 
 __version__ = "0.1.0"
 

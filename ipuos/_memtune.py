@@ -9,6 +9,12 @@ huge shared L3 (480 MiB on these machines) never reaches it. Lowering the thresh
 alltoall from 45 to 66/s on a loaded machine. Smaller copies (littlefs blocks, messages)
 are unaffected. glibc reads the setting once, at process start, so it goes into the
 environment of the daemon we spawn (and of benchmarks, which re-run themselves with it).
+
+numpy also starts OpenBLAS worker threads at import, which spin on the CPU between
+calls. ipuos never calls BLAS (numpy only copies and indexes SRAM, and tile programs
+cannot import numpy), so the pool is one thread: on a two-core host the spinning worker
+took ~8% of the instructions of a 256-tile alltoall (callgrind). ``ipuos/__init__`` sets
+the same for machines run in-process, before numpy is first imported.
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ import os
 import sys
 
 NON_TEMPORAL_TUNABLE = "glibc.cpu.x86_non_temporal_threshold=0x10000"
+#: environment variables numpy's BLAS reads at import: one thread, nothing spinning
+SINGLE_THREADED_BLAS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def tuned_environ(base: dict | None = None) -> dict:
     """``base`` (default: this process's environment) plus the glibc tunable."""
     env = dict(os.environ if base is None else base)
+    for name, value in SINGLE_THREADED_BLAS.items():
+        env.setdefault(name, value)
     current = env.get("GLIBC_TUNABLES", "")
     if "x86_non_temporal_threshold" not in current:
         env["GLIBC_TUNABLES"] = f"{current}:{NON_TEMPORAL_TUNABLE}" if current else NON_TEMPORAL_TUNABLE

@@ -213,3 +213,7 @@ def test_the_daemon_starts_with_non_temporal_broadcast_copies(machine):
         variables = environ.read().split(b"\0")
     tunables = [v for v in variables if v.startswith(b"GLIBC_TUNABLES=")]
     assert tunables and b"x86_non_temporal_threshold=0x10000" in tunables[0]
+    assert b"OPENBLAS_NUM_THREADS=1" in variables  # no spinning BLAS workers
+    with open(f"/proc/{machine.pid}/status") as status:  # daemon threads only: none from BLAS
+        threads = int(next(line for line in status if line.startswith("Threads:")).split()[1])
+    assert threads < 40, threads
