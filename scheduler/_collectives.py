@@ -10,11 +10,16 @@ difference, and a 1472-tile alltoall would otherwise decode 1472 x 1472 objects.
 
 from __future__ import annotations
 
+import marshal
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ._errors import CollectiveMismatchError, describe_tiles
-from ._exchange import pad8
-from ._payload import decode, is_immutable
+from ._payload import IMMUTABLE_SCALARS, decode, is_immutable
+
+_MARSHAL_TAG = ord("M")
+marshal_loads = marshal.loads
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -53,9 +58,16 @@ class CollectiveResult:
         if kind == "sync" or (kind == GATHER and tile.rank != self.root):
             return None
         view = memoryview(self.data)
-        values = [decode(view[off : off + n]) for off, n in zip(self.offsets, self.lengths)]
+        values = []
+        append = values.append
+        for off, n in zip(self.offsets, self.lengths):
+            if view[off] == _MARSHAL_TAG:  # decode()'s fast path, inlined: once per tile
+                append(marshal_loads(view[off + 1 : off + n]))
+            else:
+                append(decode(view[off : off + n]))
         if kind != GATHER and not self._mutable:
-            if all(is_immutable(v) for v in values):
+            kinds = set(map(type, values))  # in C: most results are all ints, bytes ...
+            if kinds <= IMMUTABLE_SCALARS or all(is_immutable(v) for v in values):
                 self._shared = values
                 values = list(values)
             else:
@@ -97,19 +109,21 @@ def complete(job: "Job") -> None:
 
 
 def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
+    # every tile of the job is live here (complete() refused otherwise): no per-tile
+    # lists need building, the job's own are the sources and the receivers
     if kind == BCAST:
-        sources = [root]
+        offs, lens, src_ids = [job.coll_off[root]], [job.coll_len[root]], [job.ids[root]]
     else:
-        sources = range(job.nranks)
-    offs = [job.coll_off[r] for r in sources]
-    lens = [job.coll_len[r] for r in sources]
-    data = engine.gather(offs, lens)
+        offs, lens, src_ids = job.coll_off, job.coll_len, job.ids
+    lengths = np.asarray(lens, dtype=np.int64)
+    padded = (lengths + 7) & ~7
+    positions = np.cumsum(padded) - padded
+    data = engine.gather(offs, padded, positions)
     total = len(data)
-    positions, cursor = [], 0
-    for n in lens:
-        positions.append(cursor)
-        cursor += pad8(n)
-    receivers = list(job.live.values()) if kind in _ALL_RECEIVE else [job.tiles[root]]
+    if kind in _ALL_RECEIVE:
+        receivers, receiver_ids = job.tiles, job.ids
+    else:
+        receivers, receiver_ids = [job.tiles[root]], [job.ids[root]]
     full = [t for t in receivers if t.in_used + total > t.xin.size]
     if full:
         ranks = [t.rank for t in full]
@@ -120,10 +134,10 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
         ))
     if job.xin_offset is not None:
         column = job.xin_offset + receivers[0].xin.size - total
-        engine.broadcast(data, [t.id for t in receivers], column)
+        engine.broadcast(data, receiver_ids, column)
     else:  # irregular layouts: one copy per receiver
         for t in receivers:
             start = t.xin.base + t.xin.size - total
             engine.flat[start : start + total] = data
-    engine.count_broadcast([job.ids[r] for r in sources], lens, [t.id for t in receivers], total)
-    return CollectiveResult(kind, root, data, positions, lens)
+    engine.count_broadcast(src_ids, lengths, receiver_ids, total)
+    return CollectiveResult(kind, root, data, positions.tolist(), lengths.tolist())

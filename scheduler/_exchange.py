@@ -19,6 +19,7 @@ Offsets and lengths are multiples of 8 so that words can be copied.
 
 from __future__ import annotations
 
+import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -210,22 +211,21 @@ class ExchangeEngine:
         within = np.arange(total, dtype=np.int64) - np.repeat(starts, words)
         self.words[np.repeat(dst, words) + within] = self.words[np.repeat(src, words) + within]
 
-    def gather(self, offs, lens) -> np.ndarray:
-        """Concatenate segments of SRAM (each padded to 8 bytes) into one new array."""
-        padded = [pad8(n) for n in lens]
-        out = np.empty(sum(padded), dtype=np.uint8)
-        if len(lens) > 1 and sum(padded) < _FANCY_BELOW * len(lens):
+    def gather(self, offs, padded: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Concatenate SRAM segments at ``offs`` (lengths ``padded``, multiples of 8) into
+        one new array, segment i starting at ``positions[i]``."""
+        total = int(padded.sum())
+        out = np.empty(total, dtype=np.uint8)
+        count = len(padded)
+        if count > 1 and total < _FANCY_BELOW * count:
+            words = padded >> 3
             src = np.asarray(offs, dtype=np.int64) >> 3
-            words = np.asarray(padded, dtype=np.int64) >> 3
-            starts = np.cumsum(words) - words
-            within = np.arange(int(words.sum()), dtype=np.int64) - np.repeat(starts, words)
+            within = np.arange(total >> 3, dtype=np.int64) - np.repeat(positions >> 3, words)
             out.view(np.uint64)[:] = self.words[np.repeat(src, words) + within]
         else:
-            cursor = 0
             flat = self.flat
-            for off, n in zip(offs, padded):
-                out[cursor : cursor + n] = flat[off : off + n]
-                cursor += n
+            for off, start, n in zip(offs, positions.tolist(), padded.tolist()):
+                out[start : start + n] = flat[off : off + n]
         return out
 
     def broadcast(self, data: np.ndarray, tile_ids, offset_in_tile: int) -> None:
@@ -247,16 +247,20 @@ class ExchangeEngine:
             grid[lo : hi + 1, cols] = data
         else:
             # numpy releases the GIL while copying: the second core lands the bytes while
-            # the tiles compute; settle() waits for it before SRAM is touched again
+            # the tiles compute, and settle() finishes the job from the other end before
+            # SRAM is touched again
             self.settle()
-            self._landing = self._copy_pool().submit(grid[lo : hi + 1, cols].__setitem__, slice(None), data)
+            landing = _Landing(grid, lo, hi + 1, cols, data)
+            landing.future = self._copy_pool().submit(landing.copy_from_front)
+            self._landing = landing
 
     def settle(self) -> None:
-        """Wait until every byte of earlier exchanges has landed in SRAM."""
+        """Make sure every byte of earlier exchanges has landed in SRAM."""
         landing = self._landing
         if landing is not None:
             self._landing = None
-            landing.result()
+            landing.copy_from_back()  # help rather than wait: both cores copy
+            landing.future.result()
 
     def _copy_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -275,8 +279,8 @@ class ExchangeEngine:
     def count_broadcast(self, src_ids, src_lens, dst_ids, nbytes_each: int) -> None:
         """Account a collective: each source sends its bytes, every receiver gets ``nbytes_each``."""
         src_lens = np.asarray(src_lens, dtype=np.int64)
-        np.add.at(self.bytes_out, np.asarray(src_ids), src_lens)
-        self.bytes_in[np.asarray(dst_ids)] += nbytes_each
+        np.add.at(self.bytes_out, src_ids, src_lens)
+        self.bytes_in[dst_ids] += nbytes_each
         self._step_busiest = max(self._step_busiest, nbytes_each, int(src_lens.max(initial=0)))
         chips = {t // self.tiles_per_chip for t in (src_ids[0], src_ids[-1], dst_ids[0], dst_ids[-1])}
         if len(chips) > 1:
@@ -311,6 +315,43 @@ class ExchangeEngine:
         self.settle()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+class _Landing:
+    """A broadcast being copied into many tiles' rows, in chunks taken from both ends.
+
+    The copy thread starts from the first rows while the tiles compute; whoever next
+    needs SRAM settled takes chunks from the last rows instead of waiting idle. Popping
+    from either end of a deque is atomic, so no chunk is copied twice.
+    """
+
+    CHUNKS = 16
+
+    def __init__(self, grid, first: int, stop: int, cols, data):
+        self._grid = grid
+        self._cols = cols
+        self._data = data
+        step = max(1, -(-(stop - first) // self.CHUNKS))
+        self._chunks = collections.deque((lo, min(lo + step, stop)) for lo in range(first, stop, step))
+        self.future = None
+
+    def copy_from_front(self) -> None:
+        chunks = self._chunks
+        while True:
+            try:
+                lo, hi = chunks.popleft()
+            except IndexError:
+                return
+            self._grid[lo:hi, self._cols] = self._data
+
+    def copy_from_back(self) -> None:
+        chunks = self._chunks
+        while True:
+            try:
+                lo, hi = chunks.pop()
+            except IndexError:
+                return
+            self._grid[lo:hi, self._cols] = self._data
 
 
 def _compact_arena(engine: ExchangeEngine, tile) -> None:

@@ -12,9 +12,11 @@ import marshal
 import pickle
 
 _MARSHAL = 0x4D  # "M"
+#: for callers that inline encode()'s fast path (the collectives)
+marshal_dumps = marshal.dumps
 _PICKLE = 0x50  # "P"
 
-_IMMUTABLE_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None), range})
+IMMUTABLE_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None), range})
 
 
 def encode(obj) -> bytes:
@@ -48,7 +50,7 @@ def is_immutable(obj) -> bool:
     decoded once and shared when this holds; otherwise each tile decodes its own copy.
     """
     kind = type(obj)
-    if kind in _IMMUTABLE_SCALARS:
+    if kind in IMMUTABLE_SCALARS:
         return True
     if kind is tuple or kind is frozenset:
         return all(is_immutable(item) for item in obj)
