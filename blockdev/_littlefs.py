@@ -45,12 +45,12 @@ import math
 import os
 import posixpath
 import struct
-import threading
 from typing import NamedTuple
 
 from littlefs import LittleFSError, lfs
 
 from ._memory import MemoryDevice, slicing_source
+from ._protocol import BlockDevice
 
 __all__ = [
     "translate_error",
@@ -170,30 +170,92 @@ class _DeviceCallbacks:
 
     The first exception is kept in ``fault``; after it every call is refused (reads
     answer zeros, writes -EIO) until the owner calls ``reset``.
+
+    littlefs-python looks ``read``/``prog``/``erase``/``sync`` up on this object for every
+    callback, so they are instance attributes, switched to the route the state calls for
+    instead of testing flags on every call (``_route``):
+
+    * **refusing**, after a fault or while unmounting: the ``_refuse_*`` methods;
+    * **fast**, on a healthy device that has a fast path and no fault plan attached: the
+      closures ``_memory_fast_path``/``_cached_fast_path`` make for the device. They do
+      what the checked path does, one Python call instead of two (or three), count in
+      their own cells (the device adds those counts to its counters when they are read),
+      and turn every exception into a fault just the same;
+    * **checked**, otherwise (a device with a fault plan always): the ``_checked_*``
+      methods, through the device's public operations.
+
+    The device tells the object when a fault plan comes or goes (``faults_changed``).
     """
 
-    __slots__ = ("device", "fault", "refusing", "_read", "_prog", "_erase", "_sync")
+    __slots__ = ("device", "unit", "fault", "_refusing", "_fast", "_read", "_prog", "_erase",
+                 "_sync", "read", "prog", "erase", "sync", "__weakref__")
 
-    def __init__(self, device):
+    def __init__(self, device, unit: int):
         self.device = device
+        #: littlefs' usual request size (its cache line), for the fast paths' counting
+        self.unit = unit
         self._read = device.read
         self._prog = device.prog
         self._erase = device.erase
         self._sync = device.sync
-        self.reset()
+        self.fault: BaseException | None = None
+        self._refusing = False
+        #: (read, prog, erase, sync) for a healthy device, or None
+        self._fast = _fast_path(self, device)
+        if self._fast is not None:
+            device._watch_faults(self)
+        self._route()
+
+    @property
+    def refusing(self) -> bool:
+        """Every call is refused (set after a fault, and while unmounting)."""
+        return self._refusing
+
+    @refusing.setter
+    def refusing(self, value: bool) -> None:
+        self._refusing = bool(value)
+        self._route()
 
     def reset(self) -> None:
-        self.fault: BaseException | None = None
+        self.fault = None
         self.refusing = False
+
+    def faults_changed(self) -> None:
+        """The device's fault plan was attached or detached."""
+        self._route()
+
+    def _route(self) -> None:
+        if self._refusing:
+            self.read, self.prog = self._refuse_read, self._refuse_prog
+            self.erase, self.sync = self._refuse_erase, self._refuse_sync
+        elif self._fast is not None and self.device.faults is None:
+            self.read, self.prog, self.erase, self.sync = self._fast
+        else:
+            self.read, self.prog = self._checked_read, self._checked_prog
+            self.erase, self.sync = self._checked_erase, self._checked_sync
 
     def _failed(self, exc: BaseException) -> None:
         if self.fault is None:
             self.fault = exc
         self.refusing = True
 
-    def read(self, cfg, block, off, size):
-        if self.refusing:
-            return bytes(size)
+    # -- refusing ----------------------------------------------------------------------
+
+    def _refuse_read(self, cfg, block, off, size):
+        return bytes(size)
+
+    def _refuse_prog(self, cfg, block, off, data):
+        return -5
+
+    def _refuse_erase(self, cfg, block):
+        return -5
+
+    def _refuse_sync(self, cfg):
+        return -5
+
+    # -- checked: through the device's public operations --------------------------------
+
+    def _checked_read(self, cfg, block, off, size):
         try:
             data = self._read(block, off, size)
             if type(data) is not bytes or len(data) != size:
@@ -203,9 +265,7 @@ class _DeviceCallbacks:
             self._failed(exc)
             return bytes(size)
 
-    def prog(self, cfg, block, off, data):
-        if self.refusing:
-            return -5
+    def _checked_prog(self, cfg, block, off, data):
         try:
             self._prog(block, off, data)
         except BaseException as exc:
@@ -213,9 +273,7 @@ class _DeviceCallbacks:
             return -5
         return 0
 
-    def erase(self, cfg, block):
-        if self.refusing:
-            return -5
+    def _checked_erase(self, cfg, block):
         try:
             self._erase(block)
         except BaseException as exc:
@@ -223,9 +281,7 @@ class _DeviceCallbacks:
             return -5
         return 0
 
-    def sync(self, cfg):
-        if self.refusing:
-            return -5
+    def _checked_sync(self, cfg):
         try:
             self._sync()
         except BaseException as exc:
@@ -251,107 +307,178 @@ class _DeviceCallbacks:
         raise TypeError(f"{self.device!r}.read returned {type(data).__name__}, not bytes")
 
 
-class _MemoryCallbacks(_DeviceCallbacks):
-    """The same callbacks for a plain :class:`MemoryDevice`, one Python call cheaper.
+def _fast_path(glue: _DeviceCallbacks, device):
+    if type(device) is MemoryDevice:
+        return _memory_fast_path(glue, device)
+    if isinstance(device, BlockDevice) and hasattr(device, "fast_read") and hasattr(device, "fast_prog"):
+        return _cached_fast_path(glue, device)
+    return None
 
-    Each littlefs callback otherwise costs two Python calls (glue, then device); for the
-    tile-local disk that is a large share of littlefs' time. Here the glue slices the
-    device's buffer itself, keeping the device's counters, and takes the generic path
-    whenever a fault plan is attached. The device's bounds checks are not repeated:
-    littlefs checks every request against the same geometry before calling back.
+
+def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice):
+    """Callbacks for a plain, healthy :class:`MemoryDevice` (the tile disk).
+
+    Each littlefs callback otherwise costs two Python calls (glue, then device) and a
+    state test; for the tile-local disk that is a large share of littlefs' time. These
+    slice the device's buffer themselves and count what the device's methods would have
+    counted. The device's bounds checks are not repeated: littlefs checks every request
+    against the same geometry before calling back, and a block past the end would still
+    be caught here (it has no entry in ``starts`` or ``erase_counts``: a fault like any
+    other).
+
+    What a callback costs beyond the copy is mostly new int objects (CPython caches only
+    -5..256), so the arithmetic and the counting avoid making them: block offsets come
+    from a table, request counts wrap at 256 into a second cell, and bytes are counted
+    only for requests of another size than the usual one (littlefs reads whole cache
+    lines: on the tile disk, every read is ``read_size``).
     """
+    view = device._view
+    bs = device.block_size
+    erased = device._erased_block
+    # Reads slice the object that owns the memory (an mmap of tile SRAM, a bytearray):
+    # one copy straight into a bytes/bytearray, instead of a memoryview slice and then
+    # a copy. littlefs reads a whole cache line per callback (a 64 KiB file is ~50 of
+    # them, its skip-list pointers included), so this is most of the glue's read cost.
+    source, base = slicing_source(view)
+    if device.block_count <= _OFFSET_TABLE_MAX:
+        starts = [block * bs + base for block in range(device.block_count)]
+        view_starts = [block * bs for block in range(device.block_count)]
+    else:  # a big image: the table would cost more memory than it saves time
+        starts = _Offsets(bs, base, device.block_count)
+        view_starts = _Offsets(bs, 0, device.block_count)
+    unit = glue.unit  # the usual request size: bytes are counted for the others only
+    failed = glue._failed
+    reads = reads_hi = read_odd = progs = progs_hi = prog_odd = erases = syncs = 0
 
-    __slots__ = ("_view", "_block_size", "_source", "_base")
-
-    def __init__(self, device):
-        super().__init__(device)
-        self._view = device._view
-        self._block_size = device.block_size
-        # Reads slice the object that owns the memory (an mmap of tile SRAM, a bytearray):
-        # one copy straight into a bytes/bytearray, instead of a memoryview slice and then
-        # a copy. littlefs reads a whole cache line per callback (a 64 KiB file is ~50 of
-        # them, its skip-list pointers included), so this is most of the glue's read cost.
-        self._source, self._base = slicing_source(device._view)
-
-    def read(self, cfg, block, off, size):
-        device = self.device
-        if self.refusing or device.faults is not None:
-            return _DeviceCallbacks.read(self, cfg, block, off, size)
+    def read(cfg, block, off, size):
+        nonlocal reads, reads_hi, read_odd
         try:
-            device.reads += 1
-            device.bytes_read += size
-            start = block * self._block_size + off + self._base
-            return self._source[start : start + size]
+            reads += 1
+            if reads == 256:
+                reads_hi += 1
+                reads = 0
+            if size != unit:
+                read_odd += size - unit
+            start = starts[block] + off
+            return source[start : start + size]
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return bytes(size)
 
-    def prog(self, cfg, block, off, data):
-        device = self.device
-        if self.refusing or device.faults is not None:
-            return _DeviceCallbacks.prog(self, cfg, block, off, data)
+    def prog(cfg, block, off, data):
+        nonlocal progs, progs_hi, prog_odd
         try:
-            device.progs += 1
-            device.bytes_progged += len(data)
-            start = block * self._block_size + off
-            self._view[start : start + len(data)] = data
+            size = len(data)
+            progs += 1
+            if progs == 256:
+                progs_hi += 1
+                progs = 0
+            if size != unit:
+                prog_odd += size - unit
+            start = view_starts[block] + off
+            view[start : start + size] = data
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return -5
         return 0
 
+    def erase(cfg, block):
+        nonlocal erases
+        try:
+            device.erase_counts[block] += 1
+            erases += 1
+            start = view_starts[block]
+            view[start : start + bs] = erased
+        except BaseException as exc:
+            failed(exc)
+            return -5
+        return 0
 
-class _CachedCallbacks(_DeviceCallbacks):
+    def sync(cfg):
+        nonlocal syncs
+        try:
+            syncs += 1  # nothing to do: every prog is in the buffer already
+        except BaseException as exc:
+            failed(exc)
+            return -5
+        return 0
+
+    def tally():
+        nread = reads_hi * 256 + reads
+        nprog = progs_hi * 256 + progs
+        return nread, nread * unit + read_odd, nprog, nprog * unit + prog_odd, erases, syncs
+
+    device._add_tally(tally, glue)
+    return read, prog, erase, sync
+
+
+#: devices with more blocks than this compute block offsets instead of looking them up
+_OFFSET_TABLE_MAX = 1 << 16
+
+
+class _Offsets:
+    """``offsets[block]``: the table's job, computed (and range-checked) instead."""
+
+    __slots__ = ("_bs", "_base", "_count")
+
+    def __init__(self, bs: int, base: int, count: int):
+        self._bs, self._base, self._count = bs, base, count
+
+    def __getitem__(self, block: int) -> int:
+        if not 0 <= block < self._count:
+            raise IndexError(f"block {block} is outside the device")
+        return block * self._bs + self._base
+
+
+def _cached_fast_path(glue: _DeviceCallbacks, device):
     """Callbacks for a device that keeps blocks in a cache of its own (the striped device).
 
     A hit is served by the device's ``fast_read``/``fast_prog`` straight from the glue,
     one Python call instead of two: a 64 KiB file is ~50 littlefs reads, and on the chip
-    disk most of them hit. A miss (None/False) takes the device's full path.
+    disk most of them hit. A miss (None/False) takes the checked path, through the
+    device's own operations (which count it); erase and sync always do.
     """
+    fast_read = device.fast_read
+    fast_prog = device.fast_prog
+    checked_read = glue._checked_read
+    checked_prog = glue._checked_prog
+    failed = glue._failed
+    reads = bytes_read = progs = bytes_progged = 0
 
-    __slots__ = ("_fast_read", "_fast_prog")
-
-    def __init__(self, device):
-        super().__init__(device)
-        self._fast_read = device.fast_read
-        self._fast_prog = device.fast_prog
-
-    def read(self, cfg, block, off, size):
-        device = self.device
-        if self.refusing or device.faults is not None:
-            return _DeviceCallbacks.read(self, cfg, block, off, size)
+    def read(cfg, block, off, size):
+        nonlocal reads, bytes_read
         try:
-            data = self._fast_read(block, off, size)
+            data = fast_read(block, off, size)
             if data is None:
-                return _DeviceCallbacks.read(self, cfg, block, off, size)
-            device.reads += 1
-            device.bytes_read += size
+                return checked_read(cfg, block, off, size)
+            reads += 1
+            bytes_read += size
             return data
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return bytes(size)
 
-    def prog(self, cfg, block, off, data):
-        device = self.device
-        if self.refusing or device.faults is not None:
-            return _DeviceCallbacks.prog(self, cfg, block, off, data)
+    def prog(cfg, block, off, data):
+        nonlocal progs, bytes_progged
         try:
-            if not self._fast_prog(block, off, data):
-                return _DeviceCallbacks.prog(self, cfg, block, off, data)
-            device.progs += 1
-            device.bytes_progged += len(data)
+            if not fast_prog(block, off, data):
+                return checked_prog(cfg, block, off, data)
+            progs += 1
+            bytes_progged += len(data)
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return -5
         return 0
 
+    def tally():
+        return reads, bytes_read, progs, bytes_progged, 0, 0
 
-def _callbacks_for(device) -> _DeviceCallbacks:
-    if type(device) is MemoryDevice:
-        return _MemoryCallbacks(device)
-    if hasattr(device, "fast_read") and hasattr(device, "fast_prog"):
-        return _CachedCallbacks(device)
-    return _DeviceCallbacks(device)
+    device._add_tally(tally, glue)
+    return read, prog, glue._checked_erase, glue._checked_sync
+
+
+def _callbacks_for(device, unit: int) -> _DeviceCallbacks:
+    return _DeviceCallbacks(device, unit)
 
 
 # -- paths and flags -----------------------------------------------------------------
@@ -436,19 +563,21 @@ class Filesystem:
                  cache_size: int | None = None, lookahead_size: int | None = None,
                  block_cycles: int = -1, name_max: int = 255):
         self.device = device
-        self._callbacks = _callbacks_for(device)
-        self._cfg = lfs.LFSConfig(
-            context=self._callbacks,
-            **_config(device.block_size, device.block_count, read_size, prog_size,
-                      cache_size, lookahead_size, block_cycles, name_max),
-        )
+        config = _config(device.block_size, device.block_count, read_size, prog_size,
+                         cache_size, lookahead_size, block_cycles, name_max)
+        self._callbacks = _callbacks_for(device, config["cache_size"])
+        self._cfg = lfs.LFSConfig(context=self._callbacks, **config)
         self.name_max = name_max
         self._lfs = None  # an lfs.LFSFilesystem while mounted
-        self._busy = threading.Lock()  # only ever acquired without waiting
-        self._try_enter = self._busy.acquire
-        self._leave = self._busy.release
+        # The busy flag: one token while idle, none while a littlefs call runs. Taking it
+        # is a list.pop, atomic under the GIL (no thread or greenlet gets between the test
+        # and the set), and never waits; it costs a third of a Lock.acquire(False), which
+        # parses its arguments as keywords. Every call pays it, and a file is three calls.
+        self._idle = [True]
+        self._take = self._idle.pop  # IndexError: busy
+        self._give = self._idle.append  # with True
         self._busy_with = ""
-        self._open: dict[int, File] = {}
+        self._open: dict[File, None] = {}  # open files, in the order they were opened
         self._paths: dict[str, str] = {}  # path as given -> canonical path
         #: (operation, path, exception) of the device fault that made the fs unusable
         self._fault: tuple[str, str | None, BaseException] | None = None
@@ -515,7 +644,7 @@ class Filesystem:
                 raise _error(errno.EINVAL, message="filesystem is not mounted")
             first_error = None
             faulted = self._fault is not None  # already reported; closes cannot succeed
-            for file in list(self._open.values()):
+            for file in list(self._open):
                 try:
                     self._close_locked(file)
                 except OSError as exc:
@@ -544,15 +673,15 @@ class Filesystem:
     def open(self, path: str, flags="r") -> "File":
         """Open a file. ``flags``: a mode string ("r", "w", "a", "x", with "+"/"b"), or
         ``os.O_*`` flags. The file must be closed; unclosed files are closed at unmount."""
-        lfs_flags = _open_flags(flags)
-        path = self._path(path)
+        lfs_flags = _FLAGS_SEEN.get(flags) or _open_flags(flags)
+        path = self._paths.get(path) or self._path(path)
         return self._run("open", path, None, self._open_locked, path, lfs_flags)
 
     def _open_locked(self, handle, path: str, lfs_flags: int) -> "File":
         # registered inside the exclusive call, so an unmount can never miss a file that
         # littlefs has in its open list
-        file = File(self, lfs.file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
-        self._open[id(file)] = file
+        file = File(self, _file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
+        self._open[file] = None
         return file
 
     # -- names ---------------------------------------------------------------------------
@@ -657,33 +786,45 @@ class Filesystem:
         a device fault recorded by the callbacks into EIO (or re-raises a BaseException
         such as KeyboardInterrupt unchanged) once littlefs has unwound.
         """
-        if not self._try_enter(False):
-            raise self._busy_error(op)
+        try:
+            self._take()
+        except IndexError:
+            raise self._busy_error(op) from None
         try:
             self._busy_with = op
             handle = self._lfs
             if handle is None or self._fault is not None:
                 raise self._unusable_error(path)
-            callbacks = self._callbacks
             try:
                 result = func(handle, *args)
-            except LittleFSError as exc:
-                if callbacks.fault is not None:
-                    self._raise_fault(op, path)
-                if exc.code in _COMMIT_FAILURES:
-                    self._remount_after_nospc(op, path, culprit=args[0] if args else None)
-                    if exc.code == _LFS_ERR_NAMETOOLONG:
-                        raise _no_room_for_entry(path) from None
-                raise translate_error(exc, path, path2) from None
-            except BaseException:
-                if callbacks.fault is not None:
-                    self._fault = (op, path, callbacks.fault)
-                raise
-            if callbacks.fault is not None:
+            except BaseException as exc:
+                self._call_failed(op, path, path2, exc, args[0] if args else None)
+            if self._callbacks.fault is not None:
                 self._raise_fault(op, path)
             return result
         finally:
-            self._leave()
+            self._give(True)
+
+    def _call_failed(self, op: str, path, path2, exc: BaseException, culprit=None):
+        """Raise what a littlefs call that raised ``exc`` amounts to. The caller holds the
+        filesystem; ``culprit`` is the littlefs file handle the call was about, if any.
+
+        A device fault recorded by the callbacks wins (EIO naming it, or the
+        BaseException itself); ENOSPC-like errors remount (see ``_remount_after_nospc``);
+        every littlefs code becomes an ``OSError`` with its errno.
+        """
+        callbacks = self._callbacks
+        if isinstance(exc, LittleFSError):
+            if callbacks.fault is not None:
+                self._raise_fault(op, path)
+            if exc.code in _COMMIT_FAILURES:
+                self._remount_after_nospc(op, path, culprit=culprit)
+                if exc.code == _LFS_ERR_NAMETOOLONG:
+                    raise _no_room_for_entry(path) from None
+            raise translate_error(exc, path, path2) from None
+        if callbacks.fault is not None:
+            self._fault = (op, path, callbacks.fault)
+        raise exc
 
     def _lifecycle_call(self, op: str, func, *args) -> None:
         """format/mount: like ``_run`` but without a mounted filesystem. Caller is exclusive."""
@@ -718,8 +859,9 @@ class Filesystem:
         where = f" of {path!r}" if path else ""
         lost = (f"the filesystem ran out of space during {op}{where} and had to be remounted; "
                 "writes to this file since it was last synced are lost; open it again")
-        for file in self._open.values():
+        for file in self._open:
             file.lost = lost
+            file._can = 0
             if file._handle is culprit:
                 file.flags &= ~_LFS_WRONLY  # closing it reports nothing more
             file._handle = None
@@ -809,14 +951,6 @@ class Filesystem:
 
     # -- file operations (called by File) ------------------------------------------------
 
-    def _close_file(self, file: "File") -> None:
-        if not self._busy.acquire(False):
-            raise self._busy_error("close")
-        try:
-            self._close_locked(file)
-        finally:
-            self._busy.release()
-
     def _close_locked(self, file: "File") -> None:
         """Close ``file`` in littlefs. Caller holds the filesystem exclusively.
 
@@ -824,6 +958,7 @@ class Filesystem:
         marked closed first and forgotten only after littlefs has let go of it.
         """
         file.closed = True
+        file._can = 0
         if self._lfs is None:  # unmount closed it already
             return
         callbacks = self._callbacks
@@ -836,24 +971,15 @@ class Filesystem:
                     pass
                 raise self._faulted_error(file.path)
             try:
-                lfs.file_close(self._lfs, file._handle)
-            except LittleFSError as exc:
-                if callbacks.fault is not None:
-                    self._raise_fault("close", file.path)
-                if exc.code in _COMMIT_FAILURES:
-                    self._open.pop(id(file), None)
-                    self._remount_after_nospc("close", file.path)
-                    if exc.code == _LFS_ERR_NAMETOOLONG:
-                        raise _no_room_for_entry(file.path) from None
-                raise translate_error(exc, file.path) from None
-            except BaseException:
-                if callbacks.fault is not None:
-                    self._fault = ("close", file.path, callbacks.fault)
-                raise
+                _file_close(self._lfs, file._handle)
+            except BaseException as exc:
+                if isinstance(exc, LittleFSError) and exc.code in _COMMIT_FAILURES:
+                    self._open.pop(file, None)  # gone from littlefs: not lost by the remount
+                self._call_failed("close", file.path, None, exc)
             if callbacks.fault is not None:
                 self._raise_fault("close", file.path)
         finally:
-            self._open.pop(id(file), None)
+            self._open.pop(file, None)
             file._handle = None
 
 
@@ -866,12 +992,14 @@ class _Exclusive:
         self.fs, self.op = fs, op
 
     def __enter__(self):
-        if not self.fs._busy.acquire(False):
-            raise self.fs._busy_error(self.op)
+        try:
+            self.fs._take()
+        except IndexError:
+            raise self.fs._busy_error(self.op) from None
         self.fs._busy_with = self.op
 
     def __exit__(self, *exc_info):
-        self.fs._busy.release()
+        self.fs._give(True)
 
 
 def _config(block_size, block_count, read_size, prog_size, cache_size, lookahead_size,
@@ -979,9 +1107,13 @@ class File:
     :meth:`sync` or :meth:`close`. Every method raises ``ValueError`` once the file is
     closed, and ``OSError(EBADF)`` for a read on a write-only file or a write on a
     read-only one, before littlefs (which would abort the process) sees the call.
+
+    ``read``, ``write`` and ``close`` are every program's hot path: each is
+    :meth:`Filesystem._run` written out, behind one test of ``_can`` (the littlefs access
+    bits while the file is open and not lost, else 0) standing for ``_check``.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -991,6 +1123,8 @@ class File:
         self.closed = False
         #: why the file was taken away from under its user (the filesystem was remounted)
         self.lost: str | None = None
+        #: ``flags & 3`` while the file may be used, 0 once closed or lost
+        self._can = flags & 3
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else _mode_text(self.flags)
@@ -1008,19 +1142,22 @@ class File:
 
     def read(self, size: int = -1) -> bytes:
         """Up to ``size`` bytes from the current position (all the rest if negative)."""
+        if self._can & _LFS_RDONLY and type(size) is int and size > 0:
+            return self._fs._run("read", self.path, None, _read_clamped, self._handle, size)
         self._check(_LFS_RDONLY, "read")
         if size is None or size < 0:
             size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
         if size == 0:
             return b""
-        return self._fs._run("read", self.path, None, lfs.file_read, self._handle, size)
+        return self._fs._run("read", self.path, None, _file_read, self._handle, size)
 
     def write(self, data) -> int:
         """Write all of ``data`` (any bytes-like object); returns its length."""
-        self._check(_LFS_WRONLY, "write")
+        if not self._can & _LFS_WRONLY:
+            self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
-        return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        return self._fs._run("write", self.path, None, _file_write, self._handle, data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check(0, "seek")
@@ -1053,23 +1190,32 @@ class File:
         self._check(0, "sync")
         self._fs._run("sync", self.path, None, lfs.file_sync, self._handle)
 
-    def close(self) -> None:
+    def close(self, *_exc_info) -> None:
         """Commit and close. Closing twice is harmless. If the final commit fails the file
-        is closed anyway (littlefs has let go of it) and the error is raised."""
-        if self.closed:
-            return
-        if self.lost is not None:
-            self.closed = True
-            if self.flags & _LFS_WRONLY:
-                raise _error(errno.EIO, self.path, self.lost)
-            return
-        self._fs._close_file(self)
+        is closed anyway (littlefs has let go of it) and the error is raised. (Extra
+        arguments are ignored: ``close`` is also ``__exit__``.)"""
+        if not self._can:
+            if self.closed:
+                return
+            if self.lost is not None:
+                self.closed = True
+                if self.flags & _LFS_WRONLY:
+                    raise _error(errno.EIO, self.path, self.lost)
+                return
+        fs = self._fs
+        try:
+            fs._take()
+        except IndexError:
+            raise fs._busy_error("close") from None
+        try:
+            fs._close_locked(self)
+        finally:
+            fs._give(True)
 
     def __enter__(self) -> "File":
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    __exit__ = close  # one call fewer at the end of every ``with``
 
     def _check(self, need: int, op: str) -> None:
         if self.closed:
@@ -1079,6 +1225,22 @@ class File:
         if need and not self.flags & need:
             raise _error(errno.EBADF, self.path,
                          f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")
+
+
+_file_open = lfs.file_open
+_file_read = lfs.file_read
+_file_write = lfs.file_write
+_file_close = lfs.file_close
+#: reads asking for more than this many bytes are first cut to what the file holds
+_READ_CLAMP = 64 * 1024
+
+
+def _read_clamped(handle, file_handle, size: int) -> bytes:
+    if size > _READ_CLAMP:
+        # the binding allocates (and zeroes) ``size`` bytes, twice over, whatever the
+        # file holds: ask for no more than is there
+        size = min(size, max(0, _remaining(handle, file_handle)))
+    return _file_read(handle, file_handle, size) if size else b""
 
 
 def _remaining(handle, file_handle) -> int:

@@ -95,10 +95,10 @@ class MemoryDevice(BlockDevice):
         bs = self.block_size
         if not (0 <= block < self.block_count and 0 <= off and 0 <= size and off + size <= bs):
             raise self._out_of_range("read", block, off, size)
-        self.reads += 1
-        self.bytes_read += size
-        if self.faults is not None:
-            return self.faults.read(self, block, off, size)
+        self._reads += 1
+        self._bytes_read += size
+        if self._faults is not None:
+            return self._faults.read(self, block, off, size)
         start = block * bs + off
         return self._view[start : start + size].tobytes()
 
@@ -107,10 +107,10 @@ class MemoryDevice(BlockDevice):
         size = len(data)
         if not (0 <= block < self.block_count and 0 <= off and off + size <= bs):
             raise self._out_of_range("prog", block, off, size)
-        self.progs += 1
-        self.bytes_progged += size
-        if self.faults is not None:
-            self.faults.prog(self, block, off, data)
+        self._progs += 1
+        self._bytes_progged += size
+        if self._faults is not None:
+            self._faults.prog(self, block, off, data)
             return
         start = block * bs + off
         self._view[start : start + size] = data
@@ -118,10 +118,10 @@ class MemoryDevice(BlockDevice):
     def erase(self, block: int) -> None:
         if not 0 <= block < self.block_count:
             raise self._out_of_range("erase", block, 0, self.block_size)
-        self.erases += 1
+        self._erases += 1
         self.erase_counts[block] += 1
-        if self.faults is not None:
-            self.faults.erase(self, block)
+        if self._faults is not None:
+            self._faults.erase(self, block)
             return
         start = block * self.block_size
         self._view[start : start + self.block_size] = self._erased_block

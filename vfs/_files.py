@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import os
-from typing import NamedTuple
 
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
            "check_binary_arguments"]
@@ -31,17 +30,48 @@ __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_
 # -- modes ----------------------------------------------------------------------------
 
 
-class OpenMode(NamedTuple):
-    """A parsed ``open`` mode."""
+class OpenMode:
+    """A parsed ``open`` mode (immutable).
 
-    backend: str | int  # what the backend's open takes: "r", "w+", ... or os.O_* flags
-    binary: bool
-    readable: bool
-    writable: bool
-    writes: bool  # may change the filesystem: refused on a read-only mount
-    stamps: bool  # creates or truncates: the mtime is set even if nothing is written
-    maybe_creates: bool  # may create the file ("a", O_CREAT): stamped if it opens empty
-    text: str  # the file object's ``mode`` attribute
+    A class with slots rather than a NamedTuple: every ``open`` reads several fields, and
+    a slot is read in half the time of a NamedTuple field.
+    """
+
+    __slots__ = (
+        "backend",  # what the backend's open takes: "r", "w+", ... or os.O_* flags
+        "binary",
+        "readable",
+        "writable",
+        "writes",  # may change the filesystem: refused on a read-only mount
+        "stamps",  # creates or truncates: the mtime is set even if nothing is written
+        "maybe_creates",  # may create the file ("a", O_CREAT): stamped if it opens empty
+        "text",  # the file object's ``mode`` attribute
+    )
+    _fields = __slots__
+
+    def __init__(self, backend, binary: bool, readable: bool, writable: bool, writes: bool,
+                 stamps: bool, maybe_creates: bool, text: str):
+        for name, value in zip(self._fields, (backend, binary, readable, writable, writes,
+                                              stamps, maybe_creates, text)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("OpenMode is immutable")
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other):
+        if type(other) is not OpenMode:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"OpenMode({fields})"
 
 
 _MODES: dict = {}
