@@ -285,9 +285,12 @@ class MountManager:
         storage = machine.storage
         chip_tile = storage.chip_tile if storage.chip_device is not None else None
         operations = ChipFilesystem(machine.fs, machine.ntiles, tiles=tile_ids, chip_tile=chip_tile,
-                                    readonly=readonly, chip_mount=CHIP_DISK_MOUNT)
+                                    readonly=readonly, chip_mount=CHIP_DISK_MOUNT,
+                                    changes=storage.changes)
         active = ActiveMount(mountpoint, readonly, format_tiles(tile_ids), foreground, client_pid, operations)
         with self._lock:
+            if self._halting or mountpoint in self._mounts:
+                operations.close()
             if self._halting:
                 raise MountError("halting", f"machine {self.name!r} is halting")
             if mountpoint in self._mounts:
@@ -305,6 +308,7 @@ class MountManager:
             with self._lock:
                 if self._mounts.get(mountpoint) is active:
                     del self._mounts[mountpoint]
+            operations.close()
             raise
         log.info("mounted machine %r at %s (%s, tiles %s)", self.name, mountpoint,
                  "read-only" if readonly else "read-write", active.tiles)
@@ -341,6 +345,7 @@ class MountManager:
             active.error = exc
             log.error("the FUSE loop for %s failed: %r", active.mountpoint, exc)
         finally:
+            active.operations.close()
             entry = mount_at(active.mountpoint)
             if entry is not None and active.device and entry.device == active.device:
                 unmount_path(active.mountpoint, lazy=True)  # the loop died under a live mount
@@ -358,7 +363,8 @@ class MountManager:
         deadline = time.monotonic() + MOUNT_SECONDS
         while True:
             entry = mount_at(active.mountpoint)
-            if entry is not None and entry.fstype == MOUNT_TYPE and entry.source == source:
+            if (entry is not None and entry.fstype == MOUNT_TYPE and entry.source == source
+                    and active.operations.initialized.is_set()):  # (libfuse has started too)
                 active.device = entry.device
                 with self._lock:
                     taken = {other.watchdog for other in self._mounts.values()}

@@ -206,3 +206,25 @@ class InProcessMount:
                               capture_output=True, text=True, timeout=timeout)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
+
+
+def in_process_mount(preset: str = "tiny"):
+    """Fixture body: a fresh in-process machine of ``preset`` mounted in this process
+    (use it from child processes only); unmounted and closed afterwards."""
+    import ipuos
+
+    machine = ipuos.Machine(preset)
+    try:
+        with InProcessMount(machine, new_mountpoint()) as mounted:
+            yield mounted
+    finally:
+        machine.close()
+
+
+def errno_of(call, *args) -> int | None:
+    """The errno ``call(*args)`` fails with, None if it succeeds."""
+    try:
+        call(*args)
+    except OSError as exc:
+        return exc.errno
+    return None

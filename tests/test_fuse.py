@@ -16,7 +16,7 @@ import tempfile
 import time
 
 import pytest
-from fuse_harness import file_id, fuse_session, host_tree, mounted_machine, runtime_dir, tile_tree  # noqa: F401
+from fuse_harness import errno_of, file_id, fuse_session, host_tree, mounted_machine, runtime_dir, tile_tree  # noqa: F401
 
 from ipuos._mount import mount_at
 
@@ -24,14 +24,6 @@ from ipuos._mount import mount_at
 @pytest.fixture(scope="module")
 def mm(runtime_dir, fuse_session):
     yield from mounted_machine("tiny")
-
-
-def errno_of(call, *args) -> int | None:
-    try:
-        call(*args)
-    except OSError as exc:
-        return exc.errno
-    return None
 
 
 def test_layout(mm):

@@ -14,7 +14,7 @@ import inspect
 import time
 
 import pytest
-from fuse_harness import InProcessMount, fuse_session, new_mountpoint  # noqa: F401
+from fuse_harness import fuse_session, in_process_mount  # noqa: F401
 
 import ipuos
 from ipuos._sram import SRAM
@@ -35,12 +35,7 @@ def attempt(call):
 
 @pytest.fixture
 def tiny(fuse_session):
-    machine = ipuos.Machine("tiny")
-    try:
-        with InProcessMount(machine, new_mountpoint()) as mounted:
-            yield mounted
-    finally:
-        machine.close()
+    yield from in_process_mount("tiny")
 
 
 def test_a_failed_tile_is_eio_and_its_neighbours_carry_on(tiny):

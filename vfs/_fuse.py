@@ -60,6 +60,7 @@ only mounting needs it.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import errno
 import functools
 import itertools
@@ -67,9 +68,11 @@ import logging
 import os
 import re
 import stat as _stat
+import struct
 import threading
 import time
 
+from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._submounts import Submounts
 
 __all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
@@ -83,6 +86,9 @@ FUSE_SUBTYPE = "ipuos"
 IO_BLOCK = 128 * 1024
 #: libfuse threads serving callbacks at once (each waits on a tile for most of its time)
 MAX_THREADS = 16
+#: seconds the kernel may keep a name it has looked up, when the mount can make it forget
+#: names at once (see "Kernel caching" in the module doc); attributes are never kept
+ENTRY_TIMEOUT = 30.0
 
 # utimensat's special tv_nsec values: mfusepy passes them through as they are
 _UTIME_NOW = (1 << 30) - 1
@@ -212,18 +218,201 @@ class _Open:
         self.fresh = False
 
 
+_FUSE_NOTIFY_INVAL_ENTRY = 3
+_FUSE_ROOT_ID = 1
+
+
+class _KernelNames:
+    """The kernel's cache of looked-up names, and how to make it forget them.
+
+    A notice is a ``FUSE_NOTIFY_INVAL_ENTRY`` written to the mount's ``/dev/fuse``
+    connection, for a name in the mount's root (``chip`` or ``tiles``), whose node id is
+    always 1: the kernel drops that name and every unused name below it, so the next
+    lookup of anything there asks again. (libfuse's high-level API knows the node ids
+    of deeper directories but does not tell them, and its ``fuse_invalidate_path`` only
+    drops attributes, not names.) The descriptor is a duplicate of libfuse's, so a notice
+    sent after an unmount fails harmlessly instead of touching freed libfuse state.
+
+    Never blocks for long: the kernel takes the root directory's lock, which only requests
+    answered without any tile hold, and drops cached names.
+    """
+
+    def __init__(self, fd: int):
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+        #: notices sent (tests and benchmarks)
+        self.sent = 0
+
+    def forget(self, name: str) -> None:
+        raw = name.encode()
+        message = struct.pack("<IiQQII", 32 + len(raw) + 1, _FUSE_NOTIFY_INVAL_ENTRY, 0,
+                              _FUSE_ROOT_ID, len(raw), 0) + raw + b"\0"
+        with self._lock:
+            if self._fd is None:
+                return
+            self.sent += 1
+            try:
+                os.write(self._fd, message)
+            except OSError as exc:
+                # ENOENT: the kernel keeps nothing there; ENODEV, ENOTCONN: unmounted
+                if exc.errno not in (errno.ENOENT, errno.ENODEV, errno.ENOTCONN):
+                    log.warning("could not make the kernel forget /%s: %s", name, exc)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def _session_fd() -> int:
+    """The ``/dev/fuse`` descriptor of the libfuse session whose callback is running."""
+    mfusepy = load_mfusepy()
+    lib = ctypes.CDLL(mfusepy._libfuse._name)  # own function objects: argtypes stay ours
+    lib.fuse_get_context.restype = ctypes.POINTER(mfusepy.fuse_context)
+    lib.fuse_get_session.restype = ctypes.c_void_p
+    lib.fuse_get_session.argtypes = [ctypes.c_void_p]
+    lib.fuse_session_fd.restype = ctypes.c_int
+    lib.fuse_session_fd.argtypes = [ctypes.c_void_p]
+    fuse = lib.fuse_get_context().contents.fuse
+    if not fuse:
+        raise RuntimeError("no libfuse context")
+    session = lib.fuse_get_session(fuse)
+    fd = lib.fuse_session_fd(session) if session else -1
+    if fd < 0:
+        raise RuntimeError("libfuse has no session descriptor")
+    return fd
+
+
+class _Known:
+    """What the mount has learnt of tile namespaces, kept right by the tiles' change notices.
+
+    Per tile: ``entries`` {path: (True, 0, mtime_ns) for a directory, or False for "no
+    such file"} and ``listings`` {directory: {name: is_dir}}, each listing complete (the
+    directory holds those names and no other), so a lookup of any other name there is
+    ENOENT without asking the tile. A *file's* attributes are never kept: its size and
+    mtime are what change most, so every lookup of a file asks its tile (which also keeps
+    each ``stat`` one request, batched with others). What a tile answered is kept by
+    :meth:`learn` only if no
+    notice about that tile arrived meanwhile (``gen``, read before the request was sent,
+    is unchanged afterwards): an answer that may predate a change is used once, never
+    kept. Notices (:meth:`notice`) arrive on the scheduler thread, from the owner tile
+    right after each change and before it answers anything else; they only drop or
+    adjust what is kept (dict operations, atomic under the GIL: no lock that a waiting
+    callback could hold).
+    """
+
+    #: paths (or directories) kept per tile before starting again
+    LIMIT = 1 << 16
+
+    def __init__(self, ntiles: int, on_reset=None):
+        #: per tile: how many notices it has sent
+        self.gen = [0] * ntiles
+        self.entries: dict[int, dict[str, tuple | bool]] = {}
+        self.listings: dict[int, dict[str, dict[str, bool]]] = {}
+        self._on_reset = on_reset
+
+    def get(self, tile: int, path: str):
+        """(is_dir, size, mtime_ns) of ``path``, False if it does not exist, None if unknown."""
+        entries = self.entries.get(tile)
+        if entries is not None:
+            known = entries.get(path)
+            if known is not None:
+                return known
+        listings = self.listings.get(tile)
+        if listings is not None and path != "/":
+            parent, _, name = path.rpartition("/")
+            listing = listings.get(parent or "/")
+            if listing is not None and name not in listing:
+                return False
+        return None
+
+    def learn(self, tile: int, gen: int, path: str, known) -> None:
+        """Keep what the tile said of ``path`` (a directory's attributes, or False: no such
+        file), if no notice about the tile came since ``gen`` was read."""
+        if known is not False and not known[0]:
+            return  # a file: asked every time
+        entries = self.entries.get(tile)
+        if entries is None:
+            entries = self.entries.setdefault(tile, {})
+        elif len(entries) >= self.LIMIT:
+            entries.clear()
+        entries[path] = known
+        if self.gen[tile] != gen:  # checked after storing: a notice now drops it itself
+            entries.pop(path, None)
+
+    def learn_listing(self, tile: int, gen: int, path: str, rows, hidden) -> None:
+        """Keep a directory's complete listing, and its subdirectories' attributes."""
+        listings = self.listings.get(tile)
+        if listings is None:
+            listings = self.listings.setdefault(tile, {})
+        elif len(listings) >= self.LIMIT:
+            listings.clear()
+        entries = self.entries.get(tile)
+        if entries is None:
+            entries = self.entries.setdefault(tile, {})
+        elif len(entries) >= self.LIMIT:
+            entries.clear()
+        prefix = path.rstrip("/") + "/"
+        listings[path] = {name: is_dir for name, is_dir, _size, _mtime in rows}
+        kept = []
+        for name, is_dir, size, mtime in rows:
+            full = prefix + name
+            if is_dir and not hidden(full):  # (a mount point is never looked up here)
+                entries[full] = (is_dir, size, mtime)
+                kept.append(full)
+        if self.gen[tile] != gen:
+            listings.pop(path, None)
+            for full in kept:
+                entries.pop(full, None)
+
+    def notice(self, tile: int, kind: str, path: str, path2) -> None:
+        """A change on ``tile`` (see ``_changes``); runs on the scheduler thread."""
+        self.gen[tile] += 1
+        if kind == RESET or kind == MOVED:  # whole subtrees may have moved: start again
+            self.entries.pop(tile, None)
+            self.listings.pop(tile, None)
+            if kind == RESET and self._on_reset is not None:
+                self._on_reset(tile)
+            return
+        entries = self.entries.get(tile)
+        if entries is not None:
+            entries.pop(path, None)
+        if kind == CHANGED:
+            return
+        listings = self.listings.get(tile)
+        if listings is None:
+            if kind == ADDED_DIR:
+                self.listings.setdefault(tile, {})[path] = {}  # new, hence empty
+            return
+        parent, _, name = path.rpartition("/")
+        listing = listings.get(parent or "/")
+        if kind == REMOVED:
+            if listing is not None:
+                listing.pop(name, None)
+            listings.pop(path, None)
+            return
+        if listing is not None:  # ADDED_FILE, ADDED_DIR
+            listing[name] = kind == ADDED_DIR
+        if kind == ADDED_DIR:
+            listings[path] = {}
+
+
 class ChipFilesystem:
     """mfusepy operations serving a running machine's files (see module doc).
 
     ``client``: a :class:`HostFsClient`; ``ntiles``: tiles of the machine; ``tiles``: the
     ones under ``/tiles`` (None: all); ``chip_tile``: the owner of the chip disk, None if
-    the machine has none; ``readonly``: refuse every change with EROFS.
+    the machine has none; ``readonly``: refuse every change with EROFS; ``changes``: the
+    machine's :class:`~ipuos.vfs._changes.ChangeFeed`, which lets the mount keep what
+    tiles tell it (see :class:`_Known`); without one every lookup asks a tile.
+    Call :meth:`close` when the mount is over.
     """
 
     use_ns = True  # times as integer nanoseconds
 
     def __init__(self, client, ntiles: int, *, tiles=None, chip_tile: int | None = 0,
-                 readonly: bool = False, chip_mount: str = "/chip"):
+                 readonly: bool = False, chip_mount: str = "/chip", changes=None):
         self.client = client
         self.ntiles = ntiles
         self.tiles = sorted(set(range(ntiles) if tiles is None else tiles))
@@ -250,6 +439,78 @@ class ChipFilesystem:
         #: requests the mount has sent to tiles, for tests and benchmarks
         self.requests = 0
         self._count_lock = threading.Lock()
+        #: what tiles said, kept while no change notice contradicts it (None: keep nothing)
+        self._known: _Known | None = None
+        #: makes the kernel forget names (None: it keeps none, entry_timeout 0)
+        self._kernel: _KernelNames | None = None
+        #: (tile, path) -> removals and renames of it this mount has in flight: the kernel
+        #: updates its own cache for those, so their notices need not make it forget
+        self._mine: dict[tuple[int, str], int] = {}
+        self._changes = changes
+        if changes is not None:
+            self._known = _Known(ntiles, on_reset=self._submounts.forget)
+            changes.watch(self._notice)
+        #: set once libfuse has started serving (its init has run)
+        self.initialized = threading.Event()
+
+    def close(self) -> None:
+        """The mount is over (its loop has returned): stop listening to change notices."""
+        if self._changes is not None:
+            self._changes.unwatch(self._notice)
+            self._changes = None
+        kernel, self._kernel = self._kernel, None
+        if kernel is not None:
+            kernel.close()
+
+    def init_with_config(self, conn, config) -> None:
+        """libfuse has started: if change notices can reach the kernel, let it keep the
+        names it looks up (``entry_timeout``); else it keeps nothing, as mounted."""
+        try:
+            if self._known is None or config is None:
+                return
+            try:
+                self._kernel = _KernelNames(os.dup(_session_fd()))
+            except Exception as exc:  # never fail init: the mount just caches less
+                log.warning("the kernel will not keep names on this mount: %s", exc)
+                return
+            config.entry_timeout = ENTRY_TIMEOUT
+        finally:
+            self.initialized.set()
+
+    def _notice(self, tile: int, kind: str, path: str, path2) -> None:
+        """A change on a tile (see ``_changes``); on the scheduler thread, right after it.
+
+        What the mount keeps is corrected first; then, if the kernel may hold a name that
+        is gone now (a removal, a rename, a restore), it is told to forget the names under
+        ``/chip`` or ``/tiles`` before the tile goes on. Attributes and absent names need
+        nothing: the kernel keeps none. The mount's own removals and renames need nothing
+        either: the kernel has updated its names from their replies."""
+        self._known.notice(tile, kind, path, path2)
+        kernel = self._kernel
+        if kernel is None or kind in (CHANGED, ADDED_FILE, ADDED_DIR):
+            return
+        if kind != RESET and (tile, path) in self._mine:
+            return
+        chip = (tile == self.chip_tile
+                and (path == self.chip_mount or path.startswith(self.chip_mount + "/")))
+        everything = kind == RESET and path == "/"
+        if tile == self.chip_tile and (chip or everything):
+            kernel.forget("chip")
+        if tile in self._tile_set and (not chip or everything):
+            kernel.forget("tiles")
+
+    def _change_own(self, tile: int, path: str, service: str, *args):
+        """``_call`` for a removal or rename of ``path`` made through the mount."""
+        key = (tile, path)
+        with self._open_lock:
+            self._mine[key] = self._mine.get(key, 0) + 1
+        try:
+            return self._call(tile, service, *args)
+        finally:
+            with self._open_lock:
+                left = self._mine.pop(key) - 1
+                if left:
+                    self._mine[key] = left
 
     def _submit(self, tile: int, service: str, *args):
         """Queue one request for ``tile``; a Future of its answer."""
@@ -348,8 +609,27 @@ class ChipFilesystem:
             for opened in list(hidden):
                 return self._open_attrs(None, opened)
             raise _fail(errno.ENOENT)
-        _, is_dir, size, mtime_ns = self._call(place.tile, "fs.stat", place.inner)
-        return self._attrs(is_dir, size, mtime_ns)
+        return self._attrs(*self._stat(place))
+
+    def _stat(self, place: _Place) -> tuple:
+        """(is_dir, size, mtime_ns) of a path on a tile, from what is known if possible."""
+        known = self._known
+        if known is None:
+            return self._call(place.tile, "fs.stat", place.inner)[1:]
+        tile, inner = place.tile, place.inner
+        answer = known.get(tile, inner)
+        if answer is False:
+            raise _fail(errno.ENOENT)
+        if answer is not None:
+            return answer
+        gen = known.gen[tile]
+        try:
+            answer = self._call(tile, "fs.stat", inner)[1:]
+        except FileNotFoundError:
+            known.learn(tile, gen, inner, False)
+            raise
+        known.learn(tile, gen, inner, answer)
+        return answer
 
     def _dirty_open(self, tile: int, inner: str) -> _Open | None:
         """A file open here with changes not committed yet: its size is what the writer
@@ -387,14 +667,20 @@ class ChipFilesystem:
         if kind == _TILES:
             return [".", ".."] + [(str(tile), _stat.S_IFDIR, 0) for tile in self.tiles]
         # the tile's mount table rides the same superstep: a readdir refreshes what is hidden
+        known = self._known
+        gen = known.gen[place.tile] if known is not None else 0
         listing = self._submit(place.tile, "fs.listdir", place.inner)
         mounts = self._submit(place.tile, "fs.mounts")
         entries = listing.result(self.timeout)
         self._submounts.learn(place.tile, mounts.result(self.timeout))
+        tile, base, submounts = place.tile, place.base, self._submounts
+        if known is not None:
+            known.learn_listing(tile, gen, place.inner, entries,
+                                lambda full: submounts.hides(tile, full, base))
         prefix = place.inner.rstrip("/") + "/"
         out = [".", ".."]
         for name, is_dir, _size, _mtime in entries:
-            if self._submounts.hides(place.tile, prefix + name, place.base):
+            if submounts.hides(tile, prefix + name, base):
                 continue
             out.append((name, _stat.S_IFDIR if is_dir else _stat.S_IFREG, 0))
         return out
@@ -429,7 +715,7 @@ class ChipFilesystem:
         place = self._file_place(path)
         if place.fixed:
             raise _fail(errno.EBUSY)
-        self._call(place.tile, "fs.rmdir", place.inner)
+        self._change_own(place.tile, place.inner, "fs.rmdir", place.inner)
         return 0
 
     @_callback
@@ -443,7 +729,7 @@ class ChipFilesystem:
             with self._open_lock:
                 self._hidden_files.pop(key, None)
             return 0
-        self._call(place.tile, "fs.unlink", place.inner)
+        self._change_own(place.tile, place.inner, "fs.unlink", place.inner)
         self._orphan(place.tile, place.inner)
         return 0
 
@@ -452,6 +738,14 @@ class ChipFilesystem:
         self._refuse_if_readonly()
         if flags & ~_RENAME_NOREPLACE:
             raise _fail(errno.EINVAL)  # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
+        if new.count("/") == 1:
+            # into the mount's root (only its own directories are there): answered before
+            # anything asks a tile, since the kernel holds the root locked meanwhile, and
+            # a change notice waits for that lock (see _KernelNames)
+            if self._place(old).fixed:
+                raise _fail(errno.EBUSY)
+            self._file_place(new, creating=True)
+            raise _fail(errno.EBUSY)
         src = self._file_place(old)
         if src.fixed:
             raise _fail(errno.EBUSY)
@@ -464,12 +758,12 @@ class ChipFilesystem:
             return self._hide(src, dst)
         if flags & _RENAME_NOREPLACE:
             try:
-                self._call(dst.tile, "fs.stat", dst.inner)
+                self._stat(dst)
             except FileNotFoundError:
                 pass
             else:
                 raise _fail(errno.EEXIST)
-        self._call(src.tile, "fs.rename", src.inner, dst.inner)
+        self._change_own(src.tile, src.inner, "fs.rename", src.inner, dst.inner)
         self._renamed(src.tile, src.inner, dst.inner)
         return 0
 
@@ -485,7 +779,7 @@ class ChipFilesystem:
     def _hide(self, src: _Place, hidden: _Place) -> int:
         """libfuse hides an open file that is unlinked (or replaced) by renaming it: unlink
         it on the tile instead, and answer for the hidden name from the open handles."""
-        self._call(src.tile, "fs.unlink", src.inner)
+        self._change_own(src.tile, src.inner, "fs.unlink", src.inner)
         opens = self._orphan(src.tile, src.inner)
         with self._open_lock:
             self._hidden_files[(hidden.tile, hidden.inner)] = opens
@@ -543,7 +837,16 @@ class ChipFilesystem:
         return 0
 
     def _exists(self, place: _Place) -> int:
-        self._call(place.tile, "fs.stat", place.inner)
+        self._stat(place)
+        return 0
+
+    @_callback
+    def access(self, path, amode):
+        """access(2) and chdir(2): only whether it exists (a tile keeps no permissions).
+        Without it the kernel would answer from the name it keeps, gone or not."""
+        place = self._file_place(path)
+        if not place.fixed and (place.tile, place.inner) not in self._hidden_files:
+            self._stat(place)
         return 0
 
     @_callback
@@ -581,7 +884,15 @@ class ChipFilesystem:
         place = self._file_place(path, creating=creating)
         if place.fixed:
             raise _fail(errno.EISDIR if not creating else errno.EEXIST)
-        handle = self._call(place.tile, "fs.open", place.inner, flags)
+        try:
+            handle = self._call(place.tile, "fs.open", place.inner, flags)
+        except FileNotFoundError:
+            if self._kernel is not None and not creating:
+                # the kernel found the name in its cache, but a tile has removed it since
+                # (while a process held it, or the cache was not told): ESTALE makes the
+                # kernel look the path up again and retry, so O_CREAT creates the file
+                raise _fail(errno.ESTALE) from None
+            raise
         opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))
         # an O_TRUNC open has changed the file already: littlefs commits that at flush (a
         # create made a new, empty file, committed as it was made: nothing to commit)

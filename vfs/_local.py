@@ -26,6 +26,7 @@ import errno
 import time
 
 from ._backend import Backend, fs_error
+from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._entries import Entry
 from ._files import VfsFile
 
@@ -47,6 +48,9 @@ class LittlefsBackend(Backend):
     """
 
     kind = "littlefs"
+    #: where changes are reported (a ``_changes.ChangeSource``; set by the Vfs it is
+    #: mounted on, when someone may watch it), else None
+    changes = None
 
     def __init__(self, filesystem, owner, *, owns: bool = False):
         self.fs = filesystem
@@ -91,6 +95,8 @@ class LittlefsBackend(Backend):
             self.fs.mount()
         finally:
             owner.fs_depth -= 1
+            if self.changes is not None:
+                self.changes.emit(RESET, "/")
 
     def snapshot(self) -> bytes:
         """Every byte of the device. The caller is the owner between filesystem operations,
@@ -128,6 +134,8 @@ class LittlefsBackend(Backend):
             self.fs.mount()
         finally:
             owner.fs_depth -= 1
+            if self.changes is not None:
+                self.changes.emit(RESET, "/")
 
     def detach(self) -> None:
         if self.owns and self.fs.mounted:
@@ -238,14 +246,20 @@ class LittlefsBackend(Backend):
     def mkdir(self, path: str) -> None:
         self._call(self.fs.mkdir, path)
         self.stamp(path)
+        if self.changes is not None:
+            self.changes.emit(ADDED_DIR, path)
 
     def rmdir(self, path: str) -> None:
         self._call(self.fs.rmdir, path)
         self._stamps.pop(path.rstrip("/"), None)
+        if self.changes is not None:
+            self.changes.emit(REMOVED, path)
 
     def remove(self, path: str) -> None:
         self._call(self.fs.remove, path)
         self._stamps.pop(path, None)
+        if self.changes is not None:
+            self.changes.emit(REMOVED, path)
 
     def rename(self, src: str, dst: str) -> None:
         owner = self.owner
@@ -255,6 +269,8 @@ class LittlefsBackend(Backend):
             self.fs.rename(src, dst)
         finally:
             owner.fs_depth -= 1
+        if self.changes is not None:
+            self.changes.emit(MOVED, src, dst)
 
     def truncate(self, path: str, size: int) -> None:
         if size < 0:
@@ -267,10 +283,14 @@ class LittlefsBackend(Backend):
         finally:
             owner.fs_depth -= 1
         self.stamp(path)
+        if self.changes is not None:
+            self.changes.emit(CHANGED, path)
 
     def set_mtime(self, path: str, mtime_ns: int) -> None:
         self._stamps.pop(path.rstrip("/") or "/", None)
         self._call(self.fs.set_mtime, path, mtime_ns)
+        if self.changes is not None:
+            self.changes.emit(CHANGED, path)
 
     # -- files -------------------------------------------------------------------------------
 
@@ -287,6 +307,8 @@ class LittlefsBackend(Backend):
                 raise
         finally:
             owner.fs_depth -= 1
+        if self.changes is not None and (mode.stamps or mode.maybe_creates):
+            self.changes.emit(ADDED_FILE, path)  # created now (littlefs commits the name)
         return LocalFile(file, self, name, mode, owner, pending, stamp)
 
     # -- the filesystem as a whole ---------------------------------------------------------
@@ -408,6 +430,8 @@ class LocalFile(VfsFile):
         if self._dirty:
             self._dirty = False
             self._backend.stamp(self._file.path)
+            if self._backend.changes is not None:
+                self._backend.changes.emit(CHANGED, self._file.path)
 
     def fsync(self) -> None:
         """:meth:`flush`, and write the file's mtime to littlefs too (``os.fsync``)."""
@@ -434,3 +458,5 @@ class LocalFile(VfsFile):
             owner.fs_depth -= 1
         if self._dirty and self._backend.fs.mounted:  # not if an unmount closed it first
             self._backend.stamp(self._file.path)
+            if self._backend.changes is not None:
+                self._backend.changes.emit(CHANGED, self._file.path)

@@ -32,6 +32,7 @@ import greenlet
 from ipuos.blockdev import Filesystem, MemoryDevice
 
 from ._backend import EmptyBackend
+from ._changes import ChangeFeed
 from ._chipdisk import reserve_striped_chip_disk
 from ._client import HostFsClient, TileFsClient
 from ._local import LittlefsBackend
@@ -95,6 +96,8 @@ class Storage:
         register_services(scheduler.services, self.vfs)
         #: the file API for host threads (the daemon, FUSE, backup)
         self.client = HostFsClient(scheduler)
+        #: every change to a tile's filesystems is reported here (see ``_changes``)
+        self.changes = ChangeFeed()
 
     # -- per tile -------------------------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class Storage:
                 backend = vfs.backend(info.path)
                 if isinstance(backend, LittlefsBackend):
                     backend.abandon()
+        self.changes.reset(tile.id)  # its files are whatever the new bytes hold
         if restored:
             self._existing.add(tile.id)
         else:
@@ -176,6 +180,7 @@ class Storage:
             vfs.mount("/", root)
         else:
             vfs.mount("/", EmptyBackend(), readonly=True)
+        vfs.watch(self.changes)  # before anyone can see it (nothing to report until then)
         tile.kernel_data[VFS_KEY] = vfs
         if tile.id == self.chip_tile:
             self._mount_chip_tile_extras(tile, vfs, fresh)

@@ -35,3 +35,7 @@ class Submounts:
             if point != base and (path == point or path.startswith(point + "/")):
                 return True
         return False
+
+    def forget(self, tile: int) -> None:
+        """``tile``'s mount table has changed: learn it again before the next use."""
+        self._known.pop(tile, None)

@@ -65,6 +65,9 @@ class Vfs:
         self._resolved: dict = {}
         #: files dropped without being closed; closed before the next operation
         self.pending: list = []
+        #: the machine's ``_changes.ChangeFeed`` if others may keep what they learn of
+        #: this tile's files (see :meth:`watch`), else None
+        self.changes = None
 
     def __repr__(self) -> str:
         return f"<Vfs of {self.owner!r}: {len(self._mounts)} mounts>"
@@ -90,6 +93,20 @@ class Vfs:
                     raise fs_error(errno.ENOTDIR, path, "cannot mount on a file")
         self._mounts.add(vpath, backend, readonly=readonly, owns=owns)
         self._resolved.clear()
+        feed = self.changes
+        if feed is not None:
+            if getattr(backend, "changes", False) is None:  # a littlefs backend: it reports
+                backend.changes = feed.source(self.owner.id, vpath)
+            feed.reset(self.owner.id, vpath)  # what paths there mean has changed
+
+    def watch(self, feed) -> None:
+        """Report changes to ``feed`` (a ``_changes.ChangeFeed``) from now on: every
+        littlefs filesystem mounted here, now or later, reports its own, and mounting or
+        unmounting anything says that everything under that mount point may have changed."""
+        self.changes = feed
+        for mount in self._mounts:
+            if getattr(mount.backend, "changes", False) is None:
+                mount.backend.changes = feed.source(self.owner.id, mount.path)
 
     def umount(self, path) -> None:
         """Remove the mount at ``path``: EINVAL if none, EBUSY if in use or the root."""
@@ -107,6 +124,8 @@ class Vfs:
         self._resolved.clear()
         if mount.owns:
             mount.backend.detach()
+        if self.changes is not None:
+            self.changes.reset(self.owner.id, vpath)
 
     def mount_points(self) -> list[MountInfo]:
         """Every mount, sorted by path."""

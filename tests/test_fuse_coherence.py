@@ -1,0 +1,284 @@
+"""The mount keeps what it learns (the kernel keeps looked-up names; the daemon keeps
+directories and complete listings), and still shows every change at once, whoever makes it.
+
+Each test makes the host learn something first (a lookup, a listing, a file held open,
+a directory it created itself), then changes it from a tile program, and checks that the
+host sees the tile's state at once, with plain ``os`` calls, never waiting for a timeout.
+The in-process tests at the end look inside: requests per create, which changes make the
+kernel forget names, a restore, descriptors left after unmounting.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from fuse_harness import InProcessMount, errno_of, file_id, fuse_session, host_tree, in_process_mount, mounted_machine  # noqa: F401
+from fuse_harness import new_mountpoint, runtime_dir, tile_tree  # noqa: F401
+
+import ipuos
+
+
+@pytest.fixture(scope="module")
+def mm(runtime_dir, fuse_session):
+    yield from mounted_machine("tiny")
+
+
+def test_names_removed_by_a_tile_are_gone_for_the_host_at_once(mm):
+    base = mm.tile(2)
+    os.makedirs(base / "d" / "e")
+    (base / "d" / "e" / "f").write_bytes(b"f")
+    for _ in range(3):  # looked up: the kernel keeps these names now
+        assert os.stat(base / "d" / "e" / "f").st_size == 1
+    mm.run(2, "import os; os.remove('/d/e/f'); os.rmdir('/d/e')")
+    assert errno_of(os.stat, base / "d" / "e" / "f") == errno.ENOENT
+    assert errno_of(os.stat, base / "d" / "e") == errno.ENOENT
+    assert not os.access(base / "d" / "e", os.F_OK)
+    assert os.listdir(base / "d") == []
+    # the names can be made again, from either side
+    os.mkdir(base / "d" / "e")
+    mm.run(2, "open('/d/e/f', 'w').write('again')")
+    assert (base / "d" / "e" / "f").read_text() == "again"
+    os.close(os.open(base / "d" / "e" / "g", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    mm.run(2, "import os; os.remove('/d/e/g')")
+    fd = os.open(base / "d" / "e" / "g", os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # not EEXIST
+    os.close(fd)
+    assert tile_tree(mm.booted, 2) == {"d": None, "d/e": None, "d/e/f": file_id(b"again"), "d/e/g": file_id(b"")}
+
+
+def test_a_tile_replacing_a_file_with_a_directory(mm):
+    base = mm.tile(3)
+    (base / "x").write_bytes(b"a file")
+    assert stat.S_ISREG(os.stat(base / "x").st_mode)
+    mm.run(3, "import os; os.remove('/x'); os.mkdir('/x'); open('/x/in', 'w').write('inside')")
+    assert stat.S_ISDIR(os.stat(base / "x").st_mode)
+    assert (base / "x" / "in").read_text() == "inside"
+    mm.run(3, "import os; os.remove('/x/in'); os.rmdir('/x'); open('/x', 'w').write('a file again')")
+    assert stat.S_ISREG(os.stat(base / "x").st_mode)
+    assert (base / "x").read_text() == "a file again"
+
+
+def test_a_tile_renaming_directories_the_host_has_looked_into(mm):
+    base = mm.tile(4)
+    os.makedirs(base / "a" / "b")
+    (base / "a" / "b" / "c").write_bytes(b"c")
+    assert (base / "a" / "b" / "c").read_bytes() == b"c"
+    mm.run(4, "import os; os.rename('/a', '/z')")
+    assert errno_of(os.stat, base / "a") == errno.ENOENT
+    assert errno_of(os.stat, base / "a" / "b" / "c") == errno.ENOENT
+    assert (base / "z" / "b" / "c").read_bytes() == b"c"
+    mm.run(4, "import os; os.mkdir('/a'); os.rename('/z/b/c', '/a/c')")
+    assert os.listdir(base / "a") == ["c"] and os.listdir(base / "z" / "b") == []
+    assert host_tree(base) == tile_tree(mm.booted, 4) == {"a": None, "a/c": file_id(b"c"), "z": None,
+                                                            "z/b": None}
+
+
+def test_a_file_held_open_and_removed_by_a_tile(mm):
+    """The kernel keeps the name of an open file whatever it is told; asked for it by path,
+    the mount answers for the tile as it is now (and O_CREAT makes a new file)."""
+    path = mm.tile(5) / "held"
+    path.write_bytes(b"old")
+    with open(path, "rb") as held:
+        mm.run(5, "import os; os.remove('/held')")
+        assert errno_of(os.stat, path) == errno.ENOENT
+        assert not os.access(path, os.F_OK)
+        assert errno_of(os.open, path, os.O_RDONLY) == errno.ENOENT
+        with open(path, "wb") as fresh:  # O_CREAT through a name the kernel still holds
+            fresh.write(b"new")
+        assert held.read() == b"old"  # the open file is the old one, as on any filesystem
+    assert path.read_bytes() == b"new"
+    assert tile_tree(mm.booted, 5) == {"held": file_id(b"new")}
+
+
+def test_listings_and_directories_the_mount_knows_follow_tile_changes(mm):
+    base = mm.tile(6)
+    os.mkdir(base / "made")  # made here: the mount knows it is empty
+    (base / "listed").mkdir()
+    (base / "listed" / "old").write_bytes(b"old")
+    assert os.listdir(base / "listed") == ["old"]  # a complete listing, kept
+    assert errno_of(os.stat, base / "made" / "t") == errno.ENOENT
+    mm.run(6, """
+        import os
+        open('/made/t', 'w').write('tile')
+        os.mkdir('/made/sub')
+        open('/listed/new', 'w').write('new')
+        os.remove('/listed/old')
+    """)
+    assert (base / "made" / "t").read_text() == "tile"
+    assert stat.S_ISDIR(os.stat(base / "made" / "sub").st_mode)
+    assert (base / "listed" / "new").read_text() == "new"
+    assert errno_of(os.stat, base / "listed" / "old") == errno.ENOENT
+    assert sorted(os.listdir(base / "made")) == ["sub", "t"]
+    mm.run(6, "import os; os.rmdir('/made/sub'); os.rename('/made/t', '/listed/t')")
+    assert os.listdir(base / "made") == [] and errno_of(os.stat, base / "made" / "sub") == errno.ENOENT
+    assert sorted(os.listdir(base / "listed")) == ["new", "t"]
+
+
+def test_chip_disk_names_follow_changes_on_tile_0(mm):
+    top = mm.chip / "co"
+    os.mkdir(top)
+    (top / "f").write_bytes(b"chip")
+    assert (top / "f").read_bytes() == b"chip"
+    mm.run(0, "import os; os.remove('/chip/co/f'); os.rmdir('/chip/co'); open('/chip/co', 'w').write('now a file')")
+    assert stat.S_ISREG(os.stat(top).st_mode) and top.read_text() == "now a file"
+    # tile 0's own disk is another filesystem with the same paths inside
+    assert errno_of(os.stat, mm.tile(0) / "co") == errno.ENOENT
+    os.unlink(top)
+
+
+def test_a_long_running_tile_program_and_a_host_reader_agree_throughout(mm):
+    """A tile program changes names step by step; after each step the host checks."""
+    base = mm.tile(7)
+    for step in range(6):
+        name = f"s{step}"
+        mm.run(7, f"""
+            import os
+            for old in os.listdir('/'):
+                os.remove('/' + old)
+            open('/{name}', 'w').write('{step}' * {step + 1})
+        """)
+        assert os.listdir(base) == [name]
+        assert (base / name).read_text() == str(step) * (step + 1)
+        for other in range(step):
+            assert errno_of(os.stat, base / f"s{other}") == errno.ENOENT
+
+
+# -- in-process: what the mount does ------------------------------------------------------------
+
+_CREATES = """
+import os, sys
+root, count = sys.argv[1], int(sys.argv[2])
+os.mkdir(root + "/tiles/1/many")
+for i in range(count):
+    os.close(os.open(f"{root}/tiles/1/many/f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+for i in range(count):
+    os.stat(f"{root}/tiles/1/many/f{i}")
+print("null")
+"""
+
+
+@pytest.fixture
+def tiny(fuse_session):
+    yield from in_process_mount("tiny")
+
+
+def test_a_create_is_one_request_and_a_stat_one(tiny):
+    operations = tiny.active.operations
+    tiny.child("import os, sys; os.stat(sys.argv[1] + '/tiles/1'); print('null')")
+    before = operations.requests
+    tiny.child(_CREATES, 20)
+    # the mkdir (its lookup, the tile's mount table, mkdir, its attributes); per file an
+    # open and its close, then one stat; nothing for the directories around or new names
+    assert operations.requests - before == 4 + 20 * 2 + 20
+
+
+def test_only_changes_made_elsewhere_make_the_kernel_forget(tiny):
+    operations, fs = tiny.active.operations, tiny.machine.fs
+    kernel = operations._kernel
+    assert kernel is not None, "the kernel keeps no names on this mount"
+    tiny.child(_CREATES, 5)
+    sent = kernel.sent
+    tiny.child("""
+        import os, sys
+        d = sys.argv[1] + "/tiles/1/many"
+        for i in range(5):
+            os.rename(f"{d}/f{i}", f"{d}/g{i}")
+        os.unlink(f"{d}/g0")
+        os.mkdir(d + "/sub"); os.rmdir(d + "/sub")
+        print("null")
+    """)
+    assert kernel.sent == sent  # the kernel saw those itself
+    fs.write_file(1, "/many/g1", b"written on the tile")  # a change of contents: nothing
+    fs.mkdir(1, "/many/tile-dir")  # a new name: nothing (absent names are never kept)
+    assert kernel.sent == sent
+    fs.remove(1, "/many/g2")
+    assert kernel.sent == sent + 1
+    fs.rename(1, "/many/g3", "/many/h3")
+    assert kernel.sent == sent + 2
+    got = tiny.child("""
+        import os, sys, json
+        d = sys.argv[1] + "/tiles/1/many"
+        print(json.dumps([sorted(os.listdir(d)), open(d + "/g1").read(), os.path.exists(d + "/g2")]))
+    """)
+    assert got == [["g1", "g4", "h3", "tile-dir"], "written on the tile", False]
+
+
+def test_a_restore_under_the_mount_shows_the_restored_files(tiny, tmp_path):
+    from ipuos import _backup
+
+    machine = tiny.machine
+    tiny.child("""
+        import os, sys
+        open(sys.argv[1] + "/tiles/3/kept", "w").write("before the backup")
+        os.mkdir(sys.argv[1] + "/chip/dir")
+        print("null")
+    """)
+    _backup.backup(machine, str(tmp_path / "b.img"))
+    got = tiny.child("""
+        import os, sys, json
+        r = sys.argv[1]
+        os.unlink(r + "/tiles/3/kept"); os.rmdir(r + "/chip/dir")
+        open(r + "/tiles/3/later", "w").write("after the backup")
+        print(json.dumps([os.listdir(r + "/tiles/3"), os.path.isdir(r + "/chip/dir")]))
+    """)
+    assert got == [["later"], False]
+    _backup.restore(machine, str(tmp_path / "b.img"))
+    got = tiny.child("""
+        import os, sys, json
+        r = sys.argv[1]
+        print(json.dumps([os.listdir(r + "/tiles/3"), open(r + "/tiles/3/kept").read(),
+                          os.path.exists(r + "/tiles/3/later"), os.path.isdir(r + "/chip/dir")]))
+    """)
+    assert got == [["kept"], "before the backup", False, True]
+
+
+def test_unmounting_leaves_no_descriptor_and_no_watcher(fuse_session):
+    machine = ipuos.Machine("tiny")
+    try:
+        before = set(os.listdir("/proc/self/fd"))
+        for _ in range(2):
+            with InProcessMount(machine, new_mountpoint()) as mounted:
+                mounted.child("import os, sys; os.stat(sys.argv[1] + '/tiles/2'); print('null')")
+                assert mounted.active.operations._kernel is not None
+        assert machine.storage.changes.watchers == ()
+        left = set(os.listdir("/proc/self/fd")) - before
+        assert not [fd for fd in left if os.path.exists(f"/proc/self/fd/{fd}")
+                    and os.readlink(f"/proc/self/fd/{fd}") == "/dev/fuse"]
+    finally:
+        machine.close()
+
+
+def test_a_cwd_and_relative_names_in_a_directory_the_tile_changes(tiny):
+    fs = tiny.machine.fs
+    fs.makedirs(8, "/w/inner")
+    source = textwrap.dedent("""
+        import os, sys, json
+        os.chdir(sys.argv[1] + "/tiles/8/w")
+        os.stat("inner")
+        print("ready", flush=True)
+        sys.stdin.readline()
+        out = [os.path.exists("inner"), os.path.exists("made")]
+        with open("made", "w") as f:
+            f.write("relative")
+        out.append(open("made").read())
+        print(json.dumps(out))
+    """)
+    child = subprocess.Popen([sys.executable, "-c", source, tiny.path], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        fs.rmdir(8, "/w/inner")
+        fs.write_file(8, "/w/made", b"from the tile")
+        fs.remove(8, "/w/made")
+        out, err = child.communicate("go\n", timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err
+    assert out.strip() == '[false, false, "relative"]'
+    assert fs.read_file(8, "/w/made") == b"relative"
