@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,9 +124,17 @@ def raw_socket(paths: MachinePaths, timeout: float = 10.0) -> socket.socket:
     return sock
 
 
+#: one reader per socket: a read may take in more than one frame, and the rest must wait
+#: in that reader's buffer for the next call
+_readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def read_frame(sock: socket.socket, timeout: float = 10.0, reader: FrameReader | None = None):
     """The next frame from the daemon, or None if it closed the connection."""
-    reader = reader or FrameReader(sock, REPLY_LIMITS)
+    if reader is None:
+        reader = _readers.get(sock)
+        if reader is None:
+            reader = _readers[sock] = FrameReader(sock, REPLY_LIMITS)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
