@@ -25,6 +25,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from ._affinity import pin_thread
 from ._commands import COMMANDS, Call, CommandError, Reply
 from ._host import MachineHost
 from ._protocol import (
@@ -80,6 +81,7 @@ class Connection:
     # -- the reader ------------------------------------------------------------------------
 
     def serve(self) -> None:
+        pin_thread()  # this client's requests hand off to the scheduler: see ipuos._affinity
         reader = FrameReader(self.sock, REQUEST_LIMITS)
         try:
             while not self._broken:

@@ -160,6 +160,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import zstandard
 
+from ._affinity import unpin_thread
+
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_DIGEST",
@@ -516,7 +518,8 @@ class _Workers:
     def __init__(self, threads: int):
         self.threads = threads
         self._pool = (
-            concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ipuos-image")
+            concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="ipuos-image",
+                                                  initializer=unpin_thread)
             if threads > 1
             else None
         )
@@ -589,6 +592,7 @@ class _FileWriter:
         self._thread.start()
 
     def _run(self) -> None:
+        unpin_thread()  # bulk writes: any CPU
         while True:
             item = self._queue.get()
             if item is None:

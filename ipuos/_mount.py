@@ -44,6 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from ._affinity import pin_thread
 from ._tilespec import TileSpecError, format_tiles, parse_tiles
 from .vfs import CHIP_DISK_MOUNT, FUSE_SUBTYPE, ChipFilesystem, FuseUnavailable, fuse_options, serve_fuse
 
@@ -337,6 +338,7 @@ class MountManager:
             raise MountError("bad_mountpoint", f"{mountpoint} is not a directory")
 
     def _serve(self, active: ActiveMount, options: dict) -> None:
+        pin_thread()  # libfuse's workers start here and inherit it: see ipuos._affinity
         try:
             serve_fuse(active.operations, active.mountpoint, **options)
         except FuseUnavailable as exc:

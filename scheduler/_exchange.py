@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ipuos._affinity import unpin_thread
+
 from ._errors import TileFailed
 
 #: below this mean segment size, segments are copied with one fancy-indexed copy
@@ -265,7 +267,8 @@ class ExchangeEngine:
     def _copy_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="ipuos-exchange-copy")
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="ipuos-exchange-copy",
+                                                initializer=unpin_thread)
             return self._pool
 
     # -- statistics ----------------------------------------------------------------------

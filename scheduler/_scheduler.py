@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 import greenlet
 
+from ipuos._affinity import pin_thread
 from ipuos._costmodel import CostModel
 
 from . import _collectives
@@ -119,6 +120,7 @@ class Scheduler:
         return self._thread is not None and self._thread.is_alive() and not self._stopping
 
     def _thread_main(self) -> None:
+        pin_thread()  # host requests hand off to this thread: see ipuos._affinity
         main = greenlet.getcurrent()
         for tile in self.tiles:
             tile.start(main)

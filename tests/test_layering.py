@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: modules of the ipuos package that form the machine core, below every layer
-CORE = {"ipuos._presets", "ipuos._sram", "ipuos._tilespec", "ipuos._costmodel", "ipuos._grouping",
+CORE = {"ipuos._affinity", "ipuos._presets", "ipuos._sram", "ipuos._tilespec", "ipuos._costmodel", "ipuos._grouping",
         "ipuos._tiledata"}
 LAYERS = ["core", "ipuos.scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell", "top"]
 FOLDERS = {"scheduler": "ipuos.scheduler", "blockdev": "ipuos.blockdev", "vfs": "ipuos.vfs",
