@@ -45,6 +45,7 @@ import math
 import os
 import posixpath
 import struct
+import weakref
 from typing import NamedTuple
 
 from littlefs import LittleFSError, lfs
@@ -175,33 +176,36 @@ class _DeviceCallbacks:
     callback, so they are instance attributes, switched to the route the state calls for
     instead of testing flags on every call (``_route``):
 
-    * **refusing**, after a fault or while unmounting: the ``_refuse_*`` methods;
+    * **refusing**, after a fault or while unmounting: the ``_refuse_*`` functions;
     * **fast**, on a healthy device that has a fast path and no fault plan attached: the
       closures ``_memory_fast_path``/``_cached_fast_path`` make for the device. They do
       what the checked path does, one Python call instead of two (or three), count in
       their own cells (the device adds those counts to its counters when they are read),
       and turn every exception into a fault just the same;
-    * **checked**, otherwise (a device with a fault plan always): the ``_checked_*``
-      methods, through the device's public operations.
+    * **checked**, otherwise (a device with a fault plan always): closures through the
+      device's public operations (``_checked_path``).
 
-    The device tells the object when a fault plan comes or goes (``faults_changed``).
+    No route refers back to this object except through a weak reference (``_failer``):
+    a bound method stored on its own instance would make a reference cycle, and objects
+    in cycles wait for the garbage collector, which a restore (a filesystem per tile
+    disk) then paid for in whole collections. The device tells the object when a fault
+    plan comes or goes (``faults_changed``).
     """
 
-    __slots__ = ("device", "unit", "fault", "_refusing", "_fast", "_read", "_prog", "_erase",
-                 "_sync", "read", "prog", "erase", "sync", "__weakref__")
+    __slots__ = ("device", "unit", "fault", "_refusing", "_fast", "_checked", "read", "prog",
+                 "erase", "sync", "__weakref__")
 
     def __init__(self, device, unit: int):
         self.device = device
         #: littlefs' usual request size (its cache line), for the fast paths' counting
         self.unit = unit
-        self._read = device.read
-        self._prog = device.prog
-        self._erase = device.erase
-        self._sync = device.sync
         self.fault: BaseException | None = None
         self._refusing = False
-        #: (read, prog, erase, sync) for a healthy device, or None
-        self._fast = _fast_path(self, device)
+        failed = _failer(self)
+        #: (read, prog, erase, sync) through the device's public operations
+        self._checked = _checked_path(device, failed)
+        #: the same for a healthy device, faster, or None
+        self._fast = _fast_path(self, device, failed)
         if self._fast is not None:
             device._watch_faults(self)
         self._route()
@@ -226,96 +230,124 @@ class _DeviceCallbacks:
 
     def _route(self) -> None:
         if self._refusing:
-            self.read, self.prog = self._refuse_read, self._refuse_prog
-            self.erase, self.sync = self._refuse_erase, self._refuse_sync
+            route = _REFUSING
         elif self._fast is not None and self.device.faults is None:
-            self.read, self.prog, self.erase, self.sync = self._fast
+            route = self._fast
         else:
-            self.read, self.prog = self._checked_read, self._checked_prog
-            self.erase, self.sync = self._checked_erase, self._checked_sync
+            route = self._checked
+        self.read, self.prog, self.erase, self.sync = route
 
     def _failed(self, exc: BaseException) -> None:
         if self.fault is None:
             self.fault = exc
         self.refusing = True
 
-    # -- refusing ----------------------------------------------------------------------
 
-    def _refuse_read(self, cfg, block, off, size):
-        return bytes(size)
+def _failer(glue: _DeviceCallbacks):
+    """``glue._failed`` through a weak reference (see :class:`_DeviceCallbacks`)."""
+    ref = weakref.ref(glue)
 
-    def _refuse_prog(self, cfg, block, off, data):
-        return -5
+    def failed(exc: BaseException) -> None:
+        owner = ref()
+        if owner is not None:
+            owner._failed(exc)
 
-    def _refuse_erase(self, cfg, block):
-        return -5
+    return failed
 
-    def _refuse_sync(self, cfg):
-        return -5
 
-    # -- checked: through the device's public operations --------------------------------
+# -- refusing -------------------------------------------------------------------------
 
-    def _checked_read(self, cfg, block, off, size):
+
+def _refuse_read(cfg, block, off, size):
+    return bytes(size)
+
+
+def _refuse_prog(cfg, block, off, data):
+    return -5
+
+
+def _refuse_erase(cfg, block):
+    return -5
+
+
+def _refuse_sync(cfg):
+    return -5
+
+
+_REFUSING = (_refuse_read, _refuse_prog, _refuse_erase, _refuse_sync)
+
+
+# -- checked: through the device's public operations ------------------------------------
+
+
+def _checked_path(device, failed):
+    device_read, device_prog = device.read, device.prog
+    device_erase, device_sync = device.erase, device.sync
+
+    def read(cfg, block, off, size):
         try:
-            data = self._read(block, off, size)
+            data = device_read(block, off, size)
             if type(data) is not bytes or len(data) != size:
-                data = self._exact(data, size, block, off)
+                data = _exact(device, data, size, block, off)
             return data
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return bytes(size)
 
-    def _checked_prog(self, cfg, block, off, data):
+    def prog(cfg, block, off, data):
         try:
-            self._prog(block, off, data)
+            device_prog(block, off, data)
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return -5
         return 0
 
-    def _checked_erase(self, cfg, block):
+    def erase(cfg, block):
         try:
-            self._erase(block)
+            device_erase(block)
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return -5
         return 0
 
-    def _checked_sync(self, cfg):
+    def sync(cfg):
         try:
-            self._sync()
+            device_sync()
         except BaseException as exc:
-            self._failed(exc)
+            failed(exc)
             return -5
         return 0
 
-    def _exact(self, data, size: int, block: int, off: int) -> bytes:
-        """Coerce a device's answer to the ``bytes`` the binding copies from, or fail.
-
-        The binding copies ``size`` bytes from the object's buffer without looking at its
-        length or type: a short answer would hand littlefs whatever memory follows it.
-        """
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            data = bytes(data)
-            if len(data) == size:
-                return data
-            raise OSError(
-                errno.EIO,
-                f"{self.device!r} returned {len(data)} bytes for a {size}-byte read "
-                f"at block {block} offset {off}",
-            )
-        raise TypeError(f"{self.device!r}.read returned {type(data).__name__}, not bytes")
+    return read, prog, erase, sync
 
 
-def _fast_path(glue: _DeviceCallbacks, device):
+def _exact(device, data, size: int, block: int, off: int) -> bytes:
+    """Coerce a device's answer to the ``bytes`` the binding copies from, or fail.
+
+    The binding copies ``size`` bytes from the object's buffer without looking at its
+    length or type: a short answer would hand littlefs whatever memory follows it.
+    """
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+        if len(data) == size:
+            return data
+        raise OSError(
+            errno.EIO,
+            f"{device!r} returned {len(data)} bytes for a {size}-byte read "
+            f"at block {block} offset {off}",
+        )
+    raise TypeError(f"{device!r}.read returned {type(data).__name__}, not bytes")
+
+
+def _fast_path(glue: _DeviceCallbacks, device, failed):
     if type(device) is MemoryDevice:
-        return _memory_fast_path(glue, device)
+        return _memory_fast_path(glue, device, failed)
     if isinstance(device, BlockDevice) and hasattr(device, "fast_read") and hasattr(device, "fast_prog"):
-        return _cached_fast_path(glue, device)
+        return _cached_fast_path(glue, device, failed)
     return None
 
 
-def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice):
+def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice, failed):
     """Callbacks for a plain, healthy :class:`MemoryDevice` (the tile disk).
 
     Each littlefs callback otherwise costs two Python calls (glue, then device) and a
@@ -347,7 +379,6 @@ def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice):
         starts = _Offsets(bs, base, device.block_count)
         view_starts = _Offsets(bs, 0, device.block_count)
     unit = glue.unit  # the usual request size: bytes are counted for the others only
-    failed = glue._failed
     reads = reads_hi = read_odd = progs = progs_hi = prog_odd = erases = syncs = 0
 
     def read(cfg, block, off, size):
@@ -430,7 +461,7 @@ class _Offsets:
         return block * self._bs + self._base
 
 
-def _cached_fast_path(glue: _DeviceCallbacks, device):
+def _cached_fast_path(glue: _DeviceCallbacks, device, failed):
     """Callbacks for a device that keeps blocks in a cache of its own (the striped device).
 
     A hit is served by the device's ``fast_read``/``fast_prog`` straight from the glue,
@@ -440,9 +471,7 @@ def _cached_fast_path(glue: _DeviceCallbacks, device):
     """
     fast_read = device.fast_read
     fast_prog = device.fast_prog
-    checked_read = glue._checked_read
-    checked_prog = glue._checked_prog
-    failed = glue._failed
+    checked_read, checked_prog, checked_erase, checked_sync = glue._checked
     reads = bytes_read = progs = bytes_progged = 0
 
     def read(cfg, block, off, size):
@@ -474,7 +503,7 @@ def _cached_fast_path(glue: _DeviceCallbacks, device):
         return reads, bytes_read, progs, bytes_progged, 0, 0
 
     device._add_tally(tally, glue)
-    return read, prog, glue._checked_erase, glue._checked_sync
+    return read, prog, checked_erase, checked_sync
 
 
 def _callbacks_for(device, unit: int) -> _DeviceCallbacks:

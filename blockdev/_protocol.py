@@ -34,12 +34,12 @@ def _counter(index: int, name: str, doc: str) -> property:
 
     def get(self) -> int:
         value = getattr(self, attr)
-        for take in self._tallies:
+        for _, take in self._tallies:
             value += take()[index]
         return value
 
     def set(self, value: int) -> None:
-        for take in self._tallies:
+        for _, take in self._tallies:
             value -= take()[index]
         setattr(self, attr, value)
 
@@ -80,9 +80,10 @@ class BlockDevice:
         self.block_size = block_size
         self.block_count = block_count
         self._faults = None
-        #: ``take()`` functions of the glue's fast paths: each returns what it has counted
-        #: so far, (reads, bytes_read, progs, bytes_progged, erases, syncs)
-        self._tallies: list = []
+        #: (weak reference to a glue object, its fast path's ``take()``), which returns
+        #: what it has counted so far: (reads, bytes_read, progs, bytes_progged, erases,
+        #: syncs). Replaced, never changed in place: a counter may be read meanwhile.
+        self._tallies: tuple = ()
         #: who to tell when a fault plan is attached or detached (weak references to
         #: objects with a ``faults_changed()`` method: the littlefs glue, which routes a
         #: device with a fault plan through the generic, checked path)
@@ -160,7 +161,9 @@ class BlockDevice:
 
     def _watch_faults(self, watcher) -> None:
         """Call ``watcher.faults_changed()`` whenever :attr:`faults` changes (weakly held)."""
-        self._fault_watchers.append(weakref.ref(watcher))
+        watchers = self._fault_watchers
+        watchers[:] = [ref for ref in watchers if ref() is not None]  # (stays short)
+        watchers.append(weakref.ref(watcher))
 
     def attach_faults(self, plan):
         """Route every operation through ``plan`` (a :class:`~ipuos.blockdev.FaultPlan`).
@@ -215,23 +218,27 @@ class BlockDevice:
     def reset_stats(self) -> None:
         self._reads = self._progs = self._erases = self._syncs = 0
         self._bytes_read = self._bytes_progged = 0
-        for name in _TALLIED:
-            setattr(self, name, 0)  # offsets what the fast paths counted so far
+        if self._tallies:
+            for name in _TALLIED:
+                setattr(self, name, 0)  # offsets what the fast paths counted so far
         self.erase_counts = [0] * self.block_count
 
     def _add_tally(self, take, owner) -> None:
         """Count what ``take()`` reports (see ``_tallies``) as this device's requests for
         as long as ``owner`` (the glue object whose fast path counts) lives; when it
         goes, its counts become the device's own."""
-        self._tallies.append(take)
-        weakref.finalize(owner, self._retire_tally, take)
-
-    def _retire_tally(self, take) -> None:
-        if take in self._tallies:
-            counts = take()
-            self._tallies.remove(take)
-            for name, count in zip(_TALLIED, counts):
-                setattr(self, "_" + name, getattr(self, "_" + name) + count)
+        # The counts of glues that have gone are folded into the device's own here,
+        # rather than by a callback when they go: a callback held by the device would
+        # tie the two into a reference cycle (see the littlefs glue).
+        live = []
+        for entry in self._tallies:
+            if entry[0]() is not None:
+                live.append(entry)
+            else:
+                for name, count in zip(_TALLIED, entry[1]()):
+                    setattr(self, "_" + name, getattr(self, "_" + name) + count)
+        live.append((weakref.ref(owner), take))
+        self._tallies = tuple(live)
 
     # -- lifetime ----------------------------------------------------------------------
 

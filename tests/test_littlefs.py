@@ -609,3 +609,34 @@ def test_after_enospc_open_files_are_lost_with_eio_and_the_filesystem_goes_on():
     fs.mount()
     with fs.open("/after") as f:
         assert f.read() == b"still writable"
+
+
+def test_a_dropped_filesystem_is_freed_at_once_and_its_counts_stay():
+    """No reference cycles in the glue: a restore makes a filesystem per tile disk, and
+    objects in cycles would wait for (and pay for) whole garbage collections."""
+    import gc
+    import weakref
+
+    device = MemoryDevice(bytearray(64 * 1024), 4096)
+    gc.disable()
+    try:
+        for round_ in range(3):
+            fs = Filesystem(device)
+            if round_ == 0:
+                fs.format()
+            fs.mount()
+            with fs.open(f"/f{round_}", "w") as f:
+                f.write(b"x" * 5000)
+            fs.unmount()
+            glue, filesystem = weakref.ref(fs._callbacks), weakref.ref(fs)
+            counts = (device.reads, device.progs, device.erases, device.syncs)
+            del fs, f
+            assert glue() is None and filesystem() is None
+            # what the fast path counted is still the device's
+            assert (device.reads, device.progs, device.erases, device.syncs) == counts
+            assert all(counts)
+    finally:
+        gc.enable()
+    assert len(device._tallies) == 1  # the gone ones were folded into the device's own
+    device.reset_stats()
+    assert (device.reads, device.progs, device.bytes_read) == (0, 0, 0)
