@@ -30,7 +30,8 @@ from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI
 #: standard modules that only compute: importable on a tile
 TILE_MODULES = frozenset(
     """
-    abc array base64 binascii bisect calendar cmath collections colorsys contextlib copy
+    __future__ abc array base64 binascii bisect calendar cmath collections colorsys
+    contextlib copy
     dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq
     hmac itertools json keyword math numbers operator pickle pprint random re reprlib
     secrets statistics string struct textwrap typing unicodedata zlib
@@ -182,11 +183,18 @@ def _host_open(*args, **kwargs):
     raise PermissionError("tiles have no access to the host's files; this tile has no filesystem")
 
 
+def _tile_exit(code=None):
+    """``exit``/``quit`` on a tile: end the program with ``code``. (The site module's
+    versions close the host process's ``sys.stdin`` first.)"""
+    raise SystemExit(code)
+
+
 def _make_builtins() -> dict:
     table = dict(builtins.__dict__)
     table["__import__"] = _tile_import
     table["input"] = _no_input
     table["open"] = _host_open
+    table["exit"] = table["quit"] = _tile_exit
     for name in ("help", "breakpoint", "copyright", "credits", "license"):
         table.pop(name, None)
     return table

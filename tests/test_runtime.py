@@ -102,6 +102,34 @@ def test_exit_codes(machine):
     assert result.exit_status == 2
 
 
+def test_exit_leaves_the_host_stdin_open(machine):
+    """The site module's exit() closes sys.stdin before raising: a tile's must not (a
+    child process, so that stdin is a real pipe, not pytest's stand-in)."""
+    import subprocess
+    import sys
+
+    script = ("import sys, ipuos\n"
+              "m = ipuos.Machine('tiny')\n"
+              "r = m.run('quit(4) if __tileid else exit()', tiles='0-1')\n"
+              "print([t.exit_code for t in r.tiles], sys.stdin.closed, sys.stdin.readline().strip())\n"
+              "m.close()\n")
+    done = subprocess.run([sys.executable, "-c", script], input="still here\n", text=True,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[0, 4] False still here\n"
+
+
+def test_future_imports_work(machine):
+    result = run(machine, """
+        from __future__ import annotations
+        def f(x: UndefinedName) -> int:
+            return x
+        print(f(3), f.__annotations__["x"])
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "3 UndefinedName\n"
+
+
 def test_traceback_shows_only_program_frames(machine):
     result = run(machine, """
         def f(x):
