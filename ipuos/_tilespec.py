@@ -54,7 +54,7 @@ def _parse_part(spec: str, part: str, ntiles: int) -> range:
     numbers = [lo, hi] if dash else [lo]
     if colon:
         numbers.append(step_text)
-    if not all(n.strip().isdigit() for n in numbers) or (colon and not dash):
+    if not all(n.strip().isascii() and n.strip().isdigit() for n in numbers) or (colon and not dash):
         raise TileSpecError(
             f"bad tile specification {spec!r}: {part!r} is not a tile id or a range "
             "like 0-15 (or 0-14:2 for every second tile)"

@@ -31,6 +31,8 @@ def test_parse(spec, expected):
         ("0-16", "no tile 16 on this machine"),
         ("5-2", "runs backwards"),
         ("x", "'x' is not a tile id"),
+        ("\u00b2", "is not a tile id"),  # a digit to str.isdigit, not to int()
+        ("1-\u0663", "is not a tile id"),
         ("1,,2", "'' is not a tile id"),
         ("0-8:0", "step"),
         ([1, 99], "no tile 99"),

@@ -299,9 +299,12 @@ def test_modes(vfs):
         f.seek(0)
         assert f.read() == "new"
     with vfs.open("/f", "a+b") as f:
+        assert f.tell() == 3 and f.read() == b""  # like the host's open: at the end
         f.write(b"!")
         f.seek(0)
         assert f.read() == b"new!"
+    with vfs.open("/f", "a") as f:
+        assert f.tell() == 4
     for bad in ("rw", "rr", "", "q", "rbt", "r++"):
         with pytest.raises(ValueError):
             vfs.open("/f", bad)

@@ -195,6 +195,8 @@ class Vfs:
         except OSError as exc:
             exc.filename = file
             raise
+        if spec.maybe_creates:
+            raw.seek(0, os.SEEK_END)  # like the host's open: "a" starts at the end
         if spec.binary:
             return raw
         return wrap_text(raw, spec, buffering, encoding, errors, newline)
