@@ -15,9 +15,10 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Callable
 
-from ._collectives import ALLGATHER, ALLTOALL, BCAST, GATHER, SYNC
+from ._collectives import ALLGATHER, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
 from ._errors import CollectiveMismatchError, describe_tiles
 from ._exchange import KIND_USER
+from ._job import OK
 from ._payload import decode, encode, marshal_dumps
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
 
     def allgather(obj) -> list:
         if job.nlive < job.nranks:
-            _refuse_finished(job, key)
+            _refuse_finished(job, key, tile)
         try:
             payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
         except ValueError:
@@ -110,8 +111,13 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     return allgather
 
 
-def _refuse_finished(job: "Job", key: tuple) -> None:
+def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
+    """A collective reached after some tiles finished: a mismatch if one of them ended
+    normally; if they all failed, the job is stopping and the tile stops with it."""
     finished = [r for r in range(job.nranks) if r not in job.live]
+    ended_well = [r for r in finished if job.results[r] is not None and job.results[r].status == OK]
+    if not ended_well and tile.signal is not None:
+        tile.raise_signal()
     raise CollectiveMismatchError(
         f"{key[0]}() needs every tile of the job, but {describe_tiles(finished)} already finished"
     )
@@ -223,12 +229,10 @@ class TileAPI:
         """
         self._check_root(root, "reduce")
         combine = self._reducer(op)
-        value = self._tree_reduce(obj, combine)
-        if root != 0:  # the tree ends on rank 0
-            if self._tile.rank == 0:
-                self._send(root, value, REDUCE_CHANNEL)
-            value = self._recv((REDUCE_CHANNEL, 0), 0, "reduce()") if self._tile.rank == root else None
-        return value
+        value = self._tree_reduce(obj, combine)  # the tree ends on rank 0
+        rank = self._tile.rank
+        moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0)
+        return value if rank == 0 == root else moved
 
     def allreduce(self, obj, op="sum"):
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
@@ -261,7 +265,7 @@ class TileAPI:
         tile = self._tile
         job = self._job
         if job.nlive < job.nranks:
-            _refuse_finished(job, key)
+            _refuse_finished(job, key, tile)
         if send:
             payload = encode(obj)
             job.coll_off[tile.rank] = self._engine.write_out(tile, payload)

@@ -31,8 +31,13 @@ ALLTOALL = "alltoall"
 ALLGATHER = "allgather"
 BCAST = "bcast"
 GATHER = "gather"
+#: the last step of reduce(): rank 0, where the tree ends, hands the result to the root
+#: (a collective, so that tiles naming different roots are a mismatch, not a hang)
+REDUCE = "reduce"
 
 _ALL_RECEIVE = (ALLTOALL, ALLGATHER, BCAST)
+_TO_ROOT = (GATHER, REDUCE)
+_ONE_VALUE = (BCAST, REDUCE)
 
 
 class CollectiveResult:
@@ -54,8 +59,8 @@ class CollectiveResult:
         shared = self._shared
         kind = self.kind
         if shared is not None:
-            return shared[0] if kind == BCAST else list(shared)
-        if kind == "sync" or (kind == GATHER and tile.rank != self.root):
+            return shared[0] if kind in _ONE_VALUE else list(shared)
+        if kind == "sync" or (kind in _TO_ROOT and tile.rank != self.root):
             return None
         view = memoryview(self.data)
         values = []
@@ -65,14 +70,14 @@ class CollectiveResult:
                 append(marshal_loads(view[off + 1 : off + n]))
             else:
                 append(decode(view[off : off + n]))
-        if kind != GATHER and not self._mutable:
+        if kind not in _TO_ROOT and not self._mutable:
             kinds = set(map(type, values))  # in C: most results are all ints, bytes ...
             if kinds <= IMMUTABLE_SCALARS or all(is_immutable(v) for v in values):
                 self._shared = values
                 values = list(values)
             else:
                 self._mutable = True
-        return values[0] if kind == BCAST else values
+        return values[0] if kind in _ONE_VALUE else values
 
 
 _SYNC_RESULT = CollectiveResult("sync")
@@ -91,7 +96,7 @@ def complete(job: "Job") -> None:
             f"{kind}() needs every tile of job {job.id}, but {describe_tiles(finished)} "
             "already finished"
         )
-    elif kind == "sync":
+    elif kind == "sync" or (kind == REDUCE and root == 0):  # (the result is on the root)
         error = None
         job.coll_result = _SYNC_RESULT
     else:
@@ -113,6 +118,8 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     # lists need building, the job's own are the sources and the receivers
     if kind == BCAST:
         offs, lens, src_ids = [job.coll_off[root]], [job.coll_len[root]], [job.ids[root]]
+    elif kind == REDUCE:
+        offs, lens, src_ids = [job.coll_off[0]], [job.coll_len[0]], [job.ids[0]]
     else:
         offs, lens, src_ids = job.coll_off, job.coll_len, job.ids
     lengths = np.asarray(lens, dtype=np.int64)
@@ -127,7 +134,7 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     full = [t for t in receivers if t.in_used + total > t.xin.size]
     if full:
         ranks = [t.rank for t in full]
-        return CollectiveResult(kind, error=BufferError(
+        return CollectiveResult(kind, error=ValueError(
             f"{kind}() result of {total} B does not fit in the incoming exchange buffer of "
             f"{describe_tiles(ranks)} ({receivers[0].xin.size} B, minus unreceived messages); "
             "send smaller objects or use more supersteps"

@@ -144,7 +144,7 @@ class ExchangeEngine:
                 _compact_arena(self, dst)
             if dst.in_used + incoming > dst.xin.size:
                 if dst.signal is None:
-                    dst.signal = BufferError(
+                    dst.signal = ValueError(
                         f"tile {dst.id}: incoming exchange buffer full ({dst.in_used} B of "
                         f"unreceived messages + {incoming} B arriving > {dst.xin.size} B); "
                         "recv() pending messages before more are sent"

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Callable
 
 import greenlet
 
-from ._errors import TileInterrupt
+from ._errors import JobAborted, TileInterrupt
+
+#: signals that stop a job's program (a deadlock report concerns the wait it ended)
+_JOB_SIGNALS = (JobAborted, TileInterrupt)
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -43,7 +46,7 @@ class Tile:
 
     __slots__ = (
         "id", "chip", "sched", "memory", "glet", "resume", "park",
-        "job", "rank", "signal", "waiting",
+        "job", "rank", "signal", "raised", "waiting",
         "requests", "service_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "alive", "kernel_data", "__weakref__",
@@ -62,6 +65,8 @@ class Tile:
         self.rank = -1
         #: an exception to raise at the next exchange point (abort, interrupt, deadlock)
         self.signal: BaseException | None = None
+        #: the signal raised last (a request that ends with it hands it back to the job)
+        self.raised: BaseException | None = None
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
         self.requests: collections.deque[Request] = collections.deque()
@@ -142,6 +147,7 @@ class Tile:
 
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None
+        self.raised = signal
         raise signal
 
     def can_serve(self) -> bool:
@@ -184,6 +190,13 @@ class Tile:
                 ok, value = False, exc
             finally:
                 self.service_depth -= 1
+            if not ok and value is self.raised and isinstance(value, _JOB_SIGNALS):
+                # the job's abort or interrupt reached a wait inside this request: the
+                # request fails with it, and the job's program must still stop at its
+                # own next exchange point
+                self.raised = None
+                if self.job is not None and self.signal is None:
+                    self.signal = type(value)(*value.args)
             if request.reply is not None:
                 try:
                     request.reply(ok, value)

@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
 
 _TICK = 0.01
+#: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
+#: like a repeated Ctrl-C, until the tile stops computing
+_REPEAT = 0.02
 
 
 
@@ -82,6 +85,7 @@ class Watchdog:
         self._sample: tuple | None = None
         self._sample_since = 0.0
         self._injected: tuple | None = None
+        self._injected_at = 0.0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
@@ -130,7 +134,7 @@ class Watchdog:
         if sample != self._sample:
             self._sample, self._sample_since = sample, now
             self._injected = None
-        if job is None or self._injected == sample:
+        if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return
         kind = self._interrupts.get(job)
         if kind is None and job in self._budgets and job.budget and now - self._sample_since > job.budget:
@@ -141,4 +145,4 @@ class Watchdog:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
             )
-            self._injected = sample
+            self._injected, self._injected_at = sample, now
