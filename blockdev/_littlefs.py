@@ -754,7 +754,13 @@ class Filesystem:
         """Move ``src`` to ``dst`` atomically, replacing a file or an empty directory."""
         src, dst = self._path(src), self._path(dst)
         inside = dst.rstrip("/").startswith(src.rstrip("/") + "/")
-        self._run("rename", src, dst, _rename, src, dst, inside)
+        base = src.rstrip("/")
+        moving = [file for file in self._open
+                  if file._handle is not None and (file.path == base or file.path.startswith(base + "/"))]
+        if moving:
+            self._run("rename", src, dst, _rename_open, src, dst, inside, moving)
+        else:
+            self._run("rename", src, dst, _rename, src, dst, inside)
 
     # -- attributes ----------------------------------------------------------------------
 
@@ -1114,6 +1120,32 @@ def _rename(handle, src: str, dst: str, dst_inside_src: bool) -> None:
     if dst_inside_src and lfs.stat(handle, src, _ENCODING).type == _LFS_TYPE_DIR:
         raise OSError(errno.EINVAL, "cannot move a directory into itself", src, None, dst)
     lfs.rename(handle, src, dst, _ENCODING)
+
+
+def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) -> None:
+    """``_rename`` with ``files`` open at or below ``src``. A littlefs handle keeps the
+    directory entry it was opened at, and what it commits after a rename of that entry
+    is lost: so each is committed and closed first, and opened again (at the same
+    position) under its new name afterwards, or its old one if the rename failed."""
+    positions = []
+    for file in files:
+        positions.append(lfs.file_tell(handle, file._handle))
+        lfs.file_close(handle, file._handle)  # commits it
+        file._handle = None
+    base, new_base = src.rstrip("/"), dst.rstrip("/")
+    try:
+        _rename(handle, src, dst, dst_inside_src)
+    except BaseException:
+        new_base = base
+        raise
+    finally:
+        for file, position in zip(files, positions):
+            path = new_base + file.path[len(base):]
+            file._handle = lfs.file_open(handle, path, file.flags & ~(_LFS_CREAT | _LFS_EXCL | _LFS_TRUNC),
+                                         _ENCODING)
+            if position:
+                lfs.file_seek(handle, file._handle, position, os.SEEK_SET)
+            file.path = path
 
 
 def _remove_typed(handle, path: str, want_dir: bool) -> None:

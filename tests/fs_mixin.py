@@ -400,6 +400,24 @@ class FilesystemTests:
         fs.rename("/empty", "/other/moved")
         assert self.read_file(fs, "/other/moved/f") == b"inside"
 
+    def test_rename_of_open_files_keeps_their_writes(self, fs):
+        """A file (or a directory holding one) renamed while open for writing: what is
+        written before and after lands in the file under its new name (POSIX)."""
+        writer = fs.open("/a", "w")
+        writer.write(b"before ")
+        fs.rename("/a", "/b")
+        writer.write(b"after")
+        writer.close()
+        assert fs.listdir("/") == ["b"]
+        assert self.read_file(fs, "/b") == b"before after"
+        fs.mkdir("/d")
+        inner = fs.open("/d/f", "w")
+        inner.write(b"1")
+        fs.rename("/d", "/e")
+        inner.write(b"2")
+        inner.close()
+        assert self.read_file(fs, "/e/f") == b"12"
+
     def test_rename_errors(self, fs):
         self.write_file(fs, "/file", b"f")
         fs.mkdir("/dir")
