@@ -197,6 +197,22 @@ def test_tile_to_tile_client_chunks_through_small_exchange_buffers(machine):
     assert machine.fs.read_file(7, "/from2") == data
 
 
+def test_a_directory_too_big_for_one_reply_is_listed_in_pages():
+    names = sorted(f"entry-number-{i:03d}" for i in range(60))
+    with ipuos.Machine("tiny", exchange_out=1024) as small:  # a reply carries < 1 KiB
+        small.fs.mkdir(9, "/big")
+        for name in names:
+            small.fs.write_file(9, f"/big/{name}", b"")
+
+        def from_tile_0(tile):
+            vfs = small.storage.vfs(tile)
+            client = TileFsClient(tile)
+            assert len(names) * len(names[0]) > client.chunk  # more than one reply holds
+            return sorted(vfs.listdir("/tiles/9/big")), sorted(e.name for e in client.entries(9, "/big"))
+
+        assert on_tile(small, 0, from_tile_0) == (names, names)
+
+
 def test_tiles_mount_on_tile_0(machine):
     machine.fs.write_file(4, "/four", b"4")
     machine.fs.mkdir(5, "/dir5")

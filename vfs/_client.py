@@ -44,6 +44,8 @@ class FsClient:
     chunk = HOST_CHUNK
     #: bytes a RemoteFile collects before sending them (0: every write is sent at once)
     write_behind = 0
+    #: most bytes of directory entries one reply carries (None: any number)
+    listing_page: int | None = None
 
     def call(self, tile: int, service: str, *args):
         """Run ``service(*args)`` on ``tile`` and return its result (or raise its error)."""
@@ -59,11 +61,19 @@ class FsClient:
         return make_stat(is_dir, size, mtime_ns, device=tile + 1)
 
     def entries(self, tile: int, path: str = "/") -> list[Entry]:
-        """Every entry of a directory with type, size and mtime, in one request."""
-        return [Entry(*item) for item in self.call(tile, "fs.listdir", path)]
+        """Every entry of a directory with type, size and mtime: one request, or one per
+        page where a reply must fit an exchange buffer (:attr:`listing_page`)."""
+        if self.listing_page is None:
+            return [Entry(*item) for item in self.call(tile, "fs.listdir", path)]
+        out: list[Entry] = []
+        start = 0
+        while start is not None:
+            page, start = self.call(tile, "fs.listdir_page", path, start, self.listing_page)
+            out.extend(Entry(*item) for item in page)
+        return out
 
     def listdir(self, tile: int, path: str = "/") -> list[str]:
-        return [item[0] for item in self.call(tile, "fs.listdir", path)]
+        return [entry.name for entry in self.entries(tile, path)]
 
     def exists(self, tile: int, path: str) -> bool:
         try:
@@ -232,6 +242,7 @@ class TileFsClient(FsClient):
         room = min(tile.xout.size, tile.xin.size) - _ENVELOPE
         self.chunk = max(64, room // 64 * 64)
         self.write_behind = self.chunk  # a round trip per small write would cost supersteps
+        self.listing_page = self.chunk - 64  # (the page's own envelope)
         self.owner = tile
         self.pending = pending if pending is not None else []
 

@@ -16,6 +16,7 @@ in a per-tile handle table; a handle is a small int valid on that tile only.
 | ``fs.boot`` | | None (the tile's storage is up) |
 | ``fs.stat`` | path | (name, is_dir, size, mtime_ns) |
 | ``fs.listdir`` | path | [(name, is_dir, size, mtime_ns), ...] |
+| ``fs.listdir_page`` | path, start, max_bytes | (entries from ``start`` that fit, next start or None) |
 | ``fs.open`` | path, flags (``os.O_*`` or a mode string) | handle |
 | ``fs.read`` | handle, offset or None, size | bytes (short at end of file) |
 | ``fs.write`` | handle, offset or None, data | position after the write |
@@ -108,6 +109,24 @@ def _stat(tile, vfs, path):
 
 def _listdir(tile, vfs, path):
     return [tuple(entry) for entry in vfs.entries(_absolute(path))]
+
+
+#: marshalled bytes of an entry beyond its name's: the tuple, a bool, a size, an mtime
+_ENTRY_OVERHEAD = 48
+
+
+def _listdir_page(tile, vfs, path, start, max_bytes):
+    """A directory a page at a time: a tile's reply must fit its exchange buffer."""
+    entries = vfs.entries(_absolute(path))
+    page, used = [], 0
+    for entry in entries[start:]:
+        size = len(entry[0].encode("utf-8", "surrogateescape")) + _ENTRY_OVERHEAD
+        if page and used + size > max_bytes:
+            break
+        page.append(tuple(entry))
+        used += size
+    end = start + len(page)
+    return page, (end if end < len(entries) else None)
 
 
 def _open(tile, vfs, path, flags):
@@ -219,6 +238,7 @@ _SERVICES: dict[str, Callable] = {
     "fs.boot": _boot,
     "fs.stat": _stat,
     "fs.listdir": _listdir,
+    "fs.listdir_page": _listdir_page,
     "fs.open": _open,
     "fs.read": _read,
     "fs.write": _write,
