@@ -95,6 +95,64 @@ def test_a_file_held_open_and_removed_by_a_tile(mm):
     assert tile_tree(mm.booted, 5) == {"held": file_id(b"new")}
 
 
+def test_a_file_held_open_and_replaced_by_a_directory_on_a_tile(mm):
+    """The kernel keeps a name in use whatever it is told: a new type there must not look
+    like a corrupt inode to it (EIO), by path or by listing. (The descriptor itself may
+    answer EIO from then on: libfuse gives the directory the node of the file's name,
+    and the kernel retires the file's inode.)"""
+    base = mm.tile(11)
+    (base / "f").write_bytes(b"a file")
+    held = os.open(base / "f", os.O_RDONLY)
+    try:
+        mm.run(11, "import os; os.remove('/f'); os.mkdir('/f'); open('/f/in', 'w').write('x')")
+        assert stat.S_ISDIR(os.stat(base / "f").st_mode)
+        assert os.listdir(base / "f") == ["in"]
+        assert sorted(entry.name for entry in os.scandir(base)) == ["f"]
+        assert (base / "f" / "in").read_text() == "x"
+    finally:
+        try:
+            os.close(held)
+        except OSError:
+            pass
+    assert tile_tree(mm.booted, 11) == {"f": None, "f/in": file_id(b"x")}
+
+
+def test_a_writer_held_open_and_a_tile_replacing_its_file(mm):
+    """A handle with writes not yet committed answers for its file's size by path, until a
+    tile removes or replaces that file: then the path is the tile's file. (fstat of the
+    handle asks by the same name: libfuse's high-level API cannot tell the two apart.)"""
+    path = mm.tile(12) / "h"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, b"x" * 100)
+        assert os.stat(path).st_size == 100  # what the writer sees
+        mm.run(12, "import os; os.remove('/h'); open('/h', 'w').write('hi')")
+        assert os.stat(path).st_size == 2
+        assert path.read_bytes() == b"hi"
+        mm.run(12, "import os; os.remove('/h')")
+        assert errno_of(os.stat, path) == errno.ENOENT
+        assert not os.path.exists(path)
+        os.write(fd, b"more")  # the handle still works, on the file that is gone
+    finally:
+        os.close(fd)
+    assert os.listdir(mm.tile(12)) == []
+
+
+def test_a_writer_held_open_follows_a_rename_on_its_tile(mm):
+    base = mm.tile(13)
+    fd = os.open(base / "a", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, b"y" * 50)
+        os.fsync(fd)
+        mm.run(13, "import os; os.rename('/a', '/b')")
+        assert errno_of(os.stat, base / "a") == errno.ENOENT
+        os.write(fd, b"z" * 10)
+        assert os.stat(base / "b").st_size == 60  # the writer's view, under its new name
+    finally:
+        os.close(fd)
+    assert (base / "b").read_bytes() == b"y" * 50 + b"z" * 10
+
+
 def test_listings_and_directories_the_mount_knows_follow_tile_changes(mm):
     base = mm.tile(6)
     os.mkdir(base / "made")  # made here: the mount knows it is empty

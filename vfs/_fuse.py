@@ -86,6 +86,8 @@ FUSE_SUBTYPE = "ipuos"
 IO_BLOCK = 128 * 1024
 #: libfuse threads serving callbacks at once (each waits on a tile for most of its time)
 MAX_THREADS = 16
+#: names a tile removed that the next lookup answers ESTALE for (see _gone_under)
+_STALE_MAX = 4096
 #: seconds the kernel may keep a name it has looked up, when the mount can make it forget
 #: names at once (see "Kernel caching" in the module doc); attributes are never kept
 ENTRY_TIMEOUT = 30.0
@@ -430,6 +432,9 @@ class ChipFilesystem:
         self._fh = itertools.count(1)
         #: (tile, path) -> the open files libfuse hid there after they were unlinked
         self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
+        #: (tile, path) a tile has removed or renamed (replaced) since the kernel may have
+        #: looked it up: the next lookup there answers ESTALE once (see _notice)
+        self._stale: dict[tuple[int, str], None] = {}
         #: per tile: the mount points hidden under its directory (see Submounts)
         self._submounts = Submounts()
         self._send = client.submit
@@ -491,6 +496,7 @@ class ChipFilesystem:
             return
         if kind != RESET and (tile, path) in self._mine:
             return
+        self._gone_under(tile, kind, path, path2)
         chip = (tile == self.chip_tile
                 and (path == self.chip_mount or path.startswith(self.chip_mount + "/")))
         everything = kind == RESET and path == "/"
@@ -498,6 +504,46 @@ class ChipFilesystem:
             kernel.forget("chip")
         if tile in self._tile_set and (not chip or everything):
             kernel.forget("tiles")
+
+    def _gone_under(self, tile: int, kind: str, path: str, path2) -> None:
+        """A tile removed or renamed ``path`` (a RESET: everything under it may be new).
+
+        Files this mount holds open there keep working through their handles but lose
+        their names, as after the mount's own unlink (``_orphan``); a MOVED keeps them
+        under the new name. And the names themselves go on the ``_stale`` list: the
+        kernel cannot drop a name that is in use (a descriptor, a cwd), and if the tile
+        has put something of another type there, the kernel would take the new
+        attributes for a corrupt inode (EIO). ESTALE instead makes it look the name up
+        afresh. Runs on the scheduler thread: dict work under a lock nobody holds while
+        waiting for a tile."""
+        prefix = "/" if path == "/" else path + "/"
+        with self._open_lock:
+            moved = []
+            for key in [key for key in self._by_path if key[0] == tile
+                        and (key[1] == path or key[1].startswith(prefix)
+                             or (kind == MOVED and (key[1] == path2 or key[1].startswith(path2 + "/"))))]:
+                opens = self._by_path.pop(key)
+                if kind == MOVED and (key[1] == path or key[1].startswith(prefix)):
+                    moved.append((path2 + key[1][len(path):], opens))
+                else:
+                    for opened in opens:
+                        opened.inner = None
+            for inner, opens in moved:
+                for opened in opens:
+                    opened.inner = inner
+                self._by_path.setdefault((tile, inner), set()).update(opens)
+            stale = self._stale
+            if len(stale) >= _STALE_MAX:
+                stale.clear()  # (then a name the kernel holds may EIO once more: rare)
+            stale[(tile, path)] = None
+            if kind == MOVED:
+                stale[(tile, path2)] = None
+
+    def _fresh_name(self, place: _Place) -> None:
+        """ESTALE if a tile removed or replaced this name since the kernel may have kept
+        it (see ``_gone_under``): the kernel then looks it up again, and asks once more."""
+        if self._stale and self._stale.pop((place.tile, place.inner), 0) is None:
+            raise _fail(errno.ESTALE)
 
     def _change_own(self, tile: int, path: str, service: str, *args):
         """``_call`` for a removal or rename of ``path`` made through the mount."""
@@ -560,6 +606,8 @@ class ChipFilesystem:
             raise
         if place.kind == _INSIDE and self._is_hidden(place):
             raise _fail(errno.EBUSY if creating else errno.ENOENT)
+        if creating and self._stale:
+            self._stale.pop((place.tile, place.inner), None)  # the mount makes it anew
         return place
 
     def _is_hidden(self, place: _Place) -> bool:
@@ -601,6 +649,7 @@ class ChipFilesystem:
         place = self._file_place(path)
         if place.fixed:
             return self._attrs(True, 0, self.mounted_ns)
+        self._fresh_name(place)
         writer = self._dirty_open(place.tile, place.inner)
         if writer is not None:
             return self._open_attrs(path, writer)
@@ -846,6 +895,7 @@ class ChipFilesystem:
         Without it the kernel would answer from the name it keeps, gone or not."""
         place = self._file_place(path)
         if not place.fixed and (place.tile, place.inner) not in self._hidden_files:
+            self._fresh_name(place)
             self._stat(place)
         return 0
 
@@ -884,6 +934,8 @@ class ChipFilesystem:
         place = self._file_place(path, creating=creating)
         if place.fixed:
             raise _fail(errno.EISDIR if not creating else errno.EEXIST)
+        if not creating:
+            self._fresh_name(place)
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except FileNotFoundError:
