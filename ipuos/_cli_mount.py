@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import signal
 
 import click
@@ -46,8 +47,13 @@ def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
     if mountpoint is None:
         _list_mounts(paths, as_json)
         return
+    where = canonical_mountpoint(mountpoint)
+    if not os.path.isdir(where) and mount_at(where) is None:  # (a dead mount fails stat)
+        # checked before a machine is started for it
+        raise click.BadParameter(f"{mountpoint!r} is not a directory; create it first",
+                                 param_hint="MOUNTPOINT")
     attach_machine(name)
-    args = {"mountpoint": canonical_mountpoint(mountpoint), "read_only": read_only,
+    args = {"mountpoint": where, "read_only": read_only,
             "tiles": tile_spec, "foreground": foreground}
     with _Errors(), Client(paths) as client:
         try:

@@ -1034,9 +1034,14 @@ def open_image(
     """Open an image, check its structure and (``verify=True``) every byte of it."""
     path = os.fspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # non-blocking: opening a FIFO would otherwise wait for a writer, forever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise ImageError(f"image {path}: cannot open it: {e.strerror or e}") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ImageError(f"image {path}: not a regular file")
+    os.set_blocking(fd, True)
     image = Image(path, fd, max_decompressed=max_decompressed, threads=threads)  # owns fd
     if verify:
         try:
@@ -1225,7 +1230,7 @@ class Image:
         )
         try:
             manifest = json.loads(text.decode("ascii"))
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise self._error(f"its manifest is not valid JSON ({e}); the image is damaged") from None
         self._parse_manifest(manifest)
 

@@ -149,7 +149,7 @@ def reply_result(frame: Frame):
     if frame.header.get("result_in_payload"):
         try:
             return json.loads(frame.payload)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProtocolError(BAD_JSON, f"the daemon sent a result that is not JSON: {exc}") from None
     return frame.header.get("result")
 
@@ -196,7 +196,7 @@ def _parse_prefix(prefix: bytes, limits: Limits) -> tuple[int, int, int]:
 def _decode_header(raw: bytes) -> dict:
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ([[[... nested deep)
         raise ProtocolError(BAD_JSON, f"the frame header is not valid UTF-8 JSON: {exc}") from None
     if not isinstance(header, dict):
         raise ProtocolError(BAD_JSON, "the frame header must be a JSON object")

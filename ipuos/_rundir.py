@@ -63,7 +63,8 @@ def runtime_dir() -> Path:
     """The runtime directory for this user (not checked; see :func:`private_dir`)."""
     explicit = os.environ.get(RUNTIME_DIR_ENV)
     if explicit:
-        return Path(explicit)
+        # absolute: the daemon runs in / and must find the same directory as its client
+        return Path(os.path.abspath(explicit))
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isabs(xdg) and os.path.isdir(xdg):
         return Path(xdg) / "ipuos"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -280,8 +281,18 @@ class Terminal:
         if os.path.isdir(host):
             host = os.path.join(host, name)
         directory = os.path.dirname(os.path.abspath(host))
-        fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(host)}.", dir=directory)
         try:
+            fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(host)}.", dir=directory)
+        except OSError as exc:
+            exc.filename = host  # the user's name, not the temporary one
+            raise
+        try:
+            # the mode a plain write would give: the old file's, or 0666 less the umask
+            try:
+                mode = stat.S_IMODE(os.stat(host).st_mode)
+            except OSError:
+                mode = 0o666 & ~_umask()
+            os.fchmod(fd, mode)
             with os.fdopen(fd, "wb") as file:
                 for data in self.transport.get(args[0]):
                     file.write(data)
@@ -306,6 +317,13 @@ class Terminal:
             with open(os.path.expanduser(data_file), "rb") as file:
                 payload = file.read()
         self._execute(command.text, payload=payload)
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _is_local(command) -> bool:

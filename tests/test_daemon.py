@@ -90,6 +90,22 @@ def test_the_cli_refuses_an_unsafe_runtime_dir(tmp_path):
     assert f"chmod 700 {path}" in done.stderr
 
 
+def test_a_relative_runtime_dir_means_the_same_directory_to_the_daemon(tmp_path):
+    """The daemon runs in /: it must be given the directory the client meant."""
+    from daemon_harness import IPUOS
+
+    env = dict(os.environ, IPUOS_RUNTIME_DIR="run", IPUOS_MACHINE="rel")
+    boot = subprocess.run([IPUOS, "boot", "--preset", "tiny"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    try:
+        assert boot.returncode == 0, boot.stderr
+        assert (tmp_path / "run" / "rel.sock").exists()
+    finally:
+        halt = subprocess.run([IPUOS, "halt"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+    assert halt.returncode == 0 and "halted machine 'rel'" in halt.stdout, halt.stderr
+
+
 def test_bad_machine_names_are_refused(runtime_dir):
     for name in ("../etc", "a/b", "", ".hidden", "x" * 65, "sp ace"):
         with pytest.raises(ValueError, match="bad machine name"):
@@ -181,6 +197,7 @@ def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, w
 @pytest.mark.parametrize("wire, code, message", [
     (PREFIX.pack(MAGIC, 1, 0, 5, 0) + b"{nope", "bad_json", "not valid UTF-8 JSON"),
     (PREFIX.pack(MAGIC, 1, 0, 3, 0) + b"[1]", "bad_json", "must be a JSON object"),
+    (PREFIX.pack(MAGIC, 1, 0, 60000, 0) + b"[" * 60000, "bad_json", "not valid UTF-8 JSON"),
     (encode_frame({"id": 1, "cmd": "ps"}, version=7), "bad_version", "version 7 is not supported"),
     (encode_frame({"id": "one", "cmd": "ps"}), "bad_request", "integer 'id'"),
     (encode_frame({"id": 1, "cmd": ["ps"]}), "bad_request", "command name"),

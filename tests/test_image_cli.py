@@ -117,6 +117,13 @@ def test_clear_errors(good, tmp_path, args, message):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    result = ipuos("image", "info", str(fifo))  # (it used to block in open(2) for ever)
+    assert result.exit_code == 1 and "not a regular file" in result.output, result.output
+
+
 def test_extract_refuses_a_non_empty_destination(good, tmp_path):
     dest = tmp_path / "full"
     dest.mkdir()

@@ -72,9 +72,16 @@ def test_mount_list_and_umount(machine, mountpoint):
     assert cli(machine, "umount", mountpoint).returncode == 0
 
 
+def test_a_missing_mount_point_starts_no_machine(runtime_dir, tmp_path):
+    env = dict(os.environ, IPUOS_MACHINE="never-started")
+    done = run_cli("mount", str(tmp_path / "missing"), env=env)
+    assert done.returncode == 2 and "is not a directory" in done.stderr
+    assert "never-started" not in run_cli("machines", env=env).stdout
+
+
 def test_mount_refusals(machine, mountpoint, tmp_path):
     missing = cli(machine, "mount", str(tmp_path / "missing"))
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "is not a directory; create it first" in missing.stderr
     a_file = tmp_path / "file"
     a_file.write_text("x")
     not_dir = cli(machine, "mount", str(a_file))

@@ -8,6 +8,7 @@ Python traceback. (The interactive terminal is tested through a pty in test_shel
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 
 import pytest
@@ -125,6 +126,25 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
     assert done.stderr.splitlines() == ["put: no-such-file: No such file or directory",
                                         "get: /chip/nothing: No such file or directory"]
     assert not (tmp_path / "here").exists()
+
+
+def test_get_gives_host_files_the_usual_mode_and_names_them_in_errors(shared_machine, tmp_path):
+    (tmp_path / "kept").write_bytes(b"old")
+    (tmp_path / "kept").chmod(0o640)
+    done = shell(shared_machine, "echo hi > /tiles/3/g; get /tiles/3/g fresh; get /tiles/3/g kept; "
+                 "get /tiles/3/g no-such-dir/x", cwd=tmp_path)
+    assert done.returncode == 1
+    assert stat.S_IMODE((tmp_path / "fresh").stat().st_mode) == 0o666 & ~current_umask()
+    assert stat.S_IMODE((tmp_path / "kept").stat().st_mode) == 0o640
+    assert (tmp_path / "kept").read_bytes() == b"hi\n"
+    assert done.stderr.splitlines() == ["get: no-such-dir/x: No such file or directory"]
+    assert sorted(os.listdir(tmp_path)) == ["fresh", "kept"]  # no temporary left behind
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
