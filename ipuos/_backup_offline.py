@@ -34,7 +34,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
-from ._safepath import NAME_MAX, UnsafePathError, check_name, open_beneath
+from ._safepath import NAME_MAX, PATH_MAX, UnsafePathError, check_name, open_beneath
 from .blockdev import Filesystem, MemoryDevice
 
 __all__ = ["OfflineError", "Node", "device_entry", "mounted", "list_dir", "read_file", "walk", "extract"]
@@ -174,7 +174,13 @@ def read_file(fs: Filesystem, path: str) -> bytes:
 
 
 def walk(fs: Filesystem, top: str = "/") -> list[Node]:
-    """Every entry under ``top``, parents before children, every name checked."""
+    """Every entry under ``top``, parents before children.
+
+    A damaged (or crafted) image can make a directory entry point back at one of its
+    ancestors: the walk would never end. No real tree has a path longer than PATH_MAX
+    or more entries than its device has room for, so either ends it with an error.
+    """
+    most = fs.device.block_count * fs.device.block_size // _SMALLEST_ENTRY
     nodes: list[Node] = []
     stack = [("", top)]
     while stack:
@@ -182,10 +188,18 @@ def walk(fs: Filesystem, top: str = "/") -> list[Node]:
         for name, is_dir, size in sorted(_entries(fs, path)):
             child_rel = f"{rel}/{name}" if rel else name
             child = _join(path, name)
+            if len(child.encode("utf-8", "surrogateescape")) > PATH_MAX or len(nodes) >= most:
+                raise OfflineError(
+                    f"{top}: the directories never end (at {child[:80]!r}...): one of them "
+                    "leads back to an ancestor; the image is damaged")
             nodes.append(Node(child_rel, is_dir, size, _mtime(fs, child)))
             if is_dir:
                 stack.append((child_rel, child))
     return nodes
+
+
+#: bytes of metadata the smallest littlefs entry takes (a tag, a name, a struct)
+_SMALLEST_ENTRY = 12
 
 
 def extract(fs: Filesystem, top: str, dest) -> dict:

@@ -80,6 +80,34 @@ def rename_entry(device: bytearray, block_size: int, old: bytes, new: bytes) -> 
     assert patched, f"{old!r} is in no metadata block"
 
 
+def point_directories_at_root(device: bytearray, block_size: int) -> None:
+    """Make every directory entry's metadata pair the root's (blocks 0, 1): a cycle,
+    which littlefs itself never writes, with every checksum made right again."""
+    patched = 0
+    for b in range(len(device) // block_size):
+        block = bytearray(device[b * block_size : (b + 1) * block_size])
+        spans = _commits(bytes(block))
+        if not spans:
+            continue
+        off, ptag, hit = 4, 0xFFFFFFFF, False
+        while off + 4 <= spans[-1][1]:
+            tag = (struct.unpack_from(">I", block, off)[0] ^ ptag) & 0xFFFFFFFF
+            size = tag & 0x3FF
+            kind = (tag >> 20) & 0x7FF
+            if kind == 0x200 and size == 8:  # a directory's struct: its metadata pair
+                struct.pack_into("<II", block, off + 4, 0, 1)
+                hit = True
+            ptag = tag ^ ((kind & 1) << 31) if kind & 0x700 == 0x500 and kind != 0x5FF else tag
+            off += 4 + (0 if size == 0x3FF else size)
+        if hit:
+            for start, crc_at in spans:
+                seed = _crc(block[:4]) if start == 0 else 0xFFFFFFFF
+                struct.pack_into("<I", block, crc_at, _crc(block[max(start, 4):crc_at], seed))
+            device[b * block_size : (b + 1) * block_size] = block
+            patched += 1
+    assert patched, "no directory entry to point anywhere"
+
+
 def littlefs_device(files: dict[str, bytes], dirs=(), block_size: int = 512, blocks: int = 32,
                     mtimes: dict[str, int] | None = None) -> bytearray:
     """The bytes of a littlefs device holding ``dirs`` and ``files`` (path -> bytes)."""

@@ -13,7 +13,7 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from backup_craft import littlefs_device, rename_entry, write_tiny_image
+from backup_craft import littlefs_device, point_directories_at_root, rename_entry, write_tiny_image
 from ipuos._cli import main
 
 MTIME = 1_700_000_000_123_456_789
@@ -122,6 +122,19 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     os.mkfifo(fifo)
     result = ipuos("image", "info", str(fifo))  # (it used to block in open(2) for ever)
     assert result.exit_code == 1 and "not a regular file" in result.output, result.output
+
+
+def test_a_directory_cycle_is_refused_not_followed(tmp_path):
+    disk = littlefs_device({"/top.txt": b"hello"}, dirs=["/a"])
+    point_directories_at_root(disk, 512)
+    image = tmp_path / "cyclic.img"
+    write_tiny_image(image, {"tile/2/disk": bytes(disk)})
+    assert ipuos("image", "ls", str(image), "2", "/a").exit_code == 0  # one level is fine
+    result = ipuos("image", "extract", str(image), "2", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert "one of them leads back to an ancestor; the image is damaged" in result.output
+    assert not (tmp_path / "out").exists()
+    assert sorted(os.listdir(tmp_path)) == ["cyclic.img"]
 
 
 def test_extract_refuses_a_non_empty_destination(good, tmp_path):
