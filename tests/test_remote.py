@@ -68,6 +68,20 @@ def test_raw_services(machine):
     assert excinfo.value.errno == errno.EBADF
 
 
+def test_rename_without_replacing_is_checked_on_the_owner(machine):
+    """One request (FUSE's RENAME_NOREPLACE): nothing on the tile can come between the
+    check and the rename."""
+    machine.fs.write_file(6, "/keep", b"kept")
+    machine.fs.write_file(6, "/move", b"moved")
+    with pytest.raises(FileExistsError):
+        machine.fs.call(6, "fs.rename", "/move", "/keep", True)
+    assert machine.fs.read_file(6, "/keep") == b"kept"
+    machine.fs.call(6, "fs.rename", "/move", "/new", True)
+    machine.fs.call(6, "fs.rename", "/new", "/keep")  # replacing, as before
+    assert machine.fs.read_file(6, "/keep") == b"moved"
+    machine.fs.remove(6, "/keep")
+
+
 def test_host_client_errors_carry_errno_and_names(machine):
     fs = machine.fs
     fs.write_file(2, "/file", b"x")

@@ -805,14 +805,8 @@ class ChipFilesystem:
             raise _fail(errno.EXDEV)
         if _HIDDEN_NAME.match(new.rpartition("/")[2]) and (src.tile, src.inner) in self._by_path:
             return self._hide(src, dst)
-        if flags & _RENAME_NOREPLACE:
-            try:
-                self._stat(dst)
-            except FileNotFoundError:
-                pass
-            else:
-                raise _fail(errno.EEXIST)
-        self._change_own(src.tile, src.inner, "fs.rename", src.inner, dst.inner)
+        self._change_own(src.tile, src.inner, "fs.rename", src.inner, dst.inner,
+                         bool(flags & _RENAME_NOREPLACE))  # (checked on the tile, atomically)
         self._renamed(src.tile, src.inner, dst.inner)
         return 0
 

@@ -26,7 +26,7 @@ in a per-tile handle table; a handle is a small int valid on that tile only.
 | ``fs.truncate`` | path, size | None |
 | ``fs.mkdir`` / ``fs.rmdir`` / ``fs.unlink`` | path | None |
 | ``fs.makedirs`` | path, exist_ok | None |
-| ``fs.rename`` | src, dst | None (replaces dst) |
+| ``fs.rename`` | src, dst, noreplace=False | None (replaces dst unless noreplace: EEXIST) |
 | ``fs.statvfs`` | path | the 10 fields of ``os.statvfs_result`` |
 | ``fs.utime`` | path, mtime_ns or None (now) | None |
 | ``fs.mounts`` | | [(path, kind, source, readonly, open_files), ...] |
@@ -193,8 +193,11 @@ def _unlink(tile, vfs, path):
     vfs.remove(_absolute(path))
 
 
-def _rename(tile, vfs, src, dst):
-    vfs.rename(_absolute(src), _absolute(dst))
+def _rename(tile, vfs, src, dst, noreplace=False):
+    src, dst = _absolute(src), _absolute(dst)
+    if noreplace and vfs.exists(dst):  # one request: nothing on the tile comes between
+        raise fs_error(errno.EEXIST, dst)
+    vfs.rename(src, dst)
 
 
 def _statvfs(tile, vfs, path):
