@@ -10,7 +10,7 @@ destination, measured in the same run, interleaved, best of ``--repeat``; ``cp+s
 MB/s figures count the tile disks' bytes; the chip disk (formatted, nearly empty, 92 MiB)
 is in every image too and costs what reading its stripes costs.
 
-Run: ``./dev bench backup.py`` (``--quick``: the tiny preset, to prove it runs).
+Run: ``./dev bench backup`` (``--quick``: the tiny preset, to prove it runs).
 """
 
 from __future__ import annotations

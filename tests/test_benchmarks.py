@@ -1,0 +1,28 @@
+"""Every benchmark in ``bench/`` still runs in its ``--quick`` mode (CI proves they run;
+the figures are for the notes, not for tests). The FUSE and shell benchmarks have tests
+of their own that also check their figures are printed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.parametrize("script, figures", [
+    ("superstep.py", ["bare greenlet loop", "asyncio.Barrier", "ipuos scheduler"]),
+    ("alltoall.py", ["empty superstep", "numpy copy of the same bytes", "alltoall"]),
+    ("fs.py", ["4Ki write", "256Ki read", "create", "remote 64 KiB file"]),
+    ("fs_raw.py", ["4Ki write", "256Ki read"]),
+    ("backup.py", ["empty machine, image size", "cp+sync", "backup (full disks)", "restore (full disks)"]),
+])
+def test_the_benchmark_runs(script, figures):
+    done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for figure in figures:
+        assert figure in done.stdout, done.stdout
