@@ -680,12 +680,19 @@ class Filesystem:
                     if not faulted:
                         first_error = first_error or exc
             handle, self._lfs = self._lfs, None
+            device_failed = self._fault is not None or self._callbacks.fault is not None
             self._callbacks.refusing = True  # unmount only frees memory; make sure of it
             try:
                 lfs.unmount(handle)
             except LittleFSError:
                 pass
             self._callbacks.reset()
+            if device_failed:
+                # a device that failed may hold blocks in a cache of its own that never
+                # reached it: the next mount must see what the device really holds
+                drop = getattr(self.device, "drop_cache", None)
+                if drop is not None:
+                    drop()
             self._fault = None
             if first_error is not None:
                 raise first_error

@@ -167,7 +167,13 @@ class StripedDevice(BlockDevice):
             start = block - block % self._cluster
             stop = min(start + self._cluster, self.block_count)
             wanted.extend(b for b in range(start, stop) if b != block and b not in self._slot_of)
-        slots = self._claim(wanted)
+        try:
+            slots = self._claim(wanted)
+        except BaseException:
+            # an eviction's write-back failed: blocks mapped so far hold nothing fetched
+            for b in wanted:
+                self._forget(b)
+            raise
         bs = self.block_size
         base = self.cache.base
         transfers = []
