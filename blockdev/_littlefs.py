@@ -674,11 +674,16 @@ class Filesystem:
             first_error = None
             faulted = self._fault is not None  # already reported; closes cannot succeed
             for file in list(self._open):
+                committed = "were committed"
                 try:
                     self._close_locked(file)
                 except OSError as exc:
+                    committed = "could not be committed"
                     if not faulted:
                         first_error = first_error or exc
+                if file.lost is None:  # later use is EIO saying why, not "closed file"
+                    file.lost = (f"the filesystem was unmounted while this file was open (its "
+                                 f"writes {committed}); open it again")
             handle, self._lfs = self._lfs, None
             device_failed = self._fault is not None or self._callbacks.fault is not None
             self._callbacks.refusing = True  # unmount only frees memory; make sure of it
@@ -1286,10 +1291,10 @@ class File:
     __exit__ = close  # one call fewer at the end of every ``with``
 
     def _check(self, need: int, op: str) -> None:
+        if self.lost is not None:  # taken away (closed too, or not): say why
+            raise _error(errno.EIO, self.path, self.lost)
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
-        if self.lost is not None:
-            raise _error(errno.EIO, self.path, self.lost)
         if need and not self.flags & need:
             raise _error(errno.EBADF, self.path,
                          f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")

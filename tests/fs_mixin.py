@@ -238,6 +238,10 @@ class FilesystemTests:
         fs = self.remount(fs)
         assert f.closed
         assert self.read_file(fs, "/f") == b"not closed by its user"
+        with pytest.raises(OSError) as info:  # not "closed file": its user did not close it
+            f.write(b"more")
+        assert info.value.errno == errno.EIO and "unmounted while this file was open" in str(info.value)
+        f.close()  # harmless
 
     # -- names and directories -------------------------------------------------------------
 

@@ -124,8 +124,9 @@ def test_calls_on_an_unmounted_filesystem_fail_cleanly():
     fs.mount()
     f = fs.open("/f", "w")
     fs.unmount()
-    with pytest.raises(ValueError):
+    with pytest.raises(OSError, match="unmounted while this file was open") as info:
         f.write(b"after unmount")
+    assert info.value.errno == errno.EIO
 
 
 def test_geometry_mismatch_does_not_mount():
