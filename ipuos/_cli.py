@@ -270,6 +270,14 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
             f"{s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )
+        if s.bytes_sent:
+            click.echo(f"-- {s.bytes_exchanged:,} bytes exchanged; per tile sent "
+                       f"{_spread(s.bytes_sent)}, received {_spread(s.bytes_received)}", err=True)
+
+
+def _spread(values: list[int]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:,} B" if low == high else f"{low:,}-{high:,} B (mean {sum(values) / len(values):,.0f})"
 
 
 @main.command()

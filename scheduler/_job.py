@@ -45,6 +45,9 @@ class JobStats:
     sim_seconds: float = 0.0
     bytes_exchanged: int = 0
     dropped_messages: int = 0
+    #: per tile of the job, in rank order: bytes it sent and received through the exchange
+    bytes_sent: list = field(default_factory=list)
+    bytes_received: list = field(default_factory=list)
 
 
 class Job:
@@ -95,6 +98,7 @@ class Job:
         self.waiters: list["Tile"] = []
         self.stats = JobStats()
         self._start_bytes = self._bytes_sent()
+        self._start_per_tile = self._per_tile_bytes()
         self._start_superstep = sched.superstep
         self._start_cycles = sched.engine.sim_cycles
         self._start_wall = time.perf_counter()
@@ -181,12 +185,25 @@ class Job:
         pending = sum(engine._step_out.get(t, 0) for t in self.ids) if engine._step_out else 0
         return int(engine.bytes_out[self.ids].sum()) + pending
 
+    def _per_tile_bytes(self):
+        """(sent, received) per tile of the job, this superstep's so far included."""
+        engine = self.sched.engine
+        sent = engine.bytes_out[self.ids].copy()
+        received = engine.bytes_in[self.ids].copy()
+        for rank, tile_id in enumerate(self.ids) if engine._step_out or engine._step_in else ():
+            sent[rank] += engine._step_out.get(tile_id, 0)
+            received[rank] += engine._step_in.get(tile_id, 0)
+        return sent, received
+
     def _finalise_stats(self) -> None:
         sched = self.sched
         # the superstep the job ends in counts: a program without a sync ran in one
         self.stats.supersteps = sched.superstep - self._start_superstep + 1
         self.stats.wall_seconds = time.perf_counter() - self._start_wall
         self.stats.bytes_exchanged = self._bytes_sent() - self._start_bytes
+        sent, received = self._per_tile_bytes()
+        self.stats.bytes_sent = (sent - self._start_per_tile[0]).tolist()
+        self.stats.bytes_received = (received - self._start_per_tile[1]).tolist()
         self.stats.sim_seconds = sched.engine.cost.seconds(
             sched.engine.sim_cycles - self._start_cycles
         )

@@ -104,6 +104,10 @@ def test_stats_go_to_stderr_and_label_simulated_time(runner, program):
     assert result.exit_code == 0
     assert result.stdout == ""
     assert "supersteps" in result.stderr and "us simulated exchange" in result.stderr
+    result = runner.invoke(main, ["run", program("alltoall(b'x' * 100)"), "--tiles", "0-3", "--stats"])
+    assert result.exit_code == 0
+    assert "bytes exchanged; per tile sent " in result.stderr
+    assert "received " in result.stderr
 
 
 def test_budget_option(runner, program):

@@ -101,11 +101,18 @@ def test_superstep_count_and_stats(sched):
     assert report.stats.supersteps == 6  # five syncs: six supersteps
     assert report.stats.sim_seconds > 0
     assert 5 * NTILES * 100 <= report.stats.bytes_exchanged < 5 * NTILES * 200
+    # per tile: each sent five messages of ~100 B and received five
+    assert len(report.stats.bytes_sent) == len(report.stats.bytes_received) == NTILES
+    assert all(500 <= n < 1000 for n in report.stats.bytes_sent + report.stats.bytes_received)
+    assert sum(report.stats.bytes_sent) == report.stats.bytes_exchanged
     stats = sched.stats()
     assert stats["bytes_exchanged"] >= report.stats.bytes_exchanged
 
     collective = run(sched, lambda api: api.allgather(b"y" * 100))
     assert NTILES * 100 <= collective.stats.bytes_exchanged < NTILES * 200
+    # every tile sent its own ~100 B and received everyone's
+    assert all(100 <= n < 200 for n in collective.stats.bytes_sent)
+    assert all(NTILES * 100 <= n < NTILES * 200 for n in collective.stats.bytes_received)
 
 
 # -- point to point ---------------------------------------------------------------------
@@ -488,7 +495,8 @@ def test_an_interrupt_swallowed_by_a_bare_except_comes_again(sched):
     job = sched.start_job([0], prog)
     time.sleep(0.05)
     sched.interrupt_job(job)
-    assert job.future.result(5).results[0].status == INTERRUPTED
+    # (how many repeats it takes is chance: where each one lands)
+    assert job.future.result(60).results[0].status == INTERRUPTED
     assert caught  # it was swallowed at least once
     assert sched.call_wait(lambda: "the scheduler answers") == "the scheduler answers"
 
