@@ -444,6 +444,10 @@ def test_errno_table(vfs):
         (lambda: vfs.rmdir("/file"), errno.ENOTDIR),
         (lambda: vfs.open("/dir"), errno.EISDIR),
         (lambda: vfs.open("/dir", "w"), errno.EISDIR),
+        (lambda: vfs.open("/new/", "w"), errno.EISDIR),  # creating through a trailing slash
+        (lambda: vfs.open("/file/", "a"), errno.EISDIR),
+        (lambda: vfs.open("/file/", "r"), errno.ENOTDIR),
+        (lambda: vfs.open("/new/", "r"), errno.ENOENT),
         (lambda: vfs.remove("/dir"), errno.EISDIR),
         (lambda: vfs.rmdir("/dir"), errno.ENOTEMPTY),
         (lambda: vfs.open("/" + "n" * (name_max + 1), "w"), errno.ENAMETOOLONG),

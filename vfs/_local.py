@@ -299,7 +299,13 @@ class LittlefsBackend(Backend):
         fs = self.fs
         owner.fs_depth += 1
         try:
-            file = fs.open(path, mode.backend)
+            try:
+                file = fs.open(path, mode.backend)
+            except NotADirectoryError:
+                if path.endswith("/") and (mode.stamps or mode.maybe_creates):
+                    # creating through a trailing slash: Linux answers EISDIR
+                    raise fs_error(errno.EISDIR, path) from None
+                raise
             try:
                 stamp = mode.stamps or (mode.maybe_creates and file.size() == 0)
             except BaseException:
