@@ -1126,11 +1126,27 @@ def _read_directory(handle, path: str) -> list[FileInfo]:
     return entries
 
 
+def _parent_dir(handle, path: str) -> None:
+    """ENOENT or ENOTDIR if ``path``'s parent is missing or not a directory."""
+    parent = posixpath.dirname(path.rstrip("/")) or "/"
+    if parent != "/" and lfs.stat(handle, parent, _ENCODING).type != _LFS_TYPE_DIR:
+        raise LittleFSError(-20)  # ENOTDIR
+
+
 def _rename(handle, src: str, dst: str, dst_inside_src: bool) -> None:
+    # both parents first, then the source: the order Linux reports errors in
+    _parent_dir(handle, src)
+    _parent_dir(handle, dst)
     # littlefs moves a directory into its own subtree, which orphans it: refuse (POSIX
     # EINVAL). For a file source, littlefs' own answer (ENOTDIR) is the right one.
     if dst_inside_src and lfs.stat(handle, src, _ENCODING).type == _LFS_TYPE_DIR:
+        lfs.stat(handle, posixpath.dirname(dst.rstrip("/")) or "/", _ENCODING)  # ENOENT first, as on Linux
         raise OSError(errno.EINVAL, "cannot move a directory into itself", src, None, dst)
+    if src.rstrip("/").startswith(dst.rstrip("/") + "/"):
+        lfs.stat(handle, src, _ENCODING)  # (ENOENT first)
+        # onto a directory it is in, which is therefore not empty (Linux says so whatever
+        # the types; littlefs said EISDIR)
+        raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), src, None, dst)
     lfs.rename(handle, src, dst, _ENCODING)
 
 

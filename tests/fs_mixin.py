@@ -434,8 +434,11 @@ class FilesystemTests:
             (("/dir", "/file"), errno.ENOTDIR),
             (("/dir", "/full"), errno.ENOTEMPTY),
             (("/full", "/full/sub"), errno.EINVAL),  # littlefs itself would lose /full
-            (("/dir", "/dir/deeper/still"), errno.EINVAL),
+            (("/dir", "/dir/deeper/still"), errno.ENOENT),  # no /dir/deeper: Linux says so first
             (("/file", "/file/x"), errno.ENOTDIR),
+            (("/full/x", "/full"), errno.ENOTEMPTY),  # onto the directory it is in
+            (("/missing/x", "/file/y"), errno.ENOENT),  # the source's parent is looked at first
+            (("/full/nothing", "/file/y"), errno.ENOTDIR),  # then the target's
         ]
         for (src, dst), expected in cases:
             with pytest.raises(OSError) as excinfo:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -340,3 +341,88 @@ def test_a_cwd_and_relative_names_in_a_directory_the_tile_changes(tiny):
     assert child.returncode == 0, err
     assert out.strip() == '[false, false, "relative"]'
     assert fs.read_file(8, "/w/made") == b"relative"
+
+
+# -- host and tile changes interleaved, against a model ---------------------------------
+
+_NAMES = ["a", "b", "c", "a/x", "a/y", "b/x", "a/x/z"]
+
+
+def _apply(root: str, kind: str, a: str, b: str, data: bytes):
+    """One change under ``root`` with plain os calls: "ok" or the errno."""
+    try:
+        path = os.path.join(root, a)
+        if kind == "mkdir":
+            os.mkdir(path)
+        elif kind == "rmdir":
+            os.rmdir(path)
+        elif kind == "rm":
+            os.unlink(path)
+        elif kind == "write":
+            with open(path, "wb") as f:
+                f.write(data)
+        elif kind == "rename":
+            os.rename(path, os.path.join(root, b))
+        return "ok"
+    except OSError as exc:
+        return exc.errno
+
+
+def _view(root: str) -> dict:
+    """What is under ``root``, name by name (stat each, as the kernel would look it up)."""
+    out = {}
+    for name in _NAMES:
+        try:
+            st = os.stat(os.path.join(root, name))
+        except OSError as exc:
+            out[name] = exc.errno
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            out[name] = ("dir", sorted(os.listdir(os.path.join(root, name))))
+        else:
+            with open(os.path.join(root, name), "rb") as f:
+                out[name] = ("file", st.st_size, f.read())
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_host_and_tile_changes_interleaved_match_a_model(mm, tmp_path, seed):
+    """Changes made at random through the mount or by a tile program (which changes the
+    same tree on the tile, through its own os module), with lookups, listings and reads
+    through the mount after each: everything the mount answers matches a model tree."""
+    import random
+
+    rng = random.Random(seed)
+    tile = 13 + seed % 3
+    base = str(mm.tile(tile))
+    for name in os.listdir(base):  # what other tests left there
+        path = os.path.join(base, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+    model = str(tmp_path / "model")
+    os.mkdir(model)
+    for step in range(120):
+        kind = rng.choice(["mkdir", "rmdir", "rm", "write", "rename"])
+        a, b = rng.choice(_NAMES), rng.choice(_NAMES)
+        data = rng.randbytes(rng.randrange(0, 40))
+        expected = _apply(model, kind, a, b, data)
+        if rng.random() < 0.5:
+            got = _apply(base, kind, a, b, data)
+        else:
+            program = textwrap.dedent(f"""
+                import os
+                def apply():
+                    try:
+                        if {kind!r} == "mkdir": os.mkdir({'/' + a!r})
+                        elif {kind!r} == "rmdir": os.rmdir({'/' + a!r})
+                        elif {kind!r} == "rm": os.remove({'/' + a!r})
+                        elif {kind!r} == "write": open({'/' + a!r}, "wb").write({data!r})
+                        elif {kind!r} == "rename": os.rename({'/' + a!r}, {'/' + b!r})
+                        return "ok"
+                    except OSError as exc:
+                        return exc.errno
+                print(repr(apply()))
+            """)
+            got = eval(mm.run(tile, program))
+        assert got == expected, f"step {step}: {kind} {a} {b}: got {got}, the model {expected}"
+        assert _view(base) == _view(model), f"step {step}: {kind} {a} {b}"
+    assert host_tree(base) == tile_tree(mm.booted, tile)
