@@ -338,3 +338,20 @@ def test_a_failed_tile_stops_a_backup_before_anything_is_written(tmp_path):
         machine.scheduler.fail_tile(5, failed=False)
         _backup.backup(machine, tmp_path / "x.img", "5")  # every tile was released
         assert machine.fs.read_file(5, "/f") == b"x"
+
+
+def test_progress_shows_on_a_terminal_and_nowhere_else(machine, tmp_path):
+    """On a terminal (a real pty) a progress bar, gone when done; piped, not a byte."""
+    import pexpect
+
+    child = pexpect.spawn(IPUOS, ["backup", str(tmp_path / "tty.img")], env=machine.env(),
+                          encoding="utf-8", timeout=60)
+    child.expect(pexpect.EOF)
+    child.close()
+    shown = child.before
+    assert child.exitstatus == 0, shown
+    assert "backing up" in shown and "━" in shown  # the bar, with its phase
+    assert shown.splitlines()[-1].split("\x1b[2K")[-1].startswith("backed up 16 tile disks")
+    piped = cli(machine, "backup", str(tmp_path / "piped.img"))
+    assert piped.stderr == "" and "backing up" not in piped.stdout
+    assert piped.stdout.startswith("backed up 16 tile disks")

@@ -426,3 +426,26 @@ def test_host_and_tile_changes_interleaved_match_a_model(mm, tmp_path, seed):
         assert got == expected, f"step {step}: {kind} {a} {b}: got {got}, the model {expected}"
         assert _view(base) == _view(model), f"step {step}: {kind} {a} {b}"
     assert host_tree(base) == tile_tree(mm.booted, tile)
+
+
+def test_round_trips_with_the_shell_through_tile_0(mm):
+    """The shell reaches other tiles' files through tile 0 (/tiles/N, over the exchange)
+    and the chip disk on tile 0 itself: what it does is at once what the mount shows."""
+    from daemon_harness import run_cli
+
+    def shell(text):
+        done = run_cli("shell", "-c", text, env=mm.booted.env())
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        return done.stdout
+
+    (mm.tile(9) / "from-host.txt").write_text("written through the mount\n")
+    os.makedirs(mm.chip / "shared", exist_ok=True)
+    (mm.chip / "shared" / "note").write_bytes(b"chip bytes")
+    assert shell("cat /tiles/9/from-host.txt") == "written through the mount\n"
+    assert shell("cat /chip/shared/note") == "chip bytes"
+    shell("echo from the shell > /tiles/9/from-shell.txt; mkdir /tiles/9/made; "
+          "mv /tiles/9/from-host.txt /tiles/9/made/moved.txt; rm -r /chip/shared")
+    assert (mm.tile(9) / "from-shell.txt").read_text() == "from the shell\n"
+    assert sorted(os.listdir(mm.tile(9))) == ["from-shell.txt", "made"]
+    assert (mm.tile(9) / "made" / "moved.txt").read_text() == "written through the mount\n"
+    assert not (mm.chip / "shared").exists()
