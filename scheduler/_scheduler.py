@@ -578,6 +578,7 @@ def _release_tile(tile: Tile) -> None:
     tile.job = None
     tile.rank = -1
     tile.signal = None
+    tile.raised = None  # (its traceback holds the program's frames)
     tile.waiting = None
     tile.recv_src = -1
     tile.inbox.clear()
