@@ -14,12 +14,19 @@ another FUSE request, so libfuse's thread pool cannot deadlock on itself.
 
 Why each choice:
 
-* **No kernel caching.** Tiles change their files behind the kernel's back, so the mount
-  asks for ``attr_timeout``, ``entry_timeout`` and ``negative_timeout`` of 0 (every
-  lookup and stat reaches a tile) and ``direct_io`` (no page cache: every read and write
-  reaches a tile, and reads are not cut at a stale cached size). Big requests pay for
-  it: with direct_io the kernel passes a 1 MiB ``write`` through as one request, where
-  the page cache would split it into 128 KiB ones. ``mmap`` of files is not supported.
+* **Kernel caching: names only, kept right by the tiles.** Tiles change their files
+  behind the kernel's back. Attributes and absent names are never cached
+  (``attr_timeout`` and ``negative_timeout`` 0: every stat reaches a tile), and
+  ``direct_io`` keeps data out of the page cache (every read and write reaches a tile,
+  and reads are not cut at a stale cached size; big requests pay for it: the kernel
+  passes a 1 MiB ``write`` through as one request, where the page cache would split it
+  into 128 KiB ones; ``mmap`` of files is not supported). Looked-up *names* are kept
+  (``entry_timeout``, see ``ENTRY_TIMEOUT``) because every tile reports its changes
+  (``_changes``): a removal or rename made on a tile makes the kernel forget the names
+  under ``/tiles`` or ``/chip`` (:class:`_KernelNames`), and a name the kernel cannot
+  drop because it is in use answers ESTALE once, so that it is looked up again
+  (``_gone_under``). The mount keeps directories' complete listings the same way
+  (:class:`_Known`). Without change notices (or the session descriptor) it keeps nothing.
 * **Close-to-open consistency.** Data written through an open file is committed on the
   tile (and seen by new openers, the shell and tile programs) when the writer closes,
   flushes or fsyncs it, as with NFS. That is littlefs' own rule: an open handle reads the
