@@ -29,7 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fs_raw import BareLittlefs, LeanContext  # noqa: E402  (a sibling benchmark)
+from fs_raw import BareLittlefs, LeanContext, throughput  # noqa: E402  (a sibling benchmark)
 from littlefs import UserContext  # noqa: E402
 
 import ipuos  # noqa: E402
@@ -104,32 +104,6 @@ class BareTarget(BareLittlefs):
 
 
 # -- measurements ------------------------------------------------------------------------
-
-
-def throughput(target, size: int, seconds: float, disk: int) -> tuple[float, float]:
-    """(write MB/s, read MB/s), best of several rounds of writing as many files as fit in
-    a third of the disk (littlefs is copy-on-write), reading them back, removing them."""
-    data = bytes(range(256)) * (size // 256)
-    files = max(1, min(64, disk // (3 * size)))
-    names = [f"/f{i}" for i in range(files)]
-    best_w = best_r = 0.0
-    deadline = time.perf_counter() + seconds
-    rounds = 0
-    while rounds < 5 or time.perf_counter() < deadline:
-        rounds += 1
-        t0 = time.perf_counter()
-        for name in names:
-            target.write(name, data)
-        t1 = time.perf_counter()
-        for name in names:
-            if len(target.read(name, size)) != size:
-                raise AssertionError(f"short read from {name}")
-        t2 = time.perf_counter()
-        for name in names:
-            target.remove(name)
-        best_w = max(best_w, files * size / (t1 - t0) / 1e6)
-        best_r = max(best_r, files * size / (t2 - t1) / 1e6)
-    return best_w, best_r
 
 
 def create_rate(target, count: int, seconds: float) -> float:

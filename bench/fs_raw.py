@@ -99,14 +99,16 @@ class Ours:
         self.fs.remove(path)
 
 
-def measure(target, size: int, seconds: float) -> tuple[float, float]:
-    """(write MB/s, read MB/s) for files of ``size`` bytes, best of several rounds.
+def throughput(target, size: int, seconds: float, disk: int) -> tuple[float, float]:
+    """(write MB/s, read MB/s) for files of ``size`` bytes on a ``disk``-byte filesystem,
+    best of several rounds.
 
     A round writes as many distinct files as fit in a third of the disk (littlefs is
-    copy-on-write and needs room), reads them all back, then removes them.
+    copy-on-write and needs room), reads them all back, then removes them. (bench/fs.py
+    measures the VFS and the chip disk with this too.)
     """
     data = bytes(range(256)) * (size // 256)
-    files = max(1, min(64, BLOCK_SIZE * BLOCK_COUNT // (3 * size)))
+    files = max(1, min(64, disk // (3 * size)))
     names = [f"/f{i}" for i in range(files)]
     best_w = best_r = 0.0
     deadline = time.perf_counter() + seconds
@@ -149,7 +151,8 @@ def main() -> None:
     print(f"{'file':>8} {'':6} " + " ".join(f"{name:>9}" for name in contenders)
           + "   ipuos/lean  ipuos/stock")
     for size in (4 * KiB, 64 * KiB, 256 * KiB):
-        results = {name: measure(target, size, seconds) for name, target in contenders.items()}
+        results = {name: throughput(target, size, seconds, BLOCK_SIZE * BLOCK_COUNT)
+                   for name, target in contenders.items()}
         for column, label in ((0, "write"), (1, "read")):
             mine = results["ipuos"][column]
             cells = " ".join(f"{results[name][column]:9.0f}" for name in contenders)
