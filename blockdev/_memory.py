@@ -87,45 +87,6 @@ class MemoryDevice(BlockDevice):
         where = f" {self.label}" if self.label else ""
         return f"<MemoryDevice{where} {self.block_count} x {self.block_size} B>"
 
-    # The protocol operations again, inlined: each littlefs callback then costs one Python
-    # call fewer, which is a third of the glue's overhead for small reads. Same checks,
-    # counters and fault hook as BlockDevice's versions.
-
-    def read(self, block: int, off: int, size: int) -> bytes:
-        bs = self.block_size
-        if not (0 <= block < self.block_count and 0 <= off and 0 <= size and off + size <= bs):
-            raise self._out_of_range("read", block, off, size)
-        self._reads += 1
-        self._bytes_read += size
-        if self._faults is not None:
-            return self._faults.read(self, block, off, size)
-        start = block * bs + off
-        return self._view[start : start + size].tobytes()
-
-    def prog(self, block: int, off: int, data: bytes) -> None:
-        bs = self.block_size
-        size = len(data)
-        if not (0 <= block < self.block_count and 0 <= off and off + size <= bs):
-            raise self._out_of_range("prog", block, off, size)
-        self._progs += 1
-        self._bytes_progged += size
-        if self._faults is not None:
-            self._faults.prog(self, block, off, data)
-            return
-        start = block * bs + off
-        self._view[start : start + size] = data
-
-    def erase(self, block: int) -> None:
-        if not 0 <= block < self.block_count:
-            raise self._out_of_range("erase", block, 0, self.block_size)
-        self._erases += 1
-        self.erase_counts[block] += 1
-        if self._faults is not None:
-            self._faults.erase(self, block)
-            return
-        start = block * self.block_size
-        self._view[start : start + self.block_size] = self._erased_block
-
     def _read_block(self, block: int, off: int, size: int) -> bytes:
         start = block * self.block_size + off
         return self._view[start : start + size].tobytes()
