@@ -79,7 +79,6 @@ def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
 def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callable:
     """``alltoall``/``allgather`` for one tile of one job, as a closure (see _make_sync):
     a 1472-tile alltoall runs this 1472 times per superstep."""
-    park = tile.park
     rank = tile.rank
     write_out = tile.sched.engine.write_out
     offsets = job.coll_off
@@ -94,21 +93,29 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
             payload = encode(obj)
         offsets[rank] = write_out(tile, payload)
         lengths[rank] = len(payload)
-        arrived = job.arrived + 1
-        job.arrived = arrived
-        if job.coll_kind is not key:
-            _note_kind(job, key)
-        if arrived >= job.nlive:
-            job.sched._ready_jobs.append(job)
-        gen = job.gen
-        tile.waiting = label
-        park()
-        if job.gen == gen or tile.signal is not None:
-            tile.wait(lambda: job.gen != gen, label)
-        tile.waiting = None
-        return job.coll_result.value_for(tile)
+        return _arrive(job, tile, key, label)
 
     return allgather
+
+
+def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
+    """Count ``tile`` in at the collective ``key``, wait until every live tile has
+    arrived and the exchange has completed it, and return this tile's share.
+    (``sync`` spells the same out: it is the one collective with no payload to spare a
+    call against.)"""
+    arrived = job.arrived + 1
+    job.arrived = arrived
+    if job.coll_kind != key:
+        _note_kind(job, key)
+    if arrived >= job.nlive:
+        job.sched._ready_jobs.append(job)
+    gen = job.gen
+    tile.waiting = label
+    tile.park()
+    if job.gen == gen or tile.signal is not None:
+        tile.wait(lambda: job.gen != gen, label)
+    tile.waiting = None
+    return job.coll_result.value_for(tile)
 
 
 def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
@@ -270,19 +277,7 @@ class TileAPI:
             payload = encode(obj)
             job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
             job.coll_len[tile.rank] = len(payload)
-        job.arrived += 1
-        if job.coll_kind != key:
-            _note_kind(job, key)
-        if job.arrived >= job.nlive:
-            job.sched._ready_jobs.append(job)
-        gen = job.gen
-        what = _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})"
-        tile.waiting = what
-        tile.park()
-        if job.gen == gen or tile.signal is not None:
-            tile.wait(lambda: job.gen != gen, what)
-        tile.waiting = None
-        return job.coll_result.value_for(tile)
+        return _arrive(job, tile, key, _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})")
 
     def _check_root(self, root, name: str) -> None:
         if not isinstance(root, int) or not 0 <= root < self._job.nranks:
