@@ -523,22 +523,11 @@ class ChipFilesystem:
         attributes for a corrupt inode (EIO). ESTALE instead makes it look the name up
         afresh. Runs on the scheduler thread: dict work under a lock nobody holds while
         waiting for a tile."""
-        prefix = "/" if path == "/" else path + "/"
+        if kind == MOVED:
+            self._renamed(tile, path, path2)
+        else:
+            self._orphan(tile, path, below=True)
         with self._open_lock:
-            moved = []
-            for key in [key for key in self._by_path if key[0] == tile
-                        and (key[1] == path or key[1].startswith(prefix)
-                             or (kind == MOVED and (key[1] == path2 or key[1].startswith(path2 + "/"))))]:
-                opens = self._by_path.pop(key)
-                if kind == MOVED and (key[1] == path or key[1].startswith(prefix)):
-                    moved.append((path2 + key[1][len(path):], opens))
-                else:
-                    for opened in opens:
-                        opened.inner = None
-            for inner, opens in moved:
-                for opened in opens:
-                    opened.inner = inner
-                self._by_path.setdefault((tile, inner), set()).update(opens)
             stale = self._stale
             if len(stale) >= _STALE_MAX:
                 stale.clear()  # (then a name the kernel holds may EIO once more: rare)
@@ -817,11 +806,16 @@ class ChipFilesystem:
         self._renamed(src.tile, src.inner, dst.inner)
         return 0
 
-    def _orphan(self, tile: int, inner: str) -> set:
+    def _orphan(self, tile: int, inner: str, below: bool = False) -> set:
         """Files open at a name that is gone (unlinked, or replaced by a rename) have no
-        path any more: their handles work on, but nothing looks them up by path."""
+        path any more: their handles work on, but nothing looks them up by path.
+        ``below``: the names under ``inner`` are gone too (a directory, a whole mount)."""
         with self._open_lock:
             opens = self._by_path.pop((tile, inner), set())
+            if below and self._by_path:
+                prefix = "/" if inner == "/" else inner + "/"
+                for key in [key for key in self._by_path if key[0] == tile and key[1].startswith(prefix)]:
+                    opens |= self._by_path.pop(key)
             for opened in opens:
                 opened.inner = None
         return opens
@@ -837,7 +831,7 @@ class ChipFilesystem:
 
     def _renamed(self, tile: int, src: str, dst: str) -> None:
         """Keep the paths of open files right (getattr and utimens look them up)."""
-        self._orphan(tile, dst)
+        self._orphan(tile, dst, below=True)  # (a directory replaced was empty: harmless)
         prefix = src + "/"
         with self._open_lock:
             for key in [key for key in self._by_path if key[0] == tile
