@@ -97,7 +97,6 @@ class Job:
         self.future: Future = Future()
         self.waiters: list["Tile"] = []
         self.stats = JobStats()
-        self._start_bytes = self._bytes_sent()
         self._start_per_tile = self._per_tile_bytes()
         self._start_superstep = sched.superstep
         self._start_cycles = sched.engine.sim_cycles
@@ -179,12 +178,6 @@ class Job:
             parts.append(f"{describe_tiles(ranks)} {verb} in {what}")
         return "; ".join(parts)
 
-    def _bytes_sent(self) -> int:
-        """Bytes the job's tiles have sent, including this superstep's so far."""
-        engine = self.sched.engine
-        pending = sum(engine._step_out.get(t, 0) for t in self.ids) if engine._step_out else 0
-        return int(engine.bytes_out[self.ids].sum()) + pending
-
     def _per_tile_bytes(self):
         """(sent, received) per tile of the job, this superstep's so far included."""
         engine = self.sched.engine
@@ -200,10 +193,10 @@ class Job:
         # the superstep the job ends in counts: a program without a sync ran in one
         self.stats.supersteps = sched.superstep - self._start_superstep + 1
         self.stats.wall_seconds = time.perf_counter() - self._start_wall
-        self.stats.bytes_exchanged = self._bytes_sent() - self._start_bytes
         sent, received = self._per_tile_bytes()
         self.stats.bytes_sent = (sent - self._start_per_tile[0]).tolist()
         self.stats.bytes_received = (received - self._start_per_tile[1]).tolist()
+        self.stats.bytes_exchanged = sum(self.stats.bytes_sent)
         self.stats.sim_seconds = sched.engine.cost.seconds(
             sched.engine.sim_cycles - self._start_cycles
         )
