@@ -506,10 +506,6 @@ def _cached_fast_path(glue: _DeviceCallbacks, device, failed):
     return read, prog, checked_erase, checked_sync
 
 
-def _callbacks_for(device, unit: int) -> _DeviceCallbacks:
-    return _DeviceCallbacks(device, unit)
-
-
 # -- paths and flags -----------------------------------------------------------------
 
 
@@ -594,7 +590,7 @@ class Filesystem:
         self.device = device
         config = _config(device.block_size, device.block_count, read_size, prog_size,
                          cache_size, lookahead_size, block_cycles, name_max)
-        self._callbacks = _callbacks_for(device, config["cache_size"])
+        self._callbacks = _DeviceCallbacks(device, config["cache_size"])
         self._cfg = lfs.LFSConfig(context=self._callbacks, **config)
         self.name_max = name_max
         self._lfs = None  # an lfs.LFSFilesystem while mounted
@@ -714,14 +710,14 @@ class Filesystem:
     def open(self, path: str, flags="r") -> "File":
         """Open a file. ``flags``: a mode string ("r", "w", "a", "x", with "+"/"b"), or
         ``os.O_*`` flags. The file must be closed; unclosed files are closed at unmount."""
-        lfs_flags = _FLAGS_SEEN.get(flags) or _open_flags(flags)
+        lfs_flags = _open_flags(flags)
         path = self._paths.get(path) or self._path(path)
         return self._run("open", path, None, self._open_locked, path, lfs_flags)
 
     def _open_locked(self, handle, path: str, lfs_flags: int) -> "File":
         # registered inside the exclusive call, so an unmount can never miss a file that
         # littlefs has in its open list
-        file = File(self, _file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
+        file = File(self, lfs.file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
         self._open[file] = None
         return file
 
@@ -1018,7 +1014,7 @@ class Filesystem:
                     pass
                 raise self._faulted_error(file.path)
             try:
-                _file_close(self._lfs, file._handle)
+                lfs.file_close(self._lfs, file._handle)
             except BaseException as exc:
                 if isinstance(exc, LittleFSError) and exc.code in _COMMIT_FAILURES:
                     self._open.pop(file, None)  # gone from littlefs: not lost by the remount
@@ -1238,7 +1234,7 @@ class File:
             size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
         if size == 0:
             return b""
-        return self._fs._run("read", self.path, None, _file_read, self._handle, size)
+        return self._fs._run("read", self.path, None, lfs.file_read, self._handle, size)
 
     def write(self, data) -> int:
         """Write all of ``data`` (any bytes-like object); returns its length."""
@@ -1246,7 +1242,7 @@ class File:
             self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
-        return self._fs._run("write", self.path, None, _file_write, self._handle, data)
+        return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check(0, "seek")
@@ -1316,10 +1312,6 @@ class File:
                          f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")
 
 
-_file_open = lfs.file_open
-_file_read = lfs.file_read
-_file_write = lfs.file_write
-_file_close = lfs.file_close
 #: reads asking for more than this many bytes are first cut to what the file holds
 _READ_CLAMP = 64 * 1024
 
@@ -1329,7 +1321,7 @@ def _read_clamped(handle, file_handle, size: int) -> bytes:
         # the binding allocates (and zeroes) ``size`` bytes, twice over, whatever the
         # file holds: ask for no more than is there
         size = min(size, max(0, _remaining(handle, file_handle)))
-    return _file_read(handle, file_handle, size) if size else b""
+    return lfs.file_read(handle, file_handle, size) if size else b""
 
 
 def _remaining(handle, file_handle) -> int:
