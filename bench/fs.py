@@ -29,11 +29,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fs_raw import BareLittlefs, LeanContext, throughput  # noqa: E402  (a sibling benchmark)
+from fs_raw import BareLittlefs, LeanContext, Ours, throughput  # noqa: E402  (a sibling benchmark)
 from littlefs import UserContext  # noqa: E402
 
 import ipuos  # noqa: E402
-from ipuos.blockdev import Filesystem, MemoryDevice  # noqa: E402
+from ipuos.blockdev import MemoryDevice  # noqa: E402
 
 KiB = 1024
 BLOCK_SIZE = 4 * KiB
@@ -70,22 +70,12 @@ class VfsTarget:
         self.vfs.mkdir(self.prefix + path)
 
 
-class BlockdevTarget:
+class BlockdevTarget(Ours):
+    """blockdev.Filesystem alone, on a MemoryDevice of the littlefs configuration."""
+
     def __init__(self, config):
-        self.fs = Filesystem(MemoryDevice.new(config["block_size"], config["block_count"]))
-        self.fs.format()
-        self.fs.mount()
-
-    def write(self, path, data):
-        with self.fs.open(path, "w") as f:
-            f.write(data)
-
-    def read(self, path, size):
-        with self.fs.open(path, "r") as f:
-            return f.read(size)
-
-    def remove(self, path):
-        self.fs.remove(path)
+        options = {k: v for k, v in config.items() if k not in ("block_size", "block_count")}
+        super().__init__(MemoryDevice.new(config["block_size"], config["block_count"]), **options)
 
     def create(self, path):
         self.fs.open(path, "w").close()
