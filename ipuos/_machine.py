@@ -54,6 +54,12 @@ class TileRun:
         return self.output + sep + self.error
 
 
+def process_status(code: int) -> int:
+    """A program's exit code as a process exit status: its low 8 bits, as the OS keeps
+    them (``exit(-1)`` is 255), except that a non-zero code never becomes 0 (success)."""
+    return code & 0xFF or (1 if code else 0)
+
+
 @dataclass
 class RunResult:
     job_id: int
@@ -67,13 +73,14 @@ class RunResult:
 
     @property
     def exit_status(self) -> int:
-        """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest exit code."""
+        """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest
+        exit code, as a process exit status (0-255: see :func:`process_status`)."""
         statuses = {t.status for t in self.tiles}
         if ERROR in statuses or ABORTED in statuses:
             return 1
         if INTERRUPTED in statuses:
             return EXIT_INTERRUPTED
-        return max((t.exit_code for t in self.tiles), default=0)
+        return max((process_status(t.exit_code) for t in self.tiles), default=0)
 
     def outputs(self) -> dict[int, str]:
         """Captured output by machine-wide tile id."""

@@ -15,6 +15,16 @@ def describe_tiles(ranks) -> str:
     return ("tile " if len(ranks) == 1 else "tiles ") + format_tiles(ranks)
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"`` for a report, even when the exception's ``__str__`` raises (a
+    program's own exception class may; the report must still be made)."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 class ExchangeError(RuntimeError):
     """A tile program used the exchange in a way that cannot complete."""
 

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._errors import JobAborted, TileInterrupt, describe_tiles
+from ._errors import JobAborted, TileInterrupt, describe_exception, describe_tiles
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
@@ -126,7 +126,7 @@ class Job:
             self.abort(
                 JobAborted(
                     f"job {self.id} stopped: tile {result.rank} failed with "
-                    f"{type(result.error).__name__}: {result.error}"
+                    f"{describe_exception(result.error)}"
                 )
             )
         elif result.status == INTERRUPTED and self.interrupted is None:

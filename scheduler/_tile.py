@@ -205,3 +205,9 @@ class Tile:
                         f"tile {self.id}: replying to {request.name!r} failed",
                         traceback.format_exc(),
                     )
+            elif not ok and not isinstance(value, _JOB_SIGNALS):
+                # nobody waits for this request's reply: the failure would go unseen
+                self.sched.report_internal_error(
+                    f"tile {self.id}: kernel service {request.name!r} failed",
+                    "".join(traceback.format_exception(value)),
+                )

@@ -102,6 +102,32 @@ def test_exit_codes(machine):
     assert result.exit_status == 2
 
 
+def test_exit_status_is_a_process_status_and_never_hides_a_failure(machine):
+    # a negative or over-large code is what the OS would keep of it, but never 0
+    for source, status in (("exit(-1 if __tileid == 1 else 0)", 255), ("exit(256 if __tileid else 0)", 1),
+                           ("exit(1000 if __tileid else 0)", 232), ("exit(3 if __tileid else 0)", 3)):
+        result = run(machine, source, tiles="0-2")
+        assert result.exit_status == status, source
+        assert not result.ok
+
+
+def test_an_exception_whose_str_fails_still_fails_the_job(machine):
+    # the report of the failure must not itself fail: the job used to hang here
+    result = run(machine, """
+        class Broken(Exception):
+            def __str__(self):
+                raise ValueError("no text")
+        if __tileid == 1:
+            raise Broken()
+        sync()
+    """, tiles="0-3")
+    assert [t.status for t in result.tiles] == ["aborted", "error", "aborted", "aborted"]
+    assert "Broken: <exception str() failed>" in result.tiles[1].error
+    assert "tile 1 failed with Broken: <exception str() failed>" in result.tiles[0].error
+    assert machine.scheduler.internal_errors == []
+    assert run(machine, "print(1)", tiles="1").ok  # the machine carries on
+
+
 def test_exit_leaves_the_host_stdin_open(machine):
     """The site module's exit() closes sys.stdin before raising: a tile's must not (a
     child process, so that stdin is a real pipe, not pytest's stand-in)."""

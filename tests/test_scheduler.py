@@ -504,6 +504,29 @@ def test_an_interrupt_swallowed_by_a_bare_except_comes_again(sched):
 # -- jobs, tiles and the host -------------------------------------------------------------
 
 
+def test_a_failed_request_nobody_awaits_is_reported_not_lost():
+    from ipuos.scheduler._tile import Request
+
+    scheduler = Scheduler(SRAM(2, 64 * 1024), tiles_per_chip=2, exchange_out=2048, exchange_in=4096)
+    scheduler.services["test.boom"] = lambda tile: 1 / 0
+    scheduler.start()
+    try:
+        def post():
+            tile = scheduler.tiles[1]
+            tile.requests.append(Request("test.boom", (), None))
+            scheduler.wake(tile)
+
+        scheduler.call_wait(post)
+        deadline = time.monotonic() + 5
+        while not scheduler.internal_errors and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(scheduler.internal_errors) == 1
+        assert "tile 1: kernel service 'test.boom' failed" in scheduler.internal_errors[0]
+        assert "ZeroDivisionError" in scheduler.internal_errors[0]
+    finally:
+        scheduler.stop()
+
+
 def test_two_jobs_run_at_once_with_separate_groups(sched):
     def prog(api):
         total = api.allreduce(api.tileid)
