@@ -6,7 +6,9 @@ explicit truncation marker), and ``open`` and ``os`` bound to the tile's own fil
 storage layer adds them through ``TileProgram.setup``; see ``ipuos.vfs``). ``import`` is
 guarded: pure-compute standard modules work, and so do modules stored on the tile's files;
 modules that reach the host (sys, subprocess, socket ...) fail with an ImportError that
-says why.
+says why. Each tile has its own builtins too, so ``exec``'d code prints, opens and
+imports as the tile, and its own ``random`` and ``pprint`` (the standard ``pprint``
+writes to the host's stdout).
 This is a guard rail that keeps honest programs honest, not a security boundary:
 CPython cannot be sandboxed from inside itself.
 """
@@ -17,6 +19,7 @@ import ast
 import builtins
 import importlib
 import linecache
+import pprint
 import random
 import traceback
 import types
@@ -97,11 +100,17 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras", "cleanups")
+    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
         self.output = output
+        #: this tile's own builtins: a program that changes one (``__builtins__['len'] =
+        #: ...``) changes it for itself alone, and code it runs with ``exec(src, {})``
+        #: still prints, opens and imports as the tile
+        self.builtins = dict(TILE_BUILTINS)
+        self.builtins["print"] = self.print
+        self.builtins["__import__"] = self.import_module
         #: modules this tile has its own copy of (random: per-tile generator state)
         self.modules: dict[str, types.ModuleType] = {}
         #: what layers above add: ``__names__`` (names in every namespace, e.g. open),
@@ -112,6 +121,17 @@ class TileContext:
         #: returns messages for the program's output, or None
         self.cleanups: list[Callable[[], list[str] | None]] = []
 
+    def import_module(self, name, globals=None, locals=None, fromlist=(), level=0):
+        """``__import__`` on this tile (whatever the importing code's globals are)."""
+        return _tile_import(self, name, globals, locals, fromlist, level)
+
+    def write(self, text: str) -> int:
+        """The tile's output as a stream (``print(file=...)``, ``pprint``)."""
+        return self.output.write(text)
+
+    def flush(self) -> None:
+        pass
+
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
         if file is not None:
             file.write((sep if sep is not None else " ").join(map(str, args)) + (end if end is not None else "\n"))
@@ -121,7 +141,7 @@ class TileContext:
         self.output.write(sep.join(map(str, args)) + end)
 
 
-def _tile_random(api: TileAPI) -> types.ModuleType:
+def _tile_random(ctx: TileContext) -> types.ModuleType:
     """A private ``random`` module: tiles must not share one generator's state."""
     module = types.ModuleType("random", random.__doc__)
     generator = random.Random()
@@ -136,11 +156,36 @@ def _tile_random(api: TileAPI) -> types.ModuleType:
     return module
 
 
-_PER_TILE_MODULES: dict[str, Callable[[TileAPI], types.ModuleType]] = {"random": _tile_random}
+def _tile_pprint(ctx: TileContext) -> types.ModuleType:
+    """A ``pprint`` whose output, by default, is the tile's (the standard one writes to
+    the host's ``sys.stdout``: the daemon's log)."""
+    module = types.ModuleType("pprint", pprint.__doc__)
+    for name in pprint.__all__:
+        setattr(module, name, getattr(pprint, name))
+
+    class PrettyPrinter(pprint.PrettyPrinter):
+        def __init__(self, indent=1, width=80, depth=None, stream=None, **options):
+            super().__init__(indent, width, depth, ctx if stream is None else stream, **options)
+
+    def pprint_(object, stream=None, *args, **options):
+        pprint.pprint(object, ctx if stream is None else stream, *args, **options)
+
+    def pp(object, *args, sort_dicts=False, **options):
+        pprint_(object, *args, sort_dicts=sort_dicts, **options)
+
+    PrettyPrinter.__name__ = PrettyPrinter.__qualname__ = "PrettyPrinter"
+    pprint_.__name__ = pprint_.__qualname__ = "pprint"
+    module.PrettyPrinter, module.pprint, module.pp = PrettyPrinter, pprint_, pp
+    return module
 
 
-def _tile_import(name, globals=None, locals=None, fromlist=(), level=0):
-    ctx = (globals or {}).get(TILE_GLOBALS_MARKER)
+_PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
+    "random": _tile_random,
+    "pprint": _tile_pprint,
+}
+
+
+def _tile_import(ctx: "TileContext | None", name, globals=None, locals=None, fromlist=(), level=0):
     if level:
         raise ImportError("relative imports are not supported on tiles")
     top = name.partition(".")[0]
@@ -151,7 +196,7 @@ def _tile_import(name, globals=None, locals=None, fromlist=(), level=0):
         if top in _PER_TILE_MODULES and name == top:
             module = ctx.modules.get(top)
             if module is None:
-                module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx.api)
+                module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
             return module
     if top in TILE_MODULES:
         return importlib.__import__(name, globals, locals, fromlist, level)
@@ -175,6 +220,10 @@ def _tile_import(name, globals=None, locals=None, fromlist=(), level=0):
     )
 
 
+def _no_context_import(name, globals=None, locals=None, fromlist=(), level=0):
+    return _tile_import(None, name, globals, locals, fromlist, level)
+
+
 def _no_input(*args, **kwargs):
     raise EOFError("tiles have no terminal input: pass data with --data (it arrives as __tiledata)")
 
@@ -191,7 +240,7 @@ def _tile_exit(code=None):
 
 def _make_builtins() -> dict:
     table = dict(builtins.__dict__)
-    table["__import__"] = _tile_import
+    table["__import__"] = _no_context_import
     table["input"] = _no_input
     table["open"] = _host_open
     table["exit"] = table["quit"] = _tile_exit
@@ -205,15 +254,17 @@ TILE_BUILTINS = _make_builtins()
 
 def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
     """A fresh module namespace for one tile's program."""
+    names = ctx.extras.get("__names__", {})
+    ctx.builtins.update(names)
     namespace = {
         "__name__": "__main__",
-        "__builtins__": TILE_BUILTINS,
+        "__builtins__": ctx.builtins,
         TILE_GLOBALS_MARKER: ctx,
         "print": ctx.print,
         "__tiledata": tiledata,
     }
     bind_primitives(namespace, api)
-    namespace.update(ctx.extras.get("__names__", {}))
+    namespace.update(names)
     return namespace
 
 

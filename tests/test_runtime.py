@@ -82,6 +82,56 @@ def test_each_tile_has_its_own_random_generator(machine):
     assert len({t.output for t in result.tiles}) == 1  # same seed: same number on every tile
 
 
+def test_builtins_are_the_tiles_own(machine):
+    # one tile's change to a builtin shows neither on another tile nor in a later job
+    changed = run(machine, """
+        __builtins__['len'] = lambda x: 42
+        print(len([1, 2, 3]))
+    """, tiles="0")
+    assert changed.tiles[0].output == "42\n"
+    later = run(machine, "print(len([1, 2, 3]))", tiles="0-1")
+    assert [t.output for t in later.tiles] == ["3\n", "3\n"]
+
+
+def test_code_run_with_exec_or_dunder_import_is_still_the_tiles(machine):
+    result = run(machine, """
+        exec("print('from exec', __tileid)", {'__tileid': __tileid})
+        exec("import random; random.seed(7); print(random.random())", {})
+        with open('/note', 'w') as f:
+            f.write('on the tile')
+        print(eval("open('/note').read()", {}))
+        random = __import__('random')
+        random.seed(7)
+        sync()                # another tile reseeding must not change this tile's draw
+        print(random.random())
+        try:
+            __import__('subprocess')
+        except ImportError as e:
+            print('refused:', 'no access to the host' in str(e))
+    """, tiles="0-1")
+    assert result.ok, result.format()
+    for rank, tile in enumerate(result.tiles):
+        lines = tile.output.splitlines()
+        assert lines[0] == f"from exec {rank}"
+        assert lines[1] == lines[3]  # exec'd code and __import__ get the tile's own generator
+        assert lines[2] == "on the tile"
+        assert lines[4] == "refused: True"
+
+
+def test_pprint_writes_to_the_tiles_output(machine):
+    result = run(machine, """
+        import pprint
+        from pprint import pp, PrettyPrinter
+        pprint.pprint({'tile': __tileid, 'x': list(range(3))})
+        pp([__tileid])
+        PrettyPrinter(width=20).pprint('abc')
+        print(pprint.pformat((1, 2)), pprint.isreadable([1]))
+    """, tiles="0-1")
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == [
+        f"{{'tile': {rank}, 'x': [0, 1, 2]}}\n[{rank}]\n'abc'\n(1, 2) True\n" for rank in range(2)]
+
+
 def test_print_is_captured_per_tile_with_sep_and_end(machine):
     result = run(machine, "print('a', __tileid, sep='-', end='|')\nprint()", tiles="2-3")
     assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
