@@ -14,7 +14,7 @@ import itertools
 import threading
 import time
 import traceback
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Callable, Iterable
 
 import greenlet
@@ -325,16 +325,19 @@ class Scheduler:
         engine.post(server, client, off, len(payload), KIND_REPLY, None)
 
     def _deliver_host_request(self, tile_id: int, service: str, args: tuple, future: Future) -> None:
+        # (a host that gave up waiting cancels the Future; one that has not started is
+        # dropped: see Request.begin)
         if not 0 <= tile_id < self.ntiles:
-            future.set_exception(IndexError(f"no tile {tile_id}: this machine has tiles 0-{self.ntiles - 1}"))
+            _refuse(future, IndexError(f"no tile {tile_id}: this machine has tiles 0-{self.ntiles - 1}"))
             return
         tile = self.tiles[tile_id]
         if not tile.alive:
-            future.set_exception(TileFailed(5, f"tile {tile_id} is not answering (it has failed)"))
+            _refuse(future, TileFailed(5, f"tile {tile_id} is not answering (it has failed)"))
             return
         # the reply goes to the list of the superstep that serves the request, which is a
         # later one than this if the tile is busy (e.g. paused inside a filesystem call)
-        tile.requests.append(Request(service, args, lambda ok, value: self._host_replies.append((future, ok, value))))
+        tile.requests.append(Request(service, args, lambda ok, value: self._host_replies.append((future, ok, value)),
+                                     future.set_running_or_notify_cancel))
         self._runnable.append(tile.resume)
 
     # -- kernel calls between tiles (on tile greenlets) ----------------------------------
@@ -587,6 +590,14 @@ def _release_tile(tile: Tile) -> None:
     tile.in_msgs.clear()
     tile.in_live = 0
     tile.in_used = 0
+
+
+def _refuse(future: Future, error: BaseException) -> None:
+    """Fail a host request's Future, unless its requester has cancelled it already."""
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 def _has_mail_from(tile: Tile, rank: int) -> bool:

@@ -32,13 +32,17 @@ MAX_SERVICE_DEPTH = 8
 class Request:
     """A kernel request: run service ``name`` on the owner tile and reply to ``origin``."""
 
-    __slots__ = ("name", "args", "reply")
+    __slots__ = ("name", "args", "reply", "begin")
 
-    def __init__(self, name: str, args: tuple, reply: Callable[[bool, object], None] | None):
+    def __init__(self, name: str, args: tuple, reply: Callable[[bool, object], None] | None,
+                 begin: Callable[[], bool] | None = None):
         self.name = name
         self.args = args
         #: called on the serving tile with (ok, value); None for fire-and-forget requests
         self.reply = reply
+        #: called just before serving: False means the requester gave up (a host that
+        #: timed out cancels its Future), and the request is dropped, not served
+        self.begin = begin
 
 
 class Tile:
@@ -173,6 +177,8 @@ class Tile:
         services = self.sched.services
         while requests and self.can_serve():
             request = requests.popleft()
+            if request.begin is not None and not request.begin():
+                continue
             service = services.get(request.name)
             self.service_depth += 1
             try:

@@ -192,6 +192,48 @@ while not os.path.exists("/stop"):
     assert handle.wait(30).ok
 
 
+def test_a_request_given_up_before_it_started_never_happens(machine):
+    from ipuos.vfs import HostFsClient
+
+    impatient = HostFsClient(machine.scheduler, timeout=0.2)
+    handle = machine.launch("""
+total = 0
+for i in range(40_000_000):   # no exchange point for seconds: requests wait
+    total += i
+""", tiles="13")
+    deadline = time.monotonic() + 10
+    while not (machine.scheduler.in_compute and handle.job.live) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for attempt in (lambda: impatient.mkdir(12, "/late"),
+                    lambda: impatient.open(12, "/late.txt", "wb")):
+        with pytest.raises(TimeoutError):
+            attempt()
+    assert handle.wait(60).ok
+    # what timed out was cancelled, not left to happen later behind the caller's back
+    assert machine.fs.listdir(12, "/") == [n for n in machine.fs.listdir(12, "/") if not n.startswith("late")]
+    assert machine.fs.mounts(12)[0][4] == 0
+
+
+def test_an_open_that_answers_too_late_is_closed(machine):
+    from concurrent.futures import Future
+
+    from ipuos.vfs import HostFsClient
+    from ipuos.vfs._client import await_reply
+
+    client = HostFsClient(machine.scheduler)
+    started = Future()
+    assert started.set_running_or_notify_cancel()  # the tile serves it already: too late to cancel
+    with pytest.raises(TimeoutError):
+        await_reply(client, 11, "fs.open", started, 0.01)
+    handle = client.call(11, "fs.open", "/slow", os.O_WRONLY | os.O_CREAT)
+    assert machine.fs.mounts(11)[0][4] == 1
+    started.set_result(handle)  # the answer arrives after its caller gave up
+    deadline = time.monotonic() + 5
+    while machine.fs.mounts(11)[0][4] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert machine.fs.mounts(11)[0][4] == 0
+
+
 def test_tile_to_tile_client_chunks_through_small_exchange_buffers(machine):
     data = pattern(8 * KiB, 5)  # the tiny preset's buffers carry ~3.5 KiB per request
 

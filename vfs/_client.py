@@ -22,6 +22,7 @@ From the host every write is sent at once.
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import os
 
@@ -217,7 +218,7 @@ class HostFsClient(FsClient):
         return {tile: self._scheduler.submit(tile, service, *args) for tile in tiles}
 
     def call(self, tile: int, service: str, *args):
-        return self._scheduler.submit(tile, service, *args).result(self.timeout)
+        return await_reply(self, tile, service, self._scheduler.submit(tile, service, *args), self.timeout)
 
     def abandon(self, tile: int, handle: int, unsent: bytes | None, offset) -> None:
         try:
@@ -226,6 +227,23 @@ class HostFsClient(FsClient):
             self._scheduler.submit(tile, "fs.close", handle)
         except RuntimeError:
             pass  # the machine has stopped: nothing is left to close
+
+
+def await_reply(client: HostFsClient, tile: int, service: str, future, timeout: float | None):
+    """The answer to a host request, waiting at most ``timeout`` seconds.
+
+    Giving up leaves nothing behind: a request the tile has not started yet is cancelled
+    (it never happens; see ``scheduler.Request.begin``), and the handle of an open the
+    tile is already serving is closed when it arrives. (A started operation of another
+    kind completes, as a syscall interrupted too late does.)
+    """
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:
+        if not future.cancel() and service == "fs.open":
+            future.add_done_callback(
+                lambda done: done.exception() is None and client.abandon(tile, done.result(), None, None))
+        raise
 
 
 class TileFsClient(FsClient):

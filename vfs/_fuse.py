@@ -80,6 +80,7 @@ import threading
 import time
 
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
+from ._client import await_reply
 from ._submounts import Submounts
 
 __all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
@@ -561,7 +562,7 @@ class ChipFilesystem:
         return self._send(tile, service, *args)
 
     def _call(self, tile: int, service: str, *args):
-        return self._submit(tile, service, *args).result(self.timeout)
+        return await_reply(self.client, tile, service, self._submit(tile, service, *args), self.timeout)
 
     # -- paths ---------------------------------------------------------------------------
 
