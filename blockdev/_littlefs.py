@@ -31,8 +31,10 @@ reproduced on this project's machine; this module exists to make them unreachabl
 * After littlefs runs out of space part-way through a commit it can leave its program
   cache dirty (upstream issue #760); the next commit then trips an assertion and aborts the
   process. So every ENOSPC is followed, inside the same call, by an unmount and mount,
-  which resets the caches. Open files cannot survive that: they are marked lost and raise
-  EIO saying why (closing a writable one reports, once, that its unsynced writes are gone).
+  which resets the caches. An open file with nothing uncommitted is opened again where it
+  was; one with unsynced writes is marked lost and raises EIO saying why (closing it
+  reports, once, that those writes are gone), except the file whose write failed, whose
+  user has ENOSPC already.
 * Smaller ones: the binding's mode "a" does not create a missing file (here it does, as in
   Python); it cannot store an empty custom attribute (IndexError; refused here with a
   clear message); it ignores an unknown ``whence`` (refused here with EINVAL).
@@ -902,11 +904,16 @@ class Filesystem:
         where = f" of {path!r}" if path else ""
         lost = (f"the filesystem ran out of space during {op}{where} and had to be remounted; "
                 "writes to this file since it was last synced are lost; open it again")
+        # a file with nothing uncommitted loses nothing: it is opened again afterwards
+        keep = []
         for file in self._open:
-            file.lost = lost
-            file._can = 0
-            if file._handle is culprit:
-                file.flags &= ~_LFS_WRONLY  # closing it reports nothing more
+            if file._handle is not culprit and not file._unsynced:
+                keep.append((file, lfs.file_tell(self._lfs, file._handle)))
+            else:
+                file.lost = lost
+                file._can = 0
+                if file._handle is culprit:
+                    file.flags &= ~_LFS_WRONLY  # its user has the error: closing reports nothing more
             file._handle = None
         self._open.clear()
         old, self._lfs = self._lfs, None
@@ -928,8 +935,17 @@ class Filesystem:
         if callbacks.fault is not None:
             self._lfs = handle
             self._fault = (op, path, callbacks.fault)
+            for file, _ in keep:
+                file.lost, file._can = lost, 0
             return
         self._lfs = handle
+        for file, position in keep:
+            try:
+                _reopen(handle, file, file.path, position)
+            except LittleFSError:  # removed while open: its name is gone with the old mount
+                file._handle, file.lost, file._can = None, lost, 0
+            else:
+                self._open[file] = None
 
     def _raise_fault(self, op: str, path) -> None:
         cause = self._callbacks.fault
@@ -1164,12 +1180,16 @@ def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) 
         raise
     finally:
         for file, position in zip(files, positions):
-            path = new_base + file.path[len(base):]
-            file._handle = lfs.file_open(handle, path, file.flags & ~(_LFS_CREAT | _LFS_EXCL | _LFS_TRUNC),
-                                         _ENCODING)
-            if position:
-                lfs.file_seek(handle, file._handle, position, os.SEEK_SET)
-            file.path = path
+            _reopen(handle, file, new_base + file.path[len(base):], position)
+
+
+def _reopen(handle, file: "File", path: str, position: int) -> None:
+    """Give ``file`` a new littlefs handle on ``path`` at ``position`` (what it was opened
+    with, less creating or truncating: the file exists and holds what was committed)."""
+    file._handle = lfs.file_open(handle, path, file.flags & ~(_LFS_CREAT | _LFS_EXCL | _LFS_TRUNC), _ENCODING)
+    if position:
+        lfs.file_seek(handle, file._handle, position, os.SEEK_SET)
+    file.path = path
 
 
 def _remove_typed(handle, path: str, want_dir: bool) -> None:
@@ -1198,7 +1218,7 @@ class File:
     bits while the file is open and not lost, else 0) standing for ``_check``.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1206,6 +1226,8 @@ class File:
         self.path = path
         self.flags = flags
         self.closed = False
+        #: written (or truncated) since opened or last synced: a remount would lose that
+        self._unsynced = bool(flags & _LFS_TRUNC)
         #: why the file was taken away from under its user (the filesystem was remounted)
         self.lost: str | None = None
         #: ``flags & 3`` while the file may be used, 0 once closed or lost
@@ -1242,6 +1264,7 @@ class File:
             self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
+        self._unsynced = True
         return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -1262,6 +1285,7 @@ class File:
             size = self.tell()
         if size < 0:
             raise _error(errno.EINVAL, self.path, "negative size")
+        self._unsynced = True
         self._fs._run("truncate", self.path, None, lfs.file_truncate, self._handle, size)
         return size
 
@@ -1271,9 +1295,13 @@ class File:
         return self._fs._run("size", self.path, None, lfs.file_size, self._handle)
 
     def sync(self) -> None:
-        """Commit this file's writes to the device."""
+        """Commit this file's writes to the device. (On the file whose write ran out of
+        space, nothing: its user has that error, and another would only repeat it.)"""
+        if self.lost is not None and not self.flags & _LFS_WRONLY:
+            return
         self._check(0, "sync")
         self._fs._run("sync", self.path, None, lfs.file_sync, self._handle)
+        self._unsynced = False
 
     def close(self, *_exc_info) -> None:
         """Commit and close. Closing twice is harmless. If the final commit fails the file
