@@ -1248,11 +1248,20 @@ class File:
         return bool(self.flags & _LFS_WRONLY)
 
     def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` bytes from the current position (all the rest if negative)."""
+        """Up to ``size`` bytes from the current position (all the rest if negative).
+
+        littlefs gives each handle the file as it was when opened (or last synced): a
+        read that reaches the end of that looks again, so what another handle committed
+        since (``tail -f``, a reader of a log) is read too (see :func:`_catch_up`)."""
         if self._can & _LFS_RDONLY and type(size) is int and size > 0:
-            return self._fs._run("read", self.path, None, _read_clamped, self._handle, size)
+            data = self._fs._run("read", self.path, None, _read_clamped, self._handle, size)
+            if len(data) < size and not self._unsynced and self._fs._run("read", self.path, None, _catch_up, self):
+                data += self._fs._run("read", self.path, None, _read_clamped, self._handle, size - len(data))
+            return data
         self._check(_LFS_RDONLY, "read")
         if size is None or size < 0:
+            if not self._unsynced:
+                self._fs._run("read", self.path, None, _catch_up, self)
             size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
         if size == 0:
             return b""
@@ -1271,6 +1280,8 @@ class File:
         self._check(0, "seek")
         if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
             raise _error(errno.EINVAL, self.path, f"unsupported whence {whence!r}")
+        if whence == os.SEEK_END and not self._unsynced:
+            self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
         return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
 
     def tell(self) -> int:
@@ -1350,6 +1361,28 @@ def _read_clamped(handle, file_handle, size: int) -> bytes:
         # file holds: ask for no more than is there
         size = min(size, max(0, _remaining(handle, file_handle)))
     return lfs.file_read(handle, file_handle, size) if size else b""
+
+
+def _catch_up(handle, file: File) -> bool:
+    """If the file has grown since ``file``'s handle was opened (another handle committed
+    more), give it a new handle at the same position, and say so. Only for a handle with
+    nothing uncommitted of its own (closing it writes nothing)."""
+    try:
+        info = lfs.stat(handle, file.path, _ENCODING)
+    except LittleFSError:
+        return False  # removed or moved by someone else: the handle keeps what it has
+    if info.type == _LFS_TYPE_DIR or info.size <= lfs.file_size(handle, file._handle):
+        return False
+    position = lfs.file_tell(handle, file._handle)
+    lfs.file_close(handle, file._handle)
+    file._handle = None
+    try:
+        _reopen(handle, file, file.path, position)
+    except BaseException:
+        file.lost, file._can = "the file grew and could not be opened again; open it again", 0
+        file._fs._open.pop(file, None)
+        raise
+    return True
 
 
 def _remaining(handle, file_handle) -> int:

@@ -207,6 +207,26 @@ def test_a_long_running_tile_program_and_a_host_reader_agree_throughout(mm):
             assert errno_of(os.stat, base / f"s{other}") == errno.ENOENT
 
 
+def test_an_open_descriptor_reads_what_was_appended_since(mm):
+    """tail -f, and a+ reading back its own appends: a littlefs handle sees the file as it
+    was when opened, so a read at its end must look again."""
+    base = mm.tile(14)
+    (base / "log").write_text("start\n")
+    with open(base / "log", "rb") as follower:
+        assert follower.read() == b"start\n"
+        mm.run(14, "open('/log', 'a').write('from the tile\\n')")
+        with open(base / "log", "ab") as other:
+            other.write(b"from the host\n")
+        assert follower.read() == b"from the tile\nfrom the host\n"
+        assert os.fstat(follower.fileno()).st_size == 34
+    with open(base / "log", "a+") as both:
+        both.write("own\n")
+        both.flush()
+        both.seek(0)
+        assert both.read() == "start\nfrom the tile\nfrom the host\nown\n"
+        assert os.lseek(both.fileno(), 0, os.SEEK_END) == 38
+
+
 # -- in-process: what the mount does ------------------------------------------------------------
 
 _CREATES = """

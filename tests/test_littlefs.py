@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -620,6 +621,31 @@ def test_after_enospc_only_uncommitted_writes_are_lost_and_the_filesystem_goes_o
     fs.mount()
     with fs.open("/after") as f:
         assert f.read() == b"still writable"
+
+
+def test_a_reader_at_the_end_sees_what_another_handle_committed_since():
+    # littlefs gives each handle the file as it was when opened: tail -f would wait forever
+    fs = Filesystem(MemoryDevice.new(512, 64))
+    fs.format()
+    fs.mount()
+    with fs.open("/log", "w") as f:
+        f.write(b"one\n")
+    reader = fs.open("/log", "r")
+    writer = fs.open("/log", "a")
+    assert reader.read(100) == b"one\n"
+    assert reader.read(100) == b""
+    writer.write(b"two\n" * 300)  # past inline size: the file moves to its own blocks
+    assert reader.read(100) == b""  # not committed yet: nothing to see
+    writer.sync()
+    assert reader.read(8) == b"two\ntwo\n"
+    assert reader.read() == b"two\n" * 298
+    writer.write(b"three\n")
+    writer.close()
+    assert reader.seek(0, os.SEEK_END) == 4 + 4 * 300 + 6
+    reader.seek(-6, 2)
+    assert reader.read(100) == b"three\n"
+    reader.close()
+    fs.unmount()
 
 
 def test_the_file_whose_write_ran_out_of_space_syncs_and_closes_quietly():

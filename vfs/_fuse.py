@@ -29,9 +29,11 @@ Why each choice:
   (:class:`_Known`). Without change notices (or the session descriptor) it keeps nothing.
 * **Close-to-open consistency.** Data written through an open file is committed on the
   tile (and seen by new openers, the shell and tile programs) when the writer closes,
-  flushes or fsyncs it, as with NFS. That is littlefs' own rule: an open handle reads the
-  file as it was when it was opened, and commits its whole view, so of two descriptors
-  writing one file the last to close wins. ``stat`` and ``fstat`` see the size the
+  flushes or fsyncs it, as with NFS. That is littlefs' own rule: an open handle works on
+  the file as it was when it was opened, and commits its whole view, so of two descriptors
+  writing one file the last to close wins. A handle with no writes of its own that reads
+  to its end looks again, so a reader follows what others append (``tail -f``, ``a+``
+  reading back its own appends). ``stat`` and ``fstat`` see the size the
   writer's handle sees at once. ``O_APPEND`` writes are the exception: each is appended
   at the tile's end of the file and committed at once (see ``_append``), so ``>>`` from
   several processes, or beside a tile program, loses nothing.
