@@ -1260,9 +1260,9 @@ class File:
             return data
         self._check(_LFS_RDONLY, "read")
         if size is None or size < 0:
-            if not self._unsynced:
-                self._fs._run("read", self.path, None, _catch_up, self)
             size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
+            if not size and not self._unsynced and self._fs._run("read", self.path, None, _catch_up, self):
+                size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
         if size == 0:
             return b""
         return self._fs._run("read", self.path, None, lfs.file_read, self._handle, size)
