@@ -126,7 +126,8 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     if not ended_well and tile.signal is not None:
         tile.raise_signal()
     raise CollectiveMismatchError(
-        f"{key[0]}() needs every tile of the job, but {describe_tiles(finished)} already finished"
+        f"{key[0]}() needs every tile of the job, but {describe_tiles(ended_well or finished)} "
+        f"already {'finished' if ended_well else 'stopped'}"
     )
 
 
@@ -170,14 +171,14 @@ class TileAPI:
 
     def send(self, dst: int, obj) -> None:
         """Queue ``obj`` for tile ``dst`` of this job; it arrives after the next sync."""
-        if not isinstance(dst, int) or not 0 <= dst < self._job.nranks:
+        if type(dst) is not int or not 0 <= dst < self._job.nranks:
             raise ValueError(f"send(): no tile {dst!r} in this job (tiles 0-{self._job.nranks - 1})")
         self._send(dst, obj, USER_CHANNEL)
 
     def recv(self, src: int):
         """Wait for the next message from tile ``src`` of this job and return it."""
-        if not self._tile.inbox.get(src):
-            if not isinstance(src, int) or not 0 <= src < self._job.nranks:
+        if type(src) is not int or not self._tile.inbox.get(src):
+            if type(src) is not int or not 0 <= src < self._job.nranks:
                 raise ValueError(f"recv(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
         return self._recv(src, src, f"recv from tile {src}")
 
@@ -212,6 +213,8 @@ class TileAPI:
 
     def poll(self, src: int) -> bool:
         """True if a message from ``src`` has arrived and ``recv(src)`` would not wait."""
+        if type(src) is not int or not 0 <= src < self._job.nranks:
+            raise ValueError(f"poll(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
         return bool(self._tile.inbox.get(src))
 
     # -- collectives ---------------------------------------------------------------------
@@ -235,17 +238,21 @@ class TileAPI:
         order).
         """
         self._check_root(root, "reduce")
+        if self._job.nlive < self._job.nranks:  # (the tree would wait for them forever)
+            _refuse_finished(self._job, ("reduce", root), self._tile)
         combine = self._reducer(op)
-        value = self._tree_reduce(obj, combine)  # the tree ends on rank 0
+        value = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
         rank = self._tile.rank
         moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0)
         return value if rank == 0 == root else moved
 
     def allreduce(self, obj, op="sum"):
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
-        return self.bcast(self._tree_reduce(obj, self._reducer(op)), 0)
+        if self._job.nlive < self._job.nranks:
+            _refuse_finished(self._job, ("allreduce", None), self._tile)
+        return self.bcast(self._tree_reduce(obj, self._reducer(op), "allreduce()"), 0)
 
-    def _tree_reduce(self, obj, combine):
+    def _tree_reduce(self, obj, combine, label: str):
         """Reduce along a tree of fan-in ``REDUCE_FANIN``; the result is on rank 0.
 
         A flat gather would need every value in one tile's SRAM: 47,104 tiles' worth does
@@ -261,7 +268,7 @@ class TileAPI:
                 return None
             children = range(rank + stride, min(rank + span, n), stride)
             values = [value]
-            values.extend(self._recv((REDUCE_CHANNEL, c), c, "reduce()") for c in children)
+            values.extend(self._recv((REDUCE_CHANNEL, c), c, label) for c in children)
             value = combine(values)
             stride = span
         return value
@@ -280,7 +287,7 @@ class TileAPI:
         return _arrive(job, tile, key, _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})")
 
     def _check_root(self, root, name: str) -> None:
-        if not isinstance(root, int) or not 0 <= root < self._job.nranks:
+        if type(root) is not int or not 0 <= root < self._job.nranks:
             raise ValueError(f"{name}(): root {root!r} is not a tile of this job (0-{self._job.nranks - 1})")
 
     @staticmethod

@@ -25,6 +25,7 @@ from ipuos._costmodel import CostModel
 from . import _collectives
 from ._api import TileAPI
 from ._errors import (
+    CollectiveMismatchError,
     ComputeBudgetExceeded,
     DeadlockError,
     JobAborted,
@@ -488,28 +489,38 @@ class Scheduler:
                 continue  # its tiles are being stopped: waiting on each other is expected
             if job.finished_changed:
                 job.finished_changed = False
-                self._fail_hopeless_recvs(job)
+                if self._fail_hopeless_recvs(job):
+                    continue  # those tiles fail now, and with them the job: no deadlock
             if job.progress:
                 job.progress = False
                 continue
             waiting = job.arrived + job.nrecv
             if job.nlive and job.arrived < job.nlive and waiting >= job.nlive:
-                self._fail_hopeless_recvs(job)  # the more specific report, where it applies
+                if self._fail_hopeless_recvs(job):
+                    continue  # the more specific report: those tiles fail, and the job with them
                 error = DeadlockError(
                     f"deadlock in job {job.id}: every live tile waits and nothing in flight "
                     f"can wake them: {job.waiting_report()}"
                 )
                 job.abort(error)
 
-    def _fail_hopeless_recvs(self, job: Job) -> None:
+    def _fail_hopeless_recvs(self, job: Job) -> bool:
+        """Signal every tile waiting to recv from a tile that has finished; True if any."""
+        failed = False
         for tile in job.live.values():
             src = tile.recv_src
             if src >= 0 and job.results[src] is not None and not _has_mail_from(tile, src) and tile.signal is None:
-                tile.signal = DeadlockError(
-                    f"tile {tile.rank} waits to recv from tile {src}, which has finished "
-                    "and sent nothing more"
-                )
+                if (tile.waiting or "").endswith("()"):  # inside a collective (a reduction tree)
+                    tile.signal = CollectiveMismatchError(
+                        f"{tile.waiting} needs every tile of the job, but tile {src} already finished")
+                else:
+                    tile.signal = DeadlockError(
+                        f"tile {tile.rank} waits to recv from tile {src}, which has finished "
+                        "and sent nothing more"
+                    )
                 self._runnable.append(tile.resume)
+                failed = True
+        return failed
 
     # -- faults and diagnostics ----------------------------------------------------------
 

@@ -361,6 +361,42 @@ def test_collective_after_a_tile_finished_is_an_error(sched):
     assert "tile 0 already finished" in str(report.results[1].error)
 
 
+@pytest.mark.parametrize("collective", ["reduce", "allreduce"])
+@pytest.mark.parametrize("first_sync", [True, False])  # without: tile 3 ends as the others start
+def test_a_reduction_after_a_tile_finished_says_so_rather_than_deadlock(sched, collective, first_sync):
+    def prog(api):
+        if api.tileid == 3:
+            return None
+        if first_sync:
+            api.sync()
+        getattr(api, collective)(1)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert report.results[3].status == OK
+    assert isinstance(report.results[0].error, CollectiveMismatchError)
+    assert f"{collective}() needs every tile of the job, but tile 3 already finished" in str(report.results[0].error)
+    for result in report.results[1:3]:  # the same error, or stopped by tile 0's
+        assert result.status in (ERROR, ABORTED)
+        assert "tile 3 already finished" in str(result.error)
+
+
+def test_tile_numbers_are_ints_not_bools_or_floats(sched):
+    def prog(api):
+        api.send((api.tileid + 1) % 2, "hello")
+        api.sync()
+        got = []
+        for call in (lambda: api.send(True, 1), lambda: api.recv(1.0), lambda: api.recv([1]),
+                     lambda: api.poll(0.0), lambda: api.bcast(1, root=False)):
+            try:
+                call()
+            except ValueError as exc:
+                got.append(str(exc).split(":")[0])
+        return got, api.recv((api.tileid + 1) % 2)
+
+    assert values(run(sched, prog, tiles=[0, 1])) == [
+        (["send()", "recv()", "recv()", "poll()", "bcast()"], "hello")] * 2
+
+
 # -- deadlocks, failures, interrupts -----------------------------------------------------
 
 
