@@ -19,6 +19,7 @@ import ast
 import builtins
 import importlib
 import linecache
+import pickle
 import pprint
 import random
 import traceback
@@ -375,6 +376,7 @@ class TileProgram:
                 self.setup(api, ctx)
             namespace = make_namespace(api, ctx, share)
             namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
+            tile.resolve_global = _global_resolver(namespace, ctx)
             try:
                 exec(self.code, namespace)
             except SystemExit as exc:
@@ -396,6 +398,33 @@ class TileProgram:
             self.outputs[rank] = output.getvalue()
             for name in region_names:
                 memory.free(name)
+
+
+def _global_resolver(namespace: dict, ctx: TileContext):
+    """What a class or function another tile sent by name is on this tile: the same name
+    in this tile's program, or in the module of its files it came from."""
+
+    def resolve(module: str, qualname: str):
+        try:
+            if module == namespace.get("__name__"):
+                target = None
+                scope = namespace
+            else:
+                target = ctx.import_module(module, namespace, None, ("__name__",))
+                scope = vars(target)
+            first, *rest = qualname.split(".")
+            target = scope[first]
+            for part in rest:
+                target = getattr(target, part)
+            return target
+        except Exception as exc:  # (what else pickle's own lookup can raise is a wrong name)
+            raise pickle.UnpicklingError(
+                f"received an object of {module}.{qualname}, which this tile does not define "
+                f"({type(exc).__name__}: {exc}); every tile must define it, as each runs "
+                "its own copy of the program"
+            ) from None
+
+    return resolve
 
 
 def _run_cleanups(ctx: TileContext) -> None:
@@ -487,6 +516,7 @@ class ReplBlock:
             ctx.api = api  # the primitives of this block's job
             ctx.output = output
             bind_primitives(namespace, api)
+        api.tile.resolve_global = _global_resolver(namespace, ctx)
         code = 0
         try:
             exec(self.body, namespace)

@@ -207,7 +207,7 @@ class TileAPI:
         msg = queue.popleft()
         start = tile.xin.base + msg.off
         try:
-            return decode(self._engine.view[start : start + msg.length])
+            return decode(self._engine.view[start : start + msg.length], tile.resolve_global)
         finally:
             tile.consume(msg)
 

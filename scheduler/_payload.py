@@ -4,12 +4,22 @@ marshal is tried first: it is about twice as fast as pickle for the plain data t
 programs exchange (numbers, strings, bytes, lists, dicts) and cannot run code while
 loading. pickle is the fallback for everything else a program might send. One tag byte
 says which was used.
+
+Classes and functions a tile program defines itself (in its ``__main__`` or in a module
+on its files) cannot be found by pickle's usual lookup, which searches the host's
+modules. They travel by name instead, and the receiving tile looks the name up in its
+own program, as MPI ranks each running the same program do: an instance of the
+program's ``Point`` arrives as an instance of the receiver's ``Point``.
 """
 
 from __future__ import annotations
 
+import io
 import marshal
 import pickle
+import sys
+import types
+from typing import Callable
 
 _MARSHAL = 0x4D  # "M"
 #: for callers that inline encode()'s fast path (the collectives)
@@ -26,21 +36,68 @@ def encode(obj) -> bytes:
     except ValueError:
         pass
     try:
-        return b"P" + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        out = io.BytesIO()
+        out.write(b"P")
+        _TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        return out.getvalue()
     except Exception as exc:
         raise TypeError(
             f"cannot send an object of type {type(obj).__name__} through the exchange: {exc}"
         ) from None
 
 
-def decode(buf) -> object:
-    """Inverse of :func:`encode`; ``buf`` is any bytes-like object (a view of SRAM)."""
+#: ``resolve(module, qualname)``: what a name sent by :func:`encode` is on the receiver
+Resolver = Callable[[str, str], object]
+
+_BY_NAME = "tile-global"
+
+
+def decode(buf, resolve: Resolver | None = None) -> object:
+    """Inverse of :func:`encode`; ``buf`` is any bytes-like object (a view of SRAM).
+    ``resolve`` finds the classes and functions that travelled by name (see the module
+    doc); without one, such a payload is an error saying so."""
     tag = buf[0]
     if tag == _MARSHAL:
         return marshal.loads(buf[1:])
     if tag == _PICKLE:
-        return pickle.loads(buf[1:])
+        return _TileUnpickler(io.BytesIO(buf[1:]), resolve).load()
     raise ValueError(f"corrupt exchange payload (tag byte {tag:#x})")
+
+
+class _TilePickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        if isinstance(obj, (type, types.FunctionType)) and not _importable(obj):
+            name = getattr(obj, "__qualname__", "")
+            if "<" not in name:  # a lambda or a local one has no name to find: pickle says so
+                return (_BY_NAME, obj.__module__, name)
+        return None
+
+
+class _TileUnpickler(pickle.Unpickler):
+    def __init__(self, file, resolve: Resolver | None):
+        super().__init__(file)
+        self._resolve = resolve
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) == 3 and pid[0] == _BY_NAME):
+            raise pickle.UnpicklingError(f"corrupt exchange payload (reference {pid!r})")
+        _, module, name = pid
+        if self._resolve is None:
+            raise pickle.UnpicklingError(
+                f"{module}.{name} is defined by a tile program: only a tile can receive it")
+        return self._resolve(module, name)
+
+
+def _importable(obj) -> bool:
+    """Whether pickle's own lookup (module, then attributes) finds ``obj`` on the host."""
+    target = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if target is None:
+        return False
+    for part in getattr(obj, "__qualname__", "").split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return False
+    return target is obj
 
 
 def is_immutable(obj) -> bool:

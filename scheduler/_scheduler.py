@@ -590,6 +590,7 @@ def _run_job(tile: Tile, job: Job) -> None:
 
 def _release_tile(tile: Tile) -> None:
     tile.job = None
+    tile.resolve_global = None
     tile.rank = -1
     tile.signal = None
     tile.raised = None  # (its traceback holds the program's frames)

@@ -53,7 +53,7 @@ class Tile:
         "job", "rank", "signal", "raised", "waiting",
         "requests", "service_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "alive", "kernel_data", "__weakref__",
+        "alive", "kernel_data", "resolve_global", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, sched: "Scheduler", tile_id: int, chip: int, memory, xout, xin):
@@ -73,6 +73,9 @@ class Tile:
         self.raised: BaseException | None = None
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
+        #: finds, in the running program, a class or function that arrived by name (set
+        #: by the tile runtime; see ``_payload.decode``)
+        self.resolve_global = None
         self.requests: collections.deque[Request] = collections.deque()
         self.service_depth = 0
         #: >0 while inside a filesystem operation: requests are not served then

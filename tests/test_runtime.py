@@ -132,6 +132,61 @@ def test_pprint_writes_to_the_tiles_output(machine):
         f"{{'tile': {rank}, 'x': [0, 1, 2]}}\n[{rank}]\n'abc'\n(1, 2) True\n" for rank in range(2)]
 
 
+def test_objects_of_the_programs_own_classes_travel_between_tiles(machine):
+    # as between MPI ranks: the receiver gets an instance of its own copy of the class
+    result = run(machine, """
+        import enum
+        from dataclasses import dataclass
+        with open('/shapes.py', 'w') as f:
+            f.write('class Square:\\n    def __init__(self, side):\\n        self.side = side\\n')
+        import shapes
+
+        class Color(enum.Enum):
+            RED = 1
+
+        @dataclass
+        class Point:
+            x: int
+            y: int
+
+        def double(v):
+            return 2 * v
+
+        right = (__tileid + 1) % __numtiles
+        send(right, Point(__tileid, 1))
+        send(right, shapes.Square(__tileid))
+        sync()
+        p, sq = recv((__tileid - 1) % __numtiles), recv((__tileid - 1) % __numtiles)
+        print(type(p) is Point, p, type(sq) is shapes.Square, sq.side)
+        got = bcast([Color.RED, double] if __tileid == 0 else None, 0)
+        print(got[0] is Color.RED, got[1] is double, got[1](21))
+        print(allreduce(Point(__tileid, 1), lambda a, b: Point(a.x + b.x, a.y + b.y)))
+    """, tiles="0-2")
+    assert result.ok, result.format()
+    for rank, tile in enumerate(result.tiles):
+        left = (rank - 1) % 3
+        assert tile.output.splitlines() == [f"True Point(x={left}, y=1) True {left}", "True True 42",
+                                            "Point(x=3, y=3)"]
+
+
+def test_a_class_the_receiver_lacks_is_a_clear_error(machine):
+    result = run(machine, """
+        class Secret:
+            pass
+        if __tileid == 0:
+            send(1, Secret())
+            try:
+                send(1, lambda: 1)
+            except TypeError as e:
+                print(e)
+        else:
+            del Secret
+            recv(0)
+    """, tiles="0-1")
+    assert result.tiles[0].output.startswith("cannot send an object of type function")
+    assert "received an object of __main__.Secret, which this tile does not define" in result.tiles[1].error
+
+
 def test_print_is_captured_per_tile_with_sep_and_end(machine):
     result = run(machine, "print('a', __tileid, sep='-', end='|')\nprint()", tiles="2-3")
     assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
