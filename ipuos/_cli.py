@@ -287,8 +287,16 @@ def kill(job, name) -> None:
     """Interrupt JOB (its client still prints what its tiles printed)."""
     paths = _paths(name)
     with _Errors(), Client(paths) as client:
-        client.call("kill", {"job": job})
-    click.echo(f"interrupted job {job}")
+        reply = client.call("kill", {"job": job})
+    if not reply.get("ended", True):
+        click.echo(f"asked job {job} to stop; it has not stopped yet: a tile inside one long call "
+                   "into C code (a regular expression, sum() of a huge range) is interrupted only "
+                   "when that call returns. `ipuos ps` shows whether it still runs")
+    elif reply.get("stopped", True):
+        click.echo(f"interrupted job {job}")
+    else:
+        click.echo(f"job {job} finished before the interrupt reached it "
+                   f"(exit status {reply.get('exit_status', 0)})")
 
 
 # -- looking ----------------------------------------------------------------------------------

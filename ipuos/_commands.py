@@ -349,6 +349,10 @@ def _run(call: Call):
     return run_result_to_json(result)
 
 
+#: how long ``kill`` waits to report how the job ended
+KILL_WAIT = 2.0
+
+
 @command("kill", Arg("job", int))
 def _kill(call: Call):
     """Interrupt a job started through the daemon; its client gets what its tiles printed."""
@@ -358,7 +362,15 @@ def _kill(call: Call):
         raise CommandError("no_such_job", f"no job {job_id} is running on machine "
                            f"{call.host.name!r}; `ipuos ps` lists its jobs")
     job.handle.interrupt(f"killed with `ipuos kill {job_id}`")
-    return {"job": job_id, "interrupted": True}
+    # say what became of it: a tile inside one long call into C code (a regex, sum() of
+    # a huge range) holds the interpreter, and the interrupt lands only when it returns
+    try:
+        result = job.handle.wait(KILL_WAIT)
+    except TimeoutError:
+        return {"job": job_id, "interrupted": True, "ended": False}
+    stopped = any(t.status == "interrupted" for t in result.tiles)
+    return {"job": job_id, "interrupted": True, "ended": True, "stopped": stopped,
+            "exit_status": result.exit_status}
 
 
 @command("halt", Arg("if_saved", bool, False), Arg("backup", str, None), timeout=None)

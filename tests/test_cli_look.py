@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -137,6 +138,23 @@ def test_kill_from_the_cli(busy):
     wait_for(lambda: booted.call("ps")["jobs"] == [], what="the job to end")
     again = invoke(booted, "kill", str(job))
     assert again.exit_code == 1 and f"no job {job} is running" in again.output
+
+
+def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
+    # seconds inside one C call (that lets other threads run), where no interrupt can land
+    stuck = b"import hashlib\nhashlib.pbkdf2_hmac('sha256', b'p', b's', 20_000_000)\nprint('returned')\n"
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": "stuck.py", "source_len": len(stuck), "tiles": "5"}, stuck))
+    job = read_frame(sock).header["event"]["job"]
+    try:
+        time.sleep(0.3)  # into the regex
+        result = invoke(machine, "kill", str(job))
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith(f"asked job {job} to stop; it has not stopped yet")
+        assert "`ipuos ps` shows whether it still runs" in result.output
+        wait_for(lambda: machine.call("ps")["jobs"] == [], timeout=60, what="the call to return")
+    finally:
+        sock.close()
 
 
 def test_a_bad_name_is_a_usage_error(runtime_dir):
