@@ -351,7 +351,8 @@ def test_cancel_interrupts_a_run_and_still_returns_its_output(machine):
 def test_kill_interrupts_a_job_and_refuses_unknown_ones(machine):
     sock = start_run(machine.paths, "0")
     job = machine.call("ps")["jobs"][0]["job"]
-    assert machine.call("kill", {"job": job}) == {"job": job, "interrupted": True}
+    assert machine.call("kill", {"job": job}) == {"job": job, "interrupted": True, "ended": True,
+                                                  "stopped": True, "exit_status": 130}
     doc = read_frame(sock).header["result"]
     assert doc["tiles"][0]["error"] == f"killed with `ipuos kill {job}`\n"
     sock.close()
