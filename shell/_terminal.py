@@ -18,6 +18,7 @@ one job; Ctrl-D leaves the mode, Ctrl-D in the shell (or ``exit``) leaves the sh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import sys
@@ -147,6 +148,13 @@ class Terminal:
 
     def feed(self, line: str) -> None:
         """One line typed (or read): a shell line, or part of a repl block."""
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8, read with surrogateescape
+            self._write_err("ipuos: a line that is not UTF-8 text was skipped: "
+                            f"{line.encode('utf-8', 'backslashreplace').decode('ascii', 'replace')}\n")
+            self.status = 1
+            return
         if self.mode != SHELL:
             self.block.append(line)
             if block_complete("\n".join(self.block)):
@@ -229,7 +237,7 @@ class Terminal:
         self.status = status
 
     def _local_exit(self, args, command) -> None:
-        if len(args) > 1 or (args and not args[0].lstrip("-").isdigit()):
+        if len(args) > 1 or (args and not re.fullmatch(r"-?[0-9]+", args[0], re.ASCII)):
             self._fail("exit", "usage: exit [STATUS]", 2)
             return
         if args:
@@ -278,13 +286,26 @@ class Terminal:
             return
         name = args[0].rstrip("/").rpartition("/")[2]
         host = os.path.expanduser(args[1]) if len(args) == 2 else name
+        if not host:
+            self._fail("get", "the host file name is empty", 2)
+            return
         if os.path.isdir(host):
             host = os.path.join(host, name)
-        directory = os.path.dirname(os.path.abspath(host))
+        shown = host  # the user's name, for messages
+        # like cp: through a symlink to its target, and into a device or a fifo, which is
+        # written to, never replaced (as root, `get F /dev/null` would replace /dev/null)
+        host = os.path.realpath(host)
+        if os.path.exists(host) and not stat.S_ISREG(os.stat(host).st_mode):
+            with open(host, "wb") as file:
+                for data in self.transport.get(args[0]):
+                    file.write(data)
+            self.status = 0
+            return
+        directory = os.path.dirname(host)
         try:
             fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(host)}.", dir=directory)
         except OSError as exc:
-            exc.filename = host  # the user's name, not the temporary one
+            exc.filename = shown  # not the temporary one
             raise
         try:
             # the mode a plain write would give: the old file's, or 0666 less the umask
@@ -301,7 +322,7 @@ class Terminal:
             os.unlink(temporary)
             raise
         if self.interactive:
-            self.stdout.write(f"{args[0]} -> {host}\n")
+            self.stdout.write(f"{args[0]} -> {shown}\n")
         self.status = 0
 
     def _local_multirepl(self, args, command) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import threading
 
 import pytest
 from daemon_harness import IPUOS, runtime_dir, shared_machine, wait_for  # noqa: F401
@@ -139,6 +140,31 @@ def test_get_gives_host_files_the_usual_mode_and_names_them_in_errors(shared_mac
     assert (tmp_path / "kept").read_bytes() == b"hi\n"
     assert done.stderr.splitlines() == ["get: no-such-dir/x: No such file or directory"]
     assert sorted(os.listdir(tmp_path)) == ["fresh", "kept"]  # no temporary left behind
+
+
+def test_get_writes_through_a_symlink_and_into_a_fifo_never_replacing_them(shared_machine, tmp_path):
+    (tmp_path / "target").write_bytes(b"old")
+    (tmp_path / "link").symlink_to("target")
+    os.mkfifo(tmp_path / "fifo")
+    received = []
+    reader = threading.Thread(target=lambda: received.append((tmp_path / "fifo").read_bytes()))
+    reader.start()
+    done = shell(shared_machine, "echo new > /tiles/4/g; get /tiles/4/g link; get /tiles/4/g fifo; "
+                 "get /tiles/4/g ''", cwd=tmp_path)
+    reader.join(10)
+    assert done.returncode == 2
+    assert done.stderr == "get: the host file name is empty\n"
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "target").read_bytes() == b"new\n"
+    assert stat.S_ISFIFO((tmp_path / "fifo").lstat().st_mode) and received == [b"new\n"]
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "link", "target"]
+
+
+def test_a_line_that_is_not_utf8_is_skipped_with_a_message(shared_machine):
+    done = subprocess.run([IPUOS, "shell"], input=b"echo \xff\nmkdir /utf8-after/\nls /utf8-after\n",
+                          capture_output=True, env=shared_machine.env(), timeout=60)
+    assert done.returncode == 0  # the lines after it ran
+    assert done.stderr.decode() == "ipuos: a line that is not UTF-8 text was skipped: echo \\udcff\n"
+    assert done.stdout == b""
 
 
 def current_umask() -> int:
@@ -297,6 +323,10 @@ def test_help_lists_every_command(shared_machine):
 
 def test_exit_sets_the_status(shared_machine):
     assert shell(shared_machine, "echo a; exit 4; echo never").returncode == 4
+    assert shell(shared_machine, "exit -1").returncode == 255
+    for bad in ("--5", "\u00b2", "x"):
+        done = shell(shared_machine, f"exit {bad}")
+        assert (done.returncode, done.stderr) == (2, "exit: usage: exit [STATUS]\n")
     done = shell(shared_machine, stdin="echo a\nexit\necho never\n")
     assert (done.returncode, done.stdout) == (0, "a\n")
 
