@@ -752,6 +752,7 @@ class Filesystem:
         """Delete a file (EISDIR for a directory: use :meth:`rmdir`)."""
         path = self._path(path)
         self._run("remove", path, None, _remove_typed, path, False)
+        self._detach(path)
 
     unlink = remove
 
@@ -767,10 +768,20 @@ class Filesystem:
         base = src.rstrip("/")
         moving = [file for file in self._open
                   if file._handle is not None and (file.path == base or file.path.startswith(base + "/"))]
+        replaced = [file for file in self._open if file.path == dst.rstrip("/") and file not in moving]
         if moving:
             self._run("rename", src, dst, _rename_open, src, dst, inside, moving)
         else:
             self._run("rename", src, dst, _rename, src, dst, inside)
+        for file in replaced:
+            file._detached = True
+
+    def _detach(self, path: str) -> None:
+        """Files open at ``path`` no longer have a name: another file made there later is
+        not theirs (see :func:`_catch_up`)."""
+        for file in self._open:
+            if file.path == path:
+                file._detached = True
 
     # -- attributes ----------------------------------------------------------------------
 
@@ -907,7 +918,7 @@ class Filesystem:
         # a file with nothing uncommitted loses nothing: it is opened again afterwards
         keep = []
         for file in self._open:
-            if file._handle is not culprit and not file._unsynced:
+            if file._handle is not culprit and not file._unsynced and not file._detached:
                 keep.append((file, lfs.file_tell(self._lfs, file._handle)))
             else:
                 file.lost = lost
@@ -1218,7 +1229,8 @@ class File:
     bits while the file is open and not lost, else 0) standing for ``_check``.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "_detached",
+                 "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1228,6 +1240,8 @@ class File:
         self.closed = False
         #: written (or truncated) since opened or last synced: a remount would lose that
         self._unsynced = bool(flags & _LFS_TRUNC)
+        #: removed, or replaced by a rename, while open: its path names another file now
+        self._detached = False
         #: why the file was taken away from under its user (the filesystem was remounted)
         self.lost: str | None = None
         #: ``flags & 3`` while the file may be used, 0 once closed or lost
@@ -1366,7 +1380,10 @@ def _read_clamped(handle, file_handle, size: int) -> bytes:
 def _catch_up(handle, file: File) -> bool:
     """If the file has grown since ``file``'s handle was opened (another handle committed
     more), give it a new handle at the same position, and say so. Only for a handle with
-    nothing uncommitted of its own (closing it writes nothing)."""
+    nothing uncommitted of its own (closing it writes nothing), and only while its path
+    is still its own file's: after a replace the reader must not see a mix of two."""
+    if file._detached:
+        return False
     try:
         info = lfs.stat(handle, file.path, _ENCODING)
     except LittleFSError:

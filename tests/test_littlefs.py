@@ -648,6 +648,29 @@ def test_a_reader_at_the_end_sees_what_another_handle_committed_since():
     fs.unmount()
 
 
+def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
+    # another file at its name is not its own file grown: no mix of the two
+    fs = Filesystem(MemoryDevice.new(512, 64))
+    fs.format()
+    fs.mount()
+    for name in ("/a", "/b"):
+        with fs.open(name, "w") as f:
+            f.write(b"old " * 10)
+    replaced, removed = fs.open("/a", "r"), fs.open("/b", "r")
+    assert replaced.read(8) == removed.read(8) == b"old old "
+    with fs.open("/new", "w") as f:
+        f.write(b"NEW " * 100)
+    fs.rename("/new", "/a")
+    fs.remove("/b")
+    with fs.open("/b", "w") as f:
+        f.write(b"NEW " * 100)
+    assert replaced.read(1000) == removed.read(1000) == b"old " * 8
+    assert replaced.read(10) == removed.read(10) == b""
+    replaced.close()
+    removed.close()
+    fs.unmount()
+
+
 def test_the_file_whose_write_ran_out_of_space_syncs_and_closes_quietly():
     # its writer has ENOSPC already; cp and tar must not also see EIO when they close it
     fs = Filesystem(MemoryDevice.new(512, 32))
