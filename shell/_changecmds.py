@@ -30,11 +30,14 @@ def _join(directory: str, name: str) -> str:
 
 
 def _same_file_key(path: str) -> str:
-    """Tile 0's own files seen through ``/tiles/0`` are the same files."""
+    """Tile 0's own files seen through ``/tiles/0`` are the same files. (Not its mount
+    points: ``/tiles/0/chip`` is a name on tile 0's own disk, not the chip disk.)"""
     if path == "/tiles/0":
         return "/"
     if path.startswith("/tiles/0/"):
-        return path[len("/tiles/0"):]
+        inner = path[len("/tiles/0"):]
+        top = inner[1:].partition("/")[0]
+        return "/tiles/0" + inner if top in ("chip", "tiles") else inner
     return path
 
 
@@ -181,14 +184,17 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
     into = sh.fs.isdir(dest)
     if len(sources) > 1 and not into:
         raise Usage(f"target {dest!r} is not a directory")
+    if dest.endswith("/") and not into:  # a directory was meant, and there is none
+        sh.error(f"{dest}: {'Not a directory' if sh.fs.exists(dest.rstrip('/')) else 'No such file or directory'}")
+        return []
     pairs = []
     for source in sources:
         target = _join(dest, _name_of(source)) if into else dest
-        src_full, dst_full = sh.fs.abspath(source), sh.fs.abspath(target)
-        if _same_file_key(src_full) == _same_file_key(dst_full):
+        src_key, dst_key = _same_file_key(sh.fs.abspath(source)), _same_file_key(sh.fs.abspath(target))
+        if src_key == dst_key:
             sh.error(f"{source} and {target} are the same file")
             continue
-        if dst_full.startswith(src_full.rstrip("/") + "/"):
+        if dst_key.startswith(src_key.rstrip("/") + "/"):  # (through /tiles/0 too)
             sh.error(f"cannot copy or move {source} into itself ({target})")
             continue
         pairs.append((source, target))

@@ -192,6 +192,18 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
         "cp: /b.txt and /tiles/0/b.txt are the same file",
         "cp: cannot copy or move /chip/tree into itself (/chip/tree/sub/tree)",
     ]
+    # tile 0's own files are the same seen through /tiles/0; its /chip there is a plain name
+    done = shell(shared_machine, "mkdir -p /self/in; echo z > /self/z; cp -r /self /tiles/0/self/in; "
+                 "mv /self /tiles/0/self/in/deeper; cp /self/z /chip/nodir/; cp /self/z /self/z/; "
+                 "cp /tiles/0/chip/y /chip/y; ls /self /self/in")
+    assert done.stderr.splitlines() == [
+        "cp: cannot copy or move /self into itself (/tiles/0/self/in/self)",
+        "mv: cannot copy or move /self into itself (/tiles/0/self/in/deeper)",
+        "cp: /chip/nodir/: No such file or directory",
+        "cp: /self/z/: Not a directory",
+        "cp: /tiles/0/chip/y: No such file or directory",
+    ]
+    assert done.stdout == "/self:\nin/\nz\n\n/self/in:\n"  # nothing was copied into itself
 
 
 def test_mv_between_filesystems_copies_then_removes(shared_machine):
