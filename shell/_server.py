@@ -244,23 +244,31 @@ class ShellServer:
         a directory gets ``name`` inside it). Returns the absolute path written."""
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
-        if offset == 0:
-            target = resolve_target(fs, path, name)
-            file = fs.open_raw(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        else:
-            target = path
-            file = fs.open_raw(target, os.O_WRONLY)
-            file.seek(offset)
-        with file:
-            file.write(data)
+        target = path
+        try:
+            if offset == 0:
+                target = resolve_target(fs, path, name)
+                file = fs.open_raw(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            else:
+                file = fs.open_raw(target, os.O_WRONLY)
+                file.seek(offset)
+            with file:
+                file.write(data)
+        except OSError as exc:
+            exc.filename = target  # the shell's name (another tile's error names its own path)
+            raise
         return target
 
     def _serve_get(self, tile, sid, path, offset, size) -> bytes:
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
-        with fs.open(path, "rb") as file:
-            file.seek(offset)
-            return file.read(size)
+        try:
+            with fs.open(path, "rb") as file:
+                file.seek(offset)
+                return file.read(size)
+        except OSError as exc:
+            exc.filename = path
+            raise
 
 
 def _expand(fs: SessionFs, words) -> list[str]:

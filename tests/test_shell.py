@@ -122,10 +122,13 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
     assert (tmp_path / "back" / "blob.bin").read_bytes() == data
     assert (tmp_path / "back" / "empty2").read_bytes() == b""
     assert f" {len(data)} " in done.stdout
-    done = shell(shared_machine, "put no-such-file /chip; get /chip/nothing here", cwd=tmp_path)
+    done = shell(shared_machine, "put no-such-file /chip; get /chip/nothing here; "
+                 "put blob.bin /tiles/6/big; get /tiles/6/nothing here", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["put: no-such-file: No such file or directory",
-                                        "get: /chip/nothing: No such file or directory"]
+                                        "get: /chip/nothing: No such file or directory",
+                                        "put: /tiles/6/big: No space left on device",  # (a 16 KiB disk)
+                                        "get: /tiles/6/nothing: No such file or directory"]
     assert not (tmp_path / "here").exists()
 
 
