@@ -165,6 +165,15 @@ class ShellServer:
         except ShellSyntaxError as exc:
             output.write("err", f"sh: {exc}\n")
             return 2
+        for index, command in enumerate(commands):
+            if _enters_repl(command):
+                if command.redirect is not None:
+                    output.write("err", f"{command.name}: a repl's output cannot be redirected\n")
+                    return 2
+                if index != len(commands) - 1:
+                    output.write("err", f"{command.name}: must be the last command on its line "
+                                        "(the lines that follow are its input)\n")
+                    return 2
         status = session.status
         for command in commands:
             status = self._run_command(tile, session, vfs, command, payload, output)
@@ -269,6 +278,12 @@ class ShellServer:
         except OSError as exc:
             exc.filename = path
             raise
+
+
+def _enters_repl(command) -> bool:
+    """multirepl, and python without -c: they take the lines that follow."""
+    words = [word.text for word in command.words[1:]]
+    return command.name == "multirepl" or (command.name == "python" and "-c" not in words)
 
 
 def _expand(fs: SessionFs, words) -> list[str]:

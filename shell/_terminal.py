@@ -169,6 +169,10 @@ class Terminal:
             if commands:
                 self._execute(line)
             return
+        if any(command.name == "multirepl" for command in commands[:-1]):
+            self._fail("multirepl", "must be the last command on its line (the lines that follow "
+                       "are its input)", 2)
+            return
         for command in commands:
             if _is_local(command):
                 self._run_local(command)

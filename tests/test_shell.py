@@ -280,6 +280,20 @@ def test_python_on_tile_0_keeps_its_names(shared_machine):
     assert done.returncode == 1 and "SyntaxError" in done.stderr
 
 
+def test_a_repl_is_the_last_command_of_its_line_and_not_redirected(shared_machine, tmp_path):
+    (tmp_path / "words").write_text("a b\n")
+    message = "must be the last command on its line (the lines that follow are its input)"
+    for line, error in (("python; echo never > /repl-ran", f"python: {message}"),
+                        ("multirepl --tiles 0-1; echo never > /repl-ran", f"multirepl: {message}"),
+                        ("multirepl --tiles 0-1 --data words; echo never > /repl-ran", f"multirepl: {message}"),
+                        ("echo old > /repl-out; multirepl --tiles 0-1 > /repl-out",
+                         "multirepl: a repl's output cannot be redirected")):
+        done = shell(shared_machine, line, cwd=tmp_path)
+        assert (done.returncode, done.stderr) == (2, error + "\n"), line
+    assert shell(shared_machine, "ls /repl-ran").returncode == 1  # nothing of those lines ran
+    assert shell(shared_machine, "ls /repl-out").returncode == 1  # (not even the echo before it)
+
+
 def test_python_mode_from_a_pipe(shared_machine):
     done = shell(shared_machine, stdin="python\nfor i in range(3):\n    print(i * i)\n\ntotal = 5\n"
                  "total + 1\n")
