@@ -43,6 +43,8 @@ def _same_file_key(path: str) -> str:
 
 def _protected(sh, path: str) -> str | None:
     """Why ``path`` must not be removed or moved wholesale, or None."""
+    if path.rstrip("/").rpartition("/")[2] in (".", ".."):
+        return "refusing to remove '.' or '..'"  # (POSIX rm: the cwd would be left nowhere)
     full = sh.fs.abspath(path)
     if full == "/":
         return "refusing to remove the root directory"

@@ -46,6 +46,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "cat /tiles/99/x", "cat: /tiles/99/x: No such file or directory", 1),
     ("", "rm -r /tiles/3", "rm: /tiles/3: a tile's files are not removed wholesale", 1),
     ("", "rm -r /", "rm: /: refusing to remove the root directory", 1),
+    ("mkdir -p /e7/d", "cd /e7/d; rm -r ..", "rm: ..: refusing to remove '.' or '..'", 1),
+    ("mkdir -p /e8", "cd /e8; rm -r .", "rm: .: refusing to remove '.' or '..'", 1),
     ("touch /e6", "mv /e6 /tiles/2", None, 0),
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
     ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
