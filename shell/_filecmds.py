@@ -141,23 +141,25 @@ def _cat(sh, args):
     return sh.status
 
 
-def _line_count(args: list[str]) -> tuple[int, list[str]]:
-    args = [f"-n{arg[1:]}" if re.fullmatch(r"-\d+", arg) else arg for arg in args]
+def _line_count(args: list[str]) -> tuple[int, bool, list[str]]:
+    """(N, whether it was +N, files) of ``head``/``tail`` arguments (``-N`` is ``-n N``)."""
+    args = [f"-n{arg[1:]}" if re.fullmatch(r"-[0-9]+", arg) and (i == 0 or args[i - 1] != "-n") else arg
+            for i, arg in enumerate(args)]
     opts, paths = options(args, "n:")
-    try:
-        count = int(opts.get("-n", "10"))
-    except ValueError:
-        raise Usage(f"invalid number of lines: {opts['-n']!r}") from None
+    text = opts.get("-n", "10")
+    if not re.fullmatch(r"[-+]?[0-9]+", text):
+        raise Usage(f"invalid number of lines: {text!r}")
+    count = int(text)
     if count < 0:
         raise Usage("the number of lines cannot be negative")
     if not paths:
         raise Usage("missing file operand")
-    return count, paths
+    return count, text.startswith("+"), paths
 
 
 @command("head", "head [-n N] FILE...", "print the first N lines (default 10)")
 def _head(sh, args):
-    count, paths = _line_count(args)
+    count, _, paths = _line_count(args)
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:
@@ -176,13 +178,13 @@ def _head(sh, args):
     return sh.status
 
 
-@command("tail", "tail [-n N] FILE...", "print the last N lines (default 10)")
+@command("tail", "tail [-n N] FILE...", "print the last N lines (default 10; -n +N: from line N)")
 def _tail(sh, args):
-    count, paths = _line_count(args)
+    count, from_start, paths = _line_count(args)
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:
-                data = _last_lines(sh, file, count)
+                data = _from_line(sh, file, count) if from_start else _last_lines(sh, file, count)
         except OSError as exc:
             sh.oserror(exc)
             continue
@@ -190,6 +192,15 @@ def _tail(sh, args):
             sh.write(("\n" if index else "") + f"==> {path} <==\n")
         sh.write(data.decode("utf-8", "replace"))
     return sh.status
+
+
+def _from_line(sh, file, first: int) -> bytes:
+    """Everything from line ``first`` (1-based; 0 is 1, as in tail) to the end."""
+    for _ in range(max(0, first - 1)):
+        sh.check()
+        if not file.readline():
+            return b""
+    return file.read()
 
 
 def _last_lines(sh, file, count: int) -> bytes:
@@ -256,10 +267,9 @@ def _stat(sh, args):
 @command("tree", "tree [-L DEPTH] [PATH]", "show a directory tree")
 def _tree(sh, args):
     opts, paths = options(args, "L:")
-    try:
-        depth = int(opts["-L"]) if "-L" in opts else None
-    except ValueError:
-        raise Usage(f"invalid depth: {opts['-L']!r}") from None
+    if "-L" in opts and not re.fullmatch(r"[0-9]+", opts["-L"]):
+        raise Usage(f"invalid depth: {opts['-L']!r}")
+    depth = int(opts["-L"]) if "-L" in opts else None
     if len(paths) > 1:
         raise Usage("one directory at a time")
     top = paths[0] if paths else "."

@@ -168,10 +168,13 @@ def _mount(sh, args):
     if rest:
         raise Usage("mount lists mounts; mount --ram SIZE DIR makes a RAM disk")
     if "--tile" in opts:
+        text = opts["--tile"]
+        if not (text.isascii() and text.isdigit()):
+            return sh.error(f"--tile: {text!r} is not a tile number", 2)
+        tile = int(text)
         try:
-            tile = int(opts["--tile"])
             parse_tiles([tile], sh.server.scheduler.ntiles)
-        except (ValueError, TileSpecError) as exc:
+        except TileSpecError as exc:
             return sh.error(f"--tile: {exc}", 2)
         mounts = sh.server.scheduler.call_tile(sh.tile, tile, "fs.mounts")
     else:

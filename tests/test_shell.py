@@ -50,6 +50,9 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("mkdir -p /e8", "cd /e8; rm -r .", "rm: .: refusing to remove '.' or '..'", 1),
     ("touch /e6", "mv /e6 /tiles/2", None, 0),
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
+    ("", "head -n -3 /e6", "head: the number of lines cannot be negative\nusage: head [-n N] FILE...", 2),
+    ("", "tree -L -2 /", "tree: invalid depth: '-2'\nusage: tree [-L DEPTH] [PATH]", 2),
+    ("", "mount --tile x", "mount: --tile: 'x' is not a tile number", 2),
     ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
     ("", "ls | wc", "sh: syntax error near '|': pipes are not supported", 2),
     ("", "echo hi > /", "sh: /: Is a directory", 1),
@@ -219,6 +222,12 @@ def test_mv_between_filesystems_copies_then_removes(shared_machine):
     assert done.stderr == "ls: /tiles/4/m: No such file or directory\n"
     done = shell(shared_machine, "mv /chip/m/d/f /chip/m/g; ls /chip/m")
     assert done.stdout == "d/\ng\n"
+
+
+def test_tail_from_a_line(shared_machine):
+    done = shell(shared_machine, "echo 1 > /tl; echo 2 >> /tl; echo 3 >> /tl; tail -n +2 /tl; tail -n +1 /tl; "
+                 "tail -n +9 /tl; tail -n 1 /tl")
+    assert (done.returncode, done.stdout) == (0, "2\n3\n" "1\n2\n3\n" "" "3\n")
 
 
 def test_globs_redirection_head_and_tail(shared_machine):
