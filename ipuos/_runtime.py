@@ -407,11 +407,9 @@ def _global_resolver(namespace: dict, ctx: TileContext):
     def resolve(module: str, qualname: str):
         try:
             if module == namespace.get("__name__"):
-                target = None
                 scope = namespace
             else:
-                target = ctx.import_module(module, namespace, None, ("__name__",))
-                scope = vars(target)
+                scope = vars(ctx.import_module(module, namespace, None, ("__name__",)))
             first, *rest = qualname.split(".")
             target = scope[first]
             for part in rest:
