@@ -583,9 +583,7 @@ def test_filling_the_disk_never_aborts_the_process():
 
 
 def test_after_enospc_only_uncommitted_writes_are_lost_and_the_filesystem_goes_on():
-    fs = Filesystem(MemoryDevice.new(512, 32))
-    fs.format()
-    fs.mount()
+    fs = formatted(MemoryDevice.new(512, 32))
     with fs.open("/kept", "w") as f:
         f.write(b"synced before")
     bystander = fs.open("/kept", "r")
@@ -625,9 +623,7 @@ def test_after_enospc_only_uncommitted_writes_are_lost_and_the_filesystem_goes_o
 
 def test_a_reader_at_the_end_sees_what_another_handle_committed_since():
     # littlefs gives each handle the file as it was when opened: tail -f would wait forever
-    fs = Filesystem(MemoryDevice.new(512, 64))
-    fs.format()
-    fs.mount()
+    fs = formatted(MemoryDevice.new(512, 64))
     with fs.open("/log", "w") as f:
         f.write(b"one\n")
     reader = fs.open("/log", "r")
@@ -650,9 +646,7 @@ def test_a_reader_at_the_end_sees_what_another_handle_committed_since():
 
 def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
     # another file at its name is not its own file grown: no mix of the two
-    fs = Filesystem(MemoryDevice.new(512, 64))
-    fs.format()
-    fs.mount()
+    fs = formatted(MemoryDevice.new(512, 64))
     for name in ("/a", "/b"):
         with fs.open(name, "w") as f:
             f.write(b"old " * 10)
@@ -673,9 +667,7 @@ def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
 
 def test_the_file_whose_write_ran_out_of_space_syncs_and_closes_quietly():
     # its writer has ENOSPC already; cp and tar must not also see EIO when they close it
-    fs = Filesystem(MemoryDevice.new(512, 32))
-    fs.format()
-    fs.mount()
+    fs = formatted(MemoryDevice.new(512, 32))
     big = fs.open("/big", "w")
     with pytest.raises(OSError) as info:
         big.write(bytes(512 * 40))
