@@ -146,13 +146,17 @@ class DaemonTransport:
     def put(self, path: str, chunks, name: str) -> str:
         offset = 0
         target = path
-        for data in itertools.chain(chunks, [b""]):
-            if data or offset == 0:
-                result, _ = self._call("shell.put", {"path": target, "name": name, "offset": offset},
-                                       data, timeout=120.0)
-                target = result["path"]
-                offset += len(data)
-        return target
+        chunks = iter(chunks)
+        data = next(chunks, b"")
+        while True:
+            following = next(chunks, None)  # the last chunk says so: the file is put in place then
+            result, _ = self._call("shell.put", {"path": target, "name": name, "offset": offset,
+                                                 "last": following is None}, data, timeout=120.0)
+            target = result["path"]
+            offset += len(data)
+            if following is None:
+                return target
+            data = following
 
     def get(self, path: str):
         offset = 0

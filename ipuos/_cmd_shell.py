@@ -8,7 +8,7 @@ there and answers back:
 | ``shell.attach`` | width | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
 | ``shell.exec`` | session, seq, line, eof, width; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
 | ``shell.complete`` | session, text | ``{"start", "words"}`` |
-| ``shell.put`` | session, path, name, offset; payload | writes a chunk of a host file; ``{"path"}`` |
+| ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` |
 | ``shell.get`` | session, path, offset, size | a chunk of a chip file as the payload |
 
 Keeping ``shell.attach`` in flight for the session's life does two things: the
@@ -227,7 +227,7 @@ def _complete(call: Call):
 
 
 @command("shell.put", Arg("session", int), Arg("path", str), Arg("name", str), Arg("offset", int),
-         timeout=120.0)
+         Arg("last", bool, True), timeout=120.0)
 def _put(call: Call):
     """Write the payload (a chunk of a host file) at ``offset`` of ``path`` on the chip."""
     _server(call.host)
@@ -235,7 +235,7 @@ def _put(call: Call):
     if args["offset"] < 0:
         raise CommandError("bad_request", "the offset cannot be negative")
     path = _ask(call, "shell.put", args["session"], args["path"], args["name"], call.payload,
-                args["offset"], timeout=110.0)
+                args["offset"], args["last"], timeout=110.0)
     return {"path": path}
 
 

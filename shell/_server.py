@@ -8,7 +8,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 | ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
 | ``shell.exec`` | session, seq, line, payload, eof, width, emit | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
-| ``shell.put`` | session, path, host name, bytes, offset | the path written |
+| ``shell.put`` | session, path, host name, bytes, offset, last | the path written |
 | ``shell.get`` | session, path, offset, size | bytes (short at the end) |
 | ``shell.close`` | session | None |
 | ``shell.df`` / ``shell.meminfo`` | | a tile's disk use / SRAM regions (every tile) |
@@ -29,9 +29,11 @@ any; long commands check the mark between steps (:meth:`Context.check`) and stop
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
+import posixpath
 
 from ipuos.scheduler import JobAborted, TileInterrupt
 from ipuos.vfs import DISK_REGION, existing_vfs
@@ -126,6 +128,7 @@ class ShellServer:
         session = self.sessions.pop(sid, None)
         tile.kernel_data.get(SESSIONS_KEY, {}).pop(sid, None)
         if session is not None:
+            session.drop_put(SessionFs(self.vfs_of(tile), session))  # a put cut short
             session.close()
 
     # -- a line --------------------------------------------------------------------------------
@@ -248,22 +251,31 @@ class ShellServer:
         session = self._session(tile, sid)
         return complete(SessionFs(self.vfs_of(tile), session), session, text)
 
-    def _serve_put(self, tile, sid, path, name, data, offset) -> str:
-        """Write host bytes at ``offset`` of ``path`` (offset 0 creates or truncates it;
-        a directory gets ``name`` inside it). Returns the absolute path written."""
+    def _serve_put(self, tile, sid, path, name, data, offset, last=True) -> str:
+        """Write host bytes at ``offset`` of what becomes ``path`` (a directory gets
+        ``name`` inside it) when the ``last`` chunk is in. Until then they go to a file of
+        the session's beside it, so a put that fails (no space, Ctrl-C) leaves the old
+        file, or none, as it was. Returns the absolute path written."""
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
         target = path
         try:
             if offset == 0:
                 target = resolve_target(fs, path, name)
-                file = fs.open_raw(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                session.put_temporary = posixpath.join(posixpath.dirname(target), f".ipuos-put-{sid}")
+                file = fs.open_raw(session.put_temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            elif session.put_temporary is None:
+                raise OSError(errno.EINVAL, "no put of this session is under way", path)
             else:
-                file = fs.open_raw(target, os.O_WRONLY)
+                file = fs.open_raw(session.put_temporary, os.O_WRONLY)
                 file.seek(offset)
             with file:
                 file.write(data)
+            if last:
+                fs.rename(session.put_temporary, target)
+                session.put_temporary = None
         except OSError as exc:
+            session.drop_put(fs)
             exc.filename = target  # the shell's name (another tile's error names its own path)
             raise
         return target

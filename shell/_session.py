@@ -71,6 +71,17 @@ class Session:
         self.interrupted = False
         self.job = None
         self.status = 0
+        #: where the ``put`` under way writes until its last chunk is in
+        self.put_temporary: str | None = None
+
+    def drop_put(self, fs) -> None:
+        """Remove what a put that did not finish had written (best effort)."""
+        temporary, self.put_temporary = self.put_temporary, None
+        if temporary is not None:
+            try:
+                fs.remove(temporary)
+            except OSError:
+                pass
 
     def prompt(self) -> str:
         if self.mode == PYTHON:

@@ -134,6 +134,11 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
                                         "get: /chip/nothing: No such file or directory",
                                         "put: /tiles/6/big: No space left on device",  # (a 16 KiB disk)
                                         "get: /tiles/6/nothing: No such file or directory"]
+    # a put that fails leaves the old file, or none, and nothing half-written
+    done = shell(shared_machine, "echo old > /tiles/6/kept; put blob.bin /tiles/6/kept; cat /tiles/6/kept; "
+                 "ls -a /tiles/6", cwd=tmp_path)
+    assert done.stderr == "put: /tiles/6/kept: No space left on device\n"
+    assert done.stdout.splitlines() == ["old", ".", "..", "kept"]
     assert not (tmp_path / "here").exists()
 
 
