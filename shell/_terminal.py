@@ -17,6 +17,7 @@ one job; Ctrl-D leaves the mode, Ctrl-D in the shell (or ``exit``) leaves the sh
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -225,6 +226,10 @@ class Terminal:
         if command.redirect is not None and name != "multirepl":
             self._fail(name, "cannot redirect the output of a terminal command", 2)
             return
+        if name in ("put", "get"):
+            args = self._transfer_args(name, command)
+            if args is None:
+                return
         handler = getattr(self, f"_local_{name}")
         try:
             handler(args, command)
@@ -235,6 +240,27 @@ class Terminal:
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             self._fail(name, f"{where}{exc.strerror or exc}")
+
+    def _transfer_args(self, name: str, command) -> list[str] | None:
+        """put/get words with the host file's pattern expanded here (it must match one
+        file); a pattern on the chip side is refused: it would become a literal name."""
+        args = []
+        for index, word in enumerate(command.words[1:]):
+            on_host = (index == 0) == (name == "put")
+            if word.pattern is None:
+                args.append(word.text)
+            elif not on_host:
+                self._fail(name, f"{word.text}: name the file on the chip without * ? [ ] "
+                                 "(they are not expanded here; `ls` shows the names)", 2)
+                return None
+            else:
+                matches = sorted(glob.glob(os.path.expanduser(word.pattern)))
+                if len(matches) != 1:
+                    self._fail(name, f"{word.text}: " + ("No such file or directory" if not matches
+                                                         else f"matches {len(matches)} files; {name} takes one"))
+                    return None
+                args.append(matches[0])
+        return args
 
     def _fail(self, name: str, message: str, status: int = 1) -> None:
         self._write_err(f"{name}: {message}\n")

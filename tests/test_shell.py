@@ -142,6 +142,24 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
     assert not (tmp_path / "here").exists()
 
 
+def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, tmp_path):
+    (tmp_path / "only-one.txt").write_text("one\n")
+    (tmp_path / "a.log").write_text("a")
+    (tmp_path / "b.log").write_text("b")
+    done = shell(shared_machine, "mkdir /pp; put only-*.txt /pp; cat /pp/only-one.txt", cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, "one\n")
+    for line, error in (("put *.log /pp", "put: *.log: matches 2 files; put takes one"),
+                        ("put *.none /pp", "put: *.none: No such file or directory"),
+                        ("put a.log /p*", "put: /p*: name the file on the chip without * ? [ ] "
+                                          "(they are not expanded here; `ls` shows the names)"),
+                        ("get /pp/only-* here", "get: /pp/only-*: name the file on the chip without * ? [ ] "
+                                               "(they are not expanded here; `ls` shows the names)")):
+        done = shell(shared_machine, line, cwd=tmp_path)
+        assert done.returncode in (1, 2) and done.stderr == error + "\n", line
+    assert shell(shared_machine, "ls /pp").stdout == "only-one.txt\n"  # no file named /p*
+    assert not (tmp_path / "here").exists()
+
+
 def test_get_gives_host_files_the_usual_mode_and_names_them_in_errors(shared_machine, tmp_path):
     (tmp_path / "kept").write_bytes(b"old")
     (tmp_path / "kept").chmod(0o640)
