@@ -314,13 +314,15 @@ def _du(sh, args):
             sh.oserror(exc)
             continue
         if entry.is_dir:
-            _du_below(sh, path, "-s" not in opts, top=True)
+            # from the root, /tiles/0 is tile 0's own disk a second time: count it once
+            skip = ("/tiles/0",) if sh.fs.abspath(path) == "/" else ()
+            _du_below(sh, path, "-s" not in opts, top=True, skip=skip)
         else:
             sh.print(f"{human_size(entry.size)}\t{path}")
     return sh.status
 
 
-def _du_below(sh, path: str, every: bool, top: bool = False) -> int:
+def _du_below(sh, path: str, every: bool, top: bool = False, skip: tuple = ()) -> int:
     sh.check()
     total = 0
     try:
@@ -330,7 +332,9 @@ def _du_below(sh, path: str, every: bool, top: bool = False) -> int:
         return 0
     for entry in sorted(entries, key=lambda e: e.name):
         if entry.is_dir:
-            total += _du_below(sh, _join(path, entry.name), every)
+            child = _join(path, entry.name)
+            if not skip or sh.fs.abspath(child) not in skip:
+                total += _du_below(sh, child, every, skip=skip)
         else:
             total += entry.size
     if every or top:

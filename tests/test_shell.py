@@ -247,6 +247,14 @@ def test_mv_between_filesystems_copies_then_removes(shared_machine):
     assert done.stdout == "d/\ng\n"
 
 
+def test_du_of_the_root_counts_tile_0s_disk_once(shared_machine):
+    done = shell(shared_machine, "mkdir -p /du-once; du /")
+    names = [line.split("\t")[1] for line in done.stdout.splitlines()]
+    assert "/du-once" in names and "/tiles/1" in names
+    assert not any(name == "/tiles/0" or name.startswith("/tiles/0/") for name in names)
+    assert "/tiles/0" in [line.split("\t")[1] for line in shell(shared_machine, "du /tiles").stdout.splitlines()]
+
+
 def test_tail_from_a_line(shared_machine):
     done = shell(shared_machine, "echo 1 > /tl; echo 2 >> /tl; echo 3 >> /tl; tail -n +2 /tl; tail -n +1 /tl; "
                  "tail -n +9 /tl; tail -n 1 /tl")
