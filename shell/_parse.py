@@ -11,7 +11,9 @@ something else.
 * ``;`` (or a newline) ends a command; ``# ...`` at the start of a word is a comment;
 * ``> FILE`` and ``>> FILE`` send the command's output to a file on the chip;
 * ``*``, ``?`` and ``[...]`` in an unquoted word are glob patterns (expanded against
-  the chip's files by the caller: :attr:`Word.glob`).
+  the chip's files by the caller: :attr:`Word.glob`);
+* ``$NAME``, ``${...}`` and ``2>`` are syntax errors (a literal ``$`` is quoted ``'$'``,
+  or stands before a blank or a character sh would not expand).
 
 The same parser runs on both sides: tile 0 executes the commands, and the terminal
 front-end uses it to find the commands it carries out itself (``put``, ``get``...),
@@ -109,7 +111,11 @@ def parse_line(line: str) -> list[Command]:
         for token, why in _UNSUPPORTED.items():
             if line.startswith(token, pos):
                 raise ShellSyntaxError(f"syntax error near {token!r}: {why}")
+        word_start = pos
         word, pos = _read_word(line, pos)
+        if line.startswith(">", pos) and line[word_start:pos].isdigit():
+            raise ShellSyntaxError(f"syntax error near {line[word_start:pos + 1]!r}: redirecting a "
+                                   "numbered stream is not supported (> sends the output)")
         if pending_redirect is not None:
             redirect = (word, pending_redirect)
             pending_redirect = None
@@ -128,6 +134,14 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
     def literal(text: str) -> None:
         parts.append(text)
         pattern.append("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text))
+
+    def no_variable(at: int) -> None:
+        # $NAME, ${...} and $1 would be expanded by sh (unquoted or in "..."): refuse them
+        following = line[at + 1 : at + 2]
+        if following and (following.isalnum() or following in "_{?#@*!$-"):
+            name = line[at : at + 2] if not following.isalnum() else line[at:].split()[0].split('"')[0]
+            raise ShellSyntaxError(f"syntax error near {name!r}: variables are not supported "
+                                   "(quote a literal $ as '$')")
 
     while pos < n:
         char = line[pos]
@@ -154,6 +168,8 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
                     literal(line[pos + 1])
                     pos += 2
                 else:
+                    if char == "$":
+                        no_variable(pos)
                     literal(char)
                     pos += 1
         elif char == "\\":
@@ -164,6 +180,8 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
         else:
             if char in _GLOB_CHARS:
                 glob = True
+            elif char == "$":
+                no_variable(pos)
             parts.append(char)
             pattern.append(char)
             pos += 1

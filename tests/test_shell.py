@@ -46,8 +46,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "cat /tiles/99/x", "cat: /tiles/99/x: No such file or directory", 1),
     ("", "rm -r /tiles/3", "rm: /tiles/3: a tile's files are not removed wholesale", 1),
     ("", "rm -r /", "rm: /: refusing to remove the root directory", 1),
-    ("mkdir -p /e7/d", "cd /e7/d; rm -r ..", "rm: ..: refusing to remove '.' or '..'", 1),
-    ("mkdir -p /e8", "cd /e8; rm -r .", "rm: .: refusing to remove '.' or '..'", 1),
+    ("mkdir -p /tiles/5/e7/d", "cd /tiles/5/e7/d; rm -r ..", "rm: ..: refusing to remove '.' or '..'", 1),
+    ("mkdir -p /tiles/5/e8", "cd /tiles/5/e8; rm -r .", "rm: .: refusing to remove '.' or '..'", 1),
     ("touch /e6", "mv /e6 /tiles/2", None, 0),
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
     ("", "head -n -3 /e6", "head: the number of lines cannot be negative\nusage: head [-n N] FILE...", 2),
@@ -156,7 +156,7 @@ def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, 
                                                "(they are not expanded here; `ls` shows the names)")):
         done = shell(shared_machine, line, cwd=tmp_path)
         assert done.returncode in (1, 2) and done.stderr == error + "\n", line
-    assert shell(shared_machine, "ls /pp").stdout == "only-one.txt\n"  # no file named /p*
+    assert shell(shared_machine, "ls /pp; rm -r /pp").stdout == "only-one.txt\n"  # no file named /p*
     assert not (tmp_path / "here").exists()
 
 
@@ -196,6 +196,7 @@ def test_a_line_that_is_not_utf8_is_skipped_with_a_message(shared_machine):
     assert done.returncode == 0  # the lines after it ran
     assert done.stderr.decode() == "ipuos: a line that is not UTF-8 text was skipped: echo \\udcff\n"
     assert done.stdout == b""
+    assert shell(shared_machine, "rmdir /utf8-after").returncode == 0
 
 
 def current_umask() -> int:
@@ -235,6 +236,7 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
         "cp: /tiles/0/chip/y: No such file or directory",
     ]
     assert done.stdout == "/self:\nin/\nz\n\n/self/in:\n"  # nothing was copied into itself
+    assert shell(shared_machine, "rm -r /self").returncode == 0  # (tile 0's disk is small)
 
 
 def test_mv_between_filesystems_copies_then_removes(shared_machine):
@@ -248,7 +250,7 @@ def test_mv_between_filesystems_copies_then_removes(shared_machine):
 
 
 def test_du_of_the_root_counts_tile_0s_disk_once(shared_machine):
-    done = shell(shared_machine, "mkdir -p /du-once; du /")
+    done = shell(shared_machine, "mkdir -p /du-once; du /; rmdir /du-once")
     names = [line.split("\t")[1] for line in done.stdout.splitlines()]
     assert "/du-once" in names and "/tiles/1" in names
     assert not any(name == "/tiles/0" or name.startswith("/tiles/0/") for name in names)
@@ -257,7 +259,7 @@ def test_du_of_the_root_counts_tile_0s_disk_once(shared_machine):
 
 def test_tail_from_a_line(shared_machine):
     done = shell(shared_machine, "echo 1 > /tl; echo 2 >> /tl; echo 3 >> /tl; tail -n +2 /tl; tail -n +1 /tl; "
-                 "tail -n +9 /tl; tail -n 1 /tl")
+                 "tail -n +9 /tl; tail -n 1 /tl; rm /tl")
     assert (done.returncode, done.stdout) == (0, "2\n3\n" "1\n2\n3\n" "" "3\n")
 
 

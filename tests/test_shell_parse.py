@@ -64,10 +64,18 @@ def test_globs_are_marked_unless_quoted():
     ("echo >", "needs a file name"),
     ("> f", "needs a command"),
     ("echo a > f > g", "only one redirection"),
+    ("echo a 2> f", "redirecting a numbered stream is not supported"),
+    ("echo $HOME", "variables are not supported"),
+    ('echo "at $HOME"', "variables are not supported"),
+    ("echo ${x}", "variables are not supported"),
 ])
 def test_what_sh_would_read_differently_is_an_error(line, message):
     with pytest.raises(ShellSyntaxError, match=message.replace("(", r"\(")):
         parse_line(line)
+
+
+def test_a_dollar_sh_would_not_expand_is_literal():
+    assert argvs("echo '$HOME' costs $ 5 a$ \\$x") == [["echo", "$HOME", "costs", "$", "5", "a$", "$x"]]
 
 
 def test_quote_round_trips():
