@@ -25,6 +25,7 @@ from ._littlefs import (
     Filesystem,
     FilesystemBusyError,
     FsInfo,
+    check_mounts,
     translate_error,
 )
 from ._memory import MemoryDevice
@@ -47,4 +48,5 @@ __all__ = [
     "CorruptFilesystemError",
     "MTIME_ATTRIBUTE",
     "translate_error",
+    "check_mounts",
 ]

@@ -47,7 +47,7 @@ from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_dev
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._tilespec import format_tiles, parse_tiles
-from .blockdev import Filesystem, MemoryDevice
+from .blockdev import Filesystem, MemoryDevice, check_mounts
 
 __all__ = ["BackupError", "Cancelled", "DIGEST", "backup", "restore", "unsaved", "unsaved_state",
            "image_geometry_problems"]
@@ -342,17 +342,11 @@ def _check_chip_tile(selected: list[Device], blank: dict[str, bool], path: str) 
 def _mount_in_scratch(path: str, d: Device, data) -> None:
     """Mount a restored filesystem in scratch memory before any tile is touched, as its
     tile will (littlefs' mount walks every metadata pair); it must not write a byte."""
-    device = MemoryDevice(data, d.block_size)
-    fs = Filesystem(device)
     try:
-        fs.mount()
-        fs.unmount()
+        check_mounts(data, d.block_size)
     except OSError as exc:
         raise BackupError(f"image {path}: device {d.name!r} holds no filesystem that mounts "
-                          f"({exc}); nothing was restored") from None
-    if device.progs or device.erases:
-        raise BackupError(f"image {path}: mounting device {d.name!r} changed it; "
-                          "nothing was restored")
+                          f"without changes ({exc.strerror or exc}); nothing was restored") from None
 
 
 # -- unsaved state -----------------------------------------------------------------------------

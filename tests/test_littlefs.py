@@ -22,6 +22,7 @@ from ipuos.blockdev import (
     FilesystemBusyError,
     MemoryDevice,
     PowerLost,
+    check_mounts,
     translate_error,
 )
 from littlefs import LittleFSError
@@ -73,6 +74,26 @@ class TestErasedAsFF(FilesystemTests):
 
 
 # -- never mount or format implicitly ----------------------------------------------------
+
+
+def test_check_mounts_reads_an_image_and_never_writes_it():
+    import numpy as np
+
+    image = bytearray(512 * 32)
+    fs = formatted(MemoryDevice(image, 512))
+    with fs.open("/f", "w") as f:
+        f.write(b"x" * 2000)
+    fs.unmount()
+    before = bytes(image)
+    check_mounts(image, 512)
+    check_mounts(np.frombuffer(bytes(image), np.uint8), 512)  # (what a restore hands it)
+    assert bytes(image) == before
+    with pytest.raises(CorruptFilesystemError, match="no valid littlefs filesystem"):
+        check_mounts(bytearray(512 * 32), 512)
+    with pytest.raises(OSError):  # other geometry: the superblock does not match
+        check_mounts(image, 256)
+    with pytest.raises(ValueError, match="whole number"):
+        check_mounts(image[:-1], 512)
 
 
 def test_unformatted_sram_does_not_mount_and_is_not_touched():
