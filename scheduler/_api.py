@@ -90,7 +90,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
         try:
             payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
         except ValueError:
-            payload = encode(obj)
+            payload = encode(obj, by_name=True)
         offsets[rank] = write_out(tile, payload)
         lengths[rank] = len(payload)
         return _arrive(job, tile, key, label)
@@ -184,7 +184,7 @@ class TileAPI:
 
     def _send(self, dst: int, obj, channel: int) -> None:
         job = self._job
-        payload = encode(obj)
+        payload = encode(obj, by_name=True)
         tile = self._tile
         off = self._engine.write_out(tile, payload)
         key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
@@ -281,7 +281,7 @@ class TileAPI:
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
         if send:
-            payload = encode(obj)
+            payload = encode(obj, by_name=True)
             job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
             job.coll_len[tile.rank] = len(payload)
         return _arrive(job, tile, key, _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})")

@@ -29,13 +29,20 @@ _PICKLE = 0x50  # "P"
 IMMUTABLE_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None), range})
 
 
-def encode(obj) -> bytes:
-    """Serialise ``obj`` for the exchange; TypeError naming the type if it cannot be."""
+def encode(obj, *, by_name: bool = False) -> bytes:
+    """Serialise ``obj`` for the exchange; TypeError naming the type if it cannot be.
+
+    ``by_name``: a program's own classes and functions travel by name (see the module
+    doc). Only for what a tile program sends to tile programs, which decode it on their
+    own tile; a kernel request or reply is decoded by the scheduler, which has no program
+    to look names up in, so there such objects are refused here, when they are sent."""
     try:
         return b"M" + marshal.dumps(obj)
     except ValueError:
         pass
     try:
+        if not by_name:
+            return b"P" + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         out = io.BytesIO()
         out.write(b"P")
         _TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)

@@ -563,6 +563,27 @@ def test_a_failed_request_nobody_awaits_is_reported_not_lost():
         scheduler.stop()
 
 
+def test_a_class_only_a_program_knows_is_refused_in_kernel_requests(sched):
+    # user messages carry it by name (decoded on the receiving tile, see test_runtime);
+    # a kernel request is decoded by the scheduler, which could not: refused when sent
+    Thing = type("Thing", (), {"__module__": "defined_by_a_tile_program"})
+    sched.services["test.echo"] = lambda tile, value: value
+
+    def prog(api):
+        if api.tileid == 0:
+            try:
+                sched.call_tile(api.tile, api.job.ids[1], "test.echo", Thing())
+            except TypeError as exc:
+                return str(exc)
+        return sched.call_tile(api.tile, api.job.ids[0], "test.echo", "fine")
+
+    got = values(run(sched, prog, tiles=[0, 1]))
+    assert got[0].startswith("cannot send an object of type tuple through the exchange")
+    assert "defined_by_a_tile_program.Thing" in got[0]
+    assert got[1] == "fine"
+    assert sched.internal_errors == []
+
+
 def test_two_jobs_run_at_once_with_separate_groups(sched):
     def prog(api):
         total = api.allreduce(api.tileid)
