@@ -186,27 +186,25 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
 }
 
 
-def _tile_import(ctx: "TileContext | None", name, globals=None, locals=None, fromlist=(), level=0):
+def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(), level=0):
     if level:
         raise ImportError("relative imports are not supported on tiles")
     top = name.partition(".")[0]
-    if ctx is not None:
-        provider = ctx.extras.get("__modules__", {}).get(top)
-        if provider is not None:
-            return provider(name, fromlist)
-        if top in _PER_TILE_MODULES and name == top:
-            module = ctx.modules.get(top)
-            if module is None:
-                module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
-            return module
+    provider = ctx.extras.get("__modules__", {}).get(top)
+    if provider is not None:
+        return provider(name, fromlist)
+    if top in _PER_TILE_MODULES and name == top:
+        module = ctx.modules.get(top)
+        if module is None:
+            module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
+        return module
     if top in TILE_MODULES:
         return importlib.__import__(name, globals, locals, fromlist, level)
-    if ctx is not None:
-        finder = ctx.extras.get("__find_module__")
-        if finder is not None:
-            module = finder(name, fromlist)
-            if module is not None:
-                return module
+    finder = ctx.extras.get("__find_module__")
+    if finder is not None:
+        module = finder(name, fromlist)
+        if module is not None:
+            return module
     if top in HOST_MODULES:
         raise ImportError(
             f"module {top!r} is not available on a tile: tiles have no access to the host "
@@ -219,10 +217,6 @@ def _tile_import(ctx: "TileContext | None", name, globals=None, locals=None, fro
         "as NAME.py or NAME/__init__.py in its current directory or /lib)",
         name=name,
     )
-
-
-def _no_context_import(name, globals=None, locals=None, fromlist=(), level=0):
-    return _tile_import(None, name, globals, locals, fromlist, level)
 
 
 def _no_input(*args, **kwargs):
@@ -241,7 +235,7 @@ def _tile_exit(code=None):
 
 def _make_builtins() -> dict:
     table = dict(builtins.__dict__)
-    table["__import__"] = _no_context_import
+    del table["__import__"]  # each TileContext binds its own (see TileContext.import_module)
     table["input"] = _no_input
     table["open"] = _host_open
     table["exit"] = table["quit"] = _tile_exit
