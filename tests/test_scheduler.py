@@ -6,6 +6,7 @@ tile-program runtime is tested separately (test_runtime.py).
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -267,6 +268,34 @@ def test_mutable_collective_results_are_private(sched):
         return got["k"]
 
     assert values(run(sched, prog)) == [[r] for r in range(NTILES)]
+
+
+def test_large_bcast_lands_in_every_tile_while_the_tiles_compute():
+    # big enough (48 tiles x 96 KiB) for the background landing: the bytes must be in
+    # every receiver's SRAM by the next exchange, and the GIL switch interval the landing
+    # shortens must be back to what it was
+    ntiles, size = 48, 96 * 1024
+    sram = SRAM(ntiles, 256 * 1024)
+    scheduler = Scheduler(sram, tiles_per_chip=ntiles, exchange_out=size + 1024,
+                          exchange_in=size + 1024)
+    interval = sys.getswitchinterval()
+    scheduler.start()
+    try:
+        def prog(api):
+            got = api.bcast(bytes(range(256)) * (size // 256 - 1) if api.tileid == 5 else None, root=5)
+            total = sum(range(50_000))  # compute while the landing is in flight
+            api.sync()
+            return len(got), got[:4], total
+
+        expected = (size - 256, bytes(range(4)), sum(range(50_000)))
+        assert values(run(scheduler, prog, tiles=range(ntiles))) == [expected] * ntiles
+        payload = bytes(range(256)) * (size // 256 - 1)
+        for tile in scheduler.tiles:
+            assert payload in bytes(sram.memory(tile.id).get("exchange.in").view), tile.id
+        assert sys.getswitchinterval() == interval
+    finally:
+        scheduler.stop()
+    assert scheduler.internal_errors == []
 
 
 def test_bcast_and_gather(sched):
