@@ -113,13 +113,16 @@ class ExchangeEngine:
     def post(self, src_tile, dst_tile, abs_off: int, length: int, kind: int, meta) -> None:
         self._p2p.append((src_tile, dst_tile, abs_off, length, kind, meta))
 
-    def post_dma(self, tile, remote_tile, src_abs: int, dst_abs: int, nbytes: int, done) -> None:
-        """Copy ``nbytes`` between any two SRAM offsets at the next exchange.
+    def post_dma(self, tile, transfers, done) -> None:
+        """Copy SRAM ranges at the next exchange: ``transfers`` are ``(remote_tile, src_abs,
+        dst_abs, nbytes)`` between any two offsets of the flat SRAM.
 
-        ``remote_tile`` is the tile on the far side (its failure fails the transfer);
-        ``done(error)`` runs in the exchange phase with None or a TileFailed.
+        ``remote_tile`` is the tile on the far side (its failure fails that transfer); once
+        all have run, ``done(error)`` is called in the exchange phase with None or the
+        first TileFailed. One entry per batch, not per transfer: a chip-disk miss moves a
+        cluster of blocks, and the per-transfer bookkeeping was most of what it cost.
         """
-        self._dma.append((tile, remote_tile, src_abs, dst_abs, nbytes, done))
+        self._dma.append((tile, transfers, done))
 
     def has_posted(self) -> bool:
         return bool(self._p2p or self._dma)
@@ -185,15 +188,19 @@ class ExchangeEngine:
             return
         src_offs, dst_offs, lens, done = [], [], [], []
         per_tile = self.sram.bytes_per_tile
-        for _tile, remote, src_abs, dst_abs, nbytes, callback in posted:
-            if not remote.alive:
-                done.append((callback, TileFailed(5, f"tile {remote.id} is not answering (it has failed)")))
-                continue
-            src_offs.append(src_abs)
-            dst_offs.append(dst_abs)
-            lens.append(nbytes)
-            done.append((callback, None))
-            self._count(src_abs // per_tile, dst_abs // per_tile, nbytes)
+        count = self._count
+        for _tile, transfers, callback in posted:
+            error = None
+            for remote, src_abs, dst_abs, nbytes in transfers:
+                if not remote.alive:
+                    if error is None:
+                        error = TileFailed(5, f"tile {remote.id} is not answering (it has failed)")
+                    continue
+                src_offs.append(src_abs)
+                dst_offs.append(dst_abs)
+                lens.append(nbytes)
+                count(src_abs // per_tile, dst_abs // per_tile, nbytes)
+            done.append((callback, error))
         self.copy_segments(src_offs, dst_offs, lens, aligned=False)
         for callback, error in done:
             callback(error)

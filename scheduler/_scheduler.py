@@ -411,28 +411,24 @@ class Scheduler:
         All transfers ride one exchange. Requests are not served meanwhile: the caller is
         typically inside a filesystem operation.
         """
-        pending = len(transfers)
-        if not pending:
+        if not transfers:
             return
-        errors: list[BaseException] = []
-        state = {"left": pending}
+        outcome: list = []
 
         def done(error):
-            if error is not None:
-                errors.append(error)
-            state["left"] -= 1
-            if state["left"] == 0:
-                self._runnable.append(tile.resume)
+            outcome.append(error)
+            self._runnable.append(tile.resume)
 
-        for remote_id, src, dst, nbytes in transfers:
-            self.engine.post_dma(tile, self.tiles[remote_id], src, dst, nbytes, done)
+        tiles = self.tiles
+        self.engine.post_dma(tile, [(tiles[remote_id], src, dst, nbytes)
+                                    for remote_id, src, dst, nbytes in transfers], done)
         tile.fs_depth += 1
         try:
-            tile.wait(lambda: state["left"] == 0, what)
+            tile.wait(lambda: outcome, what)
         finally:
             tile.fs_depth -= 1
-        if errors:
-            raise errors[0]
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def wait_job(self, tile: Tile, job: Job) -> JobReport:
         """From ``tile``'s greenlet: wait until ``job`` has finished on every tile."""
