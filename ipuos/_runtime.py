@@ -35,10 +35,10 @@ from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI
 TILE_MODULES = frozenset(
     """
     __future__ abc array base64 binascii bisect calendar cmath collections colorsys
-    contextlib copy
-    dataclasses datetime decimal difflib enum fractions functools graphlib hashlib heapq
+    contextlib copy csv
+    dataclasses datetime decimal difflib enum errno fractions functools graphlib hashlib heapq
     hmac itertools json keyword math numbers operator pickle pprint random re reprlib
-    secrets statistics string struct textwrap typing unicodedata zlib
+    secrets stat statistics string struct textwrap types typing unicodedata zlib
     """.split()
 )
 

@@ -33,7 +33,8 @@ def test_namespace_has_ids_and_primitives(machine):
 
 
 @pytest.mark.parametrize("module", ["math", "random", "json", "re", "collections", "itertools",
-                                    "functools", "struct", "heapq", "bisect", "statistics"])
+                                    "functools", "struct", "heapq", "bisect", "statistics",
+                                    "errno", "stat", "csv", "types"])
 def test_pure_compute_modules_import(machine, module):
     result = run(machine, f"import {module}\nprint({module}.__name__)", tiles="0")
     assert result.ok and result.tiles[0].output == f"{module}\n"

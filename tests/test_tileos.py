@@ -227,6 +227,19 @@ def test_import_from_lib_and_the_cwd(machine):
     )
 
 
+def test_modules_with_a_bom_or_a_coding_line_import(machine):
+    # the encoding is the module's own (PEP 263), as CPython's importer reads it
+    machine.fs.makedirs(13, "/lib", exist_ok=True)
+    machine.fs.write_file(13, "/lib/bom.py", "\ufeffWORD = 'caf\u00e9'\n".encode("utf-8"))
+    machine.fs.write_file(13, "/lib/latin.py",
+                          "# -*- coding: latin-1 -*-\nWORD = 'caf\u00e9'\n".encode("latin-1"))
+    result = run(machine, """
+        import bom, latin
+        print(bom.WORD == latin.WORD == 'caf\\u00e9')
+    """, tiles="13")
+    assert output(result) == "True\n"
+
+
 def test_a_missing_module_is_a_clear_import_error(machine):
     result = run(machine, "import not_anywhere", tiles="9")
     error = result.tiles[0].error

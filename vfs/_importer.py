@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import linecache
 import types
+from importlib.util import decode_source
 from typing import Callable
 
 __all__ = ["MODULE_PATH", "TileImporter"]
@@ -81,8 +82,10 @@ class TileImporter:
         return None
 
     def _execute(self, fullname: str, filename: str, source: bytes, package_dir):
-        text = source.decode("utf-8")
-        code = compile(text, filename, "exec", dont_inherit=True)
+        # the bytes go to compile(), as CPython's importer does: a BOM or a coding line
+        # (PEP 263) decides the encoding, not an assumed UTF-8
+        code = compile(source, filename, "exec", dont_inherit=True)
+        text = decode_source(source)
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         module = types.ModuleType(fullname)
         module.__dict__.update(self._new_globals(fullname, filename))
