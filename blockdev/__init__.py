@@ -26,7 +26,9 @@ from ._littlefs import (
     FilesystemBusyError,
     FsInfo,
     check_mounts,
+    checked_seek,
     translate_error,
+    wrong_mode_error,
 )
 from ._memory import MemoryDevice
 from ._protocol import BlockDevice
@@ -49,4 +51,6 @@ __all__ = [
     "MTIME_ATTRIBUTE",
     "translate_error",
     "check_mounts",
+    "checked_seek",
+    "wrong_mode_error",
 ]

@@ -43,7 +43,9 @@ reproduced on this project's machine; this module exists to make them unreachabl
 from __future__ import annotations
 
 import errno
+import io
 import math
+import operator
 import os
 import posixpath
 import struct
@@ -65,6 +67,8 @@ __all__ = [
     "FilesystemBusyError",
     "CorruptFilesystemError",
     "MTIME_ATTRIBUTE",
+    "wrong_mode_error",
+    "checked_seek",
 ]
 
 #: custom attribute type under which ``set_mtime`` stores a file's mtime ('t')
@@ -165,6 +169,29 @@ def _no_room_for_entry(path) -> OSError:
 
 def _error(number: int, path: str | None = None, message: str | None = None) -> OSError:
     return OSError(number, message or os.strerror(number), path)
+
+
+def wrong_mode_error(path, reading: bool) -> OSError:
+    """Reading a file opened only for writing, or the reverse: what the host's files
+    raise (``io.UnsupportedOperation``, an OSError and a ValueError), with errno EBADF."""
+    return io.UnsupportedOperation(errno.EBADF, f"File not open for {'reading' if reading else 'writing'}",
+                                   path)
+
+
+#: littlefs positions are signed 32-bit (its largest file is 2 GiB - 1)
+_LFS_FILE_MAX = (1 << 31) - 1
+
+
+def checked_seek(offset, whence: int) -> int:
+    """``offset`` as an int, refusing what the host's unbuffered files refuse: a float
+    offset is a TypeError; a whence other than SEEK_SET/CUR/END, or an offset no littlefs
+    file can reach, is EINVAL (the caller names the file)."""
+    offset = operator.index(offset)
+    if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
+        raise OSError(errno.EINVAL, f"invalid whence ({whence!r}, should be 0, 1 or 2)")
+    if not -_LFS_FILE_MAX <= offset <= _LFS_FILE_MAX:
+        raise OSError(errno.EINVAL, "beyond the largest file littlefs holds (2 GiB)")
+    return offset
 
 
 # -- the littlefs callback object -----------------------------------------------------
@@ -1350,8 +1377,11 @@ class File:
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check(0, "seek")
-        if whence not in (os.SEEK_SET, os.SEEK_CUR, os.SEEK_END):
-            raise _error(errno.EINVAL, self.path, f"unsupported whence {whence!r}")
+        try:
+            offset = checked_seek(offset, whence)
+        except OSError as exc:
+            exc.filename = self.path
+            raise
         if whence == os.SEEK_END and not self._unsynced:
             self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
         return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
@@ -1419,8 +1449,7 @@ class File:
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
         if need and not self.flags & need:
-            raise _error(errno.EBADF, self.path,
-                         f"file not open for {'reading' if need == _LFS_RDONLY else 'writing'}")
+            raise wrong_mode_error(self.path, need == _LFS_RDONLY)
 
 
 #: reads asking for more than this many bytes are first cut to what the file holds

@@ -240,6 +240,40 @@ def test_modules_with_a_bom_or_a_coding_line_import(machine):
     assert output(result) == "True\n"
 
 
+def test_file_misuse_raises_what_the_hosts_files_raise(machine):
+    # on the tile's own disk, the chip disk and another tile's disk alike; errors name
+    # the file as the program wrote it
+    result = run(machine, """
+        import os, errno
+        def outcome(call):
+            try:
+                call()
+            except Exception as e:
+                return type(e).__name__, getattr(e, "errno", None), getattr(e, "filename", None)
+            return "no error"
+        for base in ("/", "/chip/", "/tiles/3/"):
+            os.makedirs(base + "w", exist_ok=True)
+            os.chdir(base + "w")
+            with open("a.bin", "wb") as f:
+                print(outcome(f.read), outcome(lambda: f.seek(1.5)), outcome(lambda: f.seek(0, 5)))
+            with open("a.bin", "rb") as f:
+                print(outcome(lambda: f.write(b"x")), outcome(lambda: f.truncate(0)),
+                      outcome(lambda: f.seek(2**40)))
+            open("f.txt", "w").close()
+            print(outcome(lambda: os.makedirs("f.txt/a/b")), outcome(lambda: open("gone.bin")))
+            for name in ("a.bin", "f.txt"):
+                os.remove(name)
+            os.chdir("..")
+            os.rmdir("w")
+    """, tiles="0")
+    expected = (
+        "('UnsupportedOperation', 9, 'a.bin') ('TypeError', None, None) ('OSError', 22, 'a.bin')\n"
+        "('UnsupportedOperation', 9, 'a.bin') ('UnsupportedOperation', 9, 'a.bin') ('OSError', 22, 'a.bin')\n"
+        "('NotADirectoryError', 20, 'f.txt/a') ('FileNotFoundError', 2, 'gone.bin')\n"
+    )
+    assert output(result) == expected * 3
+
+
 def test_a_missing_module_is_a_clear_import_error(machine):
     result = run(machine, "import not_anywhere", tiles="9")
     error = result.tiles[0].error

@@ -77,6 +77,36 @@ def test_relative_paths_follow_the_cwd(vfs):
     assert vfs.getcwd() == "/"
 
 
+def test_dot_dot_climbs_out_of_a_real_directory(vfs):
+    # as the kernel walks a path: "file/.." and "missing/.." are errors, not the parent
+    vfs.makedirs("/rd/sub")
+    with vfs.open("/rd/f.txt", "w"):
+        pass
+    vfs.chdir("/rd")
+    with pytest.raises(NotADirectoryError) as info:
+        vfs.stat("f.txt/..")
+    assert info.value.filename == "f.txt/.."
+    with pytest.raises(FileNotFoundError):
+        vfs.stat("missing/../f.txt")
+    with pytest.raises(NotADirectoryError):
+        vfs.open("/rd/f.txt/../f.txt")
+    assert vfs.listdir("sub/../sub") == [] and vfs.isdir("../rd") and vfs.isdir("../..")
+    vfs.rmdir("sub")
+    with pytest.raises(FileNotFoundError):  # what it climbed out of is gone now
+        vfs.stat("sub/..")
+
+
+def test_rmdir_of_dot_or_dot_dot_is_refused(vfs):
+    vfs.makedirs("/rd/sub")
+    vfs.chdir("/rd")
+    for path, number in ((".", errno.EINVAL), ("sub/.", errno.EINVAL), ("sub/./", errno.EINVAL),
+                         ("..", errno.ENOTEMPTY), ("sub/..", errno.ENOTEMPTY)):
+        with pytest.raises(OSError) as info:
+            vfs.rmdir(path)
+        assert errno_of(info) == number, path
+    assert vfs.isdir("/rd/sub")
+
+
 def test_bad_paths(vfs):
     with pytest.raises(FileNotFoundError):
         vfs.stat("")

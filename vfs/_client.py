@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import functools
 import os
+
+from ipuos.blockdev import checked_seek, wrong_mode_error
 
 from ._backend import fs_error
 from ._entries import Entry, make_stat
@@ -268,6 +271,19 @@ class TileFsClient(FsClient):
         return self._call_tile(self._tile, tile, service, *args)
 
 
+def _naming_errors(method):
+    """Errors from the serving tile name the path as this tile's program wrote it
+    (``/tiles/3/w/a.bin`` or ``a.bin``), not as the other tile knows it."""
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        try:
+            return method(self, *args)
+        except OSError as exc:
+            exc.filename = self.name
+            raise
+    return wrapper
+
+
 class RemoteFile(VfsFile):
     """An open file on another tile, reached through a :class:`FsClient`."""
 
@@ -293,8 +309,11 @@ class RemoteFile(VfsFile):
     def handle(self) -> int:
         return self._handle
 
+    @_naming_errors
     def read(self, size: int | None = -1) -> bytes:
         self._check_open()
+        if not self._readable:
+            raise wrong_mode_error(self.name, reading=True)
         self._send_writes()
         client = self._client
         chunk = client.chunk
@@ -311,10 +330,11 @@ class RemoteFile(VfsFile):
                 left -= len(data)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
+    @_naming_errors
     def write(self, data) -> int:
         self._check_open()
         if not self._writable:
-            raise fs_error(errno.EBADF, self.name, "file not open for writing")
+            raise wrong_mode_error(self.name, reading=False)
         view = memoryview(data).cast("B")
         count = len(view)
         if self._unsent is None:
@@ -326,32 +346,35 @@ class RemoteFile(VfsFile):
             self._send_writes()
         return count
 
+    @_naming_errors
     def seek(self, offset: int, whence: int = 0) -> int:
         self._check_open()
+        offset = checked_seek(offset, whence)
         self._send_writes()
         if whence == os.SEEK_SET:
             position = offset
         elif whence == os.SEEK_CUR:
             position = self._position + offset
-        elif whence == os.SEEK_END:
-            position = self._client.call(self._tile, "fs.seek", self._handle, offset, whence)
         else:
-            raise fs_error(errno.EINVAL, self.name, f"unsupported whence {whence!r}")
+            position = self._client.call(self._tile, "fs.seek", self._handle, offset, whence)
         if position < 0:
             raise fs_error(errno.EINVAL, self.name, "negative seek position")
         self._position = position
         return position
 
+    @_naming_errors
     def tell(self) -> int:
         self._check_open()
         self._send_writes()
         return self._position
 
+    @_naming_errors
     def size(self) -> int:
         self._check_open()
         self._send_writes()
         return self._client.call(self._tile, "fs.seek", self._handle, 0, os.SEEK_END)
 
+    @_naming_errors
     def truncate(self, size: int | None = None) -> int:
         self._check_open()
         self._send_writes()
@@ -360,6 +383,7 @@ class RemoteFile(VfsFile):
         self._client.call(self._tile, "fs.ftruncate", self._handle, size)
         return size
 
+    @_naming_errors
     def flush(self) -> None:
         self._check_open()
         self._send_writes()
@@ -367,6 +391,7 @@ class RemoteFile(VfsFile):
 
     fsync = flush
 
+    @_naming_errors
     def _close(self) -> None:
         try:
             self._send_writes()

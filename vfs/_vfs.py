@@ -294,11 +294,13 @@ class Vfs:
 
     def makedirs(self, name, mode: int = 0o777, exist_ok: bool = False) -> None:
         """``os.makedirs``: every missing directory on the way, then ``name`` itself."""
-        vpath = self._canonical(name)
-        parts = [part for part in vpath.split("/") if part]
-        current = ""
+        path = checked(name)
+        # each directory on the way is named as the caller wrote it ("d/f.txt/a"), as in
+        # the host's errors; the VFS resolves the spelling
+        parts = [part for part in path.split("/") if part]
+        current = "/" if path[0] == "/" else ""
         for index, part in enumerate(parts):
-            current += "/" + part
+            current += part if not current or current.endswith("/") else "/" + part
             last = index == len(parts) - 1
             try:
                 self.mkdir(current)
@@ -310,6 +312,11 @@ class Vfs:
             raise fs_error(errno.EEXIST, name)
 
     def rmdir(self, path) -> None:
+        last = checked(path).rstrip("/").rpartition("/")[2]
+        if last == ".":
+            raise fs_error(errno.EINVAL, path, "cannot remove '.': name the directory itself")
+        if last == "..":
+            raise fs_error(errno.ENOTEMPTY, path)
         vpath, mount, inner = self._resolve(path)
         if self._mounts.mounted_below(vpath) or vpath == "/":
             raise fs_error(errno.EBUSY, path, "a filesystem is mounted here")
@@ -441,10 +448,31 @@ class Vfs:
         if trailing and inner != "/":
             inner += "/"  # littlefs then insists on a directory
         result = (vpath, mount, inner)
+        if ".." in path and ".." in path.split("/"):
+            self._climb_checked(path)
+            return result  # not cached: what it climbs out of may change
         if len(self._resolved) >= _CACHE_LIMIT:
             self._resolved.clear()
         self._resolved[key] = result
         return result
+
+    def _climb_checked(self, path: str) -> None:
+        """A ``..`` climbs out of a directory, as the kernel walks it: ``file/..`` is
+        ENOTDIR and ``missing/..`` ENOENT, although lexically both name the parent."""
+        start = path if path[0] == "/" else self._cwd + "/" + path
+        names = [name for name in start.split("/") if name and name != "."]
+        current: list[str] = []
+        for name in names:
+            if name != "..":
+                current.append(name)
+                continue
+            if current:
+                where = "/" + "/".join(current)
+                vpath, mount, inner = self._resolve(where)
+                entry = self._on_backend(path, mount, inner, mount.backend.entry, inner)
+                if not entry.is_dir:
+                    raise fs_error(errno.ENOTDIR, path)
+                current.pop()
 
     def _on_backend(self, path, mount, inner: str, call, *args, write: bool = False,
                     exists_errno: int | None = None):
