@@ -748,15 +748,47 @@ class Filesystem:
     def _open_locked(self, handle, path: str, lfs_flags: int) -> "File":
         # registered inside the exclusive call, so an unmount can never miss a file that
         # littlefs has in its open list
+        others = self._handles_on(path) if self._open else ()
+        for other in others:
+            if other._unsynced:  # the new handle must see what the others wrote
+                lfs.file_sync(handle, other._handle)
+                other._unsynced = False
+                self._committed(other)
         file = File(self, lfs.file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
         self._open[file] = None
+        if others:  # shared from now on: see File
+            file._shared = True
+            for other in others:
+                other._shared = True
+            if file._unsynced:  # opened truncating: the others see the empty file at once
+                lfs.file_sync(handle, file._handle)
+                file._unsynced = False
+                self._committed(file)
         return file
+
+    def _handles_on(self, path: str) -> list:
+        """The usable open files whose path still names their file."""
+        return [f for f in self._open if f.path == path and f._can and not f._detached]
+
+    def _committed(self, file: "File") -> None:
+        """``file`` has just committed changes: every other handle on its path must look
+        again before it next uses the file (littlefs gives each handle its own view)."""
+        path = file.path
+        for other in self._open:
+            if other is not file and other.path == path:
+                other._stale = True
+
 
     # -- names ---------------------------------------------------------------------------
 
     def stat(self, path: str) -> FileInfo:
         path = self._path(path)
-        return _info(self._run("stat", path, None, lfs.stat, path, _ENCODING))
+        info = _info(self._run("stat", path, None, lfs.stat, path, _ENCODING))
+        if self._open and not info.is_dir:
+            size = self._run("stat", path, None, _unsynced_size, self, path.rstrip("/"))
+            if size is not None:
+                info = info._replace(size=size)
+        return info
 
     def exists(self, path: str) -> bool:
         try:
@@ -768,7 +800,15 @@ class Filesystem:
     def scandir(self, path: str = "/") -> list[FileInfo]:
         """The entries of a directory (without "." and ".."), in littlefs order."""
         path = self._path(path)
-        return self._run("scandir", path, None, _read_directory, path)
+        entries = self._run("scandir", path, None, _read_directory, path)
+        if self._open and any(f._unsynced for f in self._open):
+            base = path.rstrip("/") + "/"
+            for index, info in enumerate(entries):
+                if not info.is_dir:
+                    size = self._run("scandir", path, None, _unsynced_size, self, base + info.name)
+                    if size is not None:
+                        entries[index] = info._replace(size=size)
+        return entries
 
     def listdir(self, path: str = "/") -> list[str]:
         return [entry.name for entry in self.scandir(path)]
@@ -1077,9 +1117,15 @@ class Filesystem:
                 self._call_failed("close", file.path, None, exc)
             if callbacks.fault is not None:
                 self._raise_fault("close", file.path)
+            if file._unsynced:
+                self._committed(file)
         finally:
             self._open.pop(file, None)
             file._handle = None
+            if file._shared:
+                left = self._handles_on(file.path)
+                if len(left) == 1:
+                    left[0]._shared = False
 
 
 class _Exclusive:
@@ -1306,8 +1352,17 @@ class File:
 
     Binary only, unbuffered (littlefs caches internally). Writes are durable after
     :meth:`sync` or :meth:`close`. Every method raises ``ValueError`` once the file is
-    closed, and ``OSError(EBADF)`` for a read on a write-only file or a write on a
-    read-only one, before littlefs (which would abort the process) sees the call.
+    closed, and ``io.UnsupportedOperation`` (errno EBADF) for a read on a write-only file
+    or a write on a read-only one, before littlefs (which would abort the process) sees
+    the call.
+
+    Handles on one file agree as the host's do. littlefs gives each handle its own view
+    and commits all of it at close, so left alone the last handle closed would undo the
+    others' writes. So: opening a file commits the other handles' writes first; while
+    several are open (``_shared``) every write and truncate commits at once; a handle
+    another has committed under (``_stale``) reopens at its position before its next use;
+    an append goes to the end wherever the position is. Unshared files pay one attribute
+    test per call for this.
 
     ``read``, ``write`` and ``close`` are every program's hot path: each is
     :meth:`Filesystem._run` written out, behind one test of ``_can`` (the littlefs access
@@ -1315,7 +1370,7 @@ class File:
     """
 
     __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "_detached",
-                 "__weakref__")
+                 "_shared", "_stale", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1331,6 +1386,10 @@ class File:
         self.lost: str | None = None
         #: ``flags & 3`` while the file may be used, 0 once closed or lost
         self._can = flags & 3
+        #: another handle is open on the same file: every write is committed at once
+        self._shared = False
+        #: another handle has committed since this one's view was taken: look again first
+        self._stale = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else _mode_text(self.flags)
@@ -1352,6 +1411,8 @@ class File:
         littlefs gives each handle the file as it was when opened (or last synced): a
         read that reaches the end of that looks again, so what another handle committed
         since (``tail -f``, a reader of a log) is read too (see :func:`_catch_up`)."""
+        if self._stale:
+            self._fs._run("read", self.path, None, _refresh, self)
         if self._can & _LFS_RDONLY and type(size) is int and size > 0:
             data = self._fs._run("read", self.path, None, _read_clamped, self._handle, size)
             if len(data) < size and not self._unsynced and self._fs._run("read", self.path, None, _catch_up, self):
@@ -1372,8 +1433,25 @@ class File:
             self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
+        if self._stale or self._shared or self.flags & _LFS_APPEND:
+            return self._write_coherently(data)
         self._unsynced = True
         return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+
+    def _write_coherently(self, data) -> int:
+        """A write that other handles on the file must not lose, nor overwrite: on the
+        file as last committed, at its end in append mode (wherever the position was, as
+        on the host), committed at once while another handle is open on it."""
+        fs = self._fs
+        if self._stale:
+            fs._run("write", self.path, None, _refresh, self)
+        if self.flags & _LFS_APPEND:
+            fs._run("write", self.path, None, lfs.file_seek, self._handle, 0, os.SEEK_END)
+        self._unsynced = True
+        written = fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        if self._shared:
+            self.sync()
+        return written
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check(0, "seek")
@@ -1382,6 +1460,8 @@ class File:
         except OSError as exc:
             exc.filename = self.path
             raise
+        if self._stale:
+            self._fs._run("seek", self.path, None, _refresh, self)
         if whence == os.SEEK_END and not self._unsynced:
             self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
         return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
@@ -1394,17 +1474,23 @@ class File:
         """Cut or zero-extend the file to ``size`` (default: the current position).
         The position does not move. Returns the new size."""
         self._check(_LFS_WRONLY, "truncate")
+        if self._stale:
+            self._fs._run("truncate", self.path, None, _refresh, self)
         if size is None:
             size = self.tell()
         if size < 0:
             raise _error(errno.EINVAL, self.path, "negative size")
         self._unsynced = True
         self._fs._run("truncate", self.path, None, lfs.file_truncate, self._handle, size)
+        if self._shared:
+            self.sync()
         return size
 
     def size(self) -> int:
         """Current size, including writes not yet synced."""
         self._check(0, "size")
+        if self._stale:
+            self._fs._run("size", self.path, None, _refresh, self)
         return self._fs._run("size", self.path, None, lfs.file_size, self._handle)
 
     def sync(self) -> None:
@@ -1414,7 +1500,9 @@ class File:
             return
         self._check(0, "sync")
         self._fs._run("sync", self.path, None, lfs.file_sync, self._handle)
-        self._unsynced = False
+        if self._unsynced:
+            self._unsynced = False
+            self._fs._committed(self)
 
     def close(self, *_exc_info) -> None:
         """Commit and close. Closing twice is harmless. If the final commit fails the file
@@ -1477,16 +1565,38 @@ def _catch_up(handle, file: File) -> bool:
         return False  # removed or moved by someone else: the handle keeps what it has
     if info.type == _LFS_TYPE_DIR or info.size <= lfs.file_size(handle, file._handle):
         return False
+    _reopen_in_place(handle, file, "the file grew and could not be opened again; open it again")
+    return True
+
+
+def _unsynced_size(handle, fs: Filesystem, path: str) -> int | None:
+    """The size an open handle with uncommitted writes gives ``path``, if one does: what
+    ``stat`` reports, as the host's page cache would."""
+    for f in fs._open:
+        if f._unsynced and f.path == path and f._can and not f._detached:
+            return lfs.file_size(handle, f._handle)
+    return None
+
+
+def _refresh(handle, file: File) -> None:
+    """Give a stale handle (another handle committed since its view was taken) the file
+    as it is now, at the same position. Not a handle that was removed or replaced (its
+    path names another file), nor one with uncommitted writes of its own."""
+    file._stale = False
+    if not file._detached and not file._unsynced:
+        _reopen_in_place(handle, file, "the file changed and could not be opened again; open it again")
+
+
+def _reopen_in_place(handle, file: File, why: str) -> None:
     position = lfs.file_tell(handle, file._handle)
     lfs.file_close(handle, file._handle)
     file._handle = None
     try:
         _reopen(handle, file, file.path, position)
     except BaseException:
-        file.lost, file._can = "the file grew and could not be opened again; open it again", 0
+        file.lost, file._can = why, 0
         file._fs._open.pop(file, None)
         raise
-    return True
 
 
 def _remaining(handle, file_handle) -> int:

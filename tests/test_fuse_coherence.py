@@ -256,6 +256,35 @@ def test_a_create_is_one_request_and_a_stat_one(tiny):
     assert operations.requests - before == 4 + 20 * 2 + 20
 
 
+def test_host_appends_beside_a_tile_holding_the_file_open_all_land(tiny):
+    # ``>>`` from the host while a tile program keeps the log open for appending: each
+    # handle used to commit its own view of the file at close, and the last one won
+    job = tiny.machine.launch(
+        "import os\n"
+        "log = open('/log', 'a')\n"
+        "log.write('tile: start\\n')\n"
+        "while not os.path.exists('/go'):\n"
+        "    sync()\n"
+        "log.write('tile: end\\n')\n"
+        "log.close()\n",
+        tiles="2",
+    )
+    tiny.child("""
+        import os, sys
+        log = sys.argv[1] + "/tiles/2/log"
+        while not os.path.exists(log) or not open(log).read():
+            pass
+        for n in range(3):
+            with open(log, "a") as f:
+                f.write(f"host >> {n}\\n")
+        open(sys.argv[1] + "/tiles/2/go", "w").close()
+        print("null")
+    """)
+    assert job.wait(30).ok
+    assert tiny.machine.fs.read_file(2, "/log") == (
+        b"tile: start\nhost >> 0\nhost >> 1\nhost >> 2\ntile: end\n")
+
+
 def test_only_changes_made_elsewhere_make_the_kernel_forget(tiny):
     operations, fs = tiny.active.operations, tiny.machine.fs
     kernel = operations._kernel

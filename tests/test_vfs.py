@@ -391,13 +391,48 @@ def test_closed_and_wrong_direction(vfs):
         pickle.dumps(vfs.open("/f"))
 
 
-def test_flush_makes_data_visible_to_other_handles(vfs):
+def test_other_handles_see_writes_at_once_as_on_the_host(vfs):
+    # (as with the host's unbuffered files: the data is in the filesystem once written)
     writer = vfs.open("/f", "w")
     writer.write("early")
-    assert vfs.open("/f").read() == ""
-    writer.flush()
-    assert vfs.open("/f").read() == "early"
-    writer.close()
+    assert vfs.getsize("/f") == 5
+    reader = vfs.open("/f")
+    assert reader.read() == "early"
+    writer.write(" and late")
+    assert reader.read() == " and late" and vfs.getsize("/f") == 14
+    truncator = vfs.open("/f", "w")  # truncates at open, for every handle
+    assert reader.seek(0) == 0 and reader.read() == "" and vfs.getsize("/f") == 0
+    writer.write("!")  # at its own position, 14: the gap reads as zeros
+    assert vfs.open("/f", "rb").read() == b"\0" * 14 + b"!"
+    for f in (writer, reader, truncator):
+        f.close()
+    assert vfs.open("/f", "rb").read() == b"\0" * 14 + b"!"  # the last close changed nothing
+
+
+def test_appends_from_several_handles_all_land(vfs):
+    handles = [vfs.open("/log", "a") for _ in range(3)]
+    for round_ in range(2):
+        for n, f in enumerate(handles):
+            f.write(f"{round_}.{n};")
+    for f in handles:
+        f.close()
+    assert vfs.open("/log").read() == "0.0;0.1;0.2;1.0;1.1;1.2;"
+    with vfs.open("/log", "a") as f:  # at the end, wherever the position was put
+        f.seek(100)
+        f.write("end")
+    assert vfs.open("/log").read() == "0.0;0.1;0.2;1.0;1.1;1.2;end"
+
+
+def test_writes_at_other_offsets_from_two_handles_both_land(vfs):
+    with vfs.open("/r", "w") as f:
+        f.write("0123456789")
+    first, second = vfs.open("/r", "r+"), vfs.open("/r", "r+")
+    first.write("A")
+    second.seek(5)
+    second.write("B")
+    first.close()  # it must not put back what it saw when it was opened
+    second.close()
+    assert vfs.open("/r").read() == "A1234B6789"
 
 
 # -- names ---------------------------------------------------------------------------------------

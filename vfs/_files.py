@@ -5,7 +5,8 @@ filesystem underneath already caches (littlefs keeps a cache per open file; a re
 buffers its writes itself), and a second buffer would only copy every byte once more.
 Text files are a :class:`TextFile` (an ``io.TextIOWrapper``) over one, with Python's
 ``encoding``/``errors``/``newline`` handling. The default encoding is UTF-8: a tile has
-no locale. ``flush()`` commits the file's data to its filesystem, so other handles see it.
+no locale. Other handles see writes at once (see ``blockdev.File``); ``flush()`` commits
+the file's data to its filesystem, durably.
 
 Finalizers are the one hazard here. CPython closes a file the moment its last reference
 goes, but the cyclic garbage collector may finalize one at any allocation: on another

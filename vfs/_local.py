@@ -422,7 +422,7 @@ class LocalFile(VfsFile):
             owner.fs_depth -= 1
 
     def flush(self) -> None:
-        """Commit this file's data so other handles see it (its mtime is stamped)."""
+        """Commit this file's data to littlefs (its mtime is stamped)."""
         self._check_open()
         owner = self._owner
         owner.fs_depth += 1
