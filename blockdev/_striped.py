@@ -9,21 +9,29 @@ A superstep per block would make the disk unusably slow, so the device keeps a c
 the owner's own SRAM (a named region, counted against its budget):
 
 * **write-behind:** erases and progs land in the cache and go out together, in one
-  exchange, when littlefs syncs or the cache needs room. littlefs reads back every prog to
-  verify it; that read is served from the cache, never from a remote tile.
+  exchange, when the cache needs room (the owner waits for that one), or at the exchange
+  after littlefs syncs (nobody waits: littlefs commits a file with a sync or two, and a
+  superstep spent waiting on each made the chip disk's small writes three times slower
+  than the tile disk's). littlefs reads back every prog to verify it; that read is served
+  from the cache, never from a remote tile.
 * **clustered reads:** a miss fetches the whole aligned cluster of blocks around it in
   one exchange (littlefs allocates a file's blocks close together).
 * **hits without exchange or device call:** :meth:`fast_read`/:meth:`fast_prog` serve a
   cached block straight from the littlefs glue.
 
-Until a sync, written data exists only in the cache, exactly like a disk's write cache:
-littlefs syncs at every commit point, so what a power cut loses is never a committed
-state. A backing tile that has failed makes the transfer raise ``TileFailed`` (EIO).
+Until then written data exists only in the cache, exactly like a disk's write cache.
+:meth:`StripedDevice.flush` writes everything back and waits (a backup's snapshot calls
+it). A backing tile that has failed makes a transfer the owner waits for raise
+``TileFailed`` (EIO); a failed write-back nobody waited for is raised by the device's next
+operation, like a write-back error the host reports at the next fsync, and its blocks stay
+dirty, to be written again.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+
+import greenlet
 
 from ._memory import slicing_source
 from ._protocol import BlockDevice
@@ -79,8 +87,12 @@ class StripedDevice(BlockDevice):
         self._dirty: list[tuple[int, int] | None] = [None] * slots
         #: blocks fetched together on a miss (read-ahead goes on probation, see above)
         self._cluster = max(1, min(cluster or slots // 2, slots // 2))
-        #: exchanges this device has waited for (for benchmarks and tests)
+        #: exchanges this device has waited for or posted (for benchmarks and tests)
         self.transfers = 0
+        #: a write-back is posted for the next exchange (see _sync)
+        self._write_back_due = False
+        #: a posted write-back that failed, raised by the next operation
+        self._failure: BaseException | None = None
 
     # -- geometry of the stripes ---------------------------------------------------------
 
@@ -94,7 +106,7 @@ class StripedDevice(BlockDevice):
     def fast_read(self, block: int, off: int, size: int) -> bytes | None:
         """``size`` bytes of a cached block, or None on a miss (then :meth:`read`)."""
         slot = self._slot_of.get(block)
-        if slot is None:
+        if slot is None or self._failure is not None:
             return None
         self._touch(block, slot)
         start = self._base + slot * self.block_size + off
@@ -103,7 +115,7 @@ class StripedDevice(BlockDevice):
     def fast_prog(self, block: int, off: int, data) -> bool:
         """Write into a cached block; False on a miss (then :meth:`prog`)."""
         slot = self._slot_of.get(block)
-        if slot is None:
+        if slot is None or self._failure is not None:
             return False
         self._touch(block, slot)
         start = slot * self.block_size + off
@@ -114,6 +126,7 @@ class StripedDevice(BlockDevice):
     # -- the primitives ----------------------------------------------------------------
 
     def _read_block(self, block: int, off: int, size: int) -> bytes:
+        self._raise_failure()
         slot = self._slot_of.get(block)
         if slot is None:
             slot = self._fetch(block)
@@ -123,6 +136,7 @@ class StripedDevice(BlockDevice):
         return bytes(self._view[start : start + size])
 
     def _prog_block(self, block: int, off: int, data: bytes) -> None:
+        self._raise_failure()
         bs = self.block_size
         slot = self._slot_of.get(block)
         if slot is None:
@@ -135,6 +149,7 @@ class StripedDevice(BlockDevice):
         self._mark_dirty(slot, off, off + len(data))
 
     def _erase_block(self, block: int) -> None:
+        self._raise_failure()
         bs = self.block_size
         slot = self._slot_of.get(block)
         if slot is None:
@@ -143,11 +158,45 @@ class StripedDevice(BlockDevice):
         self._mark_dirty(slot, 0, bs)
 
     def _sync(self) -> None:
-        self._write_back()
+        self._raise_failure()
+        if not self._write_back_due:
+            self._write_back_due = True
+            self.scheduler.before_copies(self._post_write_back)
 
     def flush(self) -> None:
         """Write every cached change to the backing tiles now (on the owner's greenlet)."""
+        self._raise_failure()
         self._write_back()
+
+    def _raise_failure(self) -> None:
+        failure = self._failure
+        if failure is not None:
+            self._failure = None  # reported once; the blocks are still dirty
+            raise failure
+
+    def _post_write_back(self) -> None:
+        """The write-back after a sync: posted at the exchange itself (the owner is parked,
+        and the copies run before it next runs), without anyone waiting for it."""
+        self._write_back_due = False
+        transfers, flushed = self._dirty_transfers()
+        if not transfers:
+            return
+        dirty = self._dirty
+        ranges = [dirty[slot] for slot in flushed]
+        for slot in flushed:
+            dirty[slot] = None
+
+        def done(error) -> None:
+            if error is not None:
+                self._failure = error
+                for slot, span in zip(flushed, ranges):  # write them again later
+                    if self._block_in[slot] >= 0:
+                        self._mark_dirty(slot, *span)
+
+        self.transfers += 1
+        tiles = self.scheduler.tiles
+        self.scheduler.engine.post_dma(
+            self.owner, [(tiles[tile], src, dst, n) for tile, src, dst, n in transfers], done)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -251,6 +300,15 @@ class StripedDevice(BlockDevice):
         raise RuntimeError("striped device cache has no slot to reuse")  # len(claiming) < slots
 
     def _write_back(self) -> None:
+        transfers, flushed = self._dirty_transfers()
+        if not transfers:
+            return
+        self._exchange(transfers, "chip disk write")
+        for slot in flushed:
+            self._dirty[slot] = None
+
+    def _dirty_transfers(self) -> tuple[list, list]:
+        """(remote copies writing every dirty range back, the slots they come from)."""
         bs = self.block_size
         base = self.cache.base
         transfers, flushed = [], []
@@ -260,11 +318,7 @@ class StripedDevice(BlockDevice):
                 lo, hi = dirty
                 transfers.append((tile, base + slot * bs + lo, offset + lo, hi - lo))
                 flushed.append(slot)
-        if not transfers:
-            return
-        self._exchange(transfers, "chip disk write")
-        for slot in flushed:
-            self._dirty[slot] = None
+        return transfers, flushed
 
     def _forget(self, block: int) -> None:
         slot = self._slot_of.pop(block, None)
@@ -276,11 +330,23 @@ class StripedDevice(BlockDevice):
             self._free.append(slot)
 
     def drop_cache(self) -> None:
-        """Forget every cached block, written back or not (a power cut, or a restore)."""
+        """Forget every cached block, written back or not (a power cut, or a restore).
+
+        Only what was never synced may be lost, as in a power cut: a write-back due
+        since a sync is made first, if this runs on the owner (the filesystem dropping
+        a failed device's cache at unmount), as far as the backing tiles answer. (Any
+        other time, no write-back can be due: each runs at the exchange after its sync.)
+        """
+        if self._write_back_due and greenlet.getcurrent() is self.owner.glet:
+            try:
+                self._write_back()
+            except Exception:  # noqa: BLE001 - a failed device: what it holds is what it holds
+                pass
         self._slot_of.clear()
         self._probation.clear()
         self._protected.clear()
         self._ghosts.clear()
+        self._failure = None  # what it failed to write is forgotten with the rest
         self._free = list(range(self._nslots - 1, -1, -1))
         self._block_in = [-1] * self._nslots
         self._dirty = [None] * self._nslots

@@ -83,6 +83,8 @@ class Scheduler:
         self._finished_jobs: list[Job] = []
         self._host_replies: list[tuple[Future, bool, object]] = []
         self._deferred_replies: list[tuple[Tile, Tile, bytes]] = []
+        #: run at the next exchange, before the remote copies (see before_copies)
+        self._before_copies: list[Callable[[], None]] = []
         self._calls: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -232,13 +234,17 @@ class Scheduler:
     def _exchange_pending(self) -> bool:
         return bool(
             self.engine.has_posted() or self._ready_jobs or self._finished_jobs
-            or self._host_replies or self._deferred_replies
+            or self._host_replies or self._deferred_replies or self._before_copies
         )
 
     def _exchange_phase(self) -> None:
         engine = self.engine
         engine.settle()
         engine.deliver_p2p(self._land)
+        if self._before_copies:
+            hooks, self._before_copies = self._before_copies, []
+            for hook in hooks:
+                hook()
         engine.deliver_dma()
         if self._ready_jobs:
             ready, self._ready_jobs = self._ready_jobs, []
@@ -429,6 +435,13 @@ class Scheduler:
             tile.fs_depth -= 1
         if outcome[0] is not None:
             raise outcome[0]
+
+    def before_copies(self, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` at the next exchange, on the scheduler thread, just before the
+        remote copies of that superstep are carried out: a device posts copies there
+        that nobody waits for (the striped device's write-back after a sync). Every tile
+        is parked then, so the hook may read the state of any tile's device."""
+        self._before_copies.append(hook)
 
     def wait_job(self, tile: Tile, job: Job) -> JobReport:
         """From ``tile``'s greenlet: wait until ``job`` has finished on every tile."""

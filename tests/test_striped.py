@@ -121,6 +121,61 @@ def test_written_blocks_land_in_the_backing_tiles_sram(sched):
         assert f.read() == data
 
 
+def test_a_sync_does_not_wait_and_its_write_back_lands_at_the_next_exchange(sched):
+    device = make_device(sched)
+    block = bytes([0x5A]) * BLOCK
+    tile, offset = device.location(3)
+
+    def write_and_sync():
+        device.erase(3)
+        device.prog(3, 0, block)
+        before = sched.superstep
+        device.sync()
+        return sched.superstep - before
+
+    assert on_owner(sched, write_and_sync) == 0  # the owner went on without waiting
+    # the reply reached this thread after that exchange: the block is on its tile
+    assert bytes(sched.sram.view[offset : offset + BLOCK]) == block
+    assert on_owner(sched, device.sync) is None  # nothing dirty: nothing posted
+
+
+def test_a_failed_write_back_nobody_waited_for_is_raised_next_and_retried(sched):
+    device = make_device(sched)
+    block = bytes([0xC3]) * BLOCK
+    tile, offset = device.location(4)
+    sched.fail_tile(tile)
+    try:
+        on_owner(sched, lambda: (device.erase(4), device.prog(4, 0, block), device.sync()))
+        with pytest.raises(OSError) as info:  # the next operation says so, once
+            on_owner(sched, device.read, 4, 0, 16)
+        assert info.value.errno == errno.EIO and f"tile {tile}" in str(info.value)
+        assert on_owner(sched, device.read, 4, 0, 16) == block[:16]  # still in the cache
+    finally:
+        sched.fail_tile(tile, failed=False)
+    on_owner(sched, device.flush)  # the block stayed dirty: written now
+    assert bytes(sched.sram.view[offset : offset + BLOCK]) == block
+
+
+def test_dropping_the_cache_on_the_owner_keeps_what_was_synced(sched):
+    # a failed device's cache is dropped at unmount like a power cut: only what was never
+    # synced may go, even though the write-back after the sync has not run yet
+    device = make_device(sched)
+    synced, unsynced = bytes([1]) * BLOCK, bytes([2]) * BLOCK
+
+    def work():
+        device.erase(6)
+        device.prog(6, 0, synced)
+        device.sync()
+        device.drop_cache()
+        device.erase(7)
+        device.prog(7, 0, unsynced)
+        device.drop_cache()  # nothing due: 7 is forgotten
+        return device.read(6, 0, BLOCK), device.read(7, 0, 16)
+
+    kept, lost = on_owner(sched, work)
+    assert kept == synced and lost != unsynced[:16]
+
+
 def test_sequential_reads_are_batched_by_read_ahead(sched):
     device = make_device(sched, share=8 * 1024, cache_blocks=16)
     fs = new_filesystem(sched, device)
