@@ -50,7 +50,7 @@ from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
 __all__ = ["BackupError", "Cancelled", "DIGEST", "backup", "restore", "unsaved", "unsaved_state",
-           "image_geometry_problems"]
+           "image_geometry_problems", "check_destination"]
 
 #: the digest backups are written with: blake3 hashes ~4x faster than sha256 here
 DIGEST = "blake3"
@@ -146,7 +146,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
     ``path`` atomically; return the image's summary. Raises BackupError (Cancelled if
     ``cancelled`` is set before the image is complete: the old file at ``path`` stays)."""
     path = os.path.abspath(os.fspath(path))
-    _check_destination(path)
+    check_destination(path)
     tile_ids, devices = _select(machine, tiles)
     started = time.perf_counter()
     owners = sorted({d.owner for d in devices})
@@ -188,7 +188,9 @@ def _snapshot(device: Device, state: str, residency) -> DeviceSnapshot:
                           device.block_count, data, nonzero)
 
 
-def _check_destination(path: str) -> None:
+def check_destination(path: str) -> None:
+    """BackupError if an image cannot be written at ``path`` (absolute): what can be known
+    before anything is stopped or frozen."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise BackupError(f"cannot write {path}: the directory {directory} does not exist")

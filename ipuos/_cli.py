@@ -42,6 +42,15 @@ def _fail(message: str, status: int = 1):
     sys.exit(status)
 
 
+def image_path(image: str) -> str:
+    """An IMAGE argument as an absolute path. A trailing slash names a directory, as for
+    ``cp``: refused, since ``abspath`` would drop it and a file of that name be written."""
+    if image.endswith(os.sep):
+        _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
+              f"e.g. {os.path.join(image, 'machine.img')}")
+    return os.path.abspath(image)
+
+
 class _Errors:
     """Turn the client-side exceptions into one clear line and an exit status."""
 
@@ -133,7 +142,7 @@ def halt(name, if_saved, backup) -> None:
     """Stop a machine: interrupt its programs and drop its memory."""
     paths = _paths(name)
     with _Errors(), Client(paths) as client:
-        args = {"if_saved": if_saved, "backup": None if backup is None else os.path.abspath(backup)}
+        args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup)}
         reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
     if not wait_halted(paths):
         _fail(f"machine {name!r} (pid {reply['pid']}) was asked to halt but still runs; see {paths.log}")

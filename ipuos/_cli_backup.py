@@ -21,7 +21,7 @@ import time
 import click
 
 from ._backup_offline import OfflineError, device_entry, extract, list_dir, mounted, read_file
-from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, json_option, main, name_option
+from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
 from ._client import Client, DaemonError
 from ._image import ImageError, open_image
 from ._machine import EXIT_INTERRUPTED
@@ -132,7 +132,7 @@ def backup(image, tile_spec, name, as_json) -> None:
     is consistent; IMAGE is replaced only once the new image is complete.
     """
     paths = _paths(name)
-    args = {"path": os.path.abspath(image), "tiles": tile_spec}
+    args = {"path": image_path(image), "tiles": tile_spec}
     summary = _call_with_progress(paths, "backup", args, as_json)
     if as_json:
         click.echo(json.dumps(summary, indent=1))
@@ -156,9 +156,10 @@ def restore(image, tile_spec, name, as_json) -> None:
     everything can.
     """
     paths = _paths(name)
+    path = image_path(image)
     if not os.path.exists(image):
         _fail(f"image {image}: no such file")
-    args = {"path": os.path.abspath(image), "tiles": tile_spec}
+    args = {"path": path, "tiles": tile_spec}
     summary = _call_with_progress(paths, "restore", args, as_json)
     if as_json:
         click.echo(json.dumps(summary, indent=1))

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from ._backup import BackupError, Cancelled, backup, restore, unsaved
+from ._backup import BackupError, Cancelled, backup, check_destination, restore, unsaved
 from ._commands import Arg, Call, CommandError, command
 from ._protocol import BAD_REQUEST
 from ._tilespec import TileSpecError
@@ -112,6 +112,12 @@ def halt_backup(call: Call, path: str) -> dict:
     if not os.path.isabs(path) or "\0" in path:
         raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
     host = call.host
+    try:  # a wrong path must not cost the running programs
+        check_destination(path)
+    except BackupError as exc:
+        error = _failure(exc)
+        error.message = f"{error.message}; machine {host.name!r} was not halted"
+        raise error from None
     host.interrupt_all(f"machine {host.name!r} is being backed up and halted")
     deadline = time.monotonic() + 10.0
     for job in host.jobs():

@@ -208,8 +208,20 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
 def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):
     grow(machine, tmp_path, tiles="0-3")
     before = per_tile(listing(machine, tmp_path))
-    result = cli(machine, "halt", "--backup", str(tmp_path / "no" / "such" / "dir.img"), check=False)
-    assert result.returncode == 1 and "does not exist" in result.stderr and "was not halted" in result.stderr
+    spin = subprocess.Popen([IPUOS, "run", "--tiles", "9", _write(tmp_path, "while True:\n    sync()\n")],
+                            env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: "9 " in cli(machine, "ps").stdout.split("JOB")[-1], what="the spinning job")
+        for bad in (tmp_path / "no" / "such" / "dir.img", f"{tmp_path / 'newdir'}/"):
+            result = cli(machine, "halt", "--backup", str(bad), check=False)
+            assert result.returncode == 1, result
+            assert "was not halted" in result.stderr or "not an image file" in result.stderr
+        # a wrong path costs nothing: the program still runs
+        assert spin.poll() is None and "9 " in cli(machine, "ps").stdout.split("JOB")[-1]
+        assert not (tmp_path / "newdir").exists()
+    finally:
+        spin.kill()
+        spin.wait()
     assert cli(machine, "status").returncode == 0  # still running
     image = tmp_path / "final.img"
     result = cli(machine, "halt", "--backup", str(image))
@@ -244,6 +256,10 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
     assert result.returncode == 1 and "is not an ipuos image" in result.stderr
     result = cli(machine, "backup", str(tmp_path), check=False)
     assert result.returncode == 2 and "is a directory" in result.stderr
+    for command in ("backup", "restore"):  # a trailing slash names a directory, as for cp
+        result = cli(machine, command, f"{tmp_path / 'newdir'}/", check=False)
+        assert result.returncode == 1 and "not an image file" in result.stderr
+        assert not (tmp_path / "newdir").exists()
     nobody = unique_name("nobody")
     result = run_cli("backup", str(image), "--name", nobody)
     assert result.returncode == 3 and f"no machine named {nobody!r} is running" in result.stderr
