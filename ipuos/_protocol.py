@@ -112,8 +112,30 @@ class Request:
 # -- encoding ---------------------------------------------------------------------------------
 
 
+def json_bytes(document) -> bytes:
+    """``document`` as compact UTF-8 JSON. A str holding lone surrogates (a tile printed
+    text decoded with ``surrogateescape``, say) cannot be UTF-8: those are spelled as
+    ``\\udcXX`` text, so that everything else still arrives instead of nothing."""
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(_visible_surrogates(document), separators=(",", ":"),
+                          ensure_ascii=False).encode("utf-8")
+
+
+def _visible_surrogates(value):
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_visible_surrogates(k): _visible_surrogates(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_visible_surrogates(v) for v in value]
+    return value
+
+
 def encode_frame(header: dict, payload: bytes = b"", version: int = VERSION, flags: int = 0) -> bytes:
-    raw = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    raw = json_bytes(header)
     return PREFIX.pack(MAGIC, version, flags, len(raw), len(payload)) + raw + bytes(payload)
 
 
@@ -132,7 +154,7 @@ def event_frame(request_id: int, event: dict) -> bytes:
 def result_frame(request_id: int, result, payload: bytes = b"") -> bytes:
     header = {"id": request_id, "type": "result", "result": result}
     if not payload:
-        encoded = json.dumps(result, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        encoded = json_bytes(result)
         if len(encoded) > INLINE_RESULT_LIMIT:
             return encode_frame({"id": request_id, "type": "result", "result_in_payload": True}, encoded)
     return encode_frame(header, payload)

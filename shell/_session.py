@@ -272,7 +272,8 @@ class Context:
 
     def write(self, text: str) -> None:
         if self.redirect is not None:
-            self.redirect.write(text.encode("utf-8"))
+            # (lone surrogates a program printed are spelled \udcXX, as on the terminal)
+            self.redirect.write(text.encode("utf-8", "backslashreplace"))
         else:
             self.output.write("out", text)
 

@@ -99,6 +99,15 @@ def test_json_output(runner, program):
     assert doc["stats"]["supersteps"] >= 1 and doc["exit_status"] == 0
 
 
+def test_a_tile_printing_a_lone_surrogate_costs_nobody_their_output(runner, program):
+    # text decoded with surrogateescape is not UTF-8: it used to lose every tile's result
+    source = "print('tile', __tileid)\nif __tileid == 2:\n    print(b'caf\\xe9'.decode('utf-8', 'surrogateescape'))\n"
+    result = runner.invoke(main, ["run", program(source), "--tiles", "0-3"])
+    assert result.exit_code == 0, result.output
+    assert "tile 0\n" in result.output and "tile 3\n" in result.output
+    assert "tile 2\ncaf\\udce9\n" in result.output
+
+
 def test_stats_go_to_stderr_and_label_simulated_time(runner, program):
     result = runner.invoke(main, ["run", program("sync()"), "--tiles", "0-1", "--stats"])
     assert result.exit_code == 0

@@ -27,6 +27,14 @@ def shell(booted, text=None, *, stdin=None, cwd=None, env=None, timeout=60, user
     return done
 
 
+def test_a_program_printing_a_lone_surrogate_on_the_terminal_and_into_a_file(shared_machine):
+    line = "print('before'); print(b'caf\\xe9'.decode('utf-8', 'surrogateescape')); print('after')"
+    done = shell(shared_machine, f"echo \"{line}\" > /sur.py; run /sur.py --tiles 1; "
+                                 "run /sur.py --tiles 1 > /sur.out; cat /sur.out")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("before\ncaf\\udce9\nafter\n") == 2
+
+
 def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     done = shell(shared_machine, "mkdir /order; echo one > /order/a; ls /order; cat /order/a")
     assert (done.returncode, done.stdout, done.stderr) == (0, "a\none\n", "")
