@@ -240,10 +240,15 @@ def _ps(call: Call):
         used.append(tile["sram_used"])
         if tile["waiting"]:
             waiting[str(tile["tile"])] = tile["waiting"]
-    if age is not None:  # an old snapshot: at least show where our jobs run now
-        for hosted in host.jobs():
-            for tile in hosted.handle.job.ids:
-                states[tile], jobs_of[tile] = STATE_CODES["running"], hosted.id
+    if age is not None:  # an old snapshot: at least show which jobs run, and where, now
+        live = {job.id: job for job in machine.scheduler.live_jobs()}
+        for tile, job_id in enumerate(jobs_of):
+            if job_id is not None and job_id not in live:  # it has finished since
+                states[tile], jobs_of[tile] = STATE_CODES["idle"], None
+                waiting.pop(str(tile), None)
+        for job in live.values():
+            for tile in job.ids:
+                states[tile], jobs_of[tile] = STATE_CODES["running"], job.id
                 waiting.pop(str(tile), None)
     tiles_of_job: dict[int, list[int]] = {}
     for tile, job_id in enumerate(jobs_of):

@@ -62,7 +62,11 @@ def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
 
 
 def ps_json(name: str, ps: dict, tiles: list[int] | None = None) -> dict:
-    return {"machine": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
+    document = {"machine": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
+    for key in ("stale_seconds", "stale_reason"):  # (scripts must know it is old news)
+        if key in ps:
+            document[key] = ps[key]
+    return document
 
 
 def state_counts(ps: dict) -> dict[str, int]:

@@ -436,6 +436,10 @@ class Scheduler:
         if outcome[0] is not None:
             raise outcome[0]
 
+    def live_jobs(self) -> list[Job]:
+        """The jobs not finished yet (any thread: a copy of the table as it is now)."""
+        return _snapshot(self.jobs)
+
     def before_copies(self, hook: Callable[[], None]) -> None:
         """Run ``hook()`` at the next exchange, on the scheduler thread, just before the
         remote copies of that superstep are carried out: a device posts copies there

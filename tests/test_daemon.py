@@ -22,6 +22,7 @@ from daemon_harness import (  # noqa: F401  (fixtures)
     raw_socket,
     read_frame,
     request,
+    run_cli,
     runtime_dir,
     shared_machine,
     wait_for,
@@ -367,6 +368,25 @@ def test_a_busy_machine_answers_with_its_last_snapshot(machine):
     assert "computing without reaching an exchange point" in ps["stale_reason"]
     assert ps["states"][:3] == "rri" and ps["jobs"][0]["tiles"] == "0-1"
     assert "stale_reason" in machine.call("status")
+    sock.sendall(request(2, "cancel", {"id": 1}))
+    sock.close()
+    wait_for(lambda: "stale_reason" not in machine.call("ps"), what="the machine to answer again")
+
+
+def test_a_last_snapshot_does_not_show_jobs_that_have_finished_since(machine):
+    spinner = start_run(machine.paths, "2-3")
+    first = machine.call("ps")  # the snapshot the next ps falls back on: job on 2-3
+    assert first["states"][:4] == "iirr" and "stale_reason" not in first
+    machine.call("kill", {"job": first["jobs"][0]["job"]})
+    read_frame(spinner)  # its result: the job is over
+    spinner.close()
+    sock = start_run(machine.paths, "5", b"while True: pass\n")
+    ps = machine.call("ps")
+    assert "stale_reason" in ps
+    assert ps["states"][:6] == "iiiiir", ps["states"]
+    assert [job["tiles"] for job in ps["jobs"]] == ["5"]
+    listed = json.loads(run_cli("ps", "--json", env=machine.env()).stdout)
+    assert listed["stale_seconds"] > 0 and "exchange point" in listed["stale_reason"]
     sock.sendall(request(2, "cancel", {"id": 1}))
     sock.close()
     wait_for(lambda: "stale_reason" not in machine.call("ps"), what="the machine to answer again")
