@@ -56,7 +56,7 @@ class Node:
 
 def device_entry(image: Image, spec: str) -> DeviceEntry:
     """The device ``spec`` names: ``tile/5/disk``, just ``5`` (tile 5's disk), or ``chip``."""
-    name = tile_disk_name(int(spec)) if spec.isdigit() else spec
+    name = tile_disk_name(int(spec)) if spec.isascii() and spec.isdigit() else spec
     try:
         return image.device(name)
     except KeyError:

@@ -299,7 +299,7 @@ def image_verify(path, as_json) -> None:
 @image.command("ls")
 @click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
 @click.argument("device", required=False)
-@click.argument("inner", metavar="PATH", required=False, default="/")
+@click.argument("inner", metavar="[PATH]", required=False, default="/")
 @json_option
 def image_ls(path, device, inner, as_json) -> None:
     """List the image's devices, or a directory of DEVICE (tile/N/disk, N, or chip)."""
@@ -321,8 +321,16 @@ def image_ls(path, device, inner, as_json) -> None:
                                 "mtime_ns": n.mtime_ns} for n in nodes], indent=1))
         return
     for node in nodes:
-        name = node.path + ("/" if node.is_dir else "")
+        name = _shown(node.path) + ("/" if node.is_dir else "")
         click.echo(f"{'d' if node.is_dir else '-'} {node.size:>9}  {_when(node.mtime_ns)}  {name}")
+
+
+def _shown(name: str) -> str:
+    """A name from an image (untrusted) as a listing line may show it: characters that
+    are not printable (escape sequences, newlines) spelled out, like ``\\x1b``."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
 
 
 @image.command("cat")
@@ -349,7 +357,7 @@ def image_cat(path, device, inner) -> None:
 @click.option("--path", "inner", default="/", show_default=True, help="the directory of DEVICE to extract")
 @json_option
 def image_extract(path, device, dest, inner, as_json) -> None:
-    """Copy DEVICE's files (or those under --path) into the new directory DEST.
+    """Copy DEVICE's files (or those under --path) into DEST, a new or empty directory.
 
     Every name is checked before anything is written (no '..', absolute paths, NUL,
     control characters or over-long names); on any refusal DEST is not created.

@@ -204,6 +204,18 @@ def test_hostile_names_are_refused_by_ls_too(tmp_path):
     assert result.exit_code == 1 and "refusing the name '../x'" in result.output
 
 
+def test_ls_spells_out_what_a_name_would_do_to_a_terminal(tmp_path):
+    image = hostile_image(tmp_path, False, b"two\nlines\x1b[2J")
+    result = ipuos("image", "ls", image, "2")
+    assert result.exit_code == 0, result.output
+    assert result.output.endswith("  two\\nlines\\x1b[2J\n"), result.output  # one line, no escape
+
+
+def test_a_device_number_is_ascii_digits(good):
+    result = ipuos("image", "ls", str(good), "\u00b2")  # a superscript two is no tile number
+    assert result.exit_code == 1 and "has no device '\u00b2'" in result.output
+
+
 def test_a_name_littlefs_allows_but_the_host_finds_odd_still_extracts(tmp_path):
     image = hostile_image(tmp_path, False, b"..x")  # legal: not a traversal
     result = ipuos("image", "extract", image, "2", str(tmp_path / "out"))
