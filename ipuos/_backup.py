@@ -196,6 +196,8 @@ def check_destination(path: str) -> None:
         raise BackupError(f"cannot write {path}: the directory {directory} does not exist")
     if os.path.isdir(path):
         raise BackupError(f"cannot write {path}: it is a directory")
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        raise BackupError(f"cannot write {path}: {directory} is on a read-only filesystem")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise BackupError(f"cannot write {path}: no permission to create files in {directory}")
 

@@ -219,7 +219,10 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
             raise OfflineError(str(exc)) from None
     parent = os.path.dirname(dest)
     _check_destination(dest, parent)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)[:100]}.", suffix=".tmp", dir=parent)
+    try:
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)[:100]}.", suffix=".tmp", dir=parent)
+    except OSError as exc:  # (the name of the staging directory would only puzzle)
+        raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
         files = _write_tree(fs, top, staging, nodes)
         try:
@@ -229,6 +232,9 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
                 raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
             raise
         os.chmod(dest, 0o755 & ~_umask())
+    except OSError as exc:  # a full or failing host disk, say: the user knows DEST, not staging
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}; nothing extracted") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -242,6 +242,12 @@ def _write(tmp_path, text: str) -> str:
     return str(path)
 
 
+def test_a_read_only_destination_is_named_as_such(host_tmpfs):
+    readonly = host_tmpfs("ro,size=1m")
+    with pytest.raises(_backup.BackupError, match="is on a read-only filesystem"):
+        _backup.check_destination(str(readonly / "m.img"))
+
+
 def test_cli_errors_and_exit_codes(machine, tmp_path):
     image = tmp_path / "m.img"
     cli(machine, "backup", str(image))

@@ -117,6 +117,20 @@ def test_clear_errors(good, tmp_path, args, message):
     assert not (tmp_path / "x").exists()
 
 
+def test_extract_onto_a_host_disk_that_refuses_names_the_destination(good, host_tmpfs):
+    readonly = host_tmpfs("ro,size=1m")
+    result = ipuos("image", "extract", str(good), "2", str(readonly / "out"))
+    assert result.exit_code == 1
+    assert result.output == f"ipuos: cannot extract to {readonly / 'out'}: Read-only file system\n"
+    full = host_tmpfs("size=16k")
+    (full / "filler").write_bytes(bytes(12 * 1024))
+    result = ipuos("image", "extract", str(good), "2", str(full / "out"))
+    assert result.exit_code == 1
+    assert result.output == (f"ipuos: cannot extract to {full / 'out'}: No space left on device; "
+                             "nothing extracted\n")
+    assert sorted(os.listdir(full)) == ["filler"]  # no staging directory left behind
+
+
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
