@@ -32,13 +32,15 @@ from ._presets import PRESETS
 
 
 class _Progress:
-    """A rich progress bar on stderr for a terminal; silent otherwise."""
+    """A rich progress bar on stderr for a terminal. Otherwise silent, but for one line
+    when the command has to wait for busy tiles (a script would just seem to hang)."""
 
     _TITLES = {"waiting": "waiting for tiles", "writing": "backing up", "reading": "reading image",
                "checking": "checking filesystems", "restoring": "restoring", "verifying": "verifying"}
 
-    def __init__(self, enabled: bool):
+    def __init__(self, enabled: bool, notes: bool = False):
         self.enabled = enabled
+        self._notes = notes and not enabled
         self._bar = None
         self._task = None
         self._phase = None
@@ -55,6 +57,11 @@ class _Progress:
             self._bar = None
 
     def update(self, phase: str, done: int, total) -> None:
+        if self._notes and phase == "waiting":
+            self._notes = False
+            count = done or total
+            click.echo(f"ipuos: waiting for {count} tile{'s' if count != 1 else ''} to reach an exchange "
+                       "point (a program is computing; Ctrl-C cancels)", err=True)
         if not self.enabled:
             return
         if self._bar is None:
@@ -91,7 +98,8 @@ class _Progress:
 
 def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
     """Run a long daemon command with a progress bar; Ctrl-C cancels it."""
-    with _Errors(), Client(paths) as client, _Progress(not quiet and _stderr_is_terminal()) as progress:
+    terminal = _stderr_is_terminal()
+    with _Errors(), Client(paths) as client, _Progress(not quiet and terminal, notes=not quiet) as progress:
         try:
             return client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
                                on_interrupt=progress.interrupted)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -304,6 +305,8 @@ print(x)
     out, err = backup.communicate(timeout=60)
     assert backup.returncode == 130, (out, err)
     assert "cancelled" in err
+    # not a terminal: no progress bar, but one line says what it waits for
+    assert re.match(r"ipuos: waiting for \d+ tiles? to reach an exchange point", err), err
     busy.communicate(timeout=60)
     assert image.read_bytes() == b"the old image"
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in tmp_path.iterdir())
