@@ -15,7 +15,7 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Callable
 
-from ._collectives import ALLGATHER, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
+from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
 from ._errors import CollectiveMismatchError, describe_tiles
 from ._exchange import KIND_USER
 from ._job import OK
@@ -36,12 +36,13 @@ _REDUCE_OPS: dict[str, Callable] = {
 #: channels of point-to-point traffic: the user's, and the reduction tree's own
 USER_CHANNEL = 0
 REDUCE_CHANNEL = 1
-#: children per node of the reduction tree
+#: children per node of the reduction tree, at most (see Scheduler.reduce_fanin)
 REDUCE_FANIN = 16
 
 _ALLTOALL_KEY = (ALLTOALL, None)
 _ALLGATHER_KEY = (ALLGATHER, None)
-_WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()"}
+_ALLREDUCE_KEY = (ALLREDUCE, 0)
+_WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()", _ALLREDUCE_KEY: "allreduce()"}
 
 
 def _note_kind(job: "Job", key: tuple) -> None:
@@ -71,9 +72,24 @@ def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
         gen = job.gen
         park()
         if job.gen == gen or tile.signal is not None:
-            tile.wait(lambda: job.gen != gen, "sync()")
+            _wait_counted(job, tile, gen, "sync()")
 
     return sync
+
+
+def _wait_counted(job: "Job", tile: "Tile", gen: int, label: str) -> None:
+    """Wait for the collective ``tile`` has arrived at (generation ``gen``) to complete.
+    A tile that leaves it by an exception (a deadlock report it catches, say) is no
+    longer counted in: the next barrier must not complete without it."""
+    try:
+        tile.wait(lambda: job.gen != gen, label)
+    except BaseException:
+        if job.gen == gen and job.arrived > 0:
+            job.arrived -= 1
+            if job.arrived == 0:
+                job.coll_kind = None
+                job.mismatch = False
+        raise
 
 
 def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callable:
@@ -113,7 +129,10 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
     tile.waiting = label
     tile.park()
     if job.gen == gen or tile.signal is not None:
-        tile.wait(lambda: job.gen != gen, label)
+        try:
+            _wait_counted(job, tile, gen, label)
+        finally:
+            tile.waiting = None
     tile.waiting = None
     return job.coll_result.value_for(tile)
 
@@ -212,7 +231,10 @@ class TileAPI:
             tile.consume(msg)
 
     def poll(self, src: int) -> bool:
-        """True if a message from ``src`` has arrived and ``recv(src)`` would not wait."""
+        """True if a message from ``src`` has arrived and ``recv(src)`` would not wait.
+
+        It never waits itself: a loop around it must call ``sync()`` (or the program
+        computes without reaching an exchange point, and no message can arrive)."""
         if type(src) is not int or not 0 <= src < self._job.nranks:
             raise ValueError(f"poll(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
         return bool(self._tile.inbox.get(src))
@@ -250,19 +272,22 @@ class TileAPI:
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
         if self._job.nlive < self._job.nranks:
             _refuse_finished(self._job, ("allreduce", None), self._tile)
-        return self.bcast(self._tree_reduce(obj, self._reducer(op), "allreduce()"), 0)
+        value = self._tree_reduce(obj, self._reducer(op), "allreduce()")
+        return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0)
 
     def _tree_reduce(self, obj, combine, label: str):
-        """Reduce along a tree of fan-in ``REDUCE_FANIN``; the result is on rank 0.
+        """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``); the result is on rank 0.
 
         A flat gather would need every value in one tile's SRAM: 47,104 tiles' worth does
-        not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values.
+        not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values,
+        few enough that any value small enough to send fits beside the others.
         """
         rank, n = self._tile.rank, self._job.nranks
+        fanin = self._tile.sched.reduce_fanin
         value = obj
         stride = 1
         while stride < n:
-            span = stride * REDUCE_FANIN
+            span = stride * fanin
             if rank % span:
                 self._send(rank - rank % span, value, REDUCE_CHANNEL)
                 return None

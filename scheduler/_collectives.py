@@ -34,10 +34,13 @@ GATHER = "gather"
 #: the last step of reduce(): rank 0, where the tree ends, hands the result to the root
 #: (a collective, so that tiles naming different roots are a mismatch, not a hang)
 REDUCE = "reduce"
+#: the last step of allreduce(): rank 0 hands the result to every tile. A bcast from 0,
+#: but a kind of its own: a user's bcast(x, 0) against it is a mismatch
+ALLREDUCE = "allreduce"
 
-_ALL_RECEIVE = (ALLTOALL, ALLGATHER, BCAST)
+_ALL_RECEIVE = (ALLTOALL, ALLGATHER, BCAST, ALLREDUCE)
 _TO_ROOT = (GATHER, REDUCE)
-_ONE_VALUE = (BCAST, REDUCE)
+_ONE_VALUE = (BCAST, REDUCE, ALLREDUCE)
 
 
 class CollectiveResult:
@@ -116,7 +119,7 @@ def complete(job: "Job") -> None:
 def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     # every tile of the job is live here (complete() refused otherwise): no per-tile
     # lists need building, the job's own are the sources and the receivers
-    if kind == BCAST:
+    if kind == BCAST or kind == ALLREDUCE:
         offs, lens, src_ids = [job.coll_off[root]], [job.coll_len[root]], [job.ids[root]]
     elif kind == REDUCE:
         offs, lens, src_ids = [job.coll_off[0]], [job.coll_len[0]], [job.ids[0]]

@@ -141,7 +141,13 @@ class ExchangeEngine:
             return
         by_dst: dict = {}
         for item in posted:
-            by_dst.setdefault(item[1], []).append(item)
+            dst = item[1]
+            if item[4] == KIND_USER and item[5][0] is not dst.job:
+                # the receiver has finished (or runs another job now): nobody will recv it,
+                # and it must take no room in what is now someone else's buffer
+                item[5][0].stats.dropped_messages += 1
+                continue
+            by_dst.setdefault(dst, []).append(item)
         src_offs, dst_offs, lens = [], [], []
         deliveries = []
         for dst, items in by_dst.items():

@@ -116,6 +116,16 @@ def is_immutable(obj) -> bool:
     kind = type(obj)
     if kind in IMMUTABLE_SCALARS:
         return True
-    if kind is tuple or kind is frozenset:
-        return all(is_immutable(item) for item in obj)
-    return False
+    if kind is not tuple and kind is not frozenset:
+        return False
+    # walked with a stack, not recursion: a value nested deeper than the recursion limit
+    # decodes fine and must not fail here
+    pending = [obj]
+    while pending:
+        for item in pending.pop():
+            kind = type(item)
+            if kind is tuple or kind is frozenset:
+                pending.append(item)
+            elif kind not in IMMUTABLE_SCALARS:
+                return False
+    return True

@@ -23,7 +23,7 @@ from ipuos._affinity import pin_thread
 from ipuos._costmodel import CostModel
 
 from . import _collectives
-from ._api import TileAPI
+from ._api import REDUCE_FANIN, TileAPI
 from ._errors import (
     CollectiveMismatchError,
     ComputeBudgetExceeded,
@@ -66,6 +66,9 @@ class Scheduler:
             xin = memory.alloc("exchange.in", exchange_in)
             self.tiles.append(Tile(self, tile_id, tile_id // tiles_per_chip, memory, xout, xin))
         self.engine = ExchangeEngine(sram, self.ntiles, tiles_per_chip, cost_model or CostModel())
+        #: children per node of a reduction tree: as many as can all send a value that fits
+        #: the outgoing buffer in one superstep without overflowing their leader's incoming one
+        self.reduce_fanin = max(2, min(REDUCE_FANIN, 1 + exchange_in // exchange_out))
         #: kernel services by name: ``fn(tile, *args)`` run on the owning tile's greenlet
         self.services: dict[str, Callable] = {"job.run": _run_job}
         self.jobs: dict[int, Job] = {}
@@ -277,11 +280,8 @@ class Scheduler:
     def _land(self, dst: Tile, arrivals) -> None:
         view = self.engine.view
         for kind, meta, src, abs_off, length, msg in arrivals:
-            if kind == KIND_USER:
+            if kind == KIND_USER:  # (for the receiver's own job: the engine dropped others)
                 job, src_rank, key = meta
-                if dst.job is not job:  # the receiver finished: nobody will recv it
-                    job.stats.dropped_messages += 1
-                    continue
                 msg.src_rank = src_rank
                 queue = dst.inbox.get(key)
                 if queue is None:
@@ -305,6 +305,8 @@ class Scheduler:
             self._runnable.append(dst.resume)
         if dst.in_live == 0:
             dst.in_used = 0
+        if dst.signal is not None:  # e.g. its incoming buffer overflowed: it fails now
+            self._runnable.append(dst.resume)
 
     def _tile_replier(self, server: Tile, client: Tile, tag: int):
         return lambda ok, value: self._queue_reply(server, client, tag, ok, value)
@@ -478,6 +480,7 @@ class Scheduler:
         for rank, tile in enumerate(tiles):
             tile.job = job
             tile.rank = rank
+            tile.signal = None  # whatever was meant for the job before is over with it
             tile.requests.append(Request("job.run", (job,), None))
         self._runnable.extend(t.resume for t in tiles)
         if budget:
@@ -509,6 +512,8 @@ class Scheduler:
                 continue
             waiting = job.arrived + job.nrecv
             if job.nlive and job.arrived < job.nlive and waiting >= job.nlive:
+                if any(tile.signal is not None for tile in job.live.values()):
+                    continue  # a tile has an error to raise: it wakes with that
                 if self._fail_hopeless_recvs(job):
                     continue  # the more specific report: those tiles fail, and the job with them
                 error = DeadlockError(

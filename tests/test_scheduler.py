@@ -239,6 +239,35 @@ def test_receive_buffer_overflow_fails_the_receiver(sched):
     assert "incoming exchange buffer full" in str(receiver.error)
 
 
+def test_an_overflow_while_waiting_in_recv_fails_the_receiver_not_a_false_deadlock(sched):
+    def prog(api):
+        if api.tileid == 0:
+            return api.recv(1)  # waits while three senders overflow its buffer
+        api.send(0, b"y" * 1500)  # 3 x 1.5 KiB into 4 KiB
+        api.sync()
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    receiver = report.results[0]
+    assert isinstance(receiver.error, ValueError), receiver.error
+    assert "incoming exchange buffer full" in str(receiver.error)
+    assert not any(isinstance(r.error, DeadlockError) for r in report.results)
+
+
+def test_messages_to_a_finished_tile_are_dropped_and_leave_it_clean(sched):
+    def prog(api):
+        if api.tileid == 3:
+            return "done early"
+        api.sync()
+        api.send(3, b"x" * 1500)  # three of these would overflow tile 3's buffer
+        api.sync()
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert report.ok and report.stats.dropped_messages == 3
+    # the tile takes its next job as it was: no error left over, no buffer half full
+    assert values(run(sched, lambda api: api.sync() or "fine", tiles=[3])) == ["fine"]
+    assert sched.tiles[3].in_used == 0
+
+
 # -- collectives ------------------------------------------------------------------------
 
 
@@ -321,6 +350,61 @@ def test_reduce_and_allreduce_ops(sched, op, expected):
     got = values(run(sched, prog))
     assert got[0] == (expected, expected)
     assert all(r == (None, expected) for r in got[1:])
+
+
+def test_reductions_of_values_near_the_outgoing_buffer_size(sched):
+    # the tree's fan-in keeps every leader's incoming values inside its buffer
+    def prog(api):
+        value = [api.tileid] * 200  # ~1.8 KiB pickled, under the 2 KiB outgoing buffer
+        def add(a, b):
+            return [x + y for x, y in zip(a, b)]
+        return api.allreduce(value, add)[0], (api.reduce(value, add, root=5) or [None])[0]
+
+    total = sum(range(NTILES))
+    assert values(run(sched, prog)) == [(total, total if rank == 5 else None) for rank in range(NTILES)]
+
+
+def test_allreduce_against_a_bcast_from_0_is_a_mismatch(sched):
+    # allreduce ends in a broadcast from rank 0: it must not pass for the user's own bcast
+    def prog(api):
+        return api.bcast(5, 0) if api.tileid == 0 else api.allreduce(1)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert all(isinstance(r.error, CollectiveMismatchError) for r in report.results)
+    assert "tiles 1-3 wait in allreduce()" in str(report.results[0].error)
+
+
+def test_a_barrier_after_a_caught_deadlock_still_waits_for_every_tile(sched):
+    def prog(api):
+        if api.tileid == 0:
+            with pytest.raises(DeadlockError):
+                api.recv(1)
+            api.recv(2)
+            api.send(1, "m")
+            api.sync()
+            return None
+        with pytest.raises(DeadlockError):
+            api.sync()
+        if api.tileid == 2:
+            api.send(0, "go")
+        api.sync()  # completes only once tile 0 has sent and synced too
+        return api.poll(0) if api.tileid == 1 else None
+
+    assert values(run(sched, prog, tiles=[0, 1, 2])) == [None, True, None]
+
+
+def test_a_deeply_nested_broadcast_arrives(sched):
+    def prog(api):
+        value = 1
+        for _ in range(600):  # deep enough that checking it recursively failed
+            value = (value,)
+        got = api.bcast(value if api.tileid == 0 else None, 0)
+        depth = 0
+        while type(got) is tuple:
+            got, depth = got[0], depth + 1
+        return depth, got
+
+    assert values(run(sched, prog, tiles=[0, 1])) == [(600, 1)] * 2
 
 
 @pytest.mark.parametrize("root", [0, 3, NTILES - 1])
