@@ -12,9 +12,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     _os.environ.setdefault(_name, "1")
 
 from ._grouping import OutputGroup, format_groups, group_texts  # noqa: E402
-from ._machine import EXIT_INTERRUPTED, Machine, RunHandle, RunResult, TileRun  # noqa: E402
+from ._machine import EXIT_INTERRUPTED, Machine, Repl, RunHandle, RunResult, TileRun  # noqa: E402
 from ._presets import DEFAULT_PRESET, PRESETS, Preset, get_preset  # noqa: E402
 from ._tilespec import TileSpecError, format_tiles, parse_tiles  # noqa: E402
+from .scheduler import JobStats, TileBusyError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -22,11 +23,14 @@ __all__ = [
     "DEFAULT_PRESET",
     "EXIT_INTERRUPTED",
     "PRESETS",
+    "JobStats",
     "Machine",
     "OutputGroup",
     "Preset",
+    "Repl",
     "RunHandle",
     "RunResult",
+    "TileBusyError",
     "TileRun",
     "TileSpecError",
     "format_groups",

@@ -157,6 +157,7 @@ def halt(name, if_saved, backup) -> None:
 
 @main.command()
 @click.argument("file", type=click.File("rb"))
+@click.argument("program_args", metavar="[ARGS]...", nargs=-1)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")
 @click.option("--data", "data_file", type=click.File("rb"), help="host file split over the tiles as __tiledata")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="seconds a tile may compute per superstep")
@@ -165,18 +166,19 @@ def halt(name, if_saved, backup) -> None:
 @preset_option(None)
 @ipus_option(None)
 @name_option
-def run(file, tile_spec, data_file, budget, as_json, show_stats, preset, ipus, name) -> None:
+def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, preset, ipus, name) -> None:
     """Run a Python FILE on tiles of the machine and print their output, grouped.
 
-    Starts the machine if it is not running. Ctrl-C interrupts the program and still
-    prints what its tiles printed.
+    ARGS reach the program as __args, after FILE's name (put `--` before any that
+    start with a dash). Starts the machine if it is not running. Ctrl-C interrupts the
+    program and still prints what its tiles printed.
     """
     source = file.read()
     data = data_file.read() if data_file is not None else None
     paths, _ = attach_machine(name, preset, ipus)
     progress = _RunProgress(enabled=not as_json and _stderr_is_terminal())
     args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
-            "budget": budget, "has_data": data is not None}
+            "budget": budget, "has_data": data is not None, "args": list(program_args)}
     with _Errors(), Client(paths) as client:
         try:
             doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
@@ -376,7 +378,8 @@ def status(name, as_json) -> None:
               help="seconds between refreshes")
 @click.option("--once", is_flag=True, help="print one frame and exit (the default when not on a terminal)")
 def top(name, as_json, view, interval, once) -> None:
-    """A live map of all tiles, coloured by state or SRAM use (q or Ctrl-C quits)."""
+    """A live map of all tiles, coloured by state or SRAM use (s switches between the
+    two; q or Ctrl-C quits)."""
     from rich.console import Console
 
     from ._top import FILE_ROWS, print_once, run_live

@@ -277,7 +277,7 @@ def image_info(path, as_json) -> None:
     formatted = [d for d in info["devices"] if d["chunks"]]
     click.echo(f"image {info['path']}: ipuos image format {info['format_version']}, "
                f"{info['digest_algorithm']} digests")
-    click.echo(f"  machine   {meta.get('machine', '?')!s}: {meta.get('preset')}, {meta.get('ipus')} IPU(s), "
+    click.echo(f"  machine   {meta.get('machine', '?')!s}: {meta.get('preset')}, {_count(meta.get('ipus'), 'IPU')}, "
                f"{meta.get('tiles_per_chip', 0) * meta.get('ipus', 0)} tiles")
     if taken:
         click.echo(f"  taken     {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(taken))}")
@@ -377,6 +377,11 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return
-    click.echo(f"extracted {result['files']} files and {result['directories']} directories "
+    click.echo(f"extracted {_count(result['files'], 'file')} and "
+               f"{_count(result['directories'], 'directory', 'directories')} "
                f"({result['bytes']} bytes) to {result['dest']}")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 

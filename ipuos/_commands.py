@@ -293,7 +293,8 @@ def _staleness(age: float | None) -> dict:
     if age is None:
         return {}
     return {"stale_seconds": age,
-            "stale_reason": f"this is the machine as it was {age:.1f} s ago: {_BUSY_WHY}"}
+            "stale_reason": f"tile states are as they were {age:.1f} s ago (jobs are as they are "
+                            f"now): {_BUSY_WHY}"}
 
 
 _BUSY_WHY = ("a tile has been computing without reaching an exchange point, so the machine "
@@ -308,6 +309,7 @@ _BUSY_WHY = ("a tile has been computing without reaching an exchange point, so t
     Arg("tiles", str, "all"),
     Arg("budget", float, None),
     Arg("has_data", bool, False),
+    Arg("args", list, None),
     timeout=None,
 )
 def _run(call: Call):
@@ -324,6 +326,9 @@ def _run(call: Call):
     if args["budget"] is not None and not args["budget"] > 0:
         raise CommandError(BAD_REQUEST, "the compute budget must be a positive number of seconds")
     filename = args["filename"]
+    program_args = args["args"] or []
+    if not all(isinstance(a, str) for a in program_args):
+        raise CommandError(BAD_REQUEST, "the program's arguments must be strings")
     source = payload[:source_len]
     data = payload[source_len:] if args["has_data"] else None
     machine = call.host.machine
@@ -332,7 +337,8 @@ def _run(call: Call):
     except UnicodeDecodeError as exc:
         raise CommandError("bad_program", f"{filename} is not UTF-8 text (byte {exc.start})") from None
     try:
-        handle = machine.launch(source_text, args["tiles"], data, filename=filename, budget=args["budget"])
+        handle = machine.launch(source_text, args["tiles"], data, filename=filename, budget=args["budget"],
+                                argv=[filename, *program_args])
     except TileSpecError as exc:
         raise CommandError("bad_tiles", str(exc)) from None
     except SyntaxError as exc:

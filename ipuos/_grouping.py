@@ -19,13 +19,16 @@ class OutputGroup:
 
     @property
     def count(self) -> int:
+        """How many tiles printed this text."""
         return len(self.tiles)
 
     @property
     def tile_ranges(self) -> str:
+        """The tiles as a spec, e.g. ``0-4:2,9``."""
         return format_tiles(self.tiles)
 
     def header(self) -> str:
+        """The group's first line: ``[3 tiles: 0-4:2]``."""
         noun = "tile" if self.count == 1 else "tiles"
         return f"[{self.count} {noun}: {self.tile_ranges}]"
 

@@ -69,12 +69,14 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """True if every tile ran to the end without an error and exited with code 0."""
         return all(t.status == OK and t.exit_code == 0 for t in self.tiles)
 
     @property
     def exit_status(self) -> int:
         """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest
-        exit code, as a process exit status (0-255: see :func:`process_status`)."""
+        exit code, as a process exit status: its low 8 bits, but never 0 for a code that
+        is not (``exit(256)`` gives 1, not success)."""
         statuses = {t.status for t in self.tiles}
         if ERROR in statuses or ABORTED in statuses:
             return 1
@@ -94,6 +96,8 @@ class RunResult:
         return group_texts({t.tile: t.text for t in self.tiles})
 
     def format(self, max_groups: int | None = 20) -> str:
+        """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups;
+        None: all)."""
         return format_groups(self.grouped(), max_groups)
 
 
@@ -107,9 +111,12 @@ class RunHandle:
 
     @property
     def done(self) -> bool:
+        """True once every tile of the job has finished (:meth:`wait` returns at once)."""
         return self.job.future.done()
 
     def interrupt(self, reason: str = "interrupted by the user") -> None:
+        """Stop the job on every tile, even one computing without reaching an exchange
+        point; :meth:`wait` then returns its result, ``reason`` in each tile's error."""
         self.machine.scheduler.interrupt_job(self.job, reason)
 
     def wait(self, timeout: float | None = None) -> RunResult:
@@ -167,6 +174,8 @@ class Repl:
         return RunHandle(self.machine, job, block)
 
     def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
+        """Run one block on every tile of the session and wait for its result; names it
+        defines stay for the next block."""
         return self.launch(source, budget=budget).wait(timeout)
 
     def close(self) -> None:
@@ -300,6 +309,8 @@ class Machine:
     # -- state ---------------------------------------------------------------------------
 
     def stats(self) -> dict:
+        """Machine-wide counters: supersteps, bytes exchanged, simulated exchange time
+        (from the cost model, labelled simulated), and the machine's geometry."""
         stats = self.scheduler.call_wait(self.scheduler.stats)
         stats.update(preset=self.preset.name, ipus=self.ipus, tiles=self.ntiles)
         return stats

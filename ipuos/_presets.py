@@ -40,6 +40,8 @@ class Preset:
         return preset
 
     def validate(self) -> None:
+        """ValueError naming the field if the geometry is impossible (sizes not multiples
+        of 8 or of their block size, more reserved than a tile's SRAM, ...)."""
         if self.tiles_per_chip < 1:
             raise ValueError(f"preset {self.name!r}: tiles_per_chip must be at least 1")
         if self.sram_per_tile < 4 * KiB or self.sram_per_tile % 8:

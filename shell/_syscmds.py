@@ -27,7 +27,7 @@ RAMDISK_PREFIX = "ramdisk:"
 # -- help ----------------------------------------------------------------------------------------
 
 _HELP_NOTES = """\
-Paths: / is tile 0's own disk, /chip the chip disk (striped over every tile's SRAM),
+Paths: / is tile 0's own disk, /chip the chip disk (striped over the other tiles' SRAM),
 /tiles/N/... the files of tile N (each request travels over the exchange to tile N).
 Lines: ';' separates commands, > and >> send output to a file on the chip, quotes and
 \\ work as in sh, * ? [..] match file names. Host commands are never run: the shell only

@@ -56,6 +56,13 @@ def test_run_with_data_file(runner, program, tmp_path):
     assert result.output == "[4 tiles: 0-3]\n60\n"
 
 
+def test_run_passes_arguments_to_the_program(runner, program):
+    path = program("print(__args)")
+    result = runner.invoke(main, ["run", path, "--tiles", "0-1", "one", "two words", "--", "--three"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"[2 tiles: 0-1]\n{[path, 'one', 'two words', '--three']}\n"
+
+
 def test_run_exit_status_reflects_errors(runner, program):
     result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0"])
     assert result.exit_code == 1

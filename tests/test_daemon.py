@@ -210,6 +210,8 @@ def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, w
     (request(1, "run", {"filename": "p.py", "source_len": 99}, b"print(1)"), "bad_request", "does not fit"),
     (request(1, "run", {"filename": "p.py", "source_len": 2}, b"\xff\xfe"), "bad_program", "not UTF-8"),
     (request(1, "run", {"filename": "p.py", "source_len": 4, "budget": -1}, b"pass"), "bad_request", "positive"),
+    (request(1, "run", {"filename": "p.py", "source_len": 4, "args": "a b"}, b"pass"), "bad_request", "must be a list"),
+    (request(1, "run", {"filename": "p.py", "source_len": 4, "args": [1]}, b"pass"), "bad_request", "must be strings"),
     (request(1, "halt", {"if_saved": "yes"}), "bad_request", "must be true or false"),
 ])
 def test_malformed_requests_get_an_error_and_the_connection_goes_on(shared_machine, wire, code, message):

@@ -51,7 +51,7 @@ def good(tmp_path_factory):
 def test_info_and_verify(good):
     result = ipuos("image", "info", str(good))
     assert result.exit_code == 0
-    assert "tiny, 1 IPU(s), 16 tiles" in result.output and "3 (2 formatted, 1 blank)" in result.output
+    assert "tiny, 1 IPU, 16 tiles" in result.output and "3 (2 formatted, 1 blank)" in result.output
     info = json.loads(ipuos("image", "info", str(good), "--json").output)
     assert info["device_count"] == 3 and info["meta"]["preset"] == "tiny"
     assert info["verified"] is False  # info checks the structure, not every byte

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+import ipuos
 from ipuos import PRESETS, Machine, TileSpecError, format_groups, group_texts
 from ipuos.scheduler import TileBusyError
 
@@ -141,3 +142,21 @@ def test_close_interrupts_running_programs():
     time.sleep(0.05)
     m.close()
     assert handle.wait(5).tiles[0].status == "interrupted"
+
+
+def test_the_public_api_is_importable_and_documented():
+    import inspect
+
+    undocumented = []
+    for name in ipuos.__all__:
+        obj = getattr(ipuos, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            if not inspect.getdoc(obj):
+                undocumented.append(name)
+            if inspect.isclass(obj) and obj.__module__.startswith("ipuos"):
+                for attr, member in vars(obj).items():
+                    if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
+                        continue
+                    if not inspect.getdoc(member) and attr not in ("by_rank", "outputs"):
+                        undocumented.append(f"{name}.{attr}")
+    assert undocumented == []
