@@ -778,7 +778,6 @@ class Filesystem:
             if other is not file and other.path == path:
                 other._stale = True
 
-
     # -- names ---------------------------------------------------------------------------
 
     def stat(self, path: str) -> FileInfo:
@@ -835,9 +834,12 @@ class Filesystem:
         src, dst = self._path(src), self._path(dst)
         inside = dst.rstrip("/").startswith(src.rstrip("/") + "/")
         base = src.rstrip("/")
+        # (not a file removed or replaced while open: its old path names another file now)
         moving = [file for file in self._open
-                  if file._handle is not None and (file.path == base or file.path.startswith(base + "/"))]
-        replaced = [file for file in self._open if file.path == dst.rstrip("/") and file not in moving]
+                  if file._handle is not None and not file._detached
+                  and (file.path == base or file.path.startswith(base + "/"))]
+        replaced = [file for file in self._open
+                    if file.path == dst.rstrip("/") and file not in moving and not file._detached]
         if moving:
             self._run("rename", src, dst, _rename_open, src, dst, inside, moving)
         else:

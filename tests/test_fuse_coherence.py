@@ -285,6 +285,50 @@ def test_host_appends_beside_a_tile_holding_the_file_open_all_land(tiny):
         b"tile: start\nhost >> 0\nhost >> 1\nhost >> 2\ntile: end\n")
 
 
+def test_fstat_of_a_file_replaced_while_open_after_other_descriptors_closed(tiny):
+    # libfuse hides a replaced file that is still open; closing some of its descriptors
+    # used to leave the hidden name answering from a closed handle: EBADF from fstat
+    result = tiny.child("""
+        import json, os, sys
+        p = sys.argv[1] + "/tiles/1/f"
+        seen = set()
+        for _ in range(10):
+            with open(p, "w") as f:
+                f.write("old content\\n")
+            fds = [os.open(p, os.O_RDONLY) for _ in range(3)]
+            with open(p + ".tmp", "w") as f:
+                f.write("new\\n")
+            os.rename(p + ".tmp", p)
+            os.close(fds[0]); os.close(fds[1])
+            seen.add((os.fstat(fds[2]).st_size, os.pread(fds[2], 100, 0).decode()))
+            os.close(fds[2])
+        print(json.dumps(sorted(seen)))
+    """)
+    assert result == [[12, "old content\n"]]
+
+
+def test_stat_after_a_write_ran_out_of_space_beside_a_reader(tiny):
+    # the writer's handle is lost by the remount after ENOSPC: stat and fstat answer
+    # with the file as committed instead of EIO while it stays open
+    result = tiny.child("""
+        import json, os, sys
+        p = sys.argv[1] + "/tiles/11/big"
+        a = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        b = os.open(p, os.O_RDONLY)
+        written = 0
+        try:
+            while True:
+                written += os.write(a, b"x" * 1000)
+        except OSError as e:
+            error = e.errno
+        sizes = [os.stat(p).st_size, os.fstat(a).st_size, os.fstat(b).st_size, len(os.pread(b, 1 << 20, 0))]
+        os.close(a); os.close(b)
+        print(json.dumps([error, written, sizes]))
+    """)
+    error, written, sizes = result
+    assert error == errno.ENOSPC and sizes == [written] * 4, result
+
+
 def test_only_changes_made_elsewhere_make_the_kernel_forget(tiny):
     operations, fs = tiny.active.operations, tiny.machine.fs
     kernel = operations._kernel

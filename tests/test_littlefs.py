@@ -663,6 +663,39 @@ def test_a_reader_at_the_end_sees_what_another_handle_wrote_since():
     fs.unmount()
 
 
+def test_a_rename_after_a_remove_leaves_the_open_removed_file_alone():
+    # the removed file's handle must not be "moved" with its old name (reopening it failed
+    # and the next write aborted the process), nor end up writing into the file that took
+    # its name
+    fs = formatted(MemoryDevice.new(512, 64))
+    removed = fs.open("/log", "w")
+    removed.write(b"hello")
+    fs.remove("/log")
+    with pytest.raises(FileNotFoundError):
+        fs.rename("/log", "/x")
+    removed.write(b"more")
+    removed.close()
+    fs.mkdir("/d")
+    inside = fs.open("/d/f", "w")
+    inside.write(b"in d")
+    fs.remove("/d/f")
+    fs.rename("/d", "/e")
+    inside.write(b" more")
+    inside.close()
+    replaced = fs.open("/log2", "w")
+    replaced.write(b"old1")
+    with fs.open("/tmp", "w") as f:
+        f.write(b"new\n")
+    fs.rename("/tmp", "/log2")  # the atomic save
+    fs.rename("/log2", "/log2.1")  # then a rotation
+    replaced.write(b"old2")
+    replaced.close()
+    with fs.open("/log2.1") as f:
+        assert f.read() == b"new\n"
+    assert sorted(fs.listdir("/")) == ["e", "log2.1"] and fs.listdir("/e") == []
+    fs.unmount()
+
+
 def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
     # another file at its name is not its own file grown: no mix of the two
     fs = formatted(MemoryDevice.new(512, 64))

@@ -644,14 +644,23 @@ class ChipFilesystem:
                 # just did saves a round trip per file created
                 opened.fresh = False
                 return self._attrs(False, 0, time.time_ns())
-            return self._open_attrs(path, opened)
+            try:
+                return self._open_attrs(path, opened)
+            except OSError:
+                if path is None or opened.inner is None:
+                    raise
+                # its handle has failed (a write that ran out of space lost it): the
+                # file is still there, as last committed
         place = self._file_place(path)
         if place.fixed:
             return self._attrs(True, 0, self.mounted_ns)
         self._fresh_name(place)
         writer = self._dirty_open(place.tile, place.inner)
         if writer is not None:
-            return self._open_attrs(path, writer)
+            try:
+                return self._open_attrs(path, writer)
+            except OSError:
+                pass  # (as above: that handle failed; the file as committed)
         hidden = self._hidden_files.get((place.tile, place.inner))
         if hidden is not None:
             for opened in list(hidden):
@@ -1040,6 +1049,8 @@ class ChipFilesystem:
                 opens.discard(opened)
                 if not opens:
                     del self._by_path[key]
+            for hidden in self._hidden_files.values():  # (getattr must not ask a closed one)
+                hidden.discard(opened)
         future = self._submit(opened.tile, "fs.close", opened.handle)
         future.add_done_callback(_log_close_failure)
         return 0
