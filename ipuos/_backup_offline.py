@@ -151,8 +151,14 @@ def _join(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name
 
 
+def _check_inner(path: str) -> None:
+    if not path:
+        raise OfflineError("an empty path names nothing in the device; give one such as /")
+
+
 def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
     """The entries of ``path`` (a directory; a file lists itself), sorted by name."""
+    _check_inner(path)
     try:
         info = fs.stat(path)
     except OSError as exc:
@@ -164,6 +170,7 @@ def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
 
 
 def read_file(fs: Filesystem, path: str) -> bytes:
+    _check_inner(path)
     try:
         if fs.stat(path).is_dir:
             raise OfflineError(f"{path} is a directory (`ipuos image ls` lists it)")
@@ -206,6 +213,7 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
     """Write the tree under ``top`` to the host directory ``dest`` (created; it must not
     exist, or be an empty directory), files with their mtimes. All or nothing."""
     dest = os.path.abspath(os.fspath(dest))
+    _check_inner(top)
     try:
         if not fs.stat(top).is_dir:
             raise OfflineError(f"{top} is a file; extract takes a directory (`ipuos image cat` reads a file)")

@@ -117,7 +117,7 @@ class Daemon:
             summary = restore_image(machine, self.restore, name=self.paths.name)
         except BackupError as exc:
             machine.close()
-            raise StartupError(str(exc)) from None
+            raise StartupError(f"{exc}; no machine was started") from None
         log.info("restored %s from %s in %.2f s", summary["devices"], self.restore, summary["seconds"])
 
     # -- serving -------------------------------------------------------------------------

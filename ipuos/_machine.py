@@ -25,7 +25,7 @@ from ._runtime import (
     user_traceback,
 )
 from ._sram import SRAM
-from ._tiledata import decode_share, split_lines
+from ._tiledata import decode_shares, split_lines
 from ._tilespec import parse_tiles
 from .scheduler import ABORTED, ERROR, INTERRUPTED, OK, Job, JobStats, Scheduler
 from .vfs import HostFsClient, Storage
@@ -187,7 +187,7 @@ def _shares(data, ntiles: int) -> list[str] | None:
     if data is None:
         return None
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    return [decode_share(s) for s in split_lines(raw, ntiles)]
+    return decode_shares(split_lines(raw, ntiles))
 
 
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)

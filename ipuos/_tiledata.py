@@ -27,8 +27,16 @@ def split_lines(data: bytes, ntiles: int) -> list[bytes]:
     return [data[cuts[i] : cuts[i + 1]] for i in range(ntiles)]
 
 
-def decode_share(share: bytes, source: str = "the data file") -> str:
-    try:
-        return share.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{source} is not UTF-8 text ({exc}); __tiledata must be text") from None
+def decode_shares(shares: list[bytes], source: str = "the data file") -> list[str]:
+    """The shares as text; ValueError naming the first bad byte's offset in the whole
+    data (not in its share) if it is not UTF-8."""
+    texts = []
+    start = 0
+    for share in shares:
+        try:
+            texts.append(share.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{source} is not UTF-8 text (byte {start + exc.start}: {exc.reason}); "
+                             "__tiledata must be text") from None
+        start += len(share)
+    return texts

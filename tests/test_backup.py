@@ -284,6 +284,7 @@ def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
     boot = run_cli("boot", "--preset", "mk1", "--restore", str(image), "--name", name, timeout=120)
     assert boot.returncode == 1
     assert "was taken on another kind of machine: preset 'tiny' (this machine: 'mk1')" in boot.stderr
+    assert boot.stderr.rstrip().endswith("no machine was started"), boot.stderr
     assert run_cli("status", "--name", name).returncode == 3  # nothing left running
 
 

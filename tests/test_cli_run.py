@@ -63,6 +63,14 @@ def test_run_passes_arguments_to_the_program(runner, program):
     assert result.output == f"[2 tiles: 0-1]\n{[path, 'one', 'two words', '--three']}\n"
 
 
+def test_a_data_file_that_is_not_utf8_names_the_byte_in_the_file(runner, program, tmp_path):
+    data = tmp_path / "latin.txt"
+    data.write_bytes(b"line\n" * 100 + b"caf\xe9\n")  # byte 503, in the last tile's share
+    result = runner.invoke(main, ["run", program("pass"), "--data", str(data), "--tiles", "0-3"])
+    assert result.exit_code != 0
+    assert "is not UTF-8 text (byte 503: invalid continuation byte)" in result.output
+
+
 def test_run_exit_status_reflects_errors(runner, program):
     result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0"])
     assert result.exit_code == 1

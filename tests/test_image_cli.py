@@ -108,6 +108,8 @@ def test_extract_writes_the_tree_with_mtimes(good, tmp_path):
     (["extract", "{img}", "2", "{tmp}/x", "--path", "/hello.txt"], "is a file"),
     (["extract", "{img}", "2", "{tmp}/no/such/dir"], "does not exist"),
     (["info", "{tmp}/nothing.img"], "no such file"),
+    (["ls", "{img}", "2", ""], "an empty path names nothing in the device"),
+    (["cat", "{img}", "2", ""], "an empty path names nothing in the device"),
 ])
 def test_clear_errors(good, tmp_path, args, message):
     args = [a.format(img=good, tmp=tmp_path) for a in args]
