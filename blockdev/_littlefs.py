@@ -42,6 +42,7 @@ reproduced on this project's machine; this module exists to make them unreachabl
 
 from __future__ import annotations
 
+import collections
 import errno
 import io
 import math
@@ -784,7 +785,7 @@ class Filesystem:
         path = self._path(path)
         info = _info(self._run("stat", path, None, lfs.stat, path, _ENCODING))
         if self._open and not info.is_dir:
-            size = self._run("stat", path, None, _unsynced_size, self, path.rstrip("/"))
+            size = self._run("stat", path, None, _unsynced_sizes, self).get(path.rstrip("/"))
             if size is not None:
                 info = info._replace(size=size)
         return info
@@ -801,12 +802,12 @@ class Filesystem:
         path = self._path(path)
         entries = self._run("scandir", path, None, _read_directory, path)
         if self._open and any(f._unsynced for f in self._open):
+            sizes = self._run("scandir", path, None, _unsynced_sizes, self)
             base = path.rstrip("/") + "/"
             for index, info in enumerate(entries):
-                if not info.is_dir:
-                    size = self._run("scandir", path, None, _unsynced_size, self, base + info.name)
-                    if size is not None:
-                        entries[index] = info._replace(size=size)
+                size = sizes.get(base + info.name)
+                if size is not None and not info.is_dir:
+                    entries[index] = info._replace(size=size)
         return entries
 
     def listdir(self, path: str = "/") -> list[str]:
@@ -846,13 +847,25 @@ class Filesystem:
             self._run("rename", src, dst, _rename, src, dst, inside)
         for file in replaced:
             file._detached = True
+        if replaced:
+            self._reshare()
 
     def _detach(self, path: str) -> None:
         """Files open at ``path`` no longer have a name: another file made there later is
         not theirs (see :func:`_catch_up`)."""
+        detached = False
         for file in self._open:
             if file.path == path:
-                file._detached = True
+                file._detached = detached = True
+        if detached:
+            self._reshare()
+
+    def _reshare(self) -> None:
+        """Work out again which open files share their file with another handle (after
+        files were lost, removed or replaced; a close does it for its own file)."""
+        paths = collections.Counter(f.path for f in self._open if f._can and not f._detached)
+        for f in self._open:
+            f._shared = bool(f._can) and not f._detached and paths[f.path] > 1
 
     # -- attributes ----------------------------------------------------------------------
 
@@ -1028,6 +1041,7 @@ class Filesystem:
                 file._handle, file.lost, file._can = None, lost, 0
             else:
                 self._open[file] = None
+        self._reshare()
 
     def _raise_fault(self, op: str, path) -> None:
         cause = self._callbacks.fault
@@ -1100,6 +1114,7 @@ class Filesystem:
         """
         file.closed = True
         file._can = 0
+        file._stale = False
         if self._lfs is None:  # unmount closed it already
             return
         callbacks = self._callbacks
@@ -1363,8 +1378,8 @@ class File:
     others' writes. So: opening a file commits the other handles' writes first; while
     several are open (``_shared``) every write and truncate commits at once; a handle
     another has committed under (``_stale``) reopens at its position before its next use;
-    an append goes to the end wherever the position is. Unshared files pay one attribute
-    test per call for this.
+    an append goes to the end wherever the position is. A file with one handle pays an
+    attribute test or three per call for this.
 
     ``read``, ``write`` and ``close`` are every program's hot path: each is
     :meth:`Filesystem._run` written out, behind one test of ``_can`` (the littlefs access
@@ -1372,7 +1387,7 @@ class File:
     """
 
     __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "_detached",
-                 "_shared", "_stale", "__weakref__")
+                 "_shared", "_stale", "_seeked_appender", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1392,6 +1407,8 @@ class File:
         self._shared = False
         #: another handle has committed since this one's view was taken: look again first
         self._stale = False
+        #: an append-mode file whose position was moved: its next write must go to the end
+        self._seeked_appender = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else _mode_text(self.flags)
@@ -1435,7 +1452,7 @@ class File:
             self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
-        if self._stale or self._shared or self.flags & _LFS_APPEND:
+        if self._stale or self._shared or self._seeked_appender:
             return self._write_coherently(data)
         self._unsynced = True
         return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
@@ -1447,7 +1464,9 @@ class File:
         fs = self._fs
         if self._stale:
             fs._run("write", self.path, None, _refresh, self)
-        if self.flags & _LFS_APPEND:
+        if self._seeked_appender:
+            # littlefs moves an appender's position to the end only from before it
+            self._seeked_appender = False
             fs._run("write", self.path, None, lfs.file_seek, self._handle, 0, os.SEEK_END)
         self._unsynced = True
         written = fs._run("write", self.path, None, lfs.file_write, self._handle, data)
@@ -1464,6 +1483,8 @@ class File:
             raise
         if self._stale:
             self._fs._run("seek", self.path, None, _refresh, self)
+        if self.flags & _LFS_APPEND:
+            self._seeked_appender = True  # the next write goes to the end (see _write_coherently)
         if whence == os.SEEK_END and not self._unsynced:
             self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
         return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
@@ -1571,13 +1592,11 @@ def _catch_up(handle, file: File) -> bool:
     return True
 
 
-def _unsynced_size(handle, fs: Filesystem, path: str) -> int | None:
-    """The size an open handle with uncommitted writes gives ``path``, if one does: what
-    ``stat`` reports, as the host's page cache would."""
-    for f in fs._open:
-        if f._unsynced and f.path == path and f._can and not f._detached:
-            return lfs.file_size(handle, f._handle)
-    return None
+def _unsynced_sizes(handle, fs: Filesystem) -> dict[str, int]:
+    """path -> the size open handles with uncommitted writes give it: what ``stat`` and
+    listings report, as the host's page cache would."""
+    return {f.path: lfs.file_size(handle, f._handle) for f in fs._open
+            if f._unsynced and f._can and not f._detached}
 
 
 def _refresh(handle, file: File) -> None:
@@ -1585,8 +1604,10 @@ def _refresh(handle, file: File) -> None:
     as it is now, at the same position. Not a handle that was removed or replaced (its
     path names another file), nor one with uncommitted writes of its own."""
     file._stale = False
-    if not file._detached and not file._unsynced:
+    if file._can and file._handle is not None and not file._detached and not file._unsynced:
         _reopen_in_place(handle, file, "the file changed and could not be opened again; open it again")
+        if file.flags & _LFS_APPEND:
+            file._seeked_appender = True  # the end may have moved below its position
 
 
 def _reopen_in_place(handle, file: File, why: str) -> None:

@@ -22,9 +22,9 @@ the owner's own SRAM (a named region, counted against its budget):
 Until then written data exists only in the cache, exactly like a disk's write cache.
 :meth:`StripedDevice.flush` writes everything back and waits (a backup's snapshot calls
 it). A backing tile that has failed makes a transfer the owner waits for raise
-``TileFailed`` (EIO); a failed write-back nobody waited for is raised by the device's next
-operation, like a write-back error the host reports at the next fsync, and its blocks stay
-dirty, to be written again.
+``TileFailed`` (EIO). A failed write-back nobody waited for leaves its blocks dirty, and
+the next sync writes them back and waits: if the tile still does not answer, that sync
+is EIO, as the host reports a write-back error at the next fsync.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ class StripedDevice(BlockDevice):
         self.transfers = 0
         #: a write-back is posted for the next exchange (see _sync)
         self._write_back_due = False
-        #: a posted write-back that failed, raised by the next operation
-        self._failure: BaseException | None = None
+        #: a posted write-back failed: the next sync writes back and waits (see _sync)
+        self._retry = False
 
     # -- geometry of the stripes ---------------------------------------------------------
 
@@ -106,7 +106,7 @@ class StripedDevice(BlockDevice):
     def fast_read(self, block: int, off: int, size: int) -> bytes | None:
         """``size`` bytes of a cached block, or None on a miss (then :meth:`read`)."""
         slot = self._slot_of.get(block)
-        if slot is None or self._failure is not None:
+        if slot is None:
             return None
         self._touch(block, slot)
         start = self._base + slot * self.block_size + off
@@ -115,7 +115,7 @@ class StripedDevice(BlockDevice):
     def fast_prog(self, block: int, off: int, data) -> bool:
         """Write into a cached block; False on a miss (then :meth:`prog`)."""
         slot = self._slot_of.get(block)
-        if slot is None or self._failure is not None:
+        if slot is None:
             return False
         self._touch(block, slot)
         start = slot * self.block_size + off
@@ -126,7 +126,6 @@ class StripedDevice(BlockDevice):
     # -- the primitives ----------------------------------------------------------------
 
     def _read_block(self, block: int, off: int, size: int) -> bytes:
-        self._raise_failure()
         slot = self._slot_of.get(block)
         if slot is None:
             slot = self._fetch(block)
@@ -136,7 +135,6 @@ class StripedDevice(BlockDevice):
         return bytes(self._view[start : start + size])
 
     def _prog_block(self, block: int, off: int, data: bytes) -> None:
-        self._raise_failure()
         bs = self.block_size
         slot = self._slot_of.get(block)
         if slot is None:
@@ -149,7 +147,6 @@ class StripedDevice(BlockDevice):
         self._mark_dirty(slot, off, off + len(data))
 
     def _erase_block(self, block: int) -> None:
-        self._raise_failure()
         bs = self.block_size
         slot = self._slot_of.get(block)
         if slot is None:
@@ -158,21 +155,18 @@ class StripedDevice(BlockDevice):
         self._mark_dirty(slot, 0, bs)
 
     def _sync(self) -> None:
-        self._raise_failure()
+        if self._retry:
+            # an earlier write-back nobody waited for failed: this one waits, so a backing
+            # tile still not answering is this sync's EIO
+            self._write_back()
+            return
         if not self._write_back_due:
             self._write_back_due = True
             self.scheduler.before_copies(self._post_write_back)
 
     def flush(self) -> None:
         """Write every cached change to the backing tiles now (on the owner's greenlet)."""
-        self._raise_failure()
         self._write_back()
-
-    def _raise_failure(self) -> None:
-        failure = self._failure
-        if failure is not None:
-            self._failure = None  # reported once; the blocks are still dirty
-            raise failure
 
     def _post_write_back(self) -> None:
         """The write-back after a sync: posted at the exchange itself (the owner is parked,
@@ -188,8 +182,8 @@ class StripedDevice(BlockDevice):
 
         def done(error) -> None:
             if error is not None:
-                self._failure = error
-                for slot, span in zip(flushed, ranges):  # write them again later
+                self._retry = True  # dirty again, and the next sync waits for them
+                for slot, span in zip(flushed, ranges):
                     if self._block_in[slot] >= 0:
                         self._mark_dirty(slot, *span)
 
@@ -306,6 +300,7 @@ class StripedDevice(BlockDevice):
         self._exchange(transfers, "chip disk write")
         for slot in flushed:
             self._dirty[slot] = None
+        self._retry = False  # (whatever failed before is written now)
 
     def _dirty_transfers(self) -> tuple[list, list]:
         """(remote copies writing every dirty range back, the slots they come from)."""
@@ -330,23 +325,27 @@ class StripedDevice(BlockDevice):
             self._free.append(slot)
 
     def drop_cache(self) -> None:
-        """Forget every cached block, written back or not (a power cut, or a restore).
+        """Forget every cached block (a failed device's cache, dropped at unmount).
 
-        Only what was never synced may be lost, as in a power cut: a write-back due
-        since a sync is made first, if this runs on the owner (the filesystem dropping
-        a failed device's cache at unmount), as far as the backing tiles answer. (Any
-        other time, no write-back can be due: each runs at the exchange after its sync.)
+        On the owner, what is dirty is written back first, as far as the backing tiles
+        answer: a synced block must not be lost (its write-back may still be due, or
+        have failed and be waiting for the next sync), and littlefs never depends on an
+        unsynced one being lost. (:meth:`restore` forgets the cache without writing.)
         """
-        if self._write_back_due and greenlet.getcurrent() is self.owner.glet:
+        if greenlet.getcurrent() is self.owner.glet and any(d is not None for d in self._dirty):
             try:
                 self._write_back()
             except Exception:  # noqa: BLE001 - a failed device: what it holds is what it holds
                 pass
+        self._forget_all()
+
+    def _forget_all(self) -> None:
+        """Forget every cached block, written back or not, and any write-back due."""
+        self._write_back_due = self._retry = False  # (a posted hook then finds nothing dirty)
         self._slot_of.clear()
         self._probation.clear()
         self._protected.clear()
         self._ghosts.clear()
-        self._failure = None  # what it failed to write is forgotten with the rest
         self._free = list(range(self._nslots - 1, -1, -1))
         self._block_in = [-1] * self._nslots
         self._dirty = [None] * self._nslots
@@ -376,9 +375,9 @@ class StripedDevice(BlockDevice):
         image = memoryview(image).cast("B")
         if len(image) != self.size:
             raise ValueError(f"image is {len(image)} bytes but the device holds {self.size}")
+        self._forget_all()  # first: nothing cached may be written over the new bytes
         view = self.scheduler.sram.view
         bs = self.block_size
         for block in range(self.block_count):
             _, offset = self.location(block)
             view[offset : offset + bs] = image[block * bs : (block + 1) * bs]
-        self.drop_cache()

@@ -696,6 +696,41 @@ def test_a_rename_after_a_remove_leaves_the_open_removed_file_alone():
     fs.unmount()
 
 
+def test_a_closed_handle_another_committed_under_refuses_use_and_never_aborts():
+    # the stale mark must not outlive the handle: a read after close looked again at a
+    # littlefs handle that was gone, and littlefs aborted the process
+    fs = formatted(MemoryDevice.new(512, 64))
+    with fs.open("/x", "w") as f:
+        f.write(b"abc")
+    reader, writer = fs.open("/x", "r"), fs.open("/x", "r+")
+    writer.write(b"J")  # (shared: committed at once, the reader is now stale)
+    reader.close()
+    with pytest.raises(ValueError, match="closed file"):
+        reader.read(2)
+    writer.close()
+    fs.unmount()
+
+
+def test_a_survivor_of_a_lost_sharer_stops_committing_every_write():
+    device = MemoryDevice.new(512, 24)
+    fs = formatted(device)
+    with fs.open("/pad", "w") as pad:
+        pad.write(b"p" * 2000)
+    first, second = fs.open("/f", "w"), fs.open("/f", "r+")
+    with pytest.raises(OSError) as info:
+        while True:
+            first.write(b"x" * 500)  # shared: committed write by write, until the disk is full
+    assert info.value.errno == errno.ENOSPC and first.lost is not None and second.lost is None
+    fs.remove("/pad")  # room again
+    second.seek(0, os.SEEK_END)  # (rewriting the start of a file rewrites all of it)
+    progs = device.progs
+    second.write(b"more")  # alone on its file now that its sharer is lost: not committed yet
+    assert device.progs == progs
+    second.close()
+    assert device.progs > progs
+    fs.unmount()
+
+
 def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
     # another file at its name is not its own file grown: no mix of the two
     fs = formatted(MemoryDevice.new(512, 64))

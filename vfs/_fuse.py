@@ -663,7 +663,9 @@ class ChipFilesystem:
                 pass  # (as above: that handle failed; the file as committed)
         hidden = self._hidden_files.get((place.tile, place.inner))
         if hidden is not None:
-            for opened in list(hidden):
+            with self._open_lock:  # (release changes the set from other threads)
+                still_open = list(hidden)
+            for opened in still_open:
                 return self._open_attrs(None, opened)
             raise _fail(errno.ENOENT)
         return self._attrs(*self._stat(place))

@@ -86,6 +86,8 @@ class LittlefsBackend(Backend):
                 try:
                     if self.fs.fault is None:
                         self._write_stamps()
+                except OSError:
+                    pass  # (a device error, likely what brought us here): mounting decides
                 finally:
                     try:
                         self.fs.unmount()
@@ -110,6 +112,9 @@ class LittlefsBackend(Backend):
                     self._write_stamps()
                 except OSError:
                     pass  # the bytes are what is asked for, whatever state littlefs is in
+            flush = getattr(self.device, "flush", None)
+            if flush is not None:  # a write-behind cache (the chip disk): to the device first
+                flush()
             return self.device.snapshot()
         finally:
             owner.fs_depth -= 1
