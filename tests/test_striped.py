@@ -147,7 +147,7 @@ def test_a_failed_write_back_nobody_waited_for_is_retried_by_the_next_sync(sched
     tile, offset = device.location(4)
     sched.fail_tile(tile)
     try:
-        on_owner(sched, lambda: (device.erase(4), device.prog(4, 0, block), device.sync()))
+        on_owner(sched, put_block, device, 4, block)
         assert on_owner(sched, device.read, 4, 0, 16) == block[:16]  # still in the cache
         with pytest.raises(OSError) as info:  # the next sync waits, and the tile still fails
             on_owner(sched, device.sync)
@@ -187,9 +187,7 @@ def test_dropping_the_cache_on_the_owner_keeps_what_was_synced(sched):
     synced = bytes([1]) * BLOCK
 
     def work():
-        device.erase(6)
-        device.prog(6, 0, synced)
-        device.sync()
+        put_block(device, 6, synced)
         device.drop_cache()
         return device.read(6, 0, BLOCK)
 
@@ -201,9 +199,7 @@ def test_a_restore_is_not_overwritten_by_blocks_cached_before_it(sched):
     image = bytes([0xAB]) * device.size
 
     def work():
-        device.erase(3)
-        device.prog(3, 0, bytes([0xCD]) * BLOCK)
-        device.sync()  # its write-back is due at the next exchange...
+        put_block(device, 3, bytes([0xCD]) * BLOCK)  # its write-back is due at the next exchange...
         device.restore(image)  # ...but the restore comes first
         return device.read(3, 0, 16)
 
@@ -266,9 +262,7 @@ def test_a_write_back_failing_during_a_fetch_leaves_nothing_unfetched_in_the_cac
     wanted = bytes([0xAA]) * BLOCK
 
     def setup():
-        device.erase(10)
-        device.prog(10, 0, wanted)
-        device.sync()
+        put_block(device, 10, wanted)
         device.drop_cache()
         for b in (0, 1, 2):  # three dirty slots and one free one
             device.erase(b)
@@ -289,6 +283,13 @@ def test_a_write_back_failing_during_a_fetch_leaves_nothing_unfetched_in_the_cac
 def on_owner(sched, fn, *args):
     """``fn(*args)`` on tile 0, the owner, whose greenlet may wait for the exchange."""
     return sched.submit(0, "test.call", fn, args, {}).result(10)
+
+
+def put_block(device, block: int, data: bytes) -> None:
+    """Erase ``block``, program ``data`` into it and sync (on the owner)."""
+    device.erase(block)
+    device.prog(block, 0, data)
+    device.sync()
 
 
 def test_cache_lives_in_the_owners_sram_budget(sched):
