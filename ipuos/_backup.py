@@ -220,16 +220,21 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     started = time.perf_counter()
     machine_name = f"machine {name!r}" if name else "this machine"
     try:
-        image = open_image(path, verify=False, max_decompressed=machine.sram.nbytes)
+        # (any machine's image opens: its geometry is checked against this machine next,
+        # so an image of a bigger one is refused as that, not as a decompression bomb)
+        image = open_image(path, verify=False)
     except ImageError as exc:
         raise BackupError(f"{exc}; nothing was restored") from None
     with image:
         problems = image_geometry_problems(image.meta, machine)
+        if not problems and image.device_bytes > machine.sram.nbytes:
+            problems = [f"its devices hold {image.device_bytes} bytes (this machine's SRAM: "
+                        f"{machine.sram.nbytes})"]
         if problems:
             raise BackupError(
                 f"image {path} was taken on another kind of machine: {'; '.join(problems)}. "
-                f"Nothing was restored; `ipuos boot --restore {path} --name NEW` starts a "
-                f"machine like it"
+                f"Nothing was restored; `ipuos boot --restore {path} --name NEW` (no --preset "
+                f"or --ipus) starts a machine like it"
             )
         devices = {d.name: d for d in machine_devices(machine)}
         entries = {e.name: e for e in image.devices}

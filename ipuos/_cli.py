@@ -18,7 +18,7 @@ import click
 
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED, RunResult
-from ._presets import DEFAULT_PRESET, PRESETS
+from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
     DEFAULT_MACHINE,
     MACHINE_ENV,
@@ -104,7 +104,7 @@ def preset_option(default):
 
 def ipus_option(default):
     return click.option(
-        "--ipus", type=click.IntRange(1, 64), default=default, show_default=default is not None,
+        "--ipus", type=click.IntRange(1, MAX_IPUS), default=default, show_default=default is not None,
         help="number of chips" + ("" if default else " (when the machine is started; default 1)"),
     )
 

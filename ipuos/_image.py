@@ -42,7 +42,7 @@ depend on it. Bad arguments raise
 
 Reading::
 
-    open_image(path, *, max_decompressed=8 GiB, verify=True, threads=None,
+    open_image(path, *, max_decompressed=<the largest machine>, verify=True, threads=None,
                progress=None) -> Image
 
 Opening always checks the structure: magic, format version, header checksum, file size
@@ -161,6 +161,7 @@ import numpy as np
 import zstandard
 
 from ._affinity import unpin_thread
+from ._presets import largest_machine_bytes
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -199,7 +200,8 @@ MAX_CHUNK_SIZE = 16 * MiB
 SECTOR_SIZE = 4 * KiB  # granularity of zero runs inside a slot (format constant in v1)
 DEFAULT_LEVEL = 1
 MANIFEST_LEVEL = 1  # measured: as small as 9 on hex digests (they are the entropy), 6x faster
-DEFAULT_MAX_DECOMPRESSED = 8 * GiB
+#: any machine ipuos can build (64 mk2 chips: 57.5 GiB); a restore passes its own SRAM
+DEFAULT_MAX_DECOMPRESSED = largest_machine_bytes()
 MAX_MANIFEST_SIZE = 64 * MiB
 MAX_NAME_BYTES = 255
 MAX_MOUNT_BYTES = 4096

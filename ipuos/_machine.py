@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ._costmodel import CostModel
 from ._grouping import OutputGroup, format_groups, group_texts
-from ._presets import DEFAULT_PRESET, Preset, get_preset
+from ._presets import DEFAULT_PRESET, MAX_IPUS, Preset, get_preset
 from ._runtime import (
     DEFAULT_OUTPUT_LIMIT,
     ReplBlock,
@@ -219,8 +219,8 @@ class Machine:
         storage: str = "lazy",
         **overrides,
     ):
-        if not isinstance(ipus, int) or ipus < 1:
-            raise ValueError(f"ipus must be a positive integer, not {ipus!r}")
+        if type(ipus) is not int or not 1 <= ipus <= MAX_IPUS:
+            raise ValueError(f"ipus must be a whole number of chips from 1 to {MAX_IPUS}, not {ipus!r}")
         if storage not in STORAGE_BOOT:
             raise ValueError(f"storage must be one of {', '.join(STORAGE_BOOT)}, not {storage!r}")
         preset = get_preset(preset)

@@ -42,6 +42,21 @@ class Preset:
     def validate(self) -> None:
         """ValueError naming the field if the geometry is impossible (sizes not multiples
         of 8 or of their block size, more reserved than a tile's SRAM, ...)."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.type in ("int", int) and (type(value) is not int):
+                raise ValueError(f"preset {self.name!r}: {field.name} must be an integer, not {value!r}")
+        for field in ("exchange_out", "exchange_in", "disk_size", "disk_block_size", "chipdisk_share",
+                      "chipdisk_block_size", "chipdisk_cache"):
+            if getattr(self, field) % 8:
+                raise ValueError(f"preset {self.name!r}: {field} must be a multiple of 8 bytes, "
+                                 f"not {getattr(self, field)}")
+        if self.exchange_out < 64 or self.exchange_in < self.exchange_out:
+            raise ValueError(
+                f"preset {self.name!r}: the exchange buffers must hold a message: exchange_out "
+                f"at least 64 bytes and exchange_in at least exchange_out (they are "
+                f"{self.exchange_out} and {self.exchange_in})"
+            )
         if self.tiles_per_chip < 1:
             raise ValueError(f"preset {self.name!r}: tiles_per_chip must be at least 1")
         if self.sram_per_tile < 4 * KiB or self.sram_per_tile % 8:
@@ -126,6 +141,16 @@ PRESETS: dict[str, Preset] = {
 }
 
 DEFAULT_PRESET = "mk2"
+
+
+#: the most chips one machine may have
+MAX_IPUS = 64
+
+
+def largest_machine_bytes() -> int:
+    """SRAM of the largest machine the built-in presets make (MAX_IPUS chips of the
+    biggest): what an image may legitimately hold."""
+    return MAX_IPUS * max(p.tiles_per_chip * p.sram_per_tile for p in PRESETS.values())
 
 
 def get_preset(name: str | Preset) -> Preset:

@@ -16,7 +16,7 @@ import operator
 from typing import TYPE_CHECKING, Callable
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
-from ._errors import CollectiveMismatchError, describe_tiles
+from ._errors import CollectiveMismatchError
 from ._exchange import KIND_USER
 from ._job import OK
 from ._payload import decode, encode, marshal_dumps
@@ -145,7 +145,7 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     if not ended_well and tile.signal is not None:
         tile.raise_signal()
     raise CollectiveMismatchError(
-        f"{key[0]}() needs every tile of the job, but {describe_tiles(ended_well or finished)} "
+        f"{key[0]}() needs every tile of the job, but {job.describe(ended_well or finished)} "
         f"already {'finished' if ended_well else 'stopped'}"
     )
 

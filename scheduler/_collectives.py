@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._errors import CollectiveMismatchError, describe_tiles
+from ._errors import CollectiveMismatchError
 from ._payload import IMMUTABLE_SCALARS, decode, is_immutable
 
 _MARSHAL_TAG = ord("M")
@@ -96,7 +96,7 @@ def complete(job: "Job") -> None:
     elif kind != "sync" and job.nlive < job.nranks:
         finished = [r for r in range(job.nranks) if r not in job.live]
         error = CollectiveMismatchError(
-            f"{kind}() needs every tile of job {job.id}, but {describe_tiles(finished)} "
+            f"{kind}() needs every tile of job {job.id}, but {job.describe(finished)} "
             "already finished"
         )
     elif kind == "sync" or (kind == REDUCE and root == 0):  # (the result is on the root)
@@ -139,7 +139,7 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
         ranks = [t.rank for t in full]
         return CollectiveResult(kind, error=ValueError(
             f"{kind}() result of {total} B does not fit in the incoming exchange buffer of "
-            f"{describe_tiles(ranks)} ({receivers[0].xin.size} B, minus unreceived messages); "
+            f"{job.describe(ranks)} ({receivers[0].xin.size} B, minus unreceived messages); "
             "send smaller objects or use more supersteps"
         ))
     if job.xin_offset is not None:

@@ -125,7 +125,7 @@ class Job:
             self.first_failure = result
             self.abort(
                 JobAborted(
-                    f"job {self.id} stopped: tile {result.rank} failed with "
+                    f"job {self.id} stopped: {self.describe([result.rank])} failed with "
                     f"{describe_exception(result.error)}"
                 )
             )
@@ -167,6 +167,17 @@ class Job:
 
     # -- reports -------------------------------------------------------------------------
 
+    def describe(self, ranks) -> str:
+        """``tiles 0-1``: tiles of the job as its program numbers them (``__tileid``),
+        with the machine's ids beside them when those differ, as in output headers:
+        ``tiles 0-1 (machine tiles 20,40)``."""
+        ranks = sorted(set(ranks))
+        text = describe_tiles(ranks)
+        ids = [self.ids[r] for r in ranks]
+        if ids != ranks:
+            text += f" (machine {describe_tiles(ids)})"
+        return text
+
     def waiting_report(self) -> str:
         """``tiles 0-5 wait in sync(); tile 6 waits in recv from tile 7``."""
         groups: dict[str, list[int]] = {}
@@ -175,7 +186,7 @@ class Job:
         parts = []
         for what, ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
             verb = "waits" if len(ranks) == 1 else "wait"
-            parts.append(f"{describe_tiles(ranks)} {verb} in {what}")
+            parts.append(f"{self.describe(ranks)} {verb} in {what}")
         return "; ".join(parts)
 
     def _per_tile_bytes(self):

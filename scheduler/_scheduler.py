@@ -59,6 +59,8 @@ class Scheduler:
         self.ntiles = sram.tiles
         self.tiles_per_chip = tiles_per_chip
         self.nchips = (self.ntiles + tiles_per_chip - 1) // tiles_per_chip
+        #: chips the running jobs span: what a sync costs (one chip syncs faster)
+        self._chips_in_use = 0
         self.tiles: list[Tile] = []
         for tile_id in range(self.ntiles):
             memory = sram.memory(tile_id)
@@ -272,7 +274,7 @@ class Scheduler:
             deferred, self._deferred_replies = self._deferred_replies, []
             for server, client, payload in deferred:
                 self._post_reply_payload(server, client, payload)
-        engine.end_superstep(self.nchips)
+        engine.end_superstep(self._chips_in_use)
         self.superstep += 1
 
     # -- messages arriving ---------------------------------------------------------------
@@ -477,6 +479,7 @@ class Scheduler:
             raise TileFailed(5, f"{describe_tiles(dead)} have failed and cannot run programs")
         job = Job(self, next(self._job_ids), tiles, target, name, budget)
         self.jobs[job.id] = job
+        self._count_chips()
         for rank, tile in enumerate(tiles):
             tile.job = job
             tile.rank = rank
@@ -492,12 +495,17 @@ class Scheduler:
 
     def _finalise_job(self, job: Job) -> None:
         self.jobs.pop(job.id, None)
+        self._count_chips()
         job._finalise_stats()
         report = JobReport(job.id, job.name, job.ids, list(job.results), job.stats)
         job.future.set_result(report)
         self._runnable.extend(t.resume for t in job.waiters)
         job.waiters.clear()
         self.watchdog.forget(job)
+
+    def _count_chips(self) -> None:
+        per_chip = self.tiles_per_chip
+        self._chips_in_use = len({tile_id // per_chip for job in self.jobs.values() for tile_id in job.ids})
 
     def _detect_deadlocks(self) -> None:
         for job in list(self.jobs.values()):
@@ -533,8 +541,8 @@ class Scheduler:
                         f"{tile.waiting} needs every tile of the job, but tile {src} already finished")
                 else:
                     tile.signal = DeadlockError(
-                        f"tile {tile.rank} waits to recv from tile {src}, which has finished "
-                        "and sent nothing more"
+                        f"{job.describe([tile.rank])} waits to recv from tile {src}, which has "
+                        "finished and sent nothing more"
                     )
                 self._runnable.append(tile.resume)
                 failed = True
@@ -589,7 +597,8 @@ def _run_job(tile: Tile, job: Job) -> None:
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
         if not exc.args:  # raised by the watchdog, which can only inject a bare class
-            exc.args = (f"tile {tile.rank} computed for more than {job.budget} s without reaching an exchange point",)
+            exc.args = (f"{job.describe([tile.rank])} computed for more than {job.budget} s without "
+                        "reaching an exchange point",)
         result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     except (TileInterrupt, JobAborted) as exc:
         if not exc.args:

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import subprocess
 import time
@@ -300,20 +301,32 @@ print(x)
     time.sleep(1.0)  # tile 3 now computes without an exchange point: it cannot freeze
     backup = subprocess.Popen([IPUOS, "backup", str(image)], env=machine.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
-    assert backup.poll() is None  # waiting for tile 3
+    # not a terminal: no progress bar, but one line says what it waits for (tile 3)
+    ready, _, _ = select.select([backup.stderr], [], [], 30)
+    assert ready and backup.poll() is None
+    note = backup.stderr.readline()
+    assert re.match(r"ipuos: waiting for \d+ tiles? to reach an exchange point", note), note
     backup.send_signal(signal.SIGINT)
     out, err = backup.communicate(timeout=60)
     assert backup.returncode == 130, (out, err)
     assert "cancelled" in err
-    # not a terminal: no progress bar, but one line says what it waits for
-    assert re.match(r"ipuos: waiting for \d+ tiles? to reach an exchange point", err), err
     busy.communicate(timeout=60)
     assert image.read_bytes() == b"the old image"
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in tmp_path.iterdir())
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     cli(machine, "backup", str(image))  # the machine is fine
     assert run_cli("image", "verify", str(image)).returncode == 0
+
+
+def test_an_image_of_a_bigger_machine_is_refused_as_such(tmp_path):
+    # not as "a decompression bomb": the image is fine, the machine is the wrong size
+    image = tmp_path / "three.img"
+    with ipuos.Machine("tiny", ipus=3) as big:
+        _backup.backup(big, image)
+    with ipuos.Machine("tiny") as small:
+        with pytest.raises(_backup.BackupError, match="taken on another kind of machine: ipus 3") as info:
+            _backup.restore(small, image)
+        assert "(no --preset or --ipus) starts a machine like it" in str(info.value)
 
 
 def test_an_empty_machine_image_is_small(tmp_path):

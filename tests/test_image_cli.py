@@ -133,6 +133,24 @@ def test_extract_onto_a_host_disk_that_refuses_names_the_destination(good, host_
     assert sorted(os.listdir(full)) == ["filler"]  # no staging directory left behind
 
 
+def test_an_image_of_the_largest_machines_opens(tmp_path):
+    # a 32-chip mk2 machine holds 8.6 GiB of devices: more than a fixed 8 GiB cap allowed
+    from ipuos._image import DeviceSnapshot, write_image
+
+    ntiles = 1472 * 32
+    meta = {"preset": "mk2", "ipus": 32, "tiles_per_chip": 1472, "sram_per_tile": 624 * 1024,
+            "disk_size": 128 * 1024, "disk_block_size": 4096, "chipdisk_share": 64 * 1024,
+            "chipdisk_block_size": 16 * 1024, "chip_tile": 0, "tiles": f"0-{ntiles - 1}"}
+    devices = [DeviceSnapshot(f"tile/{i}/disk", i, "/", 4096, 32, None) for i in range(ntiles)]
+    devices.append(DeviceSnapshot("chip", None, "/chip", 16 * 1024, (ntiles - 1) * 4, None))
+    path = tmp_path / "mk2x32.img"
+    write_image(path, meta, devices, digest="blake3")
+    result = ipuos("image", "info", str(path))
+    assert result.exit_code == 0, result.output
+    assert "mk2, 32 IPUs, 47104 tiles" in result.output and "holding 8.6 GiB" in result.output
+    assert ipuos("image", "verify", str(path)).exit_code == 0
+
+
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

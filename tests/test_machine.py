@@ -34,8 +34,20 @@ def test_ipus_multiply_tiles_and_ids_are_global():
 def test_bad_machine_parameters_are_clear():
     with pytest.raises(ValueError, match="unknown preset 'mk9'"):
         Machine("mk9")
-    with pytest.raises(ValueError, match="ipus must be a positive integer"):
-        Machine("tiny", ipus=0)
+    for ipus in (0, 65, True, 1.0):
+        with pytest.raises(ValueError, match="ipus must be a whole number of chips from 1 to 64"):
+            Machine("tiny", ipus=ipus)
+    for overrides, message in (
+        ({"exchange_out": 0}, "exchange buffers must hold a message"),
+        ({"exchange_in": 0}, "exchange buffers must hold a message"),
+        ({"disk_size": "16k"}, "disk_size must be an integer, not '16k'"),
+        ({"disk_size": None}, "disk_size must be an integer, not None"),
+        ({"exchange_in": 1.5}, "exchange_in must be an integer, not 1.5"),
+        ({"tiles_per_chip": 2.5}, "tiles_per_chip must be an integer"),
+        ({"exchange_out": 4097}, "exchange_out must be a multiple of 8 bytes"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Machine("tiny", **overrides)
     with pytest.raises(ValueError, match="layout of every tile but 0 needs .* bytes"):
         Machine("tiny", exchange_in=80 * 1024)
     with pytest.raises(ValueError, match="layout of tile 0 needs"):
@@ -160,3 +172,17 @@ def test_the_public_api_is_importable_and_documented():
                     if not inspect.getdoc(member) and attr not in ("by_rank", "outputs"):
                         undocumented.append(f"{name}.{attr}")
     assert undocumented == []
+
+
+def test_a_job_on_one_chip_of_several_pays_a_one_chip_sync():
+    from ipuos._costmodel import CostModel
+
+    model = CostModel()
+    with Machine("tiny", ipus=3) as machine:
+        supersteps = {}
+        for spec in ("0-7", "10-20"):  # one chip; two chips
+            result = machine.run("for i in range(10):\n    sync()\n", tiles=spec)
+            supersteps[spec] = (result.stats.supersteps, result.stats.sim_seconds)
+    (one_count, one_chip), (two_count, two_chips) = supersteps["0-7"], supersteps["10-20"]
+    assert one_count == two_count and one_chip > 0
+    assert one_chip / two_chips == pytest.approx(model.sync_cycles / model.multichip_sync_cycles)

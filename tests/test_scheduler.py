@@ -522,6 +522,18 @@ def test_deadlock_all_waiting_in_recv(sched):
     assert "tile 0 waits in recv from tile 1" in str(report.results[0].error)
 
 
+def test_reports_give_the_machine_tiles_beside_the_programs_numbers(sched):
+    def prog(api):
+        if api.tileid == 0:
+            api.recv(1)
+        else:
+            api.sync()
+
+    message = str(run(sched, prog, tiles=[3, 5]).results[0].error)
+    assert ("tile 0 (machine tile 3) waits in recv from tile 1; "
+            "tile 1 (machine tile 5) waits in sync()") in message
+
+
 def test_deadlock_recv_against_sync(sched):
     def prog(api):
         if api.tileid == 0:
