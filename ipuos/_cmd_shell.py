@@ -183,7 +183,9 @@ def _attach(call: Call):
             if call.host.halt_requested.is_set():
                 break  # halting: let the connection finish now, not after the grace period
     finally:
-        server.interrupt(sid)
+        halting = call.host.halt_requested.is_set()
+        server.interrupt(sid, reason=f"machine {call.host.name!r} is halting" if halting
+                         else "the shell's terminal went away")
         try:
             call.host.machine.scheduler.submit(SHELL_TILE, "shell.close", sid)
         except RuntimeError:

@@ -179,8 +179,11 @@ class Repl:
         return self.launch(source, budget=budget).wait(timeout)
 
     def close(self) -> None:
-        """Forget every tile's namespace."""
-        self.state.clear()
+        """Forget every tile's namespace, and free the SRAM holding its data."""
+        try:
+            self.machine.scheduler.call_wait(self.state.clear)
+        except RuntimeError:  # the machine has stopped: its SRAM went with it
+            self.state.tiles = {}
 
 
 def _shares(data, ntiles: int) -> list[str] | None:

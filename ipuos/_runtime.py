@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import itertools
 import linecache
 import pickle
 import pprint
@@ -29,7 +30,7 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI
+from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI, TileInterrupt
 
 #: standard modules that only compute: importable on a tile
 TILE_MODULES = frozenset(
@@ -468,9 +469,26 @@ class ReplState:
         self.output_limit = output_limit
         #: rank -> (namespace, TileContext)
         self.tiles: dict[int, tuple[dict, TileContext]] = {}
+        #: the SRAM region each tile keeps its ``__tiledata`` in, as a program's does
+        self.region_name = f"repl{next(_REPL_IDS)}.tiledata"
+        self._regions: list = []  # the TileMemory of every tile holding one
+
+    def reserve(self, memory, share: str) -> None:
+        """Put a tile's share of the data in its SRAM (MemoryError if it does not fit)."""
+        encoded = share.encode("utf-8")
+        region = memory.alloc(self.region_name, len(encoded))
+        region.view[:] = encoded
+        self._regions.append(memory)
 
     def clear(self) -> None:
+        """Forget every tile's namespace and free its data (on the scheduler thread)."""
         self.tiles = {}
+        regions, self._regions = self._regions, []
+        for memory in regions:
+            memory.free(self.region_name)
+
+
+_REPL_IDS = itertools.count(1)
 
 
 class ReplBlock:
@@ -497,10 +515,17 @@ class ReplBlock:
         output = OutputBuffer(state.output_limit)
         entry = state.tiles.get(rank)
         if entry is None:
+            share = state.shares[rank] if state.shares else ""
+            if share:
+                try:
+                    state.reserve(api.tile.memory, share)
+                except MemoryError as exc:
+                    self.outputs[rank] = f"MemoryError: {exc}\n"
+                    self.exit_codes[rank] = 1
+                    return 1
             ctx = TileContext(api, output)
             if state.setup is not None:
                 state.setup(api, ctx)
-            share = state.shares[rank] if state.shares else ""
             namespace = make_namespace(api, ctx, share)
             state.tiles[rank] = (namespace, ctx)
         else:
@@ -521,9 +546,9 @@ class ReplBlock:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
                 output.write(f"{exc.code}\n")
-        except greenlet.GreenletExit:
-            raise
-        except Exception as exc:
+        except (greenlet.GreenletExit, TileInterrupt):
+            raise  # the machine or the user stops the block (Ctrl-C, kill, a budget)
+        except BaseException as exc:  # the program's own, KeyboardInterrupt included
             output.write(user_traceback(exc))
             code = 1
         finally:

@@ -9,6 +9,8 @@ alone, kept for the whole session; ``multirepl`` one on any tiles, kept until it
 
 from __future__ import annotations
 
+import re
+
 import traceback
 
 from ipuos._tilespec import TileSpecError
@@ -20,7 +22,8 @@ from ._table import Usage, command, options
 #: distinct outputs shown before "N more distinct outputs"
 MAX_GROUPS = 20
 
-_EXIT_WORDS = frozenset({"exit", "exit()", "quit", "quit()"})
+#: what leaves python or multirepl mode: exit, quit, exit(), quit(N) ...
+_EXIT_LINE = re.compile(r"(?:exit|quit)(?:\(\s*(\d*)\s*\))?")
 
 
 @command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...]",
@@ -141,13 +144,17 @@ def run_block(sh, repl, source: str, *, grouped: bool) -> int:
 
 def repl_line(sh, source: str, eof: bool) -> int:
     """A block typed in python or multirepl mode (``eof``: Ctrl-D, back to the shell).
-    Leaving keeps the status of the last block (``ipuos repl -c`` exits with it)."""
+    Leaving keeps the status of the last block (``ipuos repl -c`` exits with it), or
+    takes the one ``exit(N)`` gives."""
     session = sh.session
-    if eof or source.strip() in _EXIT_WORDS:
+    leave = _EXIT_LINE.fullmatch(source.strip())
+    if eof or leave:
         if session.mode == MULTIREPL and session.repl is not None:
             session.repl.close()
             session.repl = None
         session.mode = SHELL
+        if leave and leave.group(1):
+            session.status = int(leave.group(1)) & 0xFF
         return session.status
     if not source.strip():
         return session.status

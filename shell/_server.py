@@ -87,8 +87,9 @@ class ShellServer:
 
     # -- from any thread ------------------------------------------------------------------------
 
-    def interrupt(self, sid: int, seq: int | None = None) -> None:
-        """Ctrl-C for command ``seq`` of session ``sid`` (None: whatever runs now).
+    def interrupt(self, sid: int, seq: int | None = None, reason: str = "interrupted (Ctrl-C)") -> None:
+        """Ctrl-C for command ``seq`` of session ``sid`` (None: whatever runs now); a job
+        it waits for is stopped with ``reason``.
 
         The command notices at its next :meth:`Context.check`; the job it waits for, if
         any, is interrupted at once. A command waiting for another tile's reply is not
@@ -107,7 +108,7 @@ class ShellServer:
         session.interrupted = True
         job = session.job
         if job is not None:
-            self.scheduler.interrupt_job(job, "interrupted (Ctrl-C)")
+            self.scheduler.interrupt_job(job, reason)
 
     # -- sessions -----------------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ class Session:
             if repl is not None:
                 repl.close()
         self.python = self.repl = None
+        self.mode = SHELL  # (a command still finishing must not ask a closed repl for its prompt)
 
 
 class Output:

@@ -288,7 +288,7 @@ def _kill(sh, args):
 _TERMINAL_ONLY = {
     "put": ("put HOSTFILE [PATH]", "copy a host file to the chip (byte for byte)"),
     "get": ("get PATH [HOSTFILE]", "copy a file from the chip to the host (byte for byte)"),
-    "history": ("history", "the lines typed so far (kept in ~/.local/share/ipuos/history)"),
+    "history": ("history", "the lines typed so far (in $XDG_DATA_HOME/ipuos/history, or ~/.local/share/...)"),
     "clear": ("clear", "clear the screen"),
     "exit": ("exit [STATUS]", "leave the shell (so does Ctrl-D)"),
 }

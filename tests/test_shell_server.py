@@ -124,3 +124,63 @@ def test_closing_a_session_forgets_it(server):
     call(server, "shell.close", session.id)
     with pytest.raises(LookupError, match="no shell session"):
         session.run("echo gone")
+
+
+def test_a_session_closed_while_a_multirepl_block_runs_answers_that_block(server):
+    # the terminal went away (or the machine is halting) during a block: the block still
+    # ends with a state the closed session can give, not an AttributeError
+    import threading
+
+    session = Session(server)
+    assert session.run("multirepl --tiles 1-2")["prompt"] == "[1-2]>>> "
+    done = {}
+
+    def block():
+        done["result"] = session.run("while True:\n    sync()\n")
+
+    running = threading.Thread(target=block)
+    running.start()
+    state = server.sessions[session.id]
+    while state.job is None:
+        pass
+    job = state.job
+    call(server, "shell.close", session.id)  # served while the block's command waits for its job
+    server.scheduler.interrupt_job(job, "the shell's terminal went away")
+    running.join(30)
+    assert "the shell's terminal went away" in done["result"]["text"]
+    assert done["result"]["prompt"].startswith("ipuos:")
+
+
+def test_repl_data_takes_sram_like_a_programs():
+    with ipuos.Machine("tiny") as machine:
+        memory = machine.sram.memory(1)
+
+        def data_regions():
+            return [r.name for r in memory.regions if r.name.endswith(".tiledata")]
+
+        repl = machine.repl(tiles="1", data="word " * 12000)  # 60 KB: more than a tile has free
+        result = repl.run("print(len(__tiledata))")
+        assert "MemoryError: tile 1: cannot allocate 60000 B of SRAM" in result.format()
+        repl.close()
+        repl = machine.repl(tiles="1-2", data="small\nlines\n")
+        assert repl.run("print(__tiledata, end='')").format() == "[1 tile: 1]\nsmall\n[1 tile: 2]\nlines\n"
+        assert len(data_regions()) == 1  # kept while the session lasts
+        repl.close()
+        assert data_regions() == []
+
+
+def test_exit_with_a_status_leaves_the_multirepl(server):
+    session = Session(server)
+    session.run("multirepl --tiles 1-2")
+    result = session.run("exit(3)")
+    assert result["status"] == 3 and result["prompt"].startswith("ipuos:")
+
+
+def test_a_repl_block_raising_a_base_exception_shows_only_the_programs_frames():
+    with ipuos.Machine("tiny") as machine:
+        repl = machine.repl(tiles="1-2")
+        text = repl.run("if __tileid == 1:\n    raise KeyboardInterrupt('x')\nprint('after', __tileid)\n").format()
+        assert "KeyboardInterrupt: x" in text and "after 0" in text
+        assert "_scheduler.py" not in text and "_runtime.py" not in text
+        assert repl.run("print('still here')").format() == "[2 tiles: 1-2]\nstill here\n"
+        repl.close()
