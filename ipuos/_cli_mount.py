@@ -22,7 +22,9 @@ from ._cli import _Errors, _fail, _paths, attach_machine, json_option, main, nam
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED
 from ._mount import canonical_mountpoint, mount_at, remove_mount
+from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
+from ._tilespec import TileSpecError, parse_tiles
 
 #: seconds a background mount or an unmount may take in the daemon
 MOUNT_SECONDS = 30.0
@@ -48,10 +50,19 @@ def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
         _list_mounts(paths, as_json)
         return
     where = canonical_mountpoint(mountpoint)
-    if not os.path.isdir(where) and mount_at(where) is None:  # (a dead mount fails stat)
-        # checked before a machine is started for it
+    # checked before a machine is started for it
+    entry = mount_at(where)
+    if not os.path.isdir(where) and entry is None:  # (a dead mount fails stat)
         raise click.BadParameter(f"{mountpoint!r} is not a directory; create it first",
                                  param_hint="MOUNTPOINT")
+    if entry is not None:
+        owner = f"machine {entry.machine!r}" if entry.machine else entry.fstype
+        _fail(f"{where} is already a mount point ({owner}); unmount it first (`ipuos umount` "
+              "removes ipuos mounts, even dead ones)")
+    try:
+        parse_tiles(tile_spec, largest_machine_tiles())  # the syntax; the machine checks its range
+    except TileSpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tiles") from None
     attach_machine(name)
     args = {"mountpoint": where, "read_only": read_only,
             "tiles": tile_spec, "foreground": foreground}
@@ -115,6 +126,8 @@ def _list_mounts(paths, as_json: bool) -> None:
         since = datetime.datetime.fromtimestamp(item["since"]).strftime("%H:%M:%S")
         mode = "ro" if item["readonly"] else "rw"
         how = f"  foreground (pid {item['client_pid']})" if item["foreground"] else ""
+        if item.get("detached"):
+            how += "  detached (unmounted lazily; served until its files are closed)"
         click.echo(f"{item['mountpoint']}  {mode}  tiles {item['tiles']}  since {since}  "
                    f"{item['open_files']} open files{how}")
 

@@ -137,7 +137,11 @@ def canonical_mountpoint(path: str) -> str:
     parent, name = os.path.split(path)
     if not name:
         return path
-    return os.path.join(os.path.realpath(parent), name)
+    path = os.path.join(os.path.realpath(parent), name)
+    if os.path.islink(path):  # (lstat: the link itself, never a mount behind it)
+        # fusermount3 and umount(8) follow it: so must every check of the mount table
+        return os.path.realpath(path)
+    return path
 
 
 def _run(command: list[str]) -> tuple[int, str]:
@@ -219,7 +223,7 @@ def remove_mount(path: str) -> bool:
 # -- the daemon's mounts ------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # (one per mount: compared and hashed by identity)
 class ActiveMount:
     """A mount the daemon serves."""
 
@@ -239,10 +243,13 @@ class ActiveMount:
     #: the mount table's major:minor for it, and libfuse's auto_unmount watchdog
     device: str = ""
     watchdog: int | None = None
+    #: unmounted lazily: its name is free, its open files are served until closed
+    detached: bool = False
 
     def describe(self) -> dict:
         return {
             "mountpoint": self.mountpoint,
+            "detached": self.detached,
             "readonly": self.readonly,
             "tiles": self.tiles,
             "foreground": self.foreground,
@@ -260,12 +267,15 @@ class MountManager:
         self.machine = machine
         self.name = name
         self._mounts: dict[str, ActiveMount] = {}
+        #: mounts detached lazily, served until their last file is closed
+        self._detached: set[ActiveMount] = set()
         self._lock = threading.Lock()
         self._halting = False
 
     def mounts(self) -> list[ActiveMount]:
+        """The mounts, and those detached lazily that still serve open files."""
         with self._lock:
-            return sorted(self._mounts.values(), key=lambda m: m.mountpoint)
+            return sorted([*self._mounts.values(), *self._detached], key=lambda m: m.mountpoint)
 
     def get(self, mountpoint: str) -> ActiveMount | None:
         with self._lock:
@@ -316,7 +326,9 @@ class MountManager:
         return active
 
     def _check_mountpoint(self, mountpoint: str) -> None:
-        for active in self.mounts():
+        with self._lock:
+            attached = list(self._mounts.values())
+        for active in attached:
             if mountpoint == active.mountpoint:
                 raise MountError("already_mounted", f"{mountpoint} is already a mount of machine {self.name!r}")
             if mountpoint.startswith(active.mountpoint.rstrip("/") + "/"):
@@ -356,6 +368,7 @@ class MountManager:
             with self._lock:
                 if self._mounts.get(active.mountpoint) is active:
                     del self._mounts[active.mountpoint]
+                self._detached.discard(active)
             active.reason = active.reason or "unmounted"
             active.done.set()
             log.info("machine %r is no longer mounted at %s (%s)", self.name, active.mountpoint, active.reason)
@@ -369,7 +382,7 @@ class MountManager:
                     and active.operations.initialized.is_set()):  # (libfuse has started too)
                 active.device = entry.device
                 with self._lock:
-                    taken = {other.watchdog for other in self._mounts.values()}
+                    taken = {other.watchdog for other in (*self._mounts.values(), *self._detached)}
                 fresh = _watchdogs(active.mountpoint) - taken
                 active.watchdog = min(fresh) if len(fresh) == 1 else None
                 return
@@ -400,6 +413,12 @@ class MountManager:
                              "`ipuos umount --lazy` to detach it now and let them finish")
         # a clean unmount ends the loop at once; a lazy one when the last file is closed
         active.done.wait(LOOP_EXIT_SECONDS if not lazy else 0.5)
+        if not active.done.is_set():
+            with self._lock:  # detached: its name is free for a new mount meanwhile
+                if self._mounts.get(mountpoint) is active:
+                    del self._mounts[mountpoint]
+                    active.detached = True
+                    self._detached.add(active)
         return {"mountpoint": mountpoint, "lazy": lazy, "loop_ended": active.done.is_set()}
 
     def unmount_all(self, reason: str) -> list[str]:

@@ -147,6 +147,11 @@ DEFAULT_PRESET = "mk2"
 MAX_IPUS = 64
 
 
+def largest_machine_tiles() -> int:
+    """Tiles of the largest machine the built-in presets make."""
+    return MAX_IPUS * max(p.tiles_per_chip for p in PRESETS.values())
+
+
 def largest_machine_bytes() -> int:
     """SRAM of the largest machine the built-in presets make (MAX_IPUS chips of the
     biggest): what an image may legitimately hold."""

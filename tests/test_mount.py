@@ -100,6 +100,42 @@ def test_mount_refusals(machine, mountpoint, tmp_path):
     assert os.path.isdir("/proc/self")  # left alone
 
 
+def test_a_mount_point_given_as_a_symlink_is_its_target(machine, mountpoint, tmp_path):
+    # fusermount3 follows the link: the checks and the unmount must look where it mounts
+    link = tmp_path / "link"
+    link.symlink_to(mountpoint)
+    done = cli(machine, "mount", str(link))
+    assert done.returncode == 0, done.stderr
+    assert f"at {mountpoint} " in done.stdout and mounted(mountpoint)
+    stacked = cli(machine, "mount", str(link))
+    assert stacked.returncode == 1 and "already" in stacked.stderr
+    done = cli(machine, "umount", str(link))
+    assert done.returncode == 0, done.stderr
+    assert not mounted(mountpoint)
+    wait_for(lambda: not children(machine.pid, "fusermount3"), what="the watchdog to go")
+
+
+def test_refused_mount_requests_start_no_machine(runtime_dir, tmp_path):
+    env = dict(os.environ, IPUOS_MACHINE="never-started")
+    (tmp_path / "here").mkdir()
+    done = run_cli("mount", str(tmp_path / "here"), "--tiles", "abc", env=env)
+    assert done.returncode == 2 and "'abc' is not a tile id" in done.stderr
+    assert done.stderr.count("started machine") == 0
+    assert "never-started" not in run_cli("machines", env=env).stdout
+
+
+def test_an_over_long_name_is_enametoolong_after_a_listing_too(machine, mountpoint):
+    mount(machine, mountpoint)
+    directory = Path(mountpoint, "tiles", "9")
+    long_name = directory / ("q" * 300)
+    for listed_first in (False, True):
+        if listed_first:
+            os.listdir(directory)  # the mount now knows the directory's names
+        with pytest.raises(OSError) as info:
+            os.stat(long_name)
+        assert info.value.errno == errno.ENAMETOOLONG
+
+
 def test_tiles_option_limits_what_is_shown(machine, mountpoint):
     assert cli(machine, "mount", mountpoint, "--tiles", "2-3,9").returncode == 0
     assert sorted(os.listdir(os.path.join(mountpoint, "tiles"))) == ["2", "3", "9"]
@@ -151,7 +187,12 @@ def test_umount_of_a_busy_mount_refuses_unless_lazy(machine, mountpoint):
         assert lazy.returncode == 0, lazy.stderr
         assert not mounted(mountpoint)  # detached at once...
         assert held.read() == b"held open"  # ...and still served until let go
+        assert "detached (unmounted lazily" in cli(machine, "mount").stdout
+        again = cli(machine, "mount", mountpoint)  # the name is free meanwhile
+        assert again.returncode == 0, again.stderr
+        assert cli(machine, "umount", mountpoint).returncode == 0
     wait_for(lambda: not children(machine.pid, "fusermount3"), what="the loop to end")
+    assert "no mounts" in cli(machine, "mount").stdout
 
 
 def _foreground(machine, path: str, *args) -> subprocess.Popen:

@@ -108,6 +108,8 @@ _UTIME_OMIT = (1 << 30) - 2
 _RENAME_NOREPLACE = 1
 #: the names libfuse renames open files to when they are unlinked (see _hide)
 _HIDDEN_NAME = re.compile(r"\.fuse_hidden[0-9a-f]{16}\Z")
+#: bytes in a name littlefs takes (tiles' filesystems use its default)
+_NAME_MAX = 255
 
 #: open flags that mean something to a tile (the kernel adds O_LARGEFILE and such)
 _OPEN_FLAGS = os.O_ACCMODE | os.O_APPEND | os.O_TRUNC | os.O_CREAT | os.O_EXCL
@@ -335,8 +337,9 @@ class _Known:
         if listings is not None and path != "/":
             parent, _, name = path.rpartition("/")
             listing = listings.get(parent or "/")
-            if listing is not None and name not in listing:
-                return False
+            if listing is not None and name not in listing and (
+                    len(name) <= _NAME_MAX // 4 or len(name.encode("utf-8", "surrogateescape")) <= _NAME_MAX):
+                return False  # (a name over the limit is the tile's to answer: ENAMETOOLONG)
         return None
 
     def learn(self, tile: int, gen: int, path: str, known) -> None:
