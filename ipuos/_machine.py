@@ -167,7 +167,7 @@ class Repl:
         busy with another job."""
         filename = f"<in {next(self._blocks)}>"
         body, expression = compile_block(source, filename)
-        block = ReplBlock(self.state, body, expression)
+        block = ReplBlock(self.state, body, expression, filename, source.splitlines())
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
                                                budget=budget)
@@ -288,8 +288,19 @@ class Machine:
         return RunHandle(self, job, program)
 
     def run(self, source: str | bytes, tiles=None, data=None, *, timeout: float | None = None, **kwargs) -> RunResult:
-        """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`)."""
-        return self.launch(source, tiles, data, **kwargs).wait(timeout)
+        """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`). If the wait
+        ends first (``timeout``, Ctrl-C), the program is interrupted: nobody else holds
+        its handle to do it (use :meth:`launch` to keep a program running)."""
+        handle = self.launch(source, tiles, data, **kwargs)
+        try:
+            return handle.wait(timeout)
+        except TimeoutError:
+            handle.interrupt(f"interrupted: it ran longer than the {timeout} s run() waits")
+            raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
+                               "interrupted (launch() keeps a program running)") from None
+        except BaseException:
+            handle.interrupt("interrupted: the caller stopped waiting")
+            raise
 
     def repl(self, tiles=None, data: bytes | str | None = None, *,
              output_limit: int = DEFAULT_OUTPUT_LIMIT) -> "Repl":

@@ -30,7 +30,7 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import TILE_GLOBALS_MARKER, TileAPI, TileInterrupt
+from ipuos.scheduler import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt
 
 #: standard modules that only compute: importable on a tile
 TILE_MODULES = frozenset(
@@ -294,14 +294,19 @@ def bind_primitives(namespace: dict, api: TileAPI) -> None:
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` with only tile-program frames (runtime frames are noise)."""
-    frames = [
-        summary
-        for frame_tb, summary in zip(
-            traceback.walk_tb(exc.__traceback__), traceback.extract_tb(exc.__traceback__)
-        )
-        if TILE_GLOBALS_MARKER in frame_tb[0].f_globals
-    ]
+    """The traceback of ``exc`` with only tile-program frames (runtime frames are noise),
+    each line from the source that frame's code came from (see TILE_SOURCE_LINES)."""
+    frames = []
+    for (frame, lineno), summary in zip(traceback.walk_tb(exc.__traceback__),
+                                        traceback.extract_tb(exc.__traceback__)):
+        if TILE_GLOBALS_MARKER not in frame.f_globals:
+            continue
+        lines = (frame.f_globals.get(TILE_SOURCE_LINES) or {}).get(summary.filename)
+        if lines is not None and 0 < summary.lineno <= len(lines):
+            summary = traceback.FrameSummary(
+                summary.filename, summary.lineno, summary.name, line=lines[summary.lineno - 1],
+                end_lineno=summary.end_lineno, colno=summary.colno, end_colno=summary.end_colno)
+        frames.append(summary)
     lines = []
     if frames:
         lines.append("Traceback (most recent call last):\n")
@@ -349,6 +354,7 @@ class TileProgram:
     def __post_init__(self):
         self.code = compile_program(self.source, self.filename)
         self._text = self.source.encode("utf-8")
+        self._lines = self.source.splitlines()
 
     def __call__(self, api: TileAPI) -> int:
         tile = api.tile
@@ -370,6 +376,7 @@ class TileProgram:
             if self.setup is not None:
                 self.setup(api, ctx)
             namespace = make_namespace(api, ctx, share)
+            namespace[TILE_SOURCE_LINES] = {self.filename: self._lines}
             namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
             tile.resolve_global = _global_resolver(namespace, ctx)
             try:
@@ -501,10 +508,13 @@ class ReplBlock:
     the shape ``RunHandle`` reads.
     """
 
-    def __init__(self, state: ReplState, body, expression):
+    def __init__(self, state: ReplState, body, expression, filename: str = "<in>",
+                 lines: list[str] | None = None):
         self.state = state
         self.body = body
         self.expression = expression
+        self.filename = filename
+        self.lines = lines or []
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
         self.exit_codes: dict[int, int] = {}
@@ -534,6 +544,7 @@ class ReplBlock:
             ctx.output = output
             bind_primitives(namespace, api)
         api.tile.resolve_global = _global_resolver(namespace, ctx)
+        namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         code = 0
         try:
             exec(self.body, namespace)

@@ -18,7 +18,7 @@ from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, Til
 from ._payload import decode, encode
 from ._scheduler import Scheduler
 from ._tile import Tile
-from ._watchdog import TILE_GLOBALS_MARKER
+from ._watchdog import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES
 
 __all__ = [
     "ABORTED",
@@ -26,6 +26,7 @@ __all__ = [
     "INTERRUPTED",
     "OK",
     "TILE_GLOBALS_MARKER",
+    "TILE_SOURCE_LINES",
     "CollectiveMismatchError",
     "ComputeBudgetExceeded",
     "DeadlockError",

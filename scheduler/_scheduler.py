@@ -183,7 +183,10 @@ class Scheduler:
         return self.call_wait(self._start_job, list(tile_ids), target, name, budget)
 
     def interrupt_job(self, job: Job, reason: str = "interrupted by the user") -> None:
-        """Stop every tile of ``job`` (thread-safe; works on tiles stuck in pure compute)."""
+        """Stop every tile of ``job`` (thread-safe; works on tiles stuck in pure compute).
+        A job that has finished is left alone (the watchdog would keep it forever)."""
+        if job.future.done():
+            return
         if job.abort_reason is None:
             job.abort_reason = reason  # before the watchdog's bare exception can land
         self.watchdog.interrupt(job, TileInterrupt)
@@ -338,8 +341,8 @@ class Scheduler:
     def _deliver_host_request(self, tile_id: int, service: str, args: tuple, future: Future) -> None:
         # (a host that gave up waiting cancels the Future; one that has not started is
         # dropped: see Request.begin)
-        if not 0 <= tile_id < self.ntiles:
-            _refuse(future, IndexError(f"no tile {tile_id}: this machine has tiles 0-{self.ntiles - 1}"))
+        if type(tile_id) is not int or not 0 <= tile_id < self.ntiles:
+            _refuse(future, IndexError(f"no tile {tile_id!r}: this machine has tiles 0-{self.ntiles - 1}"))
             return
         tile = self.tiles[tile_id]
         if not tile.alive:

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 #: key the tile runtime puts into every tile program's globals
 TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
+#: key under which tile code's globals keep its source lines by file name, for its
+#: tracebacks: the process-wide linecache holds one text per name ("<program>"), and
+#: another program, or another tile's /lib/mod.py, may have replaced it by then
+TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,

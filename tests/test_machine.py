@@ -98,6 +98,41 @@ def test_launch_wait_timeout_and_interrupt(machine):
     assert machine.run("print('alive')", tiles="0").tiles[0].output == "alive\n"
 
 
+def test_run_that_times_out_interrupts_its_program(machine):
+    # run() returns no handle: a program left running would hold its tiles for good
+    with pytest.raises(TimeoutError, match="ran longer than 0.1 s, and was interrupted"):
+        machine.run("while True:\n    pass", tiles="2-3", timeout=0.1)
+    assert machine.run("print('free')", tiles="2-3", timeout=10).format() == "[2 tiles: 2-3]\nfree\n"
+
+
+def test_interrupting_a_finished_job_keeps_nothing(machine):
+    handle = machine.launch("x = bytes(1000)", tiles="4")
+    handle.wait(10)
+    handle.interrupt()  # (try: wait() finally: interrupt() is a common pattern)
+    assert handle.job not in machine.scheduler.watchdog._interrupts
+
+
+def test_tracebacks_show_the_failing_programs_own_lines(machine):
+    # another program compiled since must not lend its text to this one's traceback
+    failing = machine.launch("x = 1\n1/0\n", tiles="0")
+    failing.wait(10)
+    machine.run("y = 2\nprint('unrelated')\n", tiles="1")
+    text = failing.wait(10).format()
+    assert "    1/0" in text and "unrelated" not in text
+    first, second = machine.repl(tiles="2"), machine.repl(tiles="3")
+    block = first.launch("a = 1\nb = 1/0\n")
+    second.run("zzz = 5\nqqq = 6\n")
+    assert "b = 1/0" in block.wait(10).format()
+    first.close()
+    second.close()
+
+
+def test_a_host_request_to_a_tile_that_is_no_int_fails_at_once(machine):
+    for bad in ("3", 3.0, None):
+        with pytest.raises(IndexError, match="no tile"):
+            machine.fs.listdir(bad, "/")
+
+
 def test_busy_tiles_are_refused(machine):
     handle = machine.launch("while True:\n    sync()", tiles="5")
     try:

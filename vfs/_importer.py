@@ -17,6 +17,8 @@ import types
 from importlib.util import decode_source
 from typing import Callable
 
+from ipuos.scheduler import TILE_SOURCE_LINES
+
 __all__ = ["MODULE_PATH", "TileImporter"]
 
 #: where ``import`` looks on a tile; "" is the current directory
@@ -89,6 +91,7 @@ class TileImporter:
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         module = types.ModuleType(fullname)
         module.__dict__.update(self._new_globals(fullname, filename))
+        module.__dict__[TILE_SOURCE_LINES] = {filename: text.splitlines()}  # (this tile's copy)
         module.__file__ = filename
         if package_dir is not None:
             module.__path__ = [package_dir]
