@@ -189,8 +189,13 @@ class Repl:
 def _shares(data, ntiles: int) -> list[str] | None:
     if data is None:
         return None
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    return decode_shares(split_lines(raw, ntiles))
+    if isinstance(data, str):
+        raw = data.encode("utf-8")
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+    else:  # (bytes(123) would be 123 zero bytes)
+        raise TypeError(f"data is text or bytes to split over the tiles, not {type(data).__name__}")
+    return decode_shares(split_lines(raw, ntiles), "the data")
 
 
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)

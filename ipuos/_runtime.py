@@ -61,8 +61,8 @@ class OutputBuffer:
 
     __slots__ = ("limit", "_parts", "_size", "_dropped")
 
-    def __init__(self, limit: int = DEFAULT_OUTPUT_LIMIT):
-        self.limit = limit
+    def __init__(self, limit: int | None = DEFAULT_OUTPUT_LIMIT):
+        self.limit = limit if limit is not None else float("inf")  # (None: no limit)
         self._parts: list[str] = []
         self._size = 0
         self._dropped = 0
@@ -557,8 +557,11 @@ class ReplBlock:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
                 output.write(f"{exc.code}\n")
-        except (greenlet.GreenletExit, TileInterrupt):
-            raise  # the machine or the user stops the block (Ctrl-C, kill, a budget)
+        except greenlet.GreenletExit:
+            raise
+        except TileInterrupt as exc:  # the machine or the user stops the block (Ctrl-C, kill, a budget)
+            self.errors[rank] = exc  # (reported like a program's: its frames only)
+            raise
         except BaseException as exc:  # the program's own, KeyboardInterrupt included
             output.write(user_traceback(exc))
             code = 1

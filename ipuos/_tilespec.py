@@ -17,12 +17,15 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
     """
     if spec is None:
         return list(range(ntiles))
-    if isinstance(spec, int):
+    if type(spec) is int:
         tiles = [spec]
     elif isinstance(spec, str):
         tiles = _parse_text(spec, ntiles)
     else:
-        tiles = list(spec)
+        try:
+            tiles = list(spec)
+        except TypeError:  # (True, 2.0: not a tile id, nor a set of them)
+            raise TileSpecError(f"tiles are a spec like '0-15', a tile id or ids, not {spec!r}") from None
         for tile in tiles:
             if not isinstance(tile, int) or isinstance(tile, bool):
                 raise TileSpecError(f"tile ids must be integers, not {tile!r}")

@@ -221,3 +221,24 @@ def test_a_job_on_one_chip_of_several_pays_a_one_chip_sync():
     (one_count, one_chip), (two_count, two_chips) = supersteps["0-7"], supersteps["10-20"]
     assert one_count == two_count and one_chip > 0
     assert one_chip / two_chips == pytest.approx(model.sync_cycles / model.multichip_sync_cycles)
+
+
+def test_bad_tiles_and_data_arguments_are_clear(machine):
+    for tiles in (True, 2.0):
+        with pytest.raises(TileSpecError, match="a tile id or ids"):
+            machine.run("pass", tiles=tiles)
+    with pytest.raises(TypeError, match="data is text or bytes to split over the tiles, not int"):
+        machine.run("pass", tiles="0", data=123)
+    with pytest.raises(ValueError, match=r"the data is not UTF-8 text \(byte 3"):
+        machine.run("pass", tiles="0-1", data=b"abc\xff\n")
+    result = machine.run("print('x' * 100_000)", tiles="0", output_limit=None)  # no limit
+    assert result.tiles[0].output == "x" * 100_000 + "\n"
+
+
+def test_a_repl_block_over_its_budget_reports_the_programs_frames(machine):
+    repl = machine.repl(tiles="0-1")
+    text = repl.run("if __tileid == 0:\n    while True: pass\nelse:\n    sync()\n", budget=0.3).format()
+    assert "ComputeBudgetExceeded: tile 0 computed for more than 0.3 s" in text
+    assert "_scheduler.py" not in text and "ipuos.scheduler." not in text
+    assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
+    repl.close()
