@@ -94,6 +94,10 @@ def _mount_foreground(client: Client, args: dict, name: str) -> dict:
             mode = "read-only" if event.get("readonly") else "read-write"
             click.echo(f"mounted machine {name!r} at {event.get('mountpoint')} ({mode}, tiles "
                        f"{event.get('tiles')}); Ctrl-C unmounts", err=True)
+        elif event.get("event") == "detached":
+            count = event.get("open_files") or 0
+            click.echo(f"unmounted lazily: {count} file{'s' if count != 1 else ''} still open "
+                       "there, served until closed (Ctrl-C again stops waiting)", err=True)
 
     def terminate(signum, frame) -> None:
         # hand SIGTERM to whatever handles Ctrl-C now: the client's cancel-and-wait

@@ -44,9 +44,11 @@ def _mount(call: Call):
 
     def stop() -> None:
         try:
-            manager.unmount(active.mountpoint, lazy=True, reason="the foreground command ended")
+            state = manager.unmount(active.mountpoint, lazy=True, reason="the foreground command ended")
         except MountError:
-            pass  # already gone
+            return  # already gone
+        if not state["loop_ended"]:  # files still open: say why the command goes on
+            call.emit({"event": "detached", "open_files": active.operations.open_files()})
 
     call.on_cancel(stop)
     active.done.wait()

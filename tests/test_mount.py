@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import signal
 import subprocess
 from pathlib import Path
@@ -220,6 +221,22 @@ def test_foreground_mount_ends_with_its_command(machine, mountpoint, signum):
     assert f"unmounted {mountpoint} (the foreground command ended)" in out
     assert not mounted(mountpoint)
     assert machine.call("mounts")["mounts"] == []
+
+
+def test_a_foreground_mount_with_a_file_open_says_why_it_waits(machine, mountpoint):
+    process = _foreground(machine, mountpoint)
+    path = Path(mountpoint, "tiles", "3", "held")
+    path.write_text("held")
+    with open(path) as held:
+        process.send_signal(signal.SIGINT)
+        said = ""
+        while "unmounted lazily" not in said and select.select([process.stderr], [], [], 10)[0]:
+            said += process.stderr.readline()  # ("mounted ..." comes first)
+        assert "unmounted lazily: 1 file still open there, served until closed" in said, said
+        assert not mounted(mountpoint) and process.poll() is None
+        assert held.read() == "held"  # still served
+    out, err = process.communicate(timeout=30)  # the file closed: the loop ends
+    assert process.returncode == 0, err
 
 
 def test_foreground_mount_ends_when_unmounted_elsewhere(machine, mountpoint):
