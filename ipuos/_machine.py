@@ -186,6 +186,13 @@ class Repl:
             self.state.tiles = {}
 
 
+def _stop(handle: RunHandle, reason: str) -> None:
+    try:
+        handle.interrupt(reason)
+    except RuntimeError:
+        pass  # the machine has stopped, and the program with it
+
+
 def _shares(data, ntiles: int) -> list[str] | None:
     if data is None:
         return None
@@ -300,11 +307,11 @@ class Machine:
         try:
             return handle.wait(timeout)
         except TimeoutError:
-            handle.interrupt(f"interrupted: it ran longer than the {timeout} s run() waits")
+            _stop(handle, f"interrupted: it ran longer than the {timeout} s run() waits")
             raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
                                "interrupted (launch() keeps a program running)") from None
         except BaseException:
-            handle.interrupt("interrupted: the caller stopped waiting")
+            _stop(handle, "interrupted: the caller stopped waiting")
             raise
 
     def repl(self, tiles=None, data: bytes | str | None = None, *,
