@@ -784,7 +784,7 @@ class Filesystem:
     def stat(self, path: str) -> FileInfo:
         path = self._path(path)
         info = _info(self._run("stat", path, None, lfs.stat, path, _ENCODING))
-        if self._open and not info.is_dir:
+        if not info.is_dir and any(f._unsynced for f in self._open):  # (no extra call otherwise)
             size = self._run("stat", path, None, _unsynced_sizes, self).get(path.rstrip("/"))
             if size is not None:
                 info = info._replace(size=size)
@@ -861,8 +861,8 @@ class Filesystem:
             self._reshare()
 
     def _reshare(self) -> None:
-        """Work out again which open files share their file with another handle (after
-        files were lost, removed or replaced; a close does it for its own file)."""
+        """Work out again which open files share their file with another handle (after a
+        sharer was closed, lost, removed or replaced)."""
         paths = collections.Counter(f.path for f in self._open if f._can and not f._detached)
         for f in self._open:
             f._shared = bool(f._can) and not f._detached and paths[f.path] > 1
@@ -1140,9 +1140,7 @@ class Filesystem:
             self._open.pop(file, None)
             file._handle = None
             if file._shared:
-                left = self._handles_on(file.path)
-                if len(left) == 1:
-                    left[0]._shared = False
+                self._reshare()
 
 
 class _Exclusive:

@@ -21,7 +21,7 @@ import click
 from ._cli import _Errors, _fail, _paths, attach_machine, json_option, main, name_option
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED
-from ._mount import canonical_mountpoint, mount_at, remove_mount
+from ._mount import already_mounted, canonical_mountpoint, mount_at, remove_mount
 from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
 from ._tilespec import TileSpecError, parse_tiles
@@ -56,9 +56,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
         raise click.BadParameter(f"{mountpoint!r} is not a directory; create it first",
                                  param_hint="MOUNTPOINT")
     if entry is not None:
-        owner = f"machine {entry.machine!r}" if entry.machine else entry.fstype
-        _fail(f"{where} is already a mount point ({owner}); unmount it first (`ipuos umount` "
-              "removes ipuos mounts, even dead ones)")
+        _fail(already_mounted(where, entry))
     try:
         parse_tiles(tile_spec, largest_machine_tiles())  # the syntax; the machine checks its range
     except TileSpecError as exc:

@@ -144,6 +144,13 @@ def canonical_mountpoint(path: str) -> str:
     return path
 
 
+def already_mounted(path: str, entry: MountEntry) -> str:
+    """Why nothing can be mounted at ``path``, where ``entry`` is."""
+    owner = f"machine {entry.machine!r}" if entry.machine else entry.fstype
+    return (f"{path} is already a mount point ({owner}); unmount it first "
+            "(`ipuos umount` removes ipuos mounts, even dead ones)")
+
+
 def _run(command: list[str]) -> tuple[int, str]:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30,
@@ -337,9 +344,7 @@ class MountManager:
                                  f"machine {self.name!r}; mount somewhere else")
         entry = mount_at(mountpoint)
         if entry is not None:
-            owner = f" (machine {entry.machine!r})" if entry.machine else f" ({entry.fstype})"
-            raise MountError("already_mounted", f"{mountpoint} is already a mount point{owner}; "
-                             "unmount it first (`ipuos umount` removes ipuos mounts, even dead ones)")
+            raise MountError("already_mounted", already_mounted(mountpoint, entry))
         try:
             info = os.stat(mountpoint)
         except FileNotFoundError:
