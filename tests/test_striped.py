@@ -72,16 +72,22 @@ def release_regions(sched):
         sched.sram.memory(region.tile).free(region.name)
 
 
-def make_device(sched, share=8 * 1024, cache_blocks=8):
+#: a page of a paged device: four per block, as the chip disk's 4 KiB pages of 16 KiB blocks
+PAGE = BLOCK // 4
+
+
+def make_device(sched, share=8 * 1024, cache_blocks=8, page=None):
     n = next(_devices)
     stripes = [sched.sram.memory(t).alloc(f"stripe{n}", share) for t in range(1, NTILES)]
     cache = sched.sram.memory(0).alloc(f"cache{n}", cache_blocks * BLOCK)
     _regions.extend(stripes + [cache])
-    return StripedDevice(sched, sched.tiles[0], stripes, BLOCK, cache)
+    return StripedDevice(sched, sched.tiles[0], stripes, BLOCK, cache, page=page)
 
 
 def new_filesystem(sched, device):
-    fs = Filesystem(device)
+    # on a paged device, littlefs reads a page at a time, as it does the chip disk
+    paged = device.page < device.block_size
+    fs = Filesystem(device, read_size=device.page, cache_size=device.page) if paged else Filesystem(device)
     proxy = OnTile(sched, fs)
     proxy.format()
     proxy.mount()
@@ -95,6 +101,13 @@ class TestStripedFilesystem(FilesystemTests):
 
     def make_filesystem(self, tmp_path):
         return new_filesystem(self.sched, make_device(self.sched, share=4 * 1024))
+
+
+class TestPagedStripedFilesystem(TestStripedFilesystem):
+    """The cache in pages smaller than a block (the chip disk's layout)."""
+
+    def make_filesystem(self, tmp_path):
+        return new_filesystem(self.sched, make_device(self.sched, share=4 * 1024, page=PAGE))
 
 
 def test_geometry_and_placement(sched):
@@ -222,6 +235,73 @@ def test_sequential_reads_are_batched_by_read_ahead(sched):
         assert f.read() == data
     exchanges = device.transfers - before
     assert exchanges < 60 / 3, f"{exchanges} exchanges to read 60 blocks"
+
+
+def test_a_paged_sequential_read_fetches_each_page_about_once(sched):
+    """littlefs walks a file's skip-list from its last block for every block it reads:
+    first-page misses bring first pages only, and data misses read ahead whole blocks,
+    so the walk's pages stay cached while the data streams through."""
+    device = make_device(sched, share=8 * 1024, cache_blocks=16, page=PAGE)
+    fs = new_filesystem(sched, device)
+    data = pattern(100 * BLOCK, 6)
+    with fs.open("/seq", "w") as f:
+        f.write(data)
+    fs.unmount()
+    fs.mount()
+    sched.call_wait(device.drop_cache)
+    before, fetched_before = device.transfers, device.pages_fetched
+    with fs.open("/seq") as f:
+        assert f.read() == data
+    exchanges = device.transfers - before
+    moved = device.pages_fetched - fetched_before
+    assert exchanges < 100 / 2, f"{exchanges} exchanges to read 100 blocks"
+    assert moved * PAGE < 1.5 * len(data), f"{moved} pages fetched to read {len(data) // PAGE}"
+
+
+def test_an_erase_evicting_a_page_of_its_own_block_erases_every_page(sched):
+    """Claiming a block's uncached pages may evict a cached page of that same block."""
+    device = make_device(sched, cache_blocks=2, page=PAGE)
+    old = pattern(BLOCK, 2)
+
+    def work():
+        put_block(device, 7, old)
+        device.drop_cache()
+        device.read(7, 0, 16)  # page 0 of block 7 cached, the others not
+        for b in (20, 21):  # fill the cache so the erase must evict
+            device.read(b, PAGE, 16)
+        device.erase(7)
+        device.prog(7, PAGE, bytes([9]) * PAGE)
+        device.sync()
+        device.drop_cache()
+        return device.read(7, 0, BLOCK)
+
+    got = on_owner(sched, work)
+    assert got == bytes(PAGE) + bytes([9]) * PAGE + bytes(2 * PAGE)
+
+
+def test_reads_and_progs_spanning_pages(sched):
+    device = make_device(sched, cache_blocks=2, page=PAGE)
+    data = pattern(BLOCK, 4)
+
+    def work():
+        device.erase(3)
+        device.prog(3, 0, data[: PAGE + 8])  # a page and a bit, then the rest
+        device.prog(3, PAGE + 8, data[PAGE + 8 :])
+        device.sync()
+        device.drop_cache()
+        return device.read(3, PAGE - 5, 2 * PAGE + 10), device.read(3, 0, BLOCK)
+
+    middle, whole = on_owner(sched, work)
+    assert middle == data[PAGE - 5 : 3 * PAGE + 5]
+    assert whole == data
+
+
+def test_a_page_must_divide_the_block(sched):
+    for page in (3 * BLOCK // 4, 100, 0, BLOCK * 2):
+        with pytest.raises(ValueError, match="power of two dividing"):
+            make_device(sched, page=page)
+    with pytest.raises(ValueError, match="fewer than two"):
+        make_device(sched, cache_blocks=1, page=PAGE)
 
 
 def test_prog_readback_is_served_from_the_cache(sched):
