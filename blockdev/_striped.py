@@ -141,7 +141,10 @@ class StripedDevice(BlockDevice):
         within = off & self._mask
         if within + size > self.page:
             return None  # spans pages: read() assembles it
-        self._touch(pid, slot)
+        if self._segmented:
+            self._touch(pid, slot)
+        else:  # _touch, inlined for the hit every page read is
+            self._probation.move_to_end(pid)
         start = self._base + slot * self.page + within
         return self._source[start : start + size]
 
@@ -299,9 +302,16 @@ class StripedDevice(BlockDevice):
         page = self.page
         base = self.cache.base
         transfers = []
+        last = None
         for p, slot in zip(wanted, slots):
             tile, offset = self._page_location(p)
-            transfers.append((tile, offset, base + slot * page, page))
+            dst = base + slot * page
+            if last is not None and last[0] == tile and last[1] + last[3] == offset and last[2] + last[3] == dst:
+                # the next page of the same block into the next slot: one copy for both
+                last = transfers[-1] = (tile, last[1], last[2], last[3] + page)
+            else:
+                last = (tile, offset, dst, page)
+                transfers.append(last)
         try:
             self._exchange(transfers, "chip disk read")
         except BaseException:
@@ -352,29 +362,37 @@ class StripedDevice(BlockDevice):
             self._probation[demoted] = None
 
     def _evict(self, claiming: list[int]) -> int:
-        """Free a slot (never one claimed by the same call): the least recently used page,
-        or segmented, the oldest read-ahead page nobody used, else the oldest on
-        probation, else the oldest protected one. A dirty victim makes every dirty slot
-        write back first: one exchange leaves the whole cache clean."""
+        """Free a slot (never one claimed by the same call): the least recently used page
+        (the pages claimed by this call are the most recent), or segmented, the oldest
+        read-ahead page nobody used, else the oldest on probation, else the oldest
+        protected one. A dirty victim makes every dirty slot write back first: one
+        exchange leaves the whole cache clean."""
+        if self._segmented:
+            pid, segment = self._segmented_victim(claiming)
+        else:
+            segment = self._probation
+            pid = next(iter(segment))
+        slot = self._slot_of[pid]
+        if self._dirty[slot] is not None:
+            self._write_back()
+        del segment[pid]
+        del self._slot_of[pid]
+        self._page_in[slot] = -1
+        if self._segmented and segment is self._probation and self._uses[slot]:
+            ghosts = self._ghosts
+            ghosts[pid] = None
+            if len(ghosts) > self._nslots:
+                ghosts.popitem(last=False)
+        return slot
+
+    def _segmented_victim(self, claiming: list[int]) -> tuple[int, OrderedDict]:
         uses = self._uses
-        passes = (((self._probation, True), (self._probation, False), (self._protected, False))
-                  if self._segmented else ((self._probation, False),))
-        for segment, unused_only in passes:
+        for segment, unused_only in ((self._probation, True), (self._probation, False),
+                                     (self._protected, False)):
             for pid in segment:
                 slot = self._slot_of[pid]
-                if slot in claiming or (unused_only and uses[slot]):
-                    continue
-                if self._dirty[slot] is not None:
-                    self._write_back()
-                del segment[pid]
-                del self._slot_of[pid]
-                self._page_in[slot] = -1
-                if self._segmented and segment is self._probation and uses[slot]:
-                    ghosts = self._ghosts
-                    ghosts[pid] = None
-                    if len(ghosts) > self._nslots:
-                        ghosts.popitem(last=False)
-                return slot
+                if slot not in claiming and not (unused_only and uses[slot]):
+                    return pid, segment
         raise RuntimeError("striped device cache has no slot to reuse")  # len(claiming) < slots
 
     def _write_back(self) -> None:

@@ -188,35 +188,38 @@ class ExchangeEngine:
             land(dst, arrivals)
 
     def deliver_dma(self) -> None:
-        """Carry out every posted remote-memory transfer."""
+        """Carry out every posted remote-memory transfer.
+
+        One pass per transfer that copies and counts at once: a chip-disk read-ahead is
+        dozens of page copies, and separate passes (collect, copy, count) cost more
+        than the copies."""
         posted, self._dma = self._dma, []
         if not posted:
             return
-        src_offs, dst_offs, lens, done = [], [], [], []
+        view = self.view
         per_tile = self.sram.bytes_per_tile
         count = self._count
+        done = []
         for _tile, transfers, callback in posted:
             error = None
-            for remote, src_abs, dst_abs, nbytes in transfers:
+            for remote, src, dst, nbytes in transfers:
                 if not remote.alive:
                     if error is None:
                         error = TileFailed(5, f"tile {remote.id} is not answering (it has failed)")
                     continue
-                src_offs.append(src_abs)
-                dst_offs.append(dst_abs)
-                lens.append(nbytes)
-                count(src_abs // per_tile, dst_abs // per_tile, nbytes)
+                view[dst : dst + nbytes] = view[src : src + nbytes]
+                count(src // per_tile, dst // per_tile, nbytes)
             done.append((callback, error))
-        self.copy_segments(src_offs, dst_offs, lens, aligned=False)
         for callback, error in done:
             callback(error)
 
-    def copy_segments(self, src_offs, dst_offs, lens, aligned: bool = True) -> None:
-        """Copy segments ``src -> dst`` of the flat SRAM, vectorised (see module doc)."""
+    def copy_segments(self, src_offs, dst_offs, lens) -> None:
+        """Copy segments ``src -> dst`` of the flat SRAM, vectorised (see module doc).
+        Offsets and lengths are multiples of 8."""
         count = len(lens)
         if count == 0:
             return
-        if count == 1 or not aligned or sum(lens) >= _FANCY_BELOW * count:
+        if count == 1 or sum(lens) >= _FANCY_BELOW * count:
             flat = self.flat
             for s, d, n in zip(src_offs, dst_offs, lens):
                 flat[d : d + n] = flat[s : s + n]
