@@ -299,19 +299,7 @@ class StripedDevice(BlockDevice):
                 self._forget(p)
             raise
         self.pages_fetched += len(wanted)
-        page = self.page
-        base = self.cache.base
-        transfers = []
-        last = None
-        for p, slot in zip(wanted, slots):
-            tile, offset = self._page_location(p)
-            dst = base + slot * page
-            if last is not None and last[0] == tile and last[1] + last[3] == offset and last[2] + last[3] == dst:
-                # the next page of the same block into the next slot: one copy for both
-                last = transfers[-1] = (tile, last[1], last[2], last[3] + page)
-            else:
-                last = (tile, offset, dst, page)
-                transfers.append(last)
+        transfers = self._copies(slots, wanted, [None] * len(wanted), outward=False)
         try:
             self._exchange(transfers, "chip disk read")
         except BaseException:
@@ -406,16 +394,35 @@ class StripedDevice(BlockDevice):
 
     def _dirty_transfers(self) -> tuple[list, list]:
         """(remote copies writing every dirty range back, the slots they come from)."""
+        page_in, dirty = self._page_in, self._dirty
+        flushed = [slot for slot, span in enumerate(dirty) if span is not None]
+        return self._copies(flushed, [page_in[slot] for slot in flushed],
+                            [dirty[slot] for slot in flushed], outward=True), flushed
+
+    def _copies(self, slots, pids, spans, outward: bool) -> list:
+        """The remote copies moving ``pids`` between their ``slots`` and the backing
+        tiles (``(tile, src, dst, nbytes)``), ``spans[i]`` the byte range of each page
+        (None: all of it). Consecutive pages of a block in consecutive slots (an erased
+        and rewritten block, usually) are one copy: a transfer costs more than 4 KiB."""
         page = self.page
+        ppb = self._ppb
         base = self.cache.base
-        transfers, flushed = [], []
-        for slot, dirty in enumerate(self._dirty):
-            if dirty is not None:
-                tile, offset = self._page_location(self._page_in[slot])
-                lo, hi = dirty
-                transfers.append((tile, base + slot * page + lo, offset + lo, hi - lo))
-                flushed.append(slot)
-        return transfers, flushed
+        copies = []
+        last_pid = last_slot = -2
+        last_end = 0
+        for slot, pid, span in zip(slots, pids, spans):
+            lo, hi = span if span is not None else (0, page)
+            if (pid == last_pid + 1 and slot == last_slot + 1 and last_end == page and lo == 0
+                    and pid % ppb):
+                tile, src, dst, n = copies[-1]
+                copies[-1] = (tile, src, dst, n + hi)
+            else:
+                tile, offset = self._page_location(pid)
+                cached = base + slot * page + lo
+                copies.append((tile, cached, offset + lo, hi - lo) if outward
+                              else (tile, offset + lo, cached, hi - lo))
+            last_pid, last_slot, last_end = pid, slot, hi
+        return copies
 
     def _forget(self, pid: int) -> None:
         slot = self._slot_of.pop(pid, None)
