@@ -4,7 +4,8 @@ The mounts themselves live in :class:`ipuos._mount.MountManager` (``host.mounts`
 handlers only check arguments and translate its errors. A foreground mount is one long
 call: it emits ``mounted``, then waits until the client cancels (Ctrl-C, SIGTERM, or its
 connection drops), which unmounts, or until the mount ends some other way (``ipuos
-umount``, ``halt``), and returns why it ended.
+umount``, ``halt``, which detaches a busy mount rather than wait for its users), and
+returns why it ended.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _mount(call: Call):
             call.emit({"event": "detached", "open_files": active.operations.open_files()})
 
     call.on_cancel(stop)
-    active.done.wait()
+    active.released.wait()
     return {**info, "reason": active.reason}
 
 

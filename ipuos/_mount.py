@@ -243,6 +243,9 @@ class ActiveMount:
     started: float = field(default_factory=time.time)
     #: set when the FUSE loop has returned (unmounted, from anywhere)
     done: threading.Event = field(default_factory=threading.Event)
+    #: set when a foreground client may return: the loop has returned, or ``halt``
+    #: detached the mount (its files still open fail once the machine has stopped)
+    released: threading.Event = field(default_factory=threading.Event)
     #: why it ended, for a foreground client ("unmounted", "machine halted" ...)
     reason: str = ""
     error: BaseException | None = None
@@ -376,6 +379,7 @@ class MountManager:
                 self._detached.discard(active)
             active.reason = active.reason or "unmounted"
             active.done.set()
+            active.released.set()
             log.info("machine %r is no longer mounted at %s (%s)", self.name, active.mountpoint, active.reason)
 
     def _wait_mounted(self, active: ActiveMount) -> None:
@@ -431,11 +435,19 @@ class MountManager:
         with self._lock:
             self._halting = True
             mounts = list(self._mounts.values())
+        unmounted = []
         for active in mounts:
             active.reason = reason
             gone, _ = unmount_path(active.mountpoint)
-            if not gone:
-                unmount_path(active.mountpoint, lazy=True)
-        for active in mounts:
+            if gone:
+                unmounted.append(active)
+                continue
+            # busy: detached, and whoever still uses it sees the machine stop; nothing
+            # waits for its processes (a shell whose cwd is there would hold halt up)
+            unmount_path(active.mountpoint, lazy=True)
+            active.reason = f"{reason}; it was in use, so it was detached"
+            active.detached = True
+            active.released.set()
+        for active in unmounted:
             active.done.wait(1.0)
         return [active.mountpoint for active in mounts]

@@ -279,6 +279,26 @@ def test_halt_unmounts_everything(machine, mountpoint):
         cleanup_mountpoint(second)
 
 
+def test_halt_detaches_a_busy_foreground_mount_and_its_command_says_so(machine, mountpoint):
+    """halt does not wait for the processes using a foreground mount (a shell's cwd can
+    stay there for hours): the mount is detached and its command told why it ended."""
+    process = _foreground(machine, mountpoint)
+    held = open(Path(mountpoint, "tiles", "1", "open-at-halt"), "wb")
+    try:
+        done = cli(machine, "halt")
+        assert done.returncode == 0, done.stderr
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert f"unmounted {mountpoint} (machine {machine.name!r} halted; it was in use, so it was detached)" in out
+        assert "closed the connection" not in err
+        assert not mounted(mountpoint)
+    finally:
+        try:
+            held.close()
+        except OSError:
+            pass
+
+
 def test_a_killed_daemon_leaves_no_dead_mount(machine, mountpoint):
     mount(machine, mountpoint)
     os.kill(machine.pid, signal.SIGKILL)
