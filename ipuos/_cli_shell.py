@@ -38,6 +38,8 @@ CHUNK = 1 << 20
 ATTACH_SECONDS = 40.0
 #: after this long without a session, say why the shell does not start
 PATIENCE_SECONDS = 2.0
+#: how long a session that ended may wait to see its machine finish halting
+HALTING_SECONDS = 3.0
 #: reconnect the line connection before the daemon would close it as idle (60 s)
 IDLE_RECONNECT_SECONDS = 30.0
 
@@ -63,6 +65,10 @@ class DaemonTransport:
         self.state: dict = {}
         self._attached = threading.Event()
         self._error: BaseException | None = None
+        self._closing = False
+        #: why the session ended under the terminal (the machine halted), once it has
+        self._lost: str | None = None
+        self._on_lost: list = []
         self._holder = Client(paths)
         self._thread = threading.Thread(target=self._hold, args=(width,), daemon=True,
                                         name="ipuos-shell-attach")
@@ -90,6 +96,36 @@ class DaemonTransport:
             self._error = exc
         finally:
             self._attached.set()
+            if self.state and not self._closing:
+                self._session_lost()
+
+    def _session_lost(self) -> None:
+        # a halting daemon drops sessions while it still answers for a moment: wait for
+        # it to go before saying it did not
+        deadline = time.monotonic() + HALTING_SECONDS
+        while True:
+            try:
+                Client(self.paths).close()
+            except MachineNotRunning:
+                why = f"machine {self.paths.name!r} has halted"
+            except DaemonError:
+                why = f"machine {self.paths.name!r} does not answer"
+            else:
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                why = f"machine {self.paths.name!r} closed the session"
+            break
+        self._lost = f"the shell session ended: {why}"
+        for callback in list(self._on_lost):
+            callback(self._lost)
+
+    def when_lost(self, callback) -> None:
+        """Call ``callback(message)`` (from another thread) if the session ends under the
+        terminal, as when the machine halts: the terminal need not wait for a line."""
+        self._on_lost.append(callback)
+        if self._lost is not None:
+            callback(self._lost)
 
     def _event(self, event: dict) -> None:
         if event.get("event") == "attached":
@@ -171,6 +207,7 @@ class DaemonTransport:
 
     def close(self) -> None:
         """Detach: closing the session's connection ends it on tile 0."""
+        self._closing = True
         for client in (self._client, self._holder):
             if client is not None:
                 try:

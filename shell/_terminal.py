@@ -117,9 +117,20 @@ class Terminal:
             complete_while_typing=False,
             key_bindings=bindings,
         )
+        lost: list[str] = []
+        when_lost = getattr(self.transport, "when_lost", None)
+        if when_lost is not None:  # (a transport that cannot lose its session has none)
+            when_lost(lambda why: _end_prompt(session, lost, why))
         while not self._done:
+            if lost:
+                self._write_err(f"\nipuos: {lost[0]}\n")
+                self.status = 1
+                break
             try:
-                line = session.prompt(self.prompt if not self.block else "... ")
+                line = session.prompt(self.prompt if not self.block else "... ",
+                                      pre_run=lambda: lost and _end_prompt(session, lost, None))
+            except _SessionLost:
+                continue  # (said at the top of the loop)
             except KeyboardInterrupt:
                 self.block = []
                 continue
@@ -368,6 +379,27 @@ class Terminal:
             with open(os.path.expanduser(data_file), "rb") as file:
                 payload = file.read()
         self._execute(command.text, payload=payload)
+
+
+class _SessionLost(Exception):
+    """Ends the prompt when the session has gone (the machine halted)."""
+
+
+def _end_prompt(session: PromptSession, lost: list[str], why: str | None) -> None:
+    """Record ``why`` the session ended and end the prompt showing now, if any (from any
+    thread; a prompt that starts later ends at once through its ``pre_run``)."""
+    if why is not None:
+        lost.append(why)
+    app = session.app
+    loop = app.loop
+    if loop is None or loop.is_closed():
+        return
+
+    def end() -> None:
+        if app.is_running and not app.future.done():
+            app.exit(exception=_SessionLost())
+
+    loop.call_soon_threadsafe(end)
 
 
 def _umask() -> int:

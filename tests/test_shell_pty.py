@@ -212,15 +212,36 @@ def test_ipuos_repl_from_the_host(terminal, tmp_path):
     assert term.finish() == 0
 
 
-def test_the_shell_ends_cleanly_when_its_machine_halts(machine, tmp_path):
+def test_the_shell_ends_at_once_when_its_machine_halts(machine, tmp_path):
+    """Sitting at the prompt, nothing typed: the shell says why and exits (as ssh does
+    when its connection closes), instead of waiting for a line to fail."""
     term = Terminal(machine, tmp_path)
     try:
         term.prompt()
         halted = run_cli("halt", env=machine.env())
         assert halted.returncode == 0, halted.stderr
-        term.child.sendline("ls /")
         out = term.expect(pexpect.EOF)
-        assert f"ipuos: no machine named {machine.name!r} is running" in out
+        assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
+        assert "Traceback" not in out
+        term.child.close()
+        assert term.child.exitstatus == 1
+    finally:
+        term.close()
+
+
+def test_a_halt_while_a_command_runs_ends_the_shell_after_it(machine, tmp_path):
+    term = Terminal(machine, tmp_path)
+    try:
+        term.prompt()
+        term.run("echo 'while True: pass' > /spin.py")
+        term.child.sendline("run /spin.py --tiles 1-3")
+        wait_for(lambda: "spin.py" in run_cli("ps", env=machine.env()).stdout, timeout=30,
+                 what="the program to run")
+        halted = run_cli("halt", env=machine.env())
+        assert halted.returncode == 0, halted.stderr
+        out = term.expect(pexpect.EOF)
+        assert "[3 tiles: 1-3]" in out  # the program's report: halt interrupted it
+        assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
         assert "Traceback" not in out
         term.child.close()
         assert term.child.exitstatus == 1
