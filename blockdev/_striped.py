@@ -215,6 +215,8 @@ class StripedDevice(BlockDevice):
             slot = self._slot_of.get(pid)
             if slot is None:
                 slot = self._claim([pid])[0]
+            else:
+                self._touch(pid, slot)  # used: not the victim of the next page's claim
             fill[slot * page : (slot + 1) * page] = self.erase_value
             self._mark_dirty(slot, 0, page)
 
@@ -298,7 +300,6 @@ class StripedDevice(BlockDevice):
             for p in wanted:
                 self._forget(p)
             raise
-        self.pages_fetched += len(wanted)
         transfers = self._copies(slots, wanted, [None] * len(wanted), outward=False)
         try:
             self._exchange(transfers, "chip disk read")
@@ -306,6 +307,7 @@ class StripedDevice(BlockDevice):
             for p in wanted:  # nothing half-fetched may be served later
                 self._forget(p)
             raise
+        self.pages_fetched += len(wanted)
         return slots[0]
 
     def _touch(self, pid: int, slot: int) -> None:

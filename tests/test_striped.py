@@ -279,6 +279,23 @@ def test_an_erase_evicting_a_page_of_its_own_block_erases_every_page(sched):
     assert got == bytes(PAGE) + bytes([9]) * PAGE + bytes(2 * PAGE)
 
 
+def test_an_erase_keeps_its_own_cached_pages(sched):
+    """Erasing counts as using the block's cached pages: claiming its other pages must
+    not evict (write back, then fetch again) the one it has just erased."""
+    device = make_device(sched, cache_blocks=2, page=PAGE)
+
+    def work():
+        device.read(7, 0, 16)  # page 0 of block 7, the least recently used from here
+        for b in (20, 21):  # clean pages fill the rest of the cache
+            device.read(b, PAGE, 16)
+        before = device.transfers
+        device.erase(7)
+        device.prog(7, 0, b"x" * 16)  # what littlefs writes next: a small prog at the start
+        return device.transfers - before
+
+    assert on_owner(sched, work) == 0
+
+
 def test_reads_and_progs_spanning_pages(sched):
     device = make_device(sched, cache_blocks=2, page=PAGE)
     data = pattern(BLOCK, 4)
