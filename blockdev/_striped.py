@@ -6,8 +6,8 @@ remote copy that rides the next exchange, and the owner's greenlet waits inside 
 littlefs callback until the superstep delivers it.
 
 A superstep per block would make the disk unusably slow, so the device keeps a cache in
-the owner's own SRAM (a named region, counted against its budget), in pages of a block
-(littlefs' read unit, 4 KiB of the chip disk's 16 KiB blocks):
+the owner's own SRAM (a named region, counted against its budget), in whole blocks or in
+pages of a block (preset ``chipdisk_cache_page``; see below):
 
 * **write-behind:** erases and progs land in the cache and go out together, in one
   exchange, when the cache needs room (the owner waits for that one), or at the exchange
@@ -17,9 +17,10 @@ the owner's own SRAM (a named region, counted against its budget), in pages of a
   from the cache, never from a remote tile.
 * **read-ahead that fits littlefs:** a miss brings what will be read next in the same
   exchange (see :meth:`StripedDevice._fetch`): first pages for a skip-list walk, whole
-  blocks ahead for data. Caching pages rather than blocks keeps the walk's few hot first
-  pages beside the streaming data: reading a 64 MiB file moved 70 MB in 1,500 exchanges,
-  against 314 MB in 3,000 with whole blocks.
+  blocks ahead for data. Caching 4 KiB pages rather than 16 KiB blocks keeps the walk's
+  few hot first pages beside the streaming data: reading a 64 MiB file moved 70 MB in
+  1,500 exchanges, against 314 MB in 3,000 with whole blocks (1.6x faster), but the
+  per-page bookkeeping made small files 15-35% slower, so whole blocks stay the default.
 * **hits without exchange or device call:** :meth:`fast_read`/:meth:`fast_prog` serve a
   cached page straight from the littlefs glue.
 
@@ -47,9 +48,8 @@ class StripedDevice(BlockDevice):
     """Blocks striped round-robin over ``stripes`` (one SRAM region per backing tile).
 
     ``owner`` is the scheduler Tile whose greenlet alone may use the device; ``cache`` is
-    a region of the owner's SRAM, divided into pages of ``page`` bytes (default: the
-    block, or 4 KiB of it, littlefs' usual read unit); ``cluster`` is how many blocks one
-    read-ahead brings.
+    a region of the owner's SRAM, divided into pages of ``page`` bytes (default: whole
+    blocks); ``cluster`` is how many blocks one read-ahead brings.
     """
 
     def __init__(self, scheduler, owner, stripes, block_size: int, cache, cluster: int | None = None,
@@ -494,16 +494,10 @@ class StripedDevice(BlockDevice):
             view[offset : offset + bs] = image[block * bs : (block + 1) * bs]
 
 
-#: the cache's page when the caller names none: littlefs' usual read unit (``_config``)
-_DEFAULT_PAGE = 4096
-
-
 def _page_size(block_size: int, page: int | None) -> int:
-    """The cache page: a power of two dividing the block, or the whole block."""
-    if page is None:
-        page = _DEFAULT_PAGE if block_size > _DEFAULT_PAGE and block_size % _DEFAULT_PAGE == 0 else block_size
-    if page == block_size:
-        return page
+    """The cache page: a power of two dividing the block, or the whole block (None)."""
+    if page is None or page == block_size:
+        return block_size
     if not isinstance(page, int) or page <= 0 or page & (page - 1) or block_size % page:
         raise ValueError(f"a cache page must be a power of two dividing the {block_size} B block, not {page!r}")
     return page

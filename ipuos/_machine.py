@@ -256,6 +256,7 @@ class Machine:
             chipdisk_share=preset.chipdisk_share,
             chipdisk_block_size=preset.chipdisk_block_size,
             chipdisk_cache=preset.chipdisk_cache,
+            chipdisk_cache_page=preset.chipdisk_cache_page,
             chip_device=chip_device,
         )
         #: every tile's files, from the host (any thread)

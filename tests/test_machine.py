@@ -54,6 +54,21 @@ def test_bad_machine_parameters_are_clear():
         Machine("tiny", chipdisk_cache=60 * 1024)
     with pytest.raises(ValueError, match="cache must hold at least two blocks"):
         Machine("tiny", chipdisk_cache=512)
+    for page in (3000, 8192, -4):
+        with pytest.raises(ValueError, match="chipdisk_cache_page must be 0 .* or a power of two dividing"):
+            Machine("tiny", chipdisk_cache_page=page)
+
+
+def test_a_chip_disk_cached_in_pages_keeps_files():
+    with Machine("tiny", chipdisk_cache_page=128) as paged:  # 4 pages a block
+        data = bytes(range(256)) * 300
+        paged.fs.write_file(0, "/chip/f", data)
+        assert paged.fs.read_file(0, "/chip/f") == data
+        result = paged.run("import os\nprint(os.stat('/chip/f').st_size)", tiles="0")
+        assert result.ok and result.outputs()[0] == f"{len(data)}\n"
+        page = paged.scheduler.call_wait(
+            lambda: paged.storage.vfs(paged.scheduler.tiles[0]).backend("/chip").fs.device.page)
+        assert page == 128
 
 
 def test_bad_tile_spec_is_refused_before_anything_runs(machine):

@@ -28,7 +28,7 @@ CHIP_CACHE_REGION = "chipdisk.cache"
 
 
 def reserve_striped_chip_disk(scheduler, share: int, block_size: int, cache_bytes: int,
-                              chip_tile: int = 0) -> Callable | None:
+                              chip_tile: int = 0, cache_page: int = 0) -> Callable | None:
     """Reserve the stripes and the cache now; return ``build(tile)`` making the device.
 
     None when there is nothing to stripe over (a one-tile machine, or no share).
@@ -42,6 +42,6 @@ def reserve_striped_chip_disk(scheduler, share: int, block_size: int, cache_byte
     cache = owner_memory.alloc(CHIP_CACHE_REGION, blocks * block_size)
 
     def build(tile) -> StripedDevice:
-        return StripedDevice(scheduler, tile, stripes, block_size, cache)
+        return StripedDevice(scheduler, tile, stripes, block_size, cache, page=cache_page or None)
 
     return build
