@@ -218,15 +218,21 @@ def test_the_shell_ends_at_once_when_its_machine_halts(machine, tmp_path):
     term = Terminal(machine, tmp_path)
     try:
         term.prompt()
-        halted = run_cli("halt", env=machine.env())
-        assert halted.returncode == 0, halted.stderr
-        out = term.expect(pexpect.EOF)
-        assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
-        assert "Traceback" not in out
-        term.child.close()
-        assert term.child.exitstatus == 1
+        _halt_and_see_the_shell_end(term, machine)
     finally:
         term.close()
+
+
+def _halt_and_see_the_shell_end(term: Terminal, machine) -> str:
+    """Halt the machine; the shell says so and exits 1 by itself. Returns what it printed."""
+    halted = run_cli("halt", env=machine.env())
+    assert halted.returncode == 0, halted.stderr
+    out = term.expect(pexpect.EOF)
+    assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
+    assert "Traceback" not in out
+    term.child.close()
+    assert term.child.exitstatus == 1
+    return out
 
 
 def test_a_halt_while_a_command_runs_ends_the_shell_after_it(machine, tmp_path):
@@ -237,13 +243,7 @@ def test_a_halt_while_a_command_runs_ends_the_shell_after_it(machine, tmp_path):
         term.child.sendline("run /spin.py --tiles 1-3")
         wait_for(lambda: "spin.py" in run_cli("ps", env=machine.env()).stdout, timeout=30,
                  what="the program to run")
-        halted = run_cli("halt", env=machine.env())
-        assert halted.returncode == 0, halted.stderr
-        out = term.expect(pexpect.EOF)
-        assert "[3 tiles: 1-3]" in out  # the program's report: halt interrupted it
-        assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
-        assert "Traceback" not in out
-        term.child.close()
-        assert term.child.exitstatus == 1
+        out = _halt_and_see_the_shell_end(term, machine)
+        assert "[3 tiles: 1-3]" in out  # the program's report first: halt interrupted it
     finally:
         term.close()
