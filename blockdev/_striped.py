@@ -325,7 +325,7 @@ class StripedDevice(BlockDevice):
         del self._probation[pid]
         self._protect(pid)
 
-    def _claim(self, pids: list[int], used: bool = True) -> list[int]:
+    def _claim(self, pids: list[int]) -> list[int]:
         """Assign cache slots to ``pids`` (not yet cached), evicting if needed. The first
         page counts as used (it is what the caller wants); the rest are read-ahead."""
         slots = []
@@ -335,12 +335,12 @@ class StripedDevice(BlockDevice):
             self._page_in[slot] = pid
             self._slot_of[pid] = slot
             self._dirty[slot] = None
-            if segmented and not slots and used and self._ghosts.pop(pid, 0) is None:
+            if segmented and not slots and self._ghosts.pop(pid, 0) is None:
                 self._uses[slot] = 2  # wanted again soon after it went: hot
                 self._protect(pid)
             else:
                 self._probation[pid] = None
-                self._uses[slot] = 0 if slots else int(used)
+                self._uses[slot] = 0 if slots else 1
             slots.append(slot)
         return slots
 
@@ -404,26 +404,16 @@ class StripedDevice(BlockDevice):
     def _copies(self, slots, pids, spans, outward: bool) -> list:
         """The remote copies moving ``pids`` between their ``slots`` and the backing
         tiles (``(tile, src, dst, nbytes)``), ``spans[i]`` the byte range of each page
-        (None: all of it). Consecutive pages of a block in consecutive slots (an erased
-        and rewritten block, usually) are one copy: a transfer costs more than 4 KiB."""
+        (None: all of it)."""
         page = self.page
-        ppb = self._ppb
         base = self.cache.base
         copies = []
-        last_pid = last_slot = -2
-        last_end = 0
         for slot, pid, span in zip(slots, pids, spans):
             lo, hi = span if span is not None else (0, page)
-            if (pid == last_pid + 1 and slot == last_slot + 1 and last_end == page and lo == 0
-                    and pid % ppb):
-                tile, src, dst, n = copies[-1]
-                copies[-1] = (tile, src, dst, n + hi)
-            else:
-                tile, offset = self._page_location(pid)
-                cached = base + slot * page + lo
-                copies.append((tile, cached, offset + lo, hi - lo) if outward
-                              else (tile, offset + lo, cached, hi - lo))
-            last_pid, last_slot, last_end = pid, slot, hi
+            tile, offset = self._page_location(pid)
+            cached = base + slot * page + lo
+            copies.append((tile, cached, offset + lo, hi - lo) if outward
+                          else (tile, offset + lo, cached, hi - lo))
         return copies
 
     def _forget(self, pid: int) -> None:
