@@ -224,18 +224,22 @@ class _DeviceCallbacks:
     plan comes or goes (``faults_changed``).
     """
 
-    __slots__ = ("device", "unit", "fault", "_refusing", "_fast", "_checked", "read", "prog",
-                 "erase", "sync", "__weakref__")
+    __slots__ = ("device", "unit", "fault", "commits", "_refusing", "_fast", "_checked", "read",
+                 "prog", "erase", "sync", "__weakref__")
 
     def __init__(self, device, unit: int):
         self.device = device
         #: littlefs' usual request size (its cache line), for the fast paths' counting
         self.unit = unit
         self.fault: BaseException | None = None
+        #: ``[n]``: syncs littlefs asked for. littlefs syncs at the end of every metadata
+        #: commit, so a change of ``n`` across a call says the call committed (a cell the
+        #: routes share, so that none of them refers back to this object)
+        self.commits = [0]
         self._refusing = False
         failed = _failer(self)
         #: (read, prog, erase, sync) through the device's public operations
-        self._checked = _checked_path(device, failed)
+        self._checked = _checked_path(device, failed, self.commits)
         #: the same for a healthy device, faster, or None
         self._fast = _fast_path(self, device, failed)
         if self._fast is not None:
@@ -312,7 +316,7 @@ _REFUSING = (_refuse_read, _refuse_prog, _refuse_erase, _refuse_sync)
 # -- checked: through the device's public operations ------------------------------------
 
 
-def _checked_path(device, failed):
+def _checked_path(device, failed, commits: list):
     device_read, device_prog = device.read, device.prog
     device_erase, device_sync = device.erase, device.sync
 
@@ -344,6 +348,7 @@ def _checked_path(device, failed):
 
     def sync(cfg):
         try:
+            commits[0] += 1
             device_sync()
         except BaseException as exc:
             failed(exc)
@@ -411,6 +416,7 @@ def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice, failed):
         starts = _Offsets(bs, base, device.block_count)
         view_starts = _Offsets(bs, 0, device.block_count)
     unit = glue.unit  # the usual request size: bytes are counted for the others only
+    commits = glue.commits
     reads = reads_hi = read_odd = progs = progs_hi = prog_odd = erases = syncs = 0
 
     def read(cfg, block, off, size):
@@ -461,6 +467,7 @@ def _memory_fast_path(glue: _DeviceCallbacks, device: MemoryDevice, failed):
         nonlocal syncs
         try:
             syncs += 1  # nothing to do: every prog is in the buffer already
+            commits[0] += 1
         except BaseException as exc:
             failed(exc)
             return -5
@@ -755,7 +762,12 @@ class Filesystem:
                 lfs.file_sync(handle, other._handle)
                 other._unsynced = False
                 self._committed(other)
+        commits = self._callbacks.commits
+        before = commits[0]
         file = File(self, lfs.file_open(handle, path, lfs_flags, _ENCODING), path, lfs_flags)
+        # littlefs commits a new file's name inside open, and nothing else open does
+        # commits (barring a repair after power loss): an open that committed created
+        file.created = commits[0] != before
         self._open[file] = None
         if others:  # shared from now on: see File
             file._shared = True
@@ -1384,8 +1396,8 @@ class File:
     bits while the file is open and not lost, else 0) standing for ``_check``.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "_can", "_unsynced", "_detached",
-                 "_shared", "_stale", "_seeked_appender", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "created", "_can", "_unsynced",
+                 "_detached", "_shared", "_stale", "_seeked_appender", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1393,6 +1405,8 @@ class File:
         self.path = path
         self.flags = flags
         self.closed = False
+        #: this open created the file (set by Filesystem.open)
+        self.created = False
         #: written (or truncated) since opened or last synced: a remount would lose that
         self._unsynced = bool(flags & _LFS_TRUNC)
         #: removed, or replaced by a rename, while open: its path names another file now

@@ -56,6 +56,20 @@ class FilesystemTests:
 
     # -- reading and writing ------------------------------------------------------------
 
+    def test_an_open_says_whether_it_created_the_file(self, fs):
+        fs.mkdir("/d")
+        opens = [("/d/new", "w", True), ("/d/new", "w", False), ("/d/new", "a", False),
+                 ("/d/new", "r+", False), ("/d/new", "r", False), ("/d/app", "a", True),
+                 ("/d/ex", "x", True), ("/d/flags", os.O_WRONLY | os.O_CREAT, True),
+                 ("/d/flags", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, False)]
+        for path, mode, created in opens:
+            with fs.open(path, mode) as f:
+                assert f.created is created, (path, mode)
+        with fs.open("/d/new", "w") as f:
+            f.write(b"x")
+            with fs.open("/d/new", "r") as g:  # commits the first handle's write: no create
+                assert not g.created and g.read() == b"x"
+
     def test_round_trip_of_many_sizes(self, fs):
         bs = fs.statvfs().block_size
         sizes = sorted({0, 1, 15, 16, 17, 100, 255, 256, 257, bs // 4, bs // 2, bs - 1, bs,

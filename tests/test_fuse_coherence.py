@@ -178,6 +178,26 @@ def test_listings_and_directories_the_mount_knows_follow_tile_changes(mm):
     assert sorted(os.listdir(base / "listed")) == ["new", "t"]
 
 
+def test_directory_mtimes_follow_entries_made_and_removed_from_either_side(mm):
+    base = mm.tile(8)
+    os.makedirs(base / "dm" / "kept")
+
+    def moved(action) -> bool:
+        os.utime(base / "dm", ns=(1, 1))
+        assert os.stat(base / "dm").st_mtime_ns == 1
+        assert "dm" in os.listdir(base)  # the mount now keeps dm's attributes
+        action()
+        return os.stat(base / "dm").st_mtime_ns != 1
+
+    assert moved(lambda: (base / "dm" / "host").write_bytes(b"made by the host"))
+    assert not moved(lambda: (base / "dm" / "host").write_bytes(b"overwritten"))
+    assert moved(lambda: mm.run(8, "open('/dm/tile', 'w').close()"))
+    assert not moved(lambda: mm.run(8, "open('/dm/tile', 'a').write('more')"))
+    assert moved(lambda: mm.run(8, "import os; os.remove('/dm/tile')"))
+    assert moved(lambda: os.rename(base / "dm" / "host", base / "moved"))
+    assert moved(lambda: mm.run(8, "import os; os.rmdir('/dm/kept')"))
+
+
 def test_chip_disk_names_follow_changes_on_tile_0(mm):
     top = mm.chip / "co"
     os.mkdir(top)

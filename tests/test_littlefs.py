@@ -304,6 +304,16 @@ def test_a_short_read_is_eio_not_garbage():
     assert "returned" in str(excinfo.value)
 
 
+def test_an_open_says_whether_it_created_the_file_on_the_checked_route():
+    device = MemoryDevice.new(512, 32)
+    fs = formatted(device)
+    device.attach_faults(FaultPlan())  # a plan that never fires: every callback is checked
+    with fs.open("/f", "w") as f:
+        assert f.created
+    with fs.open("/f", "w") as f:
+        assert not f.created
+
+
 def test_power_loss_mid_operation_is_eio_and_the_image_survives():
     device = MemoryDevice.new(512, 32)
     fs = formatted(device)

@@ -127,6 +127,11 @@ class ThroughTheClient(FilesystemTests):
     def test_custom_attributes(self, fs):
         pass
 
+    @pytest.mark.skip(reason="a remote handle does not say whether its open created the file "
+                             "(the owner's VFS uses that for directory mtimes: test_vfs)")
+    def test_an_open_says_whether_it_created_the_file(self, fs):
+        pass
+
     @pytest.mark.skip(reason="a remote handle is not told that its owner's unmount closed it")
     def test_unmount_commits_open_files(self, fs):
         pass

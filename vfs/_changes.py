@@ -26,11 +26,11 @@ When they are sent, and what that promises:
 * Watchers run on the scheduler thread: they must be quick and must never block (no
   locks held by threads that wait for tiles, no I/O). Copy the notice and return.
 
-Kinds: ``CHANGED`` (contents, size or mtime of ``path``), ``ADDED_FILE`` (``path`` is a
-file now: created, or opened to write), ``ADDED_DIR`` (a new, empty directory), ``REMOVED``
-(``path`` is gone), ``MOVED`` (``path`` renamed to ``path2``, replacing what was there),
-``RESET`` (anything on the filesystem mounted at ``path`` may have changed: a restore, a
-remount after a device error).
+Kinds: ``CHANGED`` (contents, size or mtime of ``path``), ``ADDED_FILE`` (``path`` was
+created), ``ADDED_DIR`` (a new, empty directory), ``REMOVED`` (``path`` is gone),
+``MOVED`` (``path`` renamed to ``path2``, replacing what was there), ``RESET`` (anything on
+the filesystem mounted at ``path`` may have changed: a restore, a remount after a device
+error). ``ADDED_*``, ``REMOVED`` and ``MOVED`` change the parent directories' mtimes too.
 
 With no watcher, a notice costs the backend one attribute check and a call that returns.
 """

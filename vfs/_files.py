@@ -45,7 +45,7 @@ class OpenMode:
         "writable",
         "writes",  # may change the filesystem: refused on a read-only mount
         "stamps",  # creates or truncates: the mtime is set even if nothing is written
-        "maybe_creates",  # may create the file ("a", O_CREAT): stamped if it opens empty
+        "maybe_creates",  # may create the file ("a", O_CREAT): stamped if it does
         "text",  # the file object's ``mode`` attribute
     )
     _fields = __slots__

@@ -390,9 +390,13 @@ class _Known:
             if kind == RESET and self._on_reset is not None:
                 self._on_reset(tile)
             return
+        parent, _, name = path.rpartition("/")
+        parent = parent or "/"
         entries = self.entries.get(tile)
         if entries is not None:
             entries.pop(path, None)
+            if kind != CHANGED:  # an entry came or went: the directory's mtime moved
+                entries.pop(parent, None)
         if kind == CHANGED:
             return
         listings = self.listings.get(tile)
@@ -400,8 +404,7 @@ class _Known:
             if kind == ADDED_DIR:
                 self.listings.setdefault(tile, {})[path] = {}  # new, hence empty
             return
-        parent, _, name = path.rpartition("/")
-        listing = listings.get(parent or "/")
+        listing = listings.get(parent)
         if kind == REMOVED:
             if listing is not None:
                 listing.pop(name, None)

@@ -11,8 +11,9 @@ ownership bracket and the modification time:
 * littlefs keeps no times, so the mtime lives in a littlefs attribute
   (``blockdev.MTIME_ATTRIBUTE``, nanoseconds of host wall time), and is kept the way
   Linux's ``lazytime`` keeps timestamps. A file is stamped, in memory, when it is closed
-  or flushed after a write or truncate, or when ``open`` creates or truncates it; every
-  stat and listing sees the stamp at once. Stamps reach littlefs when the file is
+  or flushed after a write or truncate, or when ``open`` creates or truncates it; a
+  directory when an entry is created in it, removed from it, or renamed into or out of
+  it (as POSIX has it); every stat and listing sees the stamp at once. Stamps reach littlefs when the file is
   ``fsync``-ed, before any rename, before a snapshot or unmount, and whenever
   :data:`PENDING_STAMPS_MAX` are waiting. Writing each stamp at close would be one more
   metadata commit per file (~15 us, as much as writing a 4 KiB file); the price of not
@@ -251,18 +252,21 @@ class LittlefsBackend(Backend):
     def mkdir(self, path: str) -> None:
         self._call(self.fs.mkdir, path)
         self.stamp(path)
+        self.stamp(_parent(path))
         if self.changes is not None:
             self.changes.emit(ADDED_DIR, path)
 
     def rmdir(self, path: str) -> None:
         self._call(self.fs.rmdir, path)
         self._stamps.pop(path.rstrip("/"), None)
+        self.stamp(_parent(path))
         if self.changes is not None:
             self.changes.emit(REMOVED, path)
 
     def remove(self, path: str) -> None:
         self._call(self.fs.remove, path)
         self._stamps.pop(path, None)
+        self.stamp(_parent(path))
         if self.changes is not None:
             self.changes.emit(REMOVED, path)
 
@@ -274,6 +278,8 @@ class LittlefsBackend(Backend):
             self.fs.rename(src, dst)
         finally:
             owner.fs_depth -= 1
+        self.stamp(_parent(src))
+        self.stamp(_parent(dst))
         if self.changes is not None:
             self.changes.emit(MOVED, src, dst)
 
@@ -311,16 +317,17 @@ class LittlefsBackend(Backend):
                     # creating through a trailing slash: Linux answers EISDIR
                     raise fs_error(errno.EISDIR, path) from None
                 raise
-            try:
-                stamp = mode.stamps or (mode.maybe_creates and file.size() == 0)
-            except BaseException:
-                file.close()
-                raise
         finally:
             owner.fs_depth -= 1
-        if self.changes is not None and (mode.stamps or mode.maybe_creates):
-            self.changes.emit(ADDED_FILE, path)  # created now (littlefs commits the name)
-        return LocalFile(file, self, name, mode, owner, pending, stamp)
+        created = file.created
+        if created:
+            self.stamp(_parent(path))
+        if self.changes is not None:
+            if created:
+                self.changes.emit(ADDED_FILE, path)  # (littlefs committed the name)
+            elif mode.stamps:
+                self.changes.emit(CHANGED, path)  # truncated
+        return LocalFile(file, self, name, mode, owner, pending, mode.stamps or created)
 
     # -- the filesystem as a whole ---------------------------------------------------------
 
@@ -339,6 +346,11 @@ class LittlefsBackend(Backend):
             return func(*args)
         finally:
             owner.fs_depth -= 1
+
+
+def _parent(path: str) -> str:
+    """The directory holding ``path`` (canonical; a trailing slash is allowed)."""
+    return path.rstrip("/").rpartition("/")[0] or "/"
 
 
 def _set_mtime(fs, path: str, mtime_ns: int) -> None:
