@@ -307,6 +307,18 @@ def test_a_program_on_tile_0_reaches_every_tile(machine):
     assert machine.fs.read_file(12, "/from0") == b"line 0\nline 1\nline 2\n"
 
 
+def test_tile_0s_mount_points_have_times_of_their_own(machine):
+    """``ls -l /`` on tile 0: ``/chip`` shows the chip disk's root, ``/tiles`` the time it
+    was mounted, as does each tile in its listing; none shows the epoch."""
+    result = run(machine, """
+        import os
+        listed = {e.name: e.stat().st_mtime_ns for e in os.scandir("/")}
+        print(listed["chip"] == os.stat("/chip").st_mtime_ns, listed["tiles"] == os.stat("/tiles").st_mtime_ns)
+        print(min(listed.values()) > 10**18, min(e.stat().st_mtime_ns for e in os.scandir("/tiles")) > 10**18)
+    """)
+    assert output(result) == "True True\nTrue True\n"
+
+
 def test_a_dropped_file_is_committed_before_anything_looks_at_it(machine):
     handle = machine.launch(textwrap.dedent("""
         import os

@@ -151,6 +151,31 @@ def test_longest_prefix_wins_by_whole_names(vfs):
     assert {e.name: e.is_dir() for e in vfs.scandir("/")}["chip"] is True
 
 
+def test_a_mount_point_is_listed_with_its_filesystems_root(vfs):
+    """As ``stat`` shows it (and Linux lists it): a new filesystem's root has the time it
+    was made, and a mount point over a directory hides that directory's attributes."""
+    vfs.mkdir("/over")
+    vfs.utime("/over", ns=(0, 5))
+    mount_device(vfs, "/over", MemoryDevice.new(BLOCK, 32), format=True)
+    mount_device(vfs, "/new", MemoryDevice.new(BLOCK, 32), format=True)
+    vfs.utime("/new", ns=(0, 77))  # the mounted root's time
+    listed = {e.name: e.stat().st_mtime_ns for e in vfs.scandir("/")}
+    assert listed == {"over": vfs.stat("/over").st_mtime_ns, "new": 77}
+    assert listed["over"] not in (0, 5)  # its root's: stamped when it was formatted
+    assert [e.name for e in vfs.entries("/")] == ["over", "new"]  # (once each)
+
+
+def test_a_mount_point_whose_root_fails_is_still_listed(vfs):
+    device = MemoryDevice.new(BLOCK, 32)
+    mount_device(vfs, "/m", device, format=True)
+    vfs.sync()
+    device.attach_faults(FaultPlan(stop_after=0))  # answers nothing from now on
+    assert [(e.name, e.is_dir()) for e in vfs.scandir("/")] == [("m", True)]
+    with pytest.raises(OSError) as excinfo:
+        vfs.stat("/m")
+    assert errno_of(excinfo) == errno.EIO
+
+
 def test_mount_errors(vfs):
     mount_device(vfs, "/m", MemoryDevice.new(BLOCK, 32), format=True)
     with pytest.raises(OSError) as excinfo:

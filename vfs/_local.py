@@ -76,6 +76,8 @@ class LittlefsBackend(Backend):
             self.fs.mount()
         finally:
             owner.fs_depth -= 1
+        if format:
+            self.stamp("/")  # made now, as mkfs dates a new filesystem's root
 
     def remount(self) -> None:
         """Unmount (committing open files) and mount again: how a filesystem comes back

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 
 from ._backend import Backend, fs_error
 from ._entries import Entry
@@ -35,6 +36,9 @@ class TilesBackend(Backend):
         self.client = client
         self.ntiles = ntiles
         self._submounts = Submounts()
+        #: the time shown for ``/tiles`` and for each tile in its listing (a listing of
+        #: 1472 tiles does not ask each for its time; ``stat`` of ``/tiles/N`` does)
+        self._made_ns = time.time_ns()
 
     def describe(self) -> str:
         return f"tiles 0-{self.ntiles - 1} over the exchange"
@@ -60,14 +64,15 @@ class TilesBackend(Backend):
     def entry(self, path: str) -> Entry:
         tile, rest = self._split(path)
         if tile is None:
-            return Entry("", True, 0, 0)
+            return Entry("", True, 0, self._made_ns)
         entry = self.client.entry(tile, rest)
         return entry._replace(name=str(tile)) if rest == "/" else entry
 
     def entries(self, path: str) -> list[Entry]:
         tile, rest = self._split(path)
         if tile is None:
-            return [Entry(str(tile_id), True, 0, 0) for tile_id in range(self.ntiles)]
+            made = self._made_ns
+            return [Entry(str(tile_id), True, 0, made) for tile_id in range(self.ntiles)]
         entries = self.client.entries(tile, rest)
         if rest == "/":  # listing a tile's top: learn its mounts afresh, show its disk only
             self._submounts.learn(tile, self.client.mounts(tile))

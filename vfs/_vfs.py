@@ -253,9 +253,23 @@ class Vfs:
         entries = self._on_backend(path, mount, inner, mount.backend.entries, inner)
         extra = self._mounts.children(vpath)
         if extra:
-            known = {entry.name for entry in entries}
-            entries.extend(Entry(name, True, 0, 0) for name in extra if name not in known)
+            # a mount point shows the root of what is mounted there, as ``stat`` does
+            base = vpath.rstrip("/") + "/"
+            roots = {name: self._mounted_root(name, base + name) for name in extra}
+            entries = [roots.pop(entry.name, entry) for entry in entries]
+            entries.extend(roots.values())
         return entries
+
+    def _mounted_root(self, name: str, top: str) -> Entry:
+        """The entry for the mount point ``top``: its filesystem's root, named ``name``
+        (a directory with no time if that root cannot be read now: the listing of the
+        directory holding it must not fail for that)."""
+        mount = self._mounts.get(top)
+        try:
+            root = mount.backend.entry("/")
+        except OSError:
+            return Entry(name, True, 0, 0)
+        return Entry(name, True, root.size, root.mtime_ns)
 
     def listdir(self, path=".") -> list[str]:
         return [entry.name for entry in self.entries(path)]
