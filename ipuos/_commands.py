@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ._host import HaltRefused, HostedJob, MachineHost
-from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request
+from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._runjson import run_result_to_json
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError
@@ -74,8 +74,14 @@ class Arg:
         if value is None and self.default is None:
             return None
         if self.kind is float:
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        elif self.kind is int:
+            number = finite_number(value)
+            if number is None:
+                what = (f"not {type(value).__name__}" if isinstance(value, bool) or not isinstance(value, (int, float))
+                        else "and this one is infinite or too big")
+                raise CommandError(
+                    BAD_REQUEST, f"argument {self.name!r} of command {cmd!r} must be a finite number, {what}")
+            return number
+        if self.kind is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, self.kind)
@@ -85,7 +91,7 @@ class Arg:
                 f"argument {self.name!r} of command {cmd!r} must be {_KIND_NAMES[self.kind]}, "
                 f"not {type(value).__name__}",
             )
-        return float(value) if self.kind is float else value
+        return value
 
 
 _KIND_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",

@@ -19,6 +19,7 @@ oversized length) the connection is closed after the reply. Either way the daemo
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import threading
 import time
@@ -96,13 +97,21 @@ class Connection:
                         self._lingering = True
                         break
                     continue
-                except (EOFError, ConnectionError, OSError):
+                except EOFError:
+                    self._answer_after_end_of_input()
+                    break
+                except (ConnectionError, OSError):
                     break
                 now = time.monotonic()
                 self._expire_calls(now)
                 if frame is not None:
                     self.last_activity = now
-                    self._dispatch(frame)
+                    try:
+                        self._dispatch(frame)
+                    except Exception as exc:  # a bug; this client and the daemon go on
+                        log.error("dispatching a request failed:\n%s", traceback.format_exc())
+                        self._send(error_frame(None, INTERNAL, f"the daemon could not take a request: "
+                                               f"{type(exc).__name__}: {exc} (details in {self.host.paths.log})"))
                     continue
                 policy = self.policy
                 if reader.partial and now - reader.started > policy.frame_seconds:
@@ -114,6 +123,19 @@ class Connection:
                     break
         finally:
             self.close()
+
+    def _answer_after_end_of_input(self) -> None:
+        """The client will send nothing more, but it may still be reading: one that
+        half-closes (``shutdown(SHUT_WR)``, as ``nc -N`` does) waits for its replies. So the
+        calls in flight finish and are answered (or time out); a hang-up (the client closed
+        its end: POLLHUP) cancels them, as any disconnect does."""
+        while not self._broken:
+            with self._send_lock:
+                if not self._in_flight:
+                    return
+            if _hung_up(self.sock, self._tick()):
+                return
+            self._expire_calls(time.monotonic())
 
     def _tick(self) -> float:
         with self._send_lock:
@@ -127,6 +149,11 @@ class Connection:
             request = parse_request(frame)
         except ProtocolError as exc:
             self._send(error_frame(exc.request_id, exc.code, exc.message))
+            return
+        if request.id in self._in_flight:
+            # (sent without the id: the client waits on that id for the call's own end)
+            self._send(error_frame(None, BAD_REQUEST, f"request id {request.id} is already in flight; "
+                                   "give each request an id of its own"))
             return
         if request.cmd == "cancel":
             self._cancel_request(request)
@@ -142,9 +169,6 @@ class Connection:
         except CommandError as exc:
             self._send(error_frame(request.id, exc.code, exc.message))
             return
-        if request.id in self._in_flight:
-            self._send(error_frame(request.id, BAD_REQUEST, f"request id {request.id} is already in flight"))
-            return
         if len(self._in_flight) >= self.policy.max_in_flight:
             self._send(error_frame(request.id, BUSY, f"at most {self.policy.max_in_flight} requests may be in flight "
                                    "on one connection; wait for a reply"))
@@ -152,12 +176,12 @@ class Connection:
         if self.stopping.is_set():
             self._send(error_frame(request.id, BUSY, f"machine {self.host.name!r} is halting"))
             return
+        seconds = command.deadline_seconds(request.timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         if not self.handler_slots.acquire(blocking=False):
             self._send(error_frame(request.id, BUSY, "the daemon is serving too many requests; try again"))
             return
-        call = Call(request, args, self.host, self.peer_pid, lambda event: self._emit(request.id, event))
-        seconds = command.deadline_seconds(request.timeout)
-        deadline = None if seconds is None else time.monotonic() + seconds
+        call = Call(request, args, self.host, self.peer_pid, lambda event: self._emit(call, event))
         with self._send_lock:
             self._in_flight[request.id] = (call, deadline)
         thread = threading.Thread(target=self._run_call, args=(call, command), daemon=True,
@@ -166,7 +190,7 @@ class Connection:
             thread.start()
         except RuntimeError:  # out of threads
             self.handler_slots.release()
-            self._finish(request.id, error_frame(request.id, BUSY, "the daemon cannot start another thread"))
+            self._finish(call, error_frame(request.id, BUSY, "the daemon cannot start another thread"))
 
     def _cancel_request(self, request) -> None:
         target = request.args.get("id")
@@ -182,7 +206,7 @@ class Connection:
         for request_id, (call, deadline) in calls:
             if deadline is not None and now >= deadline:
                 seconds = COMMANDS[call.request.cmd].deadline_seconds(call.request.timeout)
-                self._finish(request_id, error_frame(
+                self._finish(call, error_frame(
                     request_id, TIMEOUT,
                     f"machine {self.host.name!r} did not answer {call.request.cmd!r} within {seconds:g} s; "
                     "a tile may be computing without reaching an exchange point (`ipuos kill JOB`, "
@@ -208,17 +232,27 @@ class Connection:
                                 f"{type(exc).__name__}: {exc} (details in {self.host.paths.log})")
         finally:
             self.handler_slots.release()
-        self._finish(request_id, frame)
+        self._finish(call, frame)
 
-    def _emit(self, request_id: int, event: dict) -> None:
+    def _current(self, call: Call) -> bool:
+        """``call`` has not ended. (Its id alone does not say so: once a call has timed
+        out, the client may use its id again while the old handler still runs.) Caller
+        holds ``_send_lock``."""
+        entry = self._in_flight.get(call.request.id)
+        return entry is not None and entry[0] is call
+
+    def _emit(self, call: Call, event: dict) -> None:
         with self._send_lock:
-            if request_id in self._in_flight:
-                self._send_locked(event_frame(request_id, event))
+            if self._current(call):
+                self._send_locked(event_frame(call.request.id, event))
 
-    def _finish(self, request_id: int, frame: bytes) -> None:
+    def _finish(self, call: Call, frame: bytes) -> None:
         """Send a call's last frame, unless it already ended (timed out) meanwhile."""
         with self._send_lock:
-            if self._in_flight.pop(request_id, None) is not None:
+            if self._current(call):
+                del self._in_flight[call.request.id]
+                # the client has been waiting on this: its silence so far was not idleness
+                self.last_activity = time.monotonic()
                 self._send_locked(frame)
 
     # -- sending and closing ---------------------------------------------------------------
@@ -262,6 +296,13 @@ class Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _hung_up(sock: socket.socket, timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the peer to close its end of ``sock`` entirely."""
+    poller = select.poll()
+    poller.register(sock, select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(timeout * 1000))
 
 
 def linger_close(sock: socket.socket, seconds: float, max_bytes: int = 1024 * 1024) -> None:

@@ -31,6 +31,7 @@ less than a client does), so a length field cannot make either side allocate gig
 from __future__ import annotations
 
 import json
+import math
 import select
 import socket
 import struct
@@ -45,6 +46,8 @@ PREFIX = struct.Struct("!2sBBII")
 #: request ids are JSON numbers: keep them exact in every JSON implementation
 MAX_REQUEST_ID = 2**53 - 1
 MAX_COMMAND_NAME = 64
+#: the longest a request may ask to wait: a year (past that, a deadline is no deadline)
+MAX_TIMEOUT_SECONDS = 365 * 24 * 3600
 #: results larger than this encoded move from the header to the payload
 INLINE_RESULT_LIMIT = 256 * 1024
 
@@ -193,10 +196,24 @@ def parse_request(frame: Frame) -> Request:
     if not isinstance(args, dict):
         raise ProtocolError(BAD_REQUEST, "'args' must be a JSON object", request_id=request_id)
     timeout = header.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0):
-        raise ProtocolError(BAD_REQUEST, "'timeout' must be a positive number of seconds",
-                            request_id=request_id)
+    if timeout is not None:
+        timeout = finite_number(timeout)
+        if timeout is None or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+            raise ProtocolError(BAD_REQUEST, "'timeout' must be a positive number of seconds, "
+                                f"at most {MAX_TIMEOUT_SECONDS:g}", request_id=request_id)
     return Request(request_id, cmd, args, timeout, frame.payload)
+
+
+def finite_number(value) -> float | None:
+    """A JSON number as a finite float; None if it is not one (a bool, a string, NaN, an
+    infinity, or an integer too big for a float: JSON integers have no bound)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _parse_prefix(prefix: bytes, limits: Limits) -> tuple[int, int, int]:

@@ -213,6 +213,12 @@ def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, w
     (request(1, "run", {"filename": "p.py", "source_len": 4, "args": "a b"}, b"pass"), "bad_request", "must be a list"),
     (request(1, "run", {"filename": "p.py", "source_len": 4, "args": [1]}, b"pass"), "bad_request", "must be strings"),
     (request(1, "halt", {"if_saved": "yes"}), "bad_request", "must be true or false"),
+    (encode_frame({"id": 1, "cmd": "status", "timeout": 10**400}), "bad_request", "'timeout' must be a positive"),
+    (encode_frame({"id": 1, "cmd": "status", "timeout": 1e300}), "bad_request", "at most"),
+    (request(1, "run", {"filename": "p.py", "source_len": 4, "budget": 10**400}, b"pass"), "bad_request",
+     "'budget' of command 'run' must be a finite number, and this one is infinite or too big"),
+    (request(1, "run", {"filename": "p.py", "source_len": 4, "budget": "1"}, b"pass"), "bad_request",
+     "must be a finite number, not str"),
 ])
 def test_malformed_requests_get_an_error_and_the_connection_goes_on(shared_machine, wire, code, message):
     sock = raw_socket(shared_machine.paths)
@@ -244,6 +250,40 @@ def test_garbage_from_many_connections_does_not_stop_the_daemon(shared_machine):
     still_serves(shared_machine)
 
 
+def test_requests_refused_for_their_timeout_hold_no_slot(runtime_dir):
+    """Each such request used to keep a daemon-wide handler slot for ever: after 256 of
+    them the daemon refused everyone, halt included."""
+    from ipuos._daemon import MAX_HANDLERS
+
+    booted = boot_machine()
+    try:
+        sock = raw_socket(booted.paths)
+        for _ in range(MAX_HANDLERS + 4):
+            sock.sendall(encode_frame({"id": 1, "cmd": "run", "timeout": 10**400,
+                                       "args": {"filename": "p.py", "source_len": 4}}, b"pass"))
+            assert error_of(read_frame(sock))[0] == "bad_request"
+        sock.close()
+        still_serves(booted)
+    finally:
+        booted.halt()
+
+
+def test_a_request_id_in_flight_is_refused_without_that_id_even_for_cancel(machine):
+    sock = start_run(machine.paths, "0")
+    for second in (request(1, "hello"), request(1, "cancel", {"id": 1})):
+        sock.sendall(second)
+        frame = read_frame(sock)
+        assert frame.header["id"] is None and "request id 1 is already in flight" in error_of(frame)[1]
+    assert busy_tiles(machine) == "r"  # the run goes on, and is still the client's to cancel
+    sock.sendall(request(2, "cancel", {"id": 1}))
+    frames = {}
+    while len(frames) < 2:
+        frame = read_frame(sock)
+        frames[frame.header["id"]] = frame.header
+    assert frames[2]["result"] == {"cancelled": True} and frames[1]["result"]["exit_status"] == 130
+    sock.close()
+
+
 # -- timeouts -----------------------------------------------------------------------------------
 
 
@@ -266,6 +306,70 @@ def test_silent_and_slow_clients_are_disconnected(runtime_dir):
 def test_a_client_may_ask_for_a_shorter_timeout(shared_machine):
     with shared_machine.client() as client:
         assert client.call("status", timeout=5)["name"] == shared_machine.name
+
+
+def test_the_idle_limit_counts_from_the_last_reply_not_the_last_request(runtime_dir):
+    """A call that outlasts the idle limit must not leave its client idle at once: the
+    shell's next command after a long one failed with "closed the connection"."""
+    booted = boot_machine(daemon_options=("--idle-seconds", "0.5"))
+    try:
+        sock = start_run(booted.paths, "0")
+        time.sleep(1.0)  # twice the idle limit, with the run in flight
+        booted.call("kill", {"job": booted.call("ps")["jobs"][0]["job"]})
+        assert read_frame(sock).header["result"]["exit_status"] == 130
+        time.sleep(0.3)  # less than the idle limit since that reply
+        sock.sendall(request(2, "hello"))
+        reply = read_frame(sock)
+        assert reply is not None and reply.header["id"] == 2 and reply.header["type"] == "result", reply
+        assert "idle" in error_of(read_frame(sock))[1]  # and idle it is, later
+        sock.close()
+    finally:
+        booted.halt()
+
+
+def test_a_timed_out_call_never_answers_a_request_that_reuses_its_id(machine):
+    spinner = start_run(machine.paths, "0", b"while True: pass\n")  # the machine stops answering
+    sock = raw_socket(machine.paths)
+    sock.sendall(encode_frame({"id": 5, "cmd": "status", "args": {}, "timeout": 0.2}))
+    assert error_of(read_frame(sock))[0] == "timeout"
+    source = b"print('the new request')\n"
+    sock.sendall(request(5, "run", {"filename": "new.py", "source_len": len(source), "tiles": "1"}, source))
+    # the old status handler answers within LOOK_SECONDS (from the last snapshot): not here
+    with pytest.raises(AssertionError, match="no frame within"):
+        read_frame(sock, timeout=2.0)
+    spinner.sendall(request(2, "cancel", {"id": 1}))
+    frames = []
+    while not frames or frames[-1]["type"] != "result":
+        frames.append(read_frame(sock).header)
+    assert [f["id"] for f in frames] == [5, 5] and frames[0]["event"]["event"] == "started"
+    assert frames[1]["result"]["tiles"][0]["output"] == "the new request\n"
+    spinner.close()
+    sock.close()
+
+
+def test_a_client_that_half_closes_still_gets_its_replies(machine):
+    """A client may end its input (shutdown(SHUT_WR), as ``nc -N`` does) and then read:
+    that is not a disconnect. Closing its end entirely is, and interrupts its job."""
+    source = b"print(sum(range(10)))\nfor _ in range(50):\n    sync()\n"
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "hello"))
+    sock.sendall(request(2, "run", {"filename": "p.py", "source_len": len(source), "tiles": "3"}, source))
+    sock.shutdown(socket.SHUT_WR)
+    frames = {}
+    while True:
+        frame = read_frame(sock)
+        if frame is None:
+            break
+        frames.setdefault(frame.header["id"], []).append(frame.header)
+    assert frames[1][0]["result"]["name"] == machine.name
+    assert frames[2][-1]["result"]["tiles"][0]["output"] == "45\n"
+    sock.close()
+    spinner = start_run(machine.paths, "4")
+    spinner.shutdown(socket.SHUT_WR)
+    time.sleep(0.3)
+    assert busy_tiles(machine) == "r"  # still running for a client that may read
+    spinner.close()
+    wait_for(lambda: busy_tiles(machine) == "", what="the job of the client that closed to be interrupted")
 
 
 # -- many clients, vanishing clients ----------------------------------------------------------
