@@ -645,6 +645,9 @@ class Filesystem:
         self._paths: dict[str, str] = {}  # path as given -> canonical path
         #: (operation, path, exception) of the device fault that made the fs unusable
         self._fault: tuple[str, str | None, BaseException] | None = None
+        #: littlefs handles of files let go of after a fault without closing them (see
+        #: ``_close_locked``): kept until unmount, while littlefs' list still points at them
+        self._abandoned: list = []
 
     def __repr__(self) -> str:
         state = "mounted" if self._lfs is not None else "unmounted"
@@ -726,6 +729,7 @@ class Filesystem:
                 lfs.unmount(handle)
             except LittleFSError:
                 pass
+            self._abandoned.clear()
             self._callbacks.reset()
             if device_failed:
                 # a device that failed may hold blocks in a cache of its own that never
@@ -1132,11 +1136,11 @@ class Filesystem:
         callbacks = self._callbacks
         try:
             if self._fault is not None:
-                callbacks.refusing = True  # free littlefs' memory, write nothing
-                try:
-                    lfs.file_close(self._lfs, file._handle)
-                except LittleFSError:
-                    pass
+                # After a device error littlefs may still hold the failed commit in its
+                # program cache, and closing a file with writes would program past it: an
+                # assertion, and the process aborts. So the file is only let go of.
+                if file._handle is not None:
+                    self._abandoned.append(file._handle)
                 raise self._faulted_error(file.path)
             try:
                 lfs.file_close(self._lfs, file._handle)
@@ -1335,21 +1339,48 @@ def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) 
     """``_rename`` with ``files`` open at or below ``src``. A littlefs handle keeps the
     directory entry it was opened at, and what it commits after a rename of that entry
     is lost: so each is committed and closed first, and opened again (at the same
-    position) under its new name afterwards, or its old one if the rename failed."""
-    positions = []
-    for file in files:
-        positions.append(lfs.file_tell(handle, file._handle))
-        lfs.file_close(handle, file._handle)  # commits it
-        file._handle = None
-    base, new_base = src.rstrip("/"), dst.rstrip("/")
+    position) under its new name afterwards, or its old one if the rename failed.
+
+    If the device fails on the way, a file that could not be committed, or not opened
+    again, is lost (EIO saying so from then on): littlefs has let go of its handle, and
+    handing that handle back to littlefs would abort the process."""
+    closed = []
+    base = new_base = src.rstrip("/")
     try:
+        for file in files:
+            position = lfs.file_tell(handle, file._handle)
+            try:
+                lfs.file_close(handle, file._handle)  # commits it
+            except BaseException:
+                _lose(file, f"the device failed while it was being renamed to {dst!r}; writes to "
+                      "it since it was last synced may be lost; open it again")
+                raise
+            finally:
+                file._handle = None  # littlefs unlinks it whether or not the commit worked
+            closed.append((file, position))
         _rename(handle, src, dst, dst_inside_src)
-    except BaseException:
-        new_base = base
-        raise
+        new_base = dst.rstrip("/")
     finally:
-        for file, position in zip(files, positions):
-            _reopen(handle, file, new_base + file.path[len(base):], position)
+        failed = files[0]._fs._callbacks.fault is not None
+        for file, position in closed:
+            path = new_base + file.path[len(base):]
+            why = f"the device failed while it was being renamed to {dst!r}; open it again"
+            if failed:  # nothing can be read now: opening would only find zeros
+                _lose(file, why)
+                continue
+            try:
+                _reopen(handle, file, path, position)
+            except BaseException:
+                _lose(file, why)
+                raise
+
+
+def _lose(file: "File", why: str) -> None:
+    """``file`` can no longer be used: every call says ``why`` (EIO); closing it is quiet
+    unless it was written to."""
+    file.lost, file._can = why, 0
+    file._handle = None
+    file._fs._open.pop(file, None)
 
 
 def _reopen(handle, file: "File", path: str, position: int) -> None:
@@ -1629,8 +1660,7 @@ def _reopen_in_place(handle, file: File, why: str) -> None:
     try:
         _reopen(handle, file, file.path, position)
     except BaseException:
-        file.lost, file._can = why, 0
-        file._fs._open.pop(file, None)
+        _lose(file, why)
         raise
 
 

@@ -5,7 +5,8 @@ request in flight, so a long ``run`` does not stop the same client from cancelli
 Everything a client can make the daemon hold is bounded:
 
 - a frame must arrive whole within ``frame_seconds`` of its first byte;
-- a connection with no request in flight is closed after ``idle_seconds`` of silence;
+- a connection with no request in flight is closed ``idle_seconds`` after its last request
+  or reply;
 - at most ``max_in_flight`` requests per connection; handler threads are counted
   daemon-wide by the daemon's semaphore, and a call past its deadline gets a ``timeout``
   error at once (its handler may still be blocked inside the machine, e.g. behind a tile
