@@ -106,6 +106,12 @@ class CorruptFilesystemError(OSError):
     """littlefs found no consistent filesystem (``LFS_ERR_CORRUPT``); errno is EIO."""
 
 
+class WritesLostError(OSError):
+    """Unmounting dropped writes the device never took (errno EIO): its own cache held
+    them, and the device failed before they could be written back. The device holds the
+    filesystem as it was at its last successful write-back."""
+
+
 class FileInfo(NamedTuple):
     """One directory entry or ``stat`` result."""
 
@@ -735,8 +741,12 @@ class Filesystem:
                 # a device that failed may hold blocks in a cache of its own that never
                 # reached it: the next mount must see what the device really holds
                 drop = getattr(self.device, "drop_cache", None)
-                if drop is not None:
-                    drop()
+                dropped = drop() if drop is not None else 0
+                if dropped:
+                    first_error = WritesLostError(
+                        errno.EIO, f"{dropped} cached pages written since {self.device!r} last wrote "
+                        "its cache back could not be written (the device failed) and were dropped: "
+                        "what changed since then is as it was before")
             self._fault = None
             if first_error is not None:
                 raise first_error

@@ -27,9 +27,12 @@ pages of a block (preset ``chipdisk_cache_page``; see below):
 Until then written data exists only in the cache, exactly like a disk's write cache.
 :meth:`StripedDevice.flush` writes everything back and waits (a backup's snapshot calls
 it). A backing tile that has failed makes a transfer the owner waits for raise
-``TileFailed`` (EIO). A failed write-back nobody waited for leaves its blocks dirty, and
-the next sync writes them back and waits: if the tile still does not answer, that sync
-is EIO, as the host reports a write-back error at the next fsync.
+``TileFailed`` (EIO). A write-back is all or nothing, every dirty page in one batch: if
+one backing tile has failed, no tile is written, so the tiles always hold a state
+littlefs wrote up to some point, never its metadata without the data it points to. A
+failed write-back nobody waited for leaves its blocks dirty, and the next sync writes
+them back and waits: if the tile still does not answer, that sync is EIO, as the host
+reports a write-back error at the next fsync.
 """
 
 from __future__ import annotations
@@ -425,20 +428,24 @@ class StripedDevice(BlockDevice):
             self._dirty[slot] = None
             self._free.append(slot)
 
-    def drop_cache(self) -> None:
-        """Forget every cached page (a failed device's cache, dropped at unmount).
+    def drop_cache(self) -> int:
+        """Forget every cached page (a failed device's cache, dropped at unmount), and
+        say how many were dirty and could not be written back.
 
-        On the owner, what is dirty is written back first, as far as the backing tiles
-        answer: a synced block must not be lost (its write-back may still be due, or
-        have failed and be waiting for the next sync), and littlefs never depends on an
-        unsynced one being lost. (:meth:`restore` forgets the cache without writing.)
+        On the owner, what is dirty is written back first, if the backing tiles answer:
+        a synced block must not be lost (its write-back may still be due, or have failed
+        and be waiting for the next sync). A write-back is all or nothing, so if it fails
+        the tiles keep the last one that worked: a state littlefs synced, whole.
+        (:meth:`restore` forgets the cache without writing.)
         """
         if greenlet.getcurrent() is self.owner.glet and any(d is not None for d in self._dirty):
             try:
                 self._write_back()
             except Exception:  # noqa: BLE001 - a failed device: what it holds is what it holds
                 pass
+        dropped = sum(span is not None for span in self._dirty)
         self._forget_all()
+        return dropped
 
     def _forget_all(self) -> None:
         """Forget every cached page, written back or not, and any write-back due."""

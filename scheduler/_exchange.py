@@ -83,6 +83,8 @@ class ExchangeEngine:
         self._step_interchip: dict[int, int] = {}
         self._step_busiest = 0
         self._pool: ThreadPoolExecutor | None = None
+        #: ids of the tiles that do not answer (the scheduler's ``fail_tile``)
+        self.failed_tiles: set[int] = set()
         self._landing = None  # a broadcast still being copied on the second core
         self._pool_lock = threading.Lock()
 
@@ -117,9 +119,9 @@ class ExchangeEngine:
         """Copy SRAM ranges at the next exchange: ``transfers`` are ``(remote_tile, src_abs,
         dst_abs, nbytes)`` between any two offsets of the flat SRAM.
 
-        ``remote_tile`` is the tile on the far side (its failure fails that transfer); once
-        all have run, ``done(error)`` is called in the exchange phase with None or the
-        first TileFailed. One entry per batch, not per transfer: a chip-disk miss moves a
+        ``remote_tile`` is the tile on the far side. If any of them has failed, none of
+        the batch is copied; then ``done(error)`` is called in the exchange phase with None
+        or a TileFailed naming one. One entry per batch, not per transfer: a chip-disk miss moves a
         cluster of blocks, and the per-transfer bookkeeping was most of what it cost.
         """
         self._dma.append((tile, transfers, done))
@@ -201,15 +203,17 @@ class ExchangeEngine:
         count = self._count
         done = []
         for _tile, transfers, callback in posted:
-            error = None
-            for remote, src, dst, nbytes in transfers:
-                if not remote.alive:
-                    if error is None:
-                        error = TileFailed(5, f"tile {remote.id} is not answering (it has failed)")
+            if self.failed_tiles:
+                # a batch is all or nothing: a chip-disk write-back that reached some tiles
+                # and not others would leave littlefs' metadata there without its data
+                dead = next((remote for remote, *_ in transfers if not remote.alive), None)
+                if dead is not None:
+                    done.append((callback, TileFailed(5, f"tile {dead.id} is not answering (it has failed)")))
                     continue
+            for remote, src, dst, nbytes in transfers:
                 view[dst : dst + nbytes] = view[src : src + nbytes]
                 count(src // per_tile, dst // per_tile, nbytes)
-            done.append((callback, error))
+            done.append((callback, None))
         for callback, error in done:
             callback(error)
 

@@ -556,7 +556,11 @@ class Scheduler:
     def fail_tile(self, tile_id: int, failed: bool = True) -> None:
         """Fault injection: the tile stops answering exchange traffic and requests
         (``failed=False`` brings it back, its SRAM as it was)."""
-        self.call_wait(setattr, self.tiles[tile_id], "alive", not failed)
+        self.call_wait(self._set_failed, self.tiles[tile_id], failed)
+
+    def _set_failed(self, tile, failed: bool) -> None:
+        tile.alive = not failed
+        (self.engine.failed_tiles.add if failed else self.engine.failed_tiles.discard)(tile.id)
 
     def report_internal_error(self, what: str, details: str) -> None:
         self.internal_errors.append(f"{what}\n{details}")

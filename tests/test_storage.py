@@ -263,6 +263,37 @@ def test_device_failure_mid_operation_is_eio_and_data_survives_a_remount():
         assert machine.fs.listdir(0, "/") == ["chip", "tiles"]  # the tile's own disk was untouched
 
 
+@pytest.mark.parametrize("victim", range(1, 16))
+def test_a_chip_disk_tile_failing_mid_overwrite_leaves_the_old_file_or_the_new(victim):
+    """Whichever backing tile fails while a file is overwritten and then recovered (the
+    chip disk remounted while it is down, as a device error asks): the file is wholly old
+    or wholly new once the tile is back, never a mix, and losing the new one is reported."""
+    old = bytes((31 + i * 7 + (i >> 8)) & 0xFF for i in range(3000))
+    new = bytes((62 + i * 7 + (i >> 8)) & 0xFF for i in range(3000))
+    with ipuos.Machine("tiny") as machine:
+        fs = machine.fs
+        fs.write_file(0, "/chip/keep", b"kept" * 100)
+        fs.write_file(0, "/chip/f", old)
+        fs.sync(0)
+        fs.remount(0, "/chip")  # a cold cache: everything on the tiles
+        machine.scheduler.fail_tile(victim)
+        errors = []
+        for step in (lambda: fs.write_file(0, "/chip/f", new), lambda: fs.read_file(0, "/chip/f"),
+                     lambda: fs.remount(0, "/chip")):
+            try:
+                step()
+            except OSError as exc:
+                assert exc.errno == errno.EIO
+                errors.append(str(exc))
+        machine.scheduler.fail_tile(victim, failed=False)
+        fs.remount(0, "/chip")
+        got = fs.read_file(0, "/chip/f")
+        assert got in (old, new), f"neither old nor new: {len(got)} bytes"
+        if got == old:
+            assert any("dropped" in e or "not answering" in e for e in errors), errors
+        assert fs.read_file(0, "/chip/keep") == b"kept" * 100
+
+
 def test_storage_object_on_a_bare_scheduler():
     from ipuos._sram import SRAM
     from ipuos.scheduler import Scheduler

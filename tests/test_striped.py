@@ -171,6 +171,32 @@ def test_a_failed_write_back_nobody_waited_for_is_retried_by_the_next_sync(sched
     assert bytes(sched.sram.view[offset : offset + BLOCK]) == block
 
 
+def test_a_write_back_is_all_or_nothing_across_its_tiles(sched):
+    """Blocks on live tiles are not written while one of the batch's tiles is down: the
+    tiles must never hold littlefs' metadata without the data it points to."""
+    device = make_device(sched)
+    blocks = {b: bytes([0x40 + b]) * BLOCK for b in range(4)}  # four blocks, four tiles
+    failing = device.location(2)[0]
+    sched.fail_tile(failing)
+    try:
+        def write_all():
+            for b, data in blocks.items():
+                device.erase(b)
+                device.prog(b, 0, data)
+            device.flush()
+
+        with pytest.raises(OSError) as info:
+            on_owner(sched, write_all)
+        assert f"tile {failing}" in str(info.value)
+        for b in blocks:  # not one of them reached its tile
+            tile, offset = device.location(b)
+            assert bytes(sched.sram.view[offset : offset + BLOCK]) != blocks[b]
+        assert on_owner(sched, device.drop_cache) == 4  # dirty, dropped, and says so
+    finally:
+        sched.fail_tile(failing, failed=False)
+    assert on_owner(sched, device.drop_cache) == 0
+
+
 def test_a_synced_write_whose_write_back_failed_survives_a_remount(sched):
     device = make_device(sched)
     fs = new_filesystem(sched, device)

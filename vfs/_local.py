@@ -26,6 +26,8 @@ from __future__ import annotations
 import errno
 import time
 
+from ipuos.blockdev import WritesLostError
+
 from ._backend import Backend, fs_error
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._entries import Entry
@@ -84,6 +86,7 @@ class LittlefsBackend(Backend):
         after a device error."""
         owner = self.owner
         owner.fs_depth += 1
+        lost = None
         try:
             if self.fs.mounted:
                 try:
@@ -94,6 +97,8 @@ class LittlefsBackend(Backend):
                 finally:
                     try:
                         self.fs.unmount()
+                    except WritesLostError as exc:
+                        lost = exc
                     except OSError:
                         pass  # the device error that brought us here; mounting decides
             self._stamps.clear()
@@ -102,6 +107,8 @@ class LittlefsBackend(Backend):
             owner.fs_depth -= 1
             if self.changes is not None:
                 self.changes.emit(RESET, "/")
+        if lost is not None:  # mounted again, but the caller must hear what was lost
+            raise fs_error(errno.EIO, None, f"mounted again, but {lost.strerror}")
 
     def snapshot(self) -> bytes:
         """Every byte of the device. The caller is the owner between filesystem operations,
