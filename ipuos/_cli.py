@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 import click
 
-from ._client import Client, DaemonError, MachineNotRunning
+from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
 from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
@@ -25,6 +26,7 @@ from ._rundir import (
     MachineLocked,
     MachinePaths,
     RuntimeDirError,
+    lock_holder,
     machine_paths,
     private_dir,
     running_names,
@@ -141,7 +143,13 @@ def boot(ctx, preset, ipus, name, restore) -> None:
 def halt(name, if_saved, backup) -> None:
     """Stop a machine: interrupt its programs and drop its memory."""
     paths = _paths(name)
-    with _Errors(), Client(paths) as client:
+    with _Errors():
+        try:
+            client = Client(paths)
+        except SocketMissing as exc:
+            _halt_by_signal(paths, exc.pid, if_saved or backup is not None)
+            return
+    with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup)}
         reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
     if not wait_halted(paths):
@@ -150,6 +158,23 @@ def halt(name, if_saved, backup) -> None:
     note = f" (interrupted job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})" if jobs else ""
     saved = f" after backing it up to {reply['backup']['path']}" if reply.get("backup") else ""
     click.echo(f"halted machine {name!r}{saved}{note}")
+
+
+def _halt_by_signal(paths, pid: int, saving: bool) -> None:
+    """Halt a daemon nothing can reach (its socket is gone) the way SIGTERM halts it. Not
+    when asked to save first: that needs the daemon's answer."""
+    if saving:
+        _fail(f"machine {paths.name!r} (pid {pid}) has no socket, so it cannot back up or say "
+              "whether it is saved; `ipuos halt` without --if-saved or --backup stops it")
+    if not pid:
+        _fail(f"machine {paths.name!r} has no socket and its lock does not say its pid; see {paths.log}")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it has just ended
+    if not wait_halted(paths):
+        _fail(f"machine {paths.name!r} (pid {pid}) was sent SIGTERM but still runs; see {paths.log}")
+    click.echo(f"halted machine {paths.name!r} (it had no socket: stopped by signal)")
 
 
 # -- programs ---------------------------------------------------------------------------------
@@ -342,17 +367,23 @@ def machines(as_json) -> None:
         directory = private_dir()
     found = []
     for name in running_names(directory):
+        paths = machine_paths(name, directory)
         try:
-            found.append(hello(machine_paths(name, directory), wait=5.0))
-        except (MachineNotRunning, DaemonError):
-            continue  # halting or just started: not ready to be listed
+            found.append({**hello(paths, wait=5.0), "answering": True})
+        except (MachineNotRunning, DaemonError) as exc:
+            pid = lock_holder(paths.lock)
+            if pid is not None:  # (None: it has just halted) busy, hung, starting, unreachable
+                found.append({"name": name, "pid": pid, "answering": False, "problem": str(exc)})
     if as_json:
         click.echo(json.dumps(found, indent=1))
         return
     if not found:
         click.echo("no machines are running; `ipuos boot` starts one")
     for info in found:
-        click.echo(f"{info['name']}  {_geometry(info)}  pid {info['pid']}")
+        if info.get("answering", True):
+            click.echo(f"{info['name']}  {_geometry(info)}  pid {info['pid']}")
+        else:
+            click.echo(f"{info['name']}  not answering: {info['problem']}  pid {info['pid']}")
 
 
 @main.command()

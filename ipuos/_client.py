@@ -25,7 +25,7 @@ from ._protocol import (
     reply_result,
     request_frame,
 )
-from ._rundir import DEFAULT_MACHINE, MachinePaths
+from ._rundir import DEFAULT_MACHINE, MachinePaths, lock_holder
 
 CONNECT_SECONDS = 5.0
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
@@ -54,6 +54,23 @@ class DaemonError(Exception):
         self.details = details or {}
 
 
+class SocketMissing(MachineNotRunning):
+    """The machine's daemon holds its lock but has no socket to reach it by: it is starting
+    or halting, or the socket was deleted from under it. ``pid``: the daemon's (0 if
+    unknown). A MachineNotRunning, since nothing can reach it; ``ipuos halt`` stops it by
+    signal."""
+
+    def __init__(self, paths: MachinePaths, pid: int):
+        self.name = paths.name
+        self.stale = False
+        self.pid = pid
+        option = "" if paths.name == DEFAULT_MACHINE else f" --name {paths.name}"
+        Exception.__init__(self, (
+            f"machine {paths.name!r} runs (pid {pid or 'unknown'}) but has no socket at {paths.socket}: "
+            f"it is starting or halting, or its socket was deleted; if this lasts, "
+            f"`ipuos halt{option}` stops it by signal"))
+
+
 class Client:
     def __init__(self, paths: MachinePaths, connect_timeout: float = CONNECT_SECONDS):
         self.paths = paths
@@ -63,6 +80,9 @@ class Client:
             sock.connect(str(paths.socket))
         except FileNotFoundError:
             sock.close()
+            pid = lock_holder(paths.lock)
+            if pid is not None:
+                raise SocketMissing(paths, pid) from None
             raise MachineNotRunning(paths.name) from None
         except ConnectionRefusedError:
             sock.close()

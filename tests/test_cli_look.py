@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 
@@ -18,6 +20,7 @@ from daemon_harness import (  # noqa: F401  (fixtures)
 )
 
 from ipuos._cli import main
+from ipuos._rundir import lock_holder
 from ipuos._top import SRAM_GLYPHS
 
 SPIN = b"print('spin', __tileid)\nwhile True:\n    sync()\n"
@@ -168,4 +171,31 @@ def test_machines_lists_running_machines(machine):
     assert result.exit_code == 0
     assert f"{machine.name}  tiny, 1 IPU, 16 tiles  pid {machine.pid}" in result.output.splitlines()
     listed = json.loads(CliRunner().invoke(main, ["machines", "--json"]).output)
-    assert machine.name in [m["name"] for m in listed]
+    assert [m["answering"] for m in listed if m["name"] == machine.name] == [True]
+
+
+def test_machines_lists_a_machine_that_does_not_answer(machine):
+    """A running daemon that cannot answer (stopped here; busy or hung alike) is still
+    listed, saying so, not left out while ``boot`` says it is running."""
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        listed = json.loads(CliRunner().invoke(main, ["machines", "--json"]).output)
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+    mine = next(m for m in listed if m["name"] == machine.name)
+    assert mine["answering"] is False and mine["pid"] == machine.pid
+    assert "did not answer" in mine["problem"]
+
+
+def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine):
+    machine.paths.socket.unlink()
+    result = CliRunner().invoke(main, ["status", "--name", machine.name])
+    assert result.exit_code != 0
+    assert f"runs (pid {machine.pid}) but has no socket" in result.output
+    assert "its socket was deleted; if this lasts, `ipuos halt --name" in result.output
+    refused = CliRunner().invoke(main, ["halt", "--name", machine.name, "--if-saved"])
+    assert refused.exit_code != 0 and "cannot back up or say whether it is saved" in refused.output
+    result = CliRunner().invoke(main, ["halt", "--name", machine.name])
+    assert result.exit_code == 0, result.output
+    assert "stopped by signal" in result.output
+    assert lock_holder(machine.paths.lock) is None
