@@ -301,8 +301,9 @@ class FrameReader:
         end = PREFIX.size + header_len + payload_len
         if len(buffer) < end:
             return None
-        raw_header = bytes(buffer[PREFIX.size : PREFIX.size + header_len])
-        payload = bytes(buffer[PREFIX.size + header_len : end])
+        with memoryview(buffer) as view:  # one copy out, not a slice and then a copy
+            raw_header = bytes(view[PREFIX.size : PREFIX.size + header_len])
+            payload = bytes(view[PREFIX.size + header_len : end])
         del buffer[:end]
         self._sizes = None
         self.started = time.monotonic() if buffer else None
