@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 from ._costmodel import CostModel
@@ -205,6 +207,16 @@ def _shares(data, ntiles: int) -> list[str] | None:
     return decode_shares(split_lines(raw, ntiles), "the data")
 
 
+def _stop_abandoned(scheduler: Scheduler) -> None:
+    """Stop the scheduler of a Machine that was garbage-collected without ``close()``.
+    The collector may call this on any thread, the machine's own included, which cannot
+    wait for themselves to end: from those, a thread of its own stops it."""
+    if scheduler.on_own_thread():
+        threading.Thread(target=scheduler.stop, name="ipuos-stop", daemon=True).start()
+    else:
+        scheduler.stop()
+
+
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)
 STORAGE_BOOT = ("lazy", "eager")
 
@@ -263,6 +275,8 @@ class Machine:
         self.fs: HostFsClient = self.storage.client
         self.scheduler.start()
         self._closed = False
+        # a machine dropped without close() must not keep its threads and SRAM for ever
+        self._stop = weakref.finalize(self, _stop_abandoned, self.scheduler)
         if storage == "eager":
             try:
                 self.storage.bring_up()
@@ -371,6 +385,7 @@ class Machine:
         if self._closed:
             return
         self._closed = True
+        self._stop.detach()
         self.scheduler.stop()
 
     def __enter__(self) -> "Machine":

@@ -123,6 +123,12 @@ class Scheduler:
         self.engine.close()
         self._thread = None
 
+    def on_own_thread(self) -> bool:
+        """True on the scheduler's thread or its watchdog's: :meth:`stop` waits for both to
+        end, so neither may call it."""
+        current = threading.current_thread()
+        return current is self._thread or current is self.watchdog.thread
+
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stopping

@@ -95,6 +95,10 @@ class Watchdog:
         self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
     def stop(self) -> None:
         self._stopped = True
         self._wake.set()

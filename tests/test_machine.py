@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -204,6 +205,37 @@ def test_close_interrupts_running_programs():
     time.sleep(0.05)
     m.close()
     assert handle.wait(5).tiles[0].status == "interrupted"
+
+
+def _wait_for_threads_to_end(threads, seconds: float = 10.0) -> list:
+    deadline = time.monotonic() + seconds
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [t.name for t in threads if t.is_alive()]
+
+
+def test_a_machine_dropped_without_close_stops_its_threads():
+    m = Machine("tiny")
+    m.run("print('hello')", tiles="0-3")
+    m.fs.write_file(2, "/f", b"x")
+    threads = [m.scheduler._thread, m.scheduler.watchdog.thread]
+    del m  # (a program still running would keep its machine, as a thread does)
+    gc.collect()
+    assert _wait_for_threads_to_end(threads) == []
+
+
+def test_an_abandoned_machine_stopped_from_its_own_thread_does_not_wait_for_itself():
+    """The garbage collector may finalize a dropped machine on the machine's own thread
+    (any allocation in a tile program can run it): stopping must not join that thread."""
+    from ipuos._machine import _stop_abandoned
+
+    m = Machine("tiny")
+    scheduler = m.scheduler
+    threads = [scheduler._thread, scheduler.watchdog.thread]
+    scheduler.services["test.stop"] = lambda tile: _stop_abandoned(scheduler)
+    scheduler.submit(1, "test.stop").result(5)  # returns: it did not wait for itself
+    assert _wait_for_threads_to_end(threads) == []
+    m.close()  # (nothing left to do)
 
 
 def test_the_public_api_is_importable_and_documented():
