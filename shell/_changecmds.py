@@ -29,18 +29,6 @@ def _join(directory: str, name: str) -> str:
     return directory + name if directory.endswith("/") else directory + "/" + name
 
 
-def _same_file_key(path: str) -> str:
-    """Tile 0's own files seen through ``/tiles/0`` are the same files. (Not its mount
-    points: ``/tiles/0/chip`` is a name on tile 0's own disk, not the chip disk.)"""
-    if path == "/tiles/0":
-        return "/"
-    if path.startswith("/tiles/0/"):
-        inner = path[len("/tiles/0"):]
-        top = inner[1:].partition("/")[0]
-        return "/tiles/0" + inner if top in ("chip", "tiles") else inner
-    return path
-
-
 def _protected(sh, path: str) -> str | None:
     """Why ``path`` must not be removed or moved wholesale, or None."""
     if path.rstrip("/").rpartition("/")[2] in (".", ".."):
@@ -168,8 +156,10 @@ def _mv(sh, args):
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
-                copy_tree(sh, source, target)
-                if sh.fs.entry(source).is_dir:
+                is_dir = sh.fs.entry(source).is_dir
+                _check_replaceable(sh, is_dir, target)
+                copy_tree(sh, source, target, keep_times=True)
+                if is_dir:
                     remove_tree(sh, source)
                 else:
                     sh.fs.remove(source)
@@ -186,36 +176,60 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
     into = sh.fs.isdir(dest)
     if len(sources) > 1 and not into:
         raise Usage(f"target {dest!r} is not a directory")
-    if dest.endswith("/") and not into:  # a directory was meant, and there is none
+    if dest.endswith("/") and not into and not sh.fs.isdir(sources[0]):
+        # a directory was meant, and there is none (a directory source makes it, as GNU does)
         sh.error(f"{dest}: {'Not a directory' if sh.fs.exists(dest.rstrip('/')) else 'No such file or directory'}")
         return []
     pairs = []
     for source in sources:
-        target = _join(dest, _name_of(source)) if into else dest
-        src_key, dst_key = _same_file_key(sh.fs.abspath(source)), _same_file_key(sh.fs.abspath(target))
-        if src_key == dst_key:
+        target = _join(dest, _name_of(source)) if into else dest.rstrip("/") or dest
+        (src_fs, src_inner), (dst_fs, dst_inner) = sh.fs.place(source), sh.fs.place(target)
+        if (src_fs, src_inner) == (dst_fs, dst_inner):
             sh.error(f"{source} and {target} are the same file")
             continue
-        if dst_key.startswith(src_key.rstrip("/") + "/"):  # (through /tiles/0 too)
+        # into itself: inside it on its filesystem (by any spelling: /tiles/0/a is /a), or
+        # below it in tile 0's tree, whose listing of a directory shows what is mounted there
+        below = src_fs == dst_fs and dst_inner.startswith(src_inner.rstrip("/") + "/")
+        full_src, full_dst = sh.fs.abspath(source), sh.fs.abspath(target)
+        if below or full_dst.startswith(full_src.rstrip("/") + "/"):
             sh.error(f"cannot copy or move {source} into itself ({target})")
             continue
         pairs.append((source, target))
     return pairs
 
 
-def copy_tree(sh, source: str, target: str) -> None:
-    """Copy a file, or a directory and everything below it, chunk by chunk."""
-    sh.check()
-    if not sh.fs.entry(source).is_dir:
-        copy_file(sh, source, target)
-        return
+def _check_replaceable(sh, is_dir: bool, target: str) -> None:
+    """What rename(2) refuses, for a move between filesystems (a copy, then a removal):
+    a directory only replaces an empty directory, a file only a file."""
     try:
-        sh.fs.mkdir(target)
-    except FileExistsError:
-        if not sh.fs.isdir(target):
-            raise
-    for entry in sh.fs.entries(source):
-        copy_tree(sh, _join(source, entry.name), _join(target, entry.name))
+        existing = sh.fs.entry(target)
+    except FileNotFoundError:
+        return
+    if existing.is_dir and not is_dir:
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    if is_dir and not existing.is_dir:
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), target)
+    if is_dir and sh.fs.entries(target):
+        raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), target)
+
+
+def copy_tree(sh, source: str, target: str, *, keep_times: bool = False) -> None:
+    """Copy a file, or a directory and everything below it, chunk by chunk (``keep_times``:
+    with their modification times, as a move keeps them)."""
+    sh.check()
+    entry = sh.fs.entry(source)
+    if not entry.is_dir:
+        copy_file(sh, source, target)
+    else:
+        try:
+            sh.fs.mkdir(target)
+        except FileExistsError:
+            if not sh.fs.isdir(target):
+                raise
+        for child in sh.fs.entries(source):
+            copy_tree(sh, _join(source, child.name), _join(target, child.name), keep_times=keep_times)
+    if keep_times and entry.mtime_ns:
+        sh.fs.utime(target, entry.mtime_ns)
 
 
 def copy_file(sh, source: str, target: str) -> None:
@@ -243,5 +257,10 @@ def _named(path: str, operation, *args):
 
 
 def resolve_target(fs, path: str, name: str) -> str:
-    """``path``, or ``path/name`` if ``path`` is a directory (where ``put`` writes)."""
-    return fs.abspath(_join(path, name)) if fs.isdir(path) else fs.abspath(path)
+    """``path``, or ``path/name`` if ``path`` is a directory (where ``put`` writes).
+    ``path/`` that is not a directory is ENOTDIR, as cp has it."""
+    if fs.isdir(path):
+        return fs.abspath(_join(path, name))
+    if path.endswith("/"):
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+    return fs.abspath(path)

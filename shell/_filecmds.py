@@ -129,11 +129,14 @@ def _cat(sh, args):
     for path in args:
         try:
             with sh.fs.open(path, "rb") as file:
+                if sh.redirect_place is not None and sh.fs.place(path) == sh.redirect_place:
+                    sh.error(f"{path}: input file is output file")  # (it would grow for ever)
+                    continue
                 decoder = codecs.getincrementaldecoder("utf-8")("replace")
                 while True:
                     sh.check()
                     data = file.read(CHUNK)
-                    sh.write(decoder.decode(data, final=not data))
+                    sh.write_bytes(data, decoder)
                     if not data:
                         break
         except OSError as exc:
@@ -149,22 +152,24 @@ def _line_count(args: list[str]) -> tuple[int, bool, list[str]]:
     text = opts.get("-n", "10")
     if not re.fullmatch(r"[-+]?[0-9]+", text):
         raise Usage(f"invalid number of lines: {text!r}")
-    count = int(text)
-    if count < 0:
-        raise Usage("the number of lines cannot be negative")
+    count = int(text)  # (negative: head prints all but the last -N lines, tail the last -N)
     if not paths:
         raise Usage("missing file operand")
     return count, text.startswith("+"), paths
 
 
-@command("head", "head [-n N] FILE...", "print the first N lines (default 10)")
+@command("head", "head [-n N] FILE...", "print the first N lines (default 10; -n -N: all but the last N)")
 def _head(sh, args):
     count, _, paths = _line_count(args)
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:
                 lines = []
-                for _ in range(count):
+                if count < 0:  # all but the last -count lines
+                    pieces = file.read().split(b"\n")
+                    lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+                    lines = lines[: max(0, len(lines) + count)]
+                for _ in range(max(0, count)):
                     line = file.readline()
                     if not line:
                         break
@@ -174,7 +179,7 @@ def _head(sh, args):
             continue
         if len(paths) > 1:
             sh.write(("\n" if index else "") + f"==> {path} <==\n")
-        sh.write(b"".join(lines).decode("utf-8", "replace"))
+        sh.write_bytes(b"".join(lines))
     return sh.status
 
 
@@ -184,13 +189,13 @@ def _tail(sh, args):
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:
-                data = _from_line(sh, file, count) if from_start else _last_lines(sh, file, count)
+                data = _from_line(sh, file, count) if from_start else _last_lines(sh, file, abs(count))
         except OSError as exc:
             sh.oserror(exc)
             continue
         if len(paths) > 1:
             sh.write(("\n" if index else "") + f"==> {path} <==\n")
-        sh.write(data.decode("utf-8", "replace"))
+        sh.write_bytes(data)
     return sh.status
 
 
@@ -221,8 +226,10 @@ def _last_lines(sh, file, count: int) -> bytes:
         wanted = count + 1 if data.endswith(b"\n") else count
         if data.count(b"\n") >= wanted:
             break
-    lines = data.splitlines(keepends=True)
-    return b"".join(lines[-count:])
+    lines = data.split(b"\n")  # (only \n ends a line: not \r, as splitlines has it)
+    if lines[-1] == b"":
+        lines.pop()
+    return b"\n".join(lines[-count:]) + (b"\n" if data.endswith(b"\n") else b"")
 
 
 @command("echo", "echo [-n] [WORD...]", "print words (> FILE writes them to a file)", paths=False)

@@ -203,8 +203,16 @@ class ShellServer:
                 return spec.handler(sh, args)
             target, append = command.redirect
             flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+            path = target.text
+            if target.pattern is not None:  # as bash: the one file it matches, else itself
+                matches = fs.glob(target.pattern)
+                if len(matches) > 1:
+                    sh.name = "sh"
+                    return sh.error(f"{target.text}: ambiguous redirect")
+                path = matches[0] if matches else path
             try:
-                sh.redirect = fs.open_raw(target.text, flags)
+                sh.redirect = fs.open_raw(path, flags)
+                sh.redirect_place = fs.place(path)
             except OSError as exc:
                 sh.name = "sh"
                 return sh.oserror(exc)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import posixpath
+import re
 from typing import Callable
 
 from ipuos.scheduler import TileInterrupt
@@ -146,10 +147,31 @@ class SessionFs:
             raise ValueError("embedded null byte in path")
         return absolute(path, self.session.cwd)
 
-    def _call(self, method: str, path: str, *args):
+    def _as_given(self, path: str) -> str:
+        """The absolute path for the VFS, keeping a trailing slash: ``f/`` of a file is
+        ENOTDIR, as on the host, not ``f``."""
         full = self.abspath(path)
+        return full + "/" if path.endswith("/") and full != "/" else full
+
+    def place(self, path: str) -> tuple[str, str]:
+        """(the filesystem ``path`` is on, the path inside it): equal for the same file by
+        any spelling. Tile 0's own disk is ``/`` and ``/tiles/0``; tile N's, ``/tiles/N``."""
+        full = self.abspath(path)
+        tile = _TILE_PATH.match(full)
+        if tile is not None:
+            inner = tile[2] or "/"
+            if tile[1] == "0" and inner.partition("/")[2].partition("/")[0] not in ("chip", "tiles"):
+                return "/", inner
+            return f"/tiles/{tile[1]}", inner
+        for top in sorted((m.path for m in self.vfs.mount_points()), key=len, reverse=True):
+            if top == "/" or full == top or full.startswith(top + "/"):
+                return top, (full[len(top):] or "/") if top != "/" else full
+        return "/", full
+
+    def _call(self, method: str, path: str, *args, **kwargs):
+        full = self._as_given(path)
         try:
-            return getattr(self.vfs, method)(full, *args)
+            return getattr(self.vfs, method)(full, *args, **kwargs)
         except OSError as exc:
             if exc.filename == full:
                 exc.filename = path
@@ -182,11 +204,12 @@ class SessionFs:
     def statvfs(self, path: str):
         return self._call("statvfs", path)
 
-    def utime(self, path: str) -> None:
-        self._call("utime", path)
+    def utime(self, path: str, mtime_ns: int | None = None) -> None:
+        """Set ``path``'s time to ``mtime_ns`` (None: now)."""
+        self._call("utime", path, ns=None if mtime_ns is None else (mtime_ns, mtime_ns))
 
     def rename(self, src: str, dst: str) -> None:
-        full_src, full_dst = self.abspath(src), self.abspath(dst)
+        full_src, full_dst = self._as_given(src), self._as_given(dst)
         try:
             self.vfs.rename(full_src, full_dst)
         except OSError as exc:
@@ -214,10 +237,12 @@ class SessionFs:
             return file.read()
 
     def glob(self, pattern: str) -> list[str]:
-        """Paths matching an ``fnmatch`` pattern, component by component, sorted; names
-        starting with "." only match a pattern that starts with "." too."""
+        """Paths matching a pattern (``* ? [..]``, with ``[!..]`` or ``[^..]`` negated, as
+        bash has it), component by component, sorted; names starting with "." only match a
+        pattern that starts with "." too; a pattern ending in "/" matches directories only,
+        and they keep the slash."""
         absolute_pattern = pattern.startswith("/")
-        parts = [part for part in pattern.split("/") if part]
+        parts = [_BASH_NEGATION.sub("[!", part) for part in pattern.split("/") if part]
         found = ["/" if absolute_pattern else ""]
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
@@ -240,7 +265,15 @@ class SessionFs:
             found = matches
             if not found:
                 break
+        if pattern.endswith("/") and parts:
+            found = [path + "/" for path in found if self.isdir(path)]
         return sorted(found)
+
+
+#: ``/tiles/N`` and what is below it
+_TILE_PATH = re.compile(r"^/tiles/(0|[1-9][0-9]*)(/.*)?$")
+#: bash's ``[^..]``, which ``fnmatch`` spells ``[!..]``
+_BASH_NEGATION = re.compile(r"(?<!\[)\[\^")
 
 
 def _join(base: str, name: str) -> str:
@@ -266,6 +299,8 @@ class Context:
         self.name = name
         #: a file ``> redirect`` writes to instead of the terminal
         self.redirect = None
+        #: where that file is (``SessionFs.place``), so a command can refuse to read it
+        self.redirect_place: tuple[str, str] | None = None
         #: 1 once an error was reported (commands with many operands carry on)
         self.status = 0
 
@@ -277,6 +312,16 @@ class Context:
             self.redirect.write(text.encode("utf-8", "backslashreplace"))
         else:
             self.output.write("out", text)
+
+    def write_bytes(self, data: bytes, decoder=None) -> None:
+        """File contents: into a redirect byte for byte; to the terminal as UTF-8 text
+        (``decoder``: an incremental one, for data that comes in pieces)."""
+        if self.redirect is not None:
+            self.redirect.write(data)
+        elif decoder is not None:
+            self.write(decoder.decode(data, final=not data))
+        else:
+            self.write(data.decode("utf-8", "replace"))
 
     def print(self, text: str = "") -> None:
         self.write(text + "\n")

@@ -17,6 +17,7 @@ one job; Ctrl-D leaves the mode, Ctrl-D in the shell (or ``exit``) leaves the sh
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import re
@@ -332,6 +333,8 @@ class Terminal:
             return
         if os.path.isdir(host):
             host = os.path.join(host, name)
+        elif host.endswith("/"):  # a directory was meant, and there is none (as cp says)
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), host)
         shown = host  # the user's name, for messages
         # like cp: through a symlink to its target, and into a device or a fifo, which is
         # written to, never replaced (as root, `get F /dev/null` would replace /dev/null)

@@ -58,7 +58,7 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("mkdir -p /tiles/5/e8", "cd /tiles/5/e8; rm -r .", "rm: .: refusing to remove '.' or '..'", 1),
     ("touch /e6", "mv /e6 /tiles/2", None, 0),
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
-    ("", "head -n -3 /e6", "head: the number of lines cannot be negative\nusage: head [-n N] FILE...", 2),
+    ("", "head -n 1.5 /e6", "head: invalid number of lines: '1.5'\nusage: head [-n N] FILE...", 2),
     ("", "tree -L -2 /", "tree: invalid depth: '-2'\nusage: tree [-L DEPTH] [PATH]", 2),
     ("", "mount --tile x", "mount: --tile: 'x' is not a tile number", 2),
     ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
@@ -431,3 +431,68 @@ def test_shell_starts_the_default_machine_when_none_runs(runtime_dir, tmp_path):
 def test_tiles_list_in_numeric_order(shared_machine):
     done = shell(shared_machine, "ls /tiles")
     assert done.stdout == "".join(f"{tile}/\n" for tile in range(16))
+
+
+# -- as coreutils and bash have it -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setup, line, stdout, stderr, status", [
+    # a trailing slash says "a directory": never the file of that name
+    ("echo keep > /ts1", "cat /ts1/; rm /ts1/; mv /ts1/ /chip/ts1; cat /ts1", "keep\n",
+     "cat: /ts1/: Not a directory\nrm: /ts1/: Not a directory\nmv: /ts1/: Not a directory\n", 0),
+    ("", "echo hi > /chip/ts2/; touch /chip/ts3/; ls /chip/ts2 /chip/ts3", "",
+     "sh: /chip/ts2/: Is a directory\ntouch: /chip/ts3/: Is a directory\n"
+     "ls: /chip/ts2: No such file or directory\nls: /chip/ts3: No such file or directory\n", 1),
+    # a directory source with DEST/ that does not exist makes DEST
+    ("mkdir -p /chip/ts4/in", "cp -r /chip/ts4 /chip/ts4c/; mv /chip/ts4 /chip/ts4m/; ls /chip/ts4c /chip/ts4m",
+     "/chip/ts4c:\nin/\n\n/chip/ts4m:\nin/\n", "", 0),
+    # globs: a pattern ending in / is directories only; [^..] is a negation
+    ("mkdir -p /chip/gl/d1 /chip/gl/d2; echo keep > /chip/gl/f", "echo /chip/gl/*/; rm -r /chip/gl/*/; ls /chip/gl",
+     "/chip/gl/d1/ /chip/gl/d2/\nf\n", "", 0),
+    ("mkdir /chip/ng; touch /chip/ng/a /chip/ng/b /chip/ng/c", "cd /chip/ng; echo [^a]*; echo [!a]*", "b c\nb c\n", "", 0),
+    # a redirect target that is a pattern: its one match, or itself; more is ambiguous
+    ("echo old > /chip/rd.txt", "echo new > /chip/rd*; cat /chip/rd.txt", "new\n", "", 0),
+    ("touch /chip/am1 /chip/am2", "echo x > /chip/am*", "", "sh: /chip/am*: ambiguous redirect\n", 1),
+    # mv between filesystems refuses what rename refuses, and keeps the time
+    ("mkdir -p /chip/mvs /mvd/mvs; echo new > /chip/mvs/x; echo old > /mvd/mvs/x",
+     "mv /chip/mvs /mvd; cat /mvd/mvs/x; ls /chip/mvs", "old\nx\n", "mv: /mvd/mvs: Directory not empty\n", 0),
+    ("", "cat /chip/cio; echo abc > /chip/cio; cat /chip/cio >> /chip/cio; cat /chip/cio", "abc\n",
+     "cat: /chip/cio: No such file or directory\ncat: /chip/cio: input file is output file\n", 0),
+    # /tiles/0 holds tile 0's own disk: copying it elsewhere is not "into itself" ...
+    ("mkdir /t0src; echo a > /t0src/f", "cp -r /tiles/0/t0src /tiles/3/t0copy; cat /tiles/3/t0copy/f", "a\n", "", 0),
+    # ... but copying a directory into itself is, by either spelling
+    ("mkdir /t0in", "cp -r /tiles/0/t0in /t0in/x", "",
+     "cp: cannot copy or move /tiles/0/t0in into itself (/t0in/x)\n", 1),
+    # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
+    ("echo a > /hl; echo b >> /hl; echo c >> /hl", "head -n -2 /hl; tail -n -1 /hl", "a\nc\n", "", 0),
+])
+def test_commands_do_what_coreutils_and_bash_do(shared_machine, setup, line, stdout, stderr, status):
+    if setup:
+        assert shell(shared_machine, setup).returncode == 0
+    done = shell(shared_machine, line)
+    assert (done.stdout, done.stderr, done.returncode) == (stdout, stderr, status)
+
+
+def test_file_contents_pass_through_cat_head_tail_and_put_byte_for_byte(shared_machine, tmp_path):
+    data = b"ab\xff\xfe\x80cd\nprogress 10%\rprogress 100%\nlast\n\x00z"
+    (tmp_path / "bin.dat").write_bytes(data)
+    done = shell(shared_machine, "put bin.dat /chip/bin; cat /chip/bin > /chip/bin2; head -n 9 /chip/bin > /chip/bin3; "
+                 "tail -n 9 /chip/bin > /chip/bin4; tail -n 2 /chip/bin > /chip/bin5; "
+                 "get /chip/bin2 b2; get /chip/bin3 b3; get /chip/bin4 b4; get /chip/bin5 b5; "
+                 "put bin.dat /chip/bin/; put bin.dat /chip/nodir/", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == "put: /chip/bin/: Not a directory\nput: /chip/nodir/: Not a directory\n"
+    for name in ("b2", "b3", "b4"):
+        assert (tmp_path / name).read_bytes() == data, name
+    assert (tmp_path / "b5").read_bytes() == b"last\n\x00z"  # (the \r is inside a line)
+    done = shell(shared_machine, f"get /chip/bin {tmp_path}/nothere/")
+    assert (done.returncode, done.stderr) == (1, f"get: {tmp_path}/nothere/: Not a directory\n")
+    assert not (tmp_path / "nothere").exists()
+
+
+def test_a_move_between_filesystems_keeps_modification_times(shared_machine):
+    done = shell(shared_machine, "mkdir -p /chip/mt/d; echo x > /chip/mt/d/f; stat /chip/mt/d/f; "
+                 "mv /chip/mt /tiles/2/mt; stat /tiles/2/mt/d/f")
+    assert done.returncode == 0, done.stderr
+    times = [line for line in done.stdout.splitlines() if "modified" in line.lower()]
+    assert len(times) == 2 and times[0].split(":", 1)[1] == times[1].split(":", 1)[1], done.stdout
