@@ -601,11 +601,40 @@ class Scheduler:
                     glet.throw(greenlet.GreenletExit)
                 except BaseException as exc:
                     self.report_internal_error(f"tile {tile.id} did not stop cleanly", repr(exc))
+        self._fail_what_still_waits()
+
+    def _fail_what_still_waits(self) -> None:
+        """After shutdown: whoever still waits on this machine (a job that did not stop
+        in the grace period, a host request never served, a host call) hears that it
+        stopped, rather than waiting for ever."""
+        stopped = "the machine stopped before {} was done"
+        for tile in self.tiles:
+            while tile.requests:
+                request = tile.requests.popleft()
+                if request.reply is not None and request.begin is not None:  # (a host's)
+                    request.reply(False, RuntimeError(stopped.format(f"request {request.name!r}")))
+        for future, ok, value in self._host_replies:
+            if ok:
+                try:
+                    future.set_result(value)
+                except InvalidStateError:
+                    pass
+            else:
+                _refuse(future, value)
+        self._host_replies.clear()
+        for job in list(self.jobs.values()):
+            if not job.future.done():
+                job.future.set_exception(RuntimeError(stopped.format(f"job {job.id}")))
+        while self._calls:
+            future, _fn, _args = self._calls.popleft()
+            if future is not None:
+                _refuse(future, RuntimeError(stopped.format("a call")))
 
 
 def _run_job(tile: Tile, job: Job) -> None:
     """The ``job.run`` kernel service: run the job's program on this tile."""
     api = TileAPI(tile, job)
+    tile.program_depth = tile.service_depth
     try:
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
@@ -630,6 +659,7 @@ def _run_job(tile: Tile, job: Job) -> None:
 
 def _release_tile(tile: Tile) -> None:
     tile.job = None
+    tile.program_depth = -1
     tile.resolve_global = None
     tile.rank = -1
     tile.signal = None

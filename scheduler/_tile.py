@@ -51,7 +51,7 @@ class Tile:
     __slots__ = (
         "id", "chip", "sched", "memory", "glet", "resume", "park",
         "job", "rank", "signal", "raised", "waiting",
-        "requests", "service_depth", "fs_depth",
+        "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "alive", "kernel_data", "resolve_global", "__weakref__",
     )  # fmt: skip
@@ -78,6 +78,9 @@ class Tile:
         self.resolve_global = None
         self.requests: collections.deque[Request] = collections.deque()
         self.service_depth = 0
+        #: the service depth the job's program runs at (-1: none): deeper, the tile is
+        #: serving a request while the program waits
+        self.program_depth = -1
         #: >0 while inside a filesystem operation: requests are not served then
         self.fs_depth = 0
         self.xout = xout

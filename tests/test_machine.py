@@ -114,6 +114,23 @@ def test_launch_wait_timeout_and_interrupt(machine):
     assert machine.run("print('alive')", tiles="0").tiles[0].output == "alive\n"
 
 
+@pytest.mark.parametrize("loop", [
+    "while True:\n    with open('/chip/f', 'wb') as f:\n        f.write(b'x' * 1000)\n",
+    "f = open('/chip/g', 'wb')\nwhile True:\n    f.seek(0)\n    f.write(b'y' * 4096)\n    f.flush()\n",
+    "open('/chip/h', 'wb').write(bytes(50000))\nf = open('/chip/h', 'rb')\nwhile True:\n    f.seek(0)\n    f.read()\n",
+])
+def test_a_program_doing_only_chip_disk_io_can_be_interrupted(machine, loop):
+    """It waits for the exchange only inside littlefs, where it must not stop: file
+    operations take the interrupt as they start. The disk is whole afterwards."""
+    handle = machine.launch(loop, tiles="0")
+    time.sleep(0.3)
+    handle.interrupt()
+    assert handle.wait(5).tiles[0].status == "interrupted"
+    assert machine.fs.listdir(0, "/chip")  # tile 0 serves requests again, /chip usable
+    machine.fs.write_file(0, "/chip/after", b"ok")
+    assert machine.fs.read_file(0, "/chip/after") == b"ok"
+
+
 def test_run_that_times_out_interrupts_its_program(machine):
     # run() returns no handle: a program left running would hold its tiles for good
     with pytest.raises(TimeoutError, match="ran longer than 0.1 s, and was interrupted"):
@@ -236,6 +253,19 @@ def test_an_abandoned_machine_stopped_from_its_own_thread_does_not_wait_for_itse
     scheduler.submit(1, "test.stop").result(5)  # returns: it did not wait for itself
     assert _wait_for_threads_to_end(threads) == []
     m.close()  # (nothing left to do)
+
+
+def test_a_job_that_outlives_close_fails_its_waiters_instead_of_hanging_them(monkeypatch):
+    from ipuos.scheduler import _scheduler
+
+    monkeypatch.setattr(_scheduler, "STOP_GRACE_SECONDS", 0.3)
+    m = Machine("tiny")
+    swallower = "while True:\n    try:\n        sync()\n    except BaseException:\n        pass\n"
+    handle = m.launch(swallower, tiles="0-1")  # takes no interrupt
+    time.sleep(0.1)
+    m.close()
+    with pytest.raises(RuntimeError, match="the machine stopped before job 1 was done"):
+        handle.wait(3)
 
 
 def test_the_public_api_is_importable_and_documented():

@@ -25,7 +25,18 @@ import io
 import os
 
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
-           "check_binary_arguments"]
+           "check_binary_arguments", "raise_pending_signal"]
+
+
+def raise_pending_signal(owner) -> None:
+    """Raise the owner tile's pending interrupt or abort, if its program may take it here.
+
+    A tile takes signals at exchange points outside filesystem operations. A program
+    whose loop only does chip-disk I/O waits for the exchange only inside littlefs, where
+    it must not stop: so file operations take the signal as they start, holding nothing
+    yet. Not while the tile serves a request (the request is not the program)."""
+    if owner.fs_depth == 0 and owner.service_depth == owner.program_depth and owner.signal is not None:
+        owner.raise_signal()
 
 
 # -- modes ----------------------------------------------------------------------------

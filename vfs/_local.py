@@ -31,7 +31,7 @@ from ipuos.blockdev import WritesLostError
 from ._backend import Backend, fs_error
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._entries import Entry
-from ._files import VfsFile
+from ._files import VfsFile, raise_pending_signal
 
 __all__ = ["LittlefsBackend", "LocalFile"]
 
@@ -397,6 +397,8 @@ class LocalFile(VfsFile):
 
     def read(self, size: int | None = -1) -> bytes:
         owner = self._owner
+        if owner.signal is not None:
+            raise_pending_signal(owner)
         owner.fs_depth += 1
         try:
             return self._file.read(size)
@@ -408,6 +410,8 @@ class LocalFile(VfsFile):
 
     def write(self, data) -> int:
         owner = self._owner
+        if owner.signal is not None:
+            raise_pending_signal(owner)
         owner.fs_depth += 1
         try:
             written = self._file.write(data)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from ._backend import Backend, fs_error
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
-from ._files import _MODES, check_binary_arguments, flags_mode, parse_mode, wrap_text
+from ._files import _MODES, check_binary_arguments, flags_mode, parse_mode, raise_pending_signal, wrap_text
 from ._local import LittlefsBackend
 from ._mounts import MountTable
 from ._paths import checked, normalize, parent_and_name
@@ -37,6 +37,9 @@ class HostOwner:
     """The owner of a Vfs used outside any tile (single-threaded host code, tests)."""
 
     __slots__ = ("fs_depth", "glet")
+
+    #: (a tile's pending interrupt or abort; the host has none)
+    signal = None
 
     def __init__(self):
         self.fs_depth = 0
@@ -446,7 +449,10 @@ class Vfs:
         """(canonical path, mount, path inside the mount) for ``path``; cached.
 
         Every operation on a path starts here, so this is also where files dropped without
-        being closed get closed: whatever looks at a file next sees what was written."""
+        being closed get closed: whatever looks at a file next sees what was written, and
+        where a program's pending interrupt is raised (see :func:`raise_pending_signal`)."""
+        if self.owner.signal is not None:
+            raise_pending_signal(self.owner)
         if self.pending:
             self.close_pending()
         if type(path) is str:
