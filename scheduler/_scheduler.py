@@ -531,6 +531,8 @@ class Scheduler:
             if job.nlive and job.arrived < job.nlive and waiting >= job.nlive:
                 if any(tile.signal is not None for tile in job.live.values()):
                     continue  # a tile has an error to raise: it wakes with that
+                if any(tile.service_depth > tile.program_depth for tile in job.live.values()):
+                    continue  # a tile serves a request from inside its wait: that is under way
                 if self._fail_hopeless_recvs(job):
                     continue  # the more specific report: those tiles fail, and the job with them
                 error = DeadlockError(

@@ -143,8 +143,11 @@ class Tile:
         """
         while True:
             # never inside a filesystem operation: littlefs would be left half-way through
-            # it; the signal is raised at the next exchange point after the operation
-            if self.signal is not None and self.fs_depth == 0:
+            # it; the signal is raised at the next exchange point after the operation. Nor
+            # inside a request served while the job's program waits: the request has
+            # nothing to do with the job, and the program takes the signal when it is done
+            if self.signal is not None and self.fs_depth == 0 and (
+                    self.job is None or self.service_depth <= self.program_depth):
                 self.raise_signal()
             if ready():
                 return

@@ -246,7 +246,9 @@ def await_reply(client: HostFsClient, tile: int, service: str, future, timeout: 
         if not future.cancel() and service == "fs.open":
             future.add_done_callback(
                 lambda done: done.exception() is None and client.abandon(tile, done.result(), None, None))
-        raise
+        raise TimeoutError(
+            f"tile {tile} did not answer {service!r} within {timeout:g} s (it may be busy: a program "
+            "computing without reaching an exchange point, or a long operation before this one)") from None
 
 
 class TileFsClient(FsClient):
