@@ -312,6 +312,11 @@ class Scheduler:
                 dst.requests.append(Request(service, args, self._tile_replier(dst, src, tag)))
             else:  # KIND_REPLY
                 tag, ok, value = payload
+                if tag in dst.given_up:  # its caller stopped waiting (see call_tile)
+                    abandoned = dst.given_up.pop(tag)
+                    if abandoned is not None:
+                        abandoned(ok, value)
+                    continue
                 dst.replies[tag] = (ok, value)
             self._runnable.append(dst.resume)
         if dst.in_live == 0:
@@ -362,11 +367,14 @@ class Scheduler:
 
     # -- kernel calls between tiles (on tile greenlets) ----------------------------------
 
-    def call_tile(self, tile: Tile, dst_id: int, service: str, *args):
+    def call_tile(self, tile: Tile, dst_id: int, service: str, *args, abandoned=None):
         """From ``tile``'s greenlet: run ``service(*args)`` on tile ``dst_id`` and return its result.
 
         The request and the reply ride the exchange like any other message, so they cost
-        a superstep each and are limited by the exchange buffers.
+        a superstep each and are limited by the exchange buffers. If the wait ends in an
+        exception (an interrupt), the reply is dropped when it comes, after
+        ``abandoned(ok, value)`` if given (on the scheduler thread: it must not wait; an
+        open whose file nobody will close can close it with :meth:`post_request`).
         """
         if dst_id == tile.id:
             return self.services[service](tile, *args)
@@ -377,11 +385,27 @@ class Scheduler:
         off = self.engine.write_out(tile, payload)
         self.engine.post(tile, self.tiles[dst_id], off, len(payload), KIND_REQUEST, None)
         replies = tile.replies
-        tile.wait(lambda: tag in replies, f"reply from tile {dst_id}")
+        try:
+            tile.wait(lambda: tag in replies, f"reply from tile {dst_id}")
+        except BaseException:
+            if tag in replies:
+                ok, value = replies.pop(tag)
+                if abandoned is not None:
+                    abandoned(ok, value)
+            else:
+                tile.given_up[tag] = abandoned
+            raise
         ok, value = replies.pop(tag)
         if ok:
             return value
         raise value
+
+    def post_request(self, dst_id: int, service: str, *args) -> None:
+        """Have tile ``dst_id`` run ``service(*args)`` when it can, nobody waiting for it
+        (a failure is reported as an internal error). Scheduler thread or tile greenlets."""
+        tile = self.tiles[dst_id]
+        tile.requests.append(Request(service, args, None))
+        self._runnable.append(tile.resume)
 
     def call_tiles(self, tile: Tile, calls) -> list[tuple[bool, object]]:
         """From ``tile``'s greenlet: many kernel calls at once, all riding one exchange.
@@ -416,7 +440,13 @@ class Scheduler:
 
     def _await_replies(self, tile: Tile, pending: dict[int, int], results: list) -> None:
         replies = tile.replies
-        tile.wait(lambda: all(tag in replies for tag in pending), f"replies from {len(pending)} tiles")
+        try:
+            tile.wait(lambda: all(tag in replies for tag in pending), f"replies from {len(pending)} tiles")
+        except BaseException:
+            for tag in pending:  # (see call_tile)
+                if replies.pop(tag, None) is None:
+                    tile.given_up[tag] = None
+            raise
         for tag, index in pending.items():
             results[index] = replies.pop(tag)
         pending.clear()

@@ -53,6 +53,7 @@ class Tile:
         "job", "rank", "signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
+        "given_up",
         "alive", "kernel_data", "resolve_global", "__weakref__",
     )  # fmt: skip
 
@@ -98,6 +99,9 @@ class Tile:
         self.recv_src = -1
         #: replies to kernel calls this tile made, by call tag
         self.replies: dict[int, object] = {}
+        #: call tags whose caller stopped waiting: their replies are dropped on arrival,
+        #: after the callback kept here (or None)
+        self.given_up: dict[int, object] = {}
         #: False once the tile has been failed on purpose (fault injection): it stops answering
         self.alive = True
         #: per-tile state of the layers above (the VFS keeps the tile's mounts here), so

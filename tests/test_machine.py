@@ -131,6 +131,32 @@ def test_a_program_doing_only_chip_disk_io_can_be_interrupted(machine, loop):
     assert machine.fs.read_file(0, "/chip/after") == b"ok"
 
 
+def test_interrupting_opens_of_another_tiles_files_leaves_nothing_open_there():
+    """A program on tile 0 interrupted while it waits for another tile's answer to an
+    open: that tile had opened the file, and nobody would ever close it (a restore of
+    its disk was then refused, files being open)."""
+    import random
+
+    rng = random.Random(7)
+    with Machine("tiny") as m:
+        m.fs.write_file(5, "/f", b"hello")
+        for _ in range(12):
+            handle = m.launch("while True:\n    open('/tiles/5/f', 'rb').close()\n", tiles="0")
+            time.sleep(rng.uniform(0.005, 0.05))
+            handle.interrupt()
+            assert handle.wait(10).tiles[0].status == "interrupted"
+
+        def leftovers():
+            tile0, tile5 = m.scheduler.tiles[0], m.scheduler.tiles[5]
+            return (len(tile0.replies), len(tile5.kernel_data.get("fs.handles") or ()),
+                    [info.open_files for info in tile5.kernel_data["vfs"].mount_points()])
+
+        time.sleep(0.1)  # (a close posted for an abandoned open runs at tile 5's next turn)
+        assert m.scheduler.call_wait(leftovers) == (0, 0, [0])
+        snapshot = m.fs.snapshot(5, "/")
+        m.fs.restore(5, "/", snapshot["data"])  # refused while files are open
+
+
 def test_run_that_times_out_interrupts_its_program(machine):
     # run() returns no handle: a program left running would hold its tiles for good
     with pytest.raises(TimeoutError, match="ran longer than 0.1 s, and was interrupted"):

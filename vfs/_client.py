@@ -270,6 +270,10 @@ class TileFsClient(FsClient):
         self.pending = pending if pending is not None else []
 
     def call(self, tile: int, service: str, *args):
+        if service == "fs.open":  # interrupted before the handle came: close it when it does
+            sched = self._tile.sched
+            return self._call_tile(self._tile, tile, service, *args,
+                                   abandoned=lambda ok, handle: ok and sched.post_request(tile, "fs.close", handle))
         return self._call_tile(self._tile, tile, service, *args)
 
 
