@@ -751,6 +751,22 @@ class Filesystem:
             if first_error is not None:
                 raise first_error
 
+    def release(self) -> None:
+        """Free littlefs' memory without writing anything: for a filesystem whose device
+        goes away with its machine (a mounted littlefs holds buffers nothing else frees).
+        Open files are lost; the filesystem is unmounted."""
+        if self._lfs is None:
+            return
+        for file in list(self._open):
+            _lose(file, "the filesystem was released with its machine")
+        handle, self._lfs = self._lfs, None
+        self._callbacks.refusing = True
+        try:
+            lfs.unmount(handle)
+        except LittleFSError:
+            pass
+        self._abandoned.clear()
+
     def __enter__(self) -> "Filesystem":
         return self
 

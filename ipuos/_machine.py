@@ -207,14 +207,20 @@ def _shares(data, ntiles: int) -> list[str] | None:
     return decode_shares(split_lines(raw, ntiles), "the data")
 
 
-def _stop_abandoned(scheduler: Scheduler) -> None:
-    """Stop the scheduler of a Machine that was garbage-collected without ``close()``.
-    The collector may call this on any thread, the machine's own included, which cannot
-    wait for themselves to end: from those, a thread of its own stops it."""
+def _shut_down(scheduler: Scheduler, storage: Storage) -> None:
+    """Stop the machine's tiles, then free what its filesystems hold outside SRAM."""
+    if scheduler.stop():
+        storage.release()
+
+
+def _stop_abandoned(scheduler: Scheduler, storage: Storage) -> None:
+    """Stop a Machine that was garbage-collected without ``close()``. The collector may
+    call this on any thread, the machine's own included, which cannot wait for
+    themselves to end: from those, a thread of its own stops it."""
     if scheduler.on_own_thread():
-        threading.Thread(target=scheduler.stop, name="ipuos-stop", daemon=True).start()
+        threading.Thread(target=_shut_down, args=(scheduler, storage), name="ipuos-stop", daemon=True).start()
     else:
-        scheduler.stop()
+        _shut_down(scheduler, storage)
 
 
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)
@@ -276,7 +282,7 @@ class Machine:
         self.scheduler.start()
         self._closed = False
         # a machine dropped without close() must not keep its threads and SRAM for ever
-        self._stop = weakref.finalize(self, _stop_abandoned, self.scheduler)
+        self._finalizer = weakref.finalize(self, _stop_abandoned, self.scheduler, self.storage)
         if storage == "eager":
             try:
                 self.storage.bring_up()
@@ -385,8 +391,8 @@ class Machine:
         if self._closed:
             return
         self._closed = True
-        self._stop.detach()
-        self.scheduler.stop()
+        self._finalizer.detach()
+        _shut_down(self.scheduler, self.storage)
 
     def __enter__(self) -> "Machine":
         return self

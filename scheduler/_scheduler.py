@@ -108,10 +108,12 @@ class Scheduler:
         self._started.wait()
         self.watchdog.start()
 
-    def stop(self, timeout: float = STOP_GRACE_SECONDS) -> None:
-        """Interrupt running jobs, let tiles reach a safe point, and end the thread."""
+    def stop(self, timeout: float = STOP_GRACE_SECONDS) -> bool:
+        """Interrupt running jobs, let tiles reach a safe point, and end the thread.
+        True if it has ended (False: a tile computing without reaching an exchange point
+        still holds it, past the grace period; its state must not be touched)."""
         if self._thread is None:
-            return
+            return True
         # a tile stuck in pure compute holds the scheduler thread: interrupt it from here
         for job in _snapshot(self.jobs):
             self.interrupt_job(job, "the machine is shutting down")
@@ -119,9 +121,11 @@ class Scheduler:
         with self._cond:
             self._cond.notify_all()
         self._thread.join(timeout + 5)
+        ended = not self._thread.is_alive()
         self.watchdog.stop()
         self.engine.close()
         self._thread = None
+        return ended
 
     def on_own_thread(self) -> bool:
         """True on the scheduler's thread or its watchdog's: :meth:`stop` waits for both to

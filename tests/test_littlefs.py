@@ -304,6 +304,24 @@ def test_a_short_read_is_eio_not_garbage():
     assert "returned" in str(excinfo.value)
 
 
+def test_release_frees_littlefs_without_writing_and_loses_open_files():
+    device = MemoryDevice.new(512, 32)
+    fs = formatted(device)
+    with fs.open("/kept", "w") as f:
+        f.write(b"committed")
+    held = fs.open("/kept", "a")
+    held.write(b" and not")
+    before = device.snapshot()
+    fs.release()
+    assert device.snapshot() == before and not fs.mounted
+    with pytest.raises(OSError) as info:
+        held.write(b"more")
+    assert info.value.errno == errno.EIO and "released" in str(info.value)
+    fs.mount()
+    with fs.open("/kept") as f:
+        assert f.read() == b"committed"
+
+
 def test_an_open_says_whether_it_created_the_file_on_the_checked_route():
     device = MemoryDevice.new(512, 32)
     fs = formatted(device)

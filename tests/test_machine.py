@@ -275,10 +275,27 @@ def test_an_abandoned_machine_stopped_from_its_own_thread_does_not_wait_for_itse
     m = Machine("tiny")
     scheduler = m.scheduler
     threads = [scheduler._thread, scheduler.watchdog.thread]
-    scheduler.services["test.stop"] = lambda tile: _stop_abandoned(scheduler)
+    scheduler.services["test.stop"] = lambda tile: _stop_abandoned(scheduler, m.storage)
     scheduler.submit(1, "test.stop").result(5)  # returns: it did not wait for itself
     assert _wait_for_threads_to_end(threads) == []
     m.close()  # (nothing left to do)
+
+
+def test_close_lets_go_of_every_tiles_filesystems():
+    """A mounted littlefs holds buffers outside SRAM that nothing else frees: about
+    10 MiB per mk1 machine stayed after close()."""
+    m = Machine("tiny", storage="eager")
+    m.fs.write_file(0, "/chip/f", b"x")
+    handle = m.launch("f = open('/kept-open', 'w')\nwhile True:\n    sync()\n", tiles="3")
+    time.sleep(0.1)
+    filesystems = m.scheduler.call_wait(lambda: [
+        m.scheduler.tiles[t].kernel_data["vfs"].backend(info.path).fs
+        for t in range(m.ntiles) for info in m.scheduler.tiles[t].kernel_data["vfs"].mount_points()
+        if hasattr(m.scheduler.tiles[t].kernel_data["vfs"].backend(info.path), "fs")])
+    assert len(filesystems) == m.ntiles + 1 and all(fs.mounted for fs in filesystems)
+    m.close()
+    assert handle.wait(5).tiles[0].status == "interrupted"
+    assert not any(fs.mounted for fs in filesystems)
 
 
 def test_a_job_that_outlives_close_fails_its_waiters_instead_of_hanging_them(monkeypatch):

@@ -126,6 +126,19 @@ class Storage:
         for future in futures.values():
             future.result(timeout)
 
+    def release(self) -> None:
+        """After the machine has stopped (its tiles run no more): free every tile's
+        littlefs memory, writing nothing (the SRAM goes with the machine). A tile that
+        stopped inside a filesystem call keeps its filesystem as it is."""
+        for tile in self.scheduler.tiles:
+            vfs = tile.kernel_data.get(VFS_KEY)
+            if vfs is None or tile.fs_depth:
+                continue
+            for info in vfs.mount_points():
+                filesystem = getattr(vfs.backend(info.path), "fs", None)
+                if filesystem is not None:
+                    filesystem.release()
+
     # -- what backup and restore need ------------------------------------------------------------
 
     def state(self, tile) -> str:
