@@ -50,8 +50,16 @@ _LIBRARY_DIRS = tuple(
 )
 
 
+#: library code the garbage collector runs from inside whatever allocates (weakref
+#: callbacks): an exception landing there is printed as "ignored" and lost
+_COLLECTOR_CALLBACKS = ("_weakrefset.py", "weakref.py")
+
+
 def _safe_to_interrupt(frame) -> bool:
-    """True if the innermost frame that is not library code is user code, not ipuos."""
+    """True if the innermost frame that is not library code is user code, not ipuos
+    (and the innermost is no weakref callback: the interrupt comes again a little later)."""
+    if frame is not None and frame.f_code.co_filename.endswith(_COLLECTOR_CALLBACKS):
+        return False
     while frame is not None:
         module_globals = frame.f_globals
         if TILE_GLOBALS_MARKER in module_globals:

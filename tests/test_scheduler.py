@@ -890,3 +890,20 @@ def test_many_kernel_calls_ride_one_exchange(sched):
     assert [value for ok, value in results if ok] == [t * t for t in range(1, NTILES) if t != 3]
     assert isinstance(results[2][1], ZeroDivisionError)
     assert supersteps <= 3  # requests out together, replies back together
+
+
+def test_the_watchdog_never_interrupts_a_weakref_callback():
+    """The garbage collector runs weakref callbacks from inside whatever allocates, a tile
+    program included: an interrupt landing there is printed as 'ignored' and lost."""
+    from types import SimpleNamespace
+
+    from ipuos.scheduler._watchdog import TILE_GLOBALS_MARKER, _safe_to_interrupt
+
+    def frame(filename, back=None, **globals_):
+        code = compile("pass", filename, "exec")
+        return SimpleNamespace(f_code=code, f_back=back, f_globals=globals_)
+
+    program = frame("<program>", **{TILE_GLOBALS_MARKER: True})
+    assert _safe_to_interrupt(program)
+    for library in ("/usr/lib/python3/_weakrefset.py", "/usr/lib/python3/weakref.py"):
+        assert not _safe_to_interrupt(frame(library, back=program, __name__="_weakrefset"))
