@@ -141,11 +141,10 @@ def _cp(sh, args):
     return sh.status
 
 
-@command("mv", "mv SRC... DEST", "move or rename files (across filesystems: copy, then remove)")
+@command("mv", "mv [-f] SRC... DEST", "move or rename files (across filesystems: copy, then remove)")
 def _mv(sh, args):
-    if any(arg.startswith("-") and arg != "-" for arg in args):
-        raise Usage(f"unknown option {next(a for a in args if a.startswith('-'))!r}")
-    for source, target in _transfers(sh, args):
+    _opts, paths = options(args, "f")  # (-f: mv never asks anyway)
+    for source, target in _transfers(sh, paths):
         try:
             why = _protected(sh, source)
             if why:
