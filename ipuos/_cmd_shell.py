@@ -73,6 +73,9 @@ class _Repl:
         self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
         return _Launched(handle)
 
+    def namespace(self) -> dict:
+        return self.repl.namespace(0)
+
     def close(self) -> None:
         self.repl.close()
 

@@ -180,6 +180,13 @@ class Repl:
         defines stay for the next block."""
         return self.launch(source, budget=budget).wait(timeout)
 
+    def namespace(self, rank: int = 0) -> dict:
+        """The names the blocks have defined on the session's ``rank``-th tile (empty
+        before the first block). For reading between blocks (name completion): the tile
+        owns it while a block runs."""
+        entry = self.state.tiles.get(rank)
+        return entry[0] if entry is not None else {}
+
     def close(self) -> None:
         """Forget every tile's namespace, and free the SRAM holding its data."""
         try:

@@ -1,14 +1,25 @@
-"""Tab completion, answered on tile 0: command names, then paths on the chip.
+"""Tab completion, answered on tile 0: command names, then paths on the chip; in python
+and multirepl mode, Python names.
 
 The terminal sends the line up to the cursor; the answer is where the word being
 completed starts and the words that could replace it. Directories complete with a
 trailing ``/`` (so the next Tab goes inside), files with a space. Characters the parser
 treats specially are escaped with ``\\`` so a completed name reads back as itself.
+
+Python names come from the repl's first tile, as Python's own completer finds them (the
+names its blocks defined, builtins, keywords; after a dot, the attributes of what the
+dotted name before it is), except that the dotted name is looked up without running
+anything: no property or ``__getattr__`` of the user's runs because Tab was pressed.
 """
 
 from __future__ import annotations
 
-from ._session import SHELL
+import builtins
+import inspect
+import keyword
+import re
+
+from ._session import MULTIREPL, PYTHON, SHELL
 from ._table import COMMANDS
 
 __all__ = ["complete", "host_word", "complete_host_path"]
@@ -57,6 +68,9 @@ def _current_word(text: str) -> tuple[int, str, str]:
 
 def complete(fs, session, text: str) -> tuple[int, list[str]]:
     """Completions for the end of ``text`` in ``session`` (``fs``: its SessionFs)."""
+    if session.mode == PYTHON or session.mode == MULTIREPL:
+        repl = session.python if session.mode == PYTHON else session.repl
+        return complete_python(repl.namespace() if repl is not None else {}, text)
     if session.mode != SHELL:
         return len(text), []
     start, word, before = _current_word(text)
@@ -81,6 +95,55 @@ def complete(fs, session, text: str) -> tuple[int, list[str]]:
             continue
         found.append(_escape(directory + entry.name) + ("/" if entry.is_dir else " "))
     return start, found
+
+
+#: the dotted name being typed at the end of a line of Python
+_DOTTED_NAME = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]?\w*$")
+
+
+def complete_python(namespace: dict, text: str) -> tuple[int, list[str]]:
+    """Completions of the (dotted) name at the end of ``text`` among ``namespace``'s
+    names, builtins and keywords, or the attributes of the object before the last dot;
+    names starting with ``_`` only if what was typed does."""
+    match = _DOTTED_NAME.search(text)
+    token = match.group() if match else ""
+    if not token or token[:1].isdigit():
+        return len(text), []
+    tile_builtins = namespace.get("__builtins__", builtins)
+    if not isinstance(tile_builtins, dict):
+        tile_builtins = vars(tile_builtins)
+    head, dot, prefix = token.rpartition(".")
+    if dot:
+        try:
+            target = _look_up(namespace, tile_builtins, head.split("."))
+        except (LookupError, AttributeError):
+            return match.start(), []
+        names = _attributes(target)
+        lead = head + "."
+    else:
+        names = set(namespace) | set(tile_builtins) | set(keyword.kwlist)
+        lead = ""
+    hidden = not prefix.startswith("_")
+    found = sorted(name for name in names
+                   if name.startswith(prefix) and not (hidden and name.startswith("_")))
+    return match.start(), [lead + name for name in found]
+
+
+def _look_up(namespace: dict, tile_builtins: dict, names: list[str]):
+    target = namespace[names[0]] if names[0] in namespace else tile_builtins[names[0]]
+    for name in names[1:]:
+        target = inspect.getattr_static(target, name)  # (runs no descriptor)
+    return target
+
+
+def _attributes(target) -> set[str]:
+    names = set()
+    for source in (target, type(target)):
+        try:
+            names.update(object.__dir__(source) if not isinstance(source, type) else dir(source))
+        except Exception:  # noqa: BLE001 - a strange object: complete what can be found
+            pass
+    return names
 
 
 def host_word(text: str) -> tuple[int, str] | None:

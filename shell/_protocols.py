@@ -43,6 +43,9 @@ class ReplHandle(Protocol):
     def launch(self, source: str) -> Launched:
         """Start one block on every tile (SyntaxError before anything runs)."""
 
+    def namespace(self) -> dict:
+        """The first tile's names, between blocks (for completion; read only)."""
+
     def close(self) -> None:
         """Forget the namespaces."""
 

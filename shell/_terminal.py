@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
+from prompt_toolkit.application import get_app
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, InMemoryHistory
@@ -108,8 +109,12 @@ class Terminal:
         self.interactive = True
         bindings = KeyBindings()
 
-        @bindings.add("tab", filter=Condition(lambda: self.mode != SHELL))
-        def _indent(event):
+        def _at_indentation() -> bool:
+            line = get_app().current_buffer.document.current_line_before_cursor
+            return self.mode != SHELL and not line.strip()
+
+        @bindings.add("tab", filter=Condition(_at_indentation))
+        def _indent(event):  # (anywhere else Tab completes, as in Python's own REPL)
             event.current_buffer.insert_text("    ")
 
         session = PromptSession(
@@ -425,17 +430,15 @@ def _host_listdir(directory: str) -> list[tuple[str, bool]]:
 
 
 class _TileCompleter(Completer):
-    """Completions asked of tile 0 (commands, then chip paths); host paths for ``put``
-    and ``get`` completed here; none in repl modes."""
+    """Completions asked of tile 0 (commands, then chip paths; Python names in the repl
+    modes); host paths for ``put`` and ``get`` completed here."""
 
     def __init__(self, terminal: Terminal):
         self.terminal = terminal
 
     def get_completions(self, document, complete_event):
-        if self.terminal.mode != SHELL:
-            return
         text = document.text_before_cursor
-        host = host_word(text)
+        host = host_word(text) if self.terminal.mode == SHELL else None
         if host is not None:
             start, words = host[0], complete_host_path(host[1], _host_listdir)
         else:

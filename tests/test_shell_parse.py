@@ -116,3 +116,44 @@ def test_host_paths_of_put_and_get_are_completed_on_the_host():
     assert host_word("get /ch") is None and host_word("put a /ch") is None and host_word("ls a") is None
     listing = {"dir/": [("data.txt", False), ("deep", True), (".dot", False)]}
     assert complete_host_path("dir/d", lambda d: listing[d]) == ["dir/data.txt ", "dir/deep/"]
+
+
+# -- Python names (python and multirepl mode) ----------------------------------------------------
+
+
+def test_python_completion_of_names_attributes_builtins_and_keywords():
+    import math
+
+    from ipuos.shell._complete import complete_python
+
+    namespace = {"math": math, "total": 3, "_hidden": 1, "__builtins__": {"print": print, "len": len}}
+    assert complete_python(namespace, "x = tot") == (4, ["total"])
+    assert complete_python(namespace, "pri") == (0, ["print"])  # the tile's builtins
+    assert complete_python(namespace, "whi") == (0, ["while"])
+    assert complete_python(namespace, "math.fl") == (0, ["math.floor"])
+    assert complete_python(namespace, "_h") == (0, ["_hidden"])  # "_" names only if typed
+    assert "_hidden" not in complete_python(namespace, "")[1]
+    for nothing in ("", "1.", "x.", "missing.at", "(total) "):
+        assert complete_python(namespace, nothing)[1] == [], nothing
+
+
+def test_python_completion_runs_none_of_the_users_code():
+    from ipuos.shell._complete import complete_python
+
+    ran = []
+
+    class Lazy:
+        @property
+        def heavy(self):
+            ran.append("heavy")
+            return 42
+
+        def __getattr__(self, name):
+            ran.append(name)
+            raise AttributeError(name)
+
+    namespace = {"thing": Lazy()}
+    assert complete_python(namespace, "thing.hea") == (0, ["thing.heavy"])
+    assert complete_python(namespace, "thing.heavy.bit") == (0, [])  # (its value is unknown)
+    assert complete_python(namespace, "thing.other.x") == (0, [])
+    assert ran == []

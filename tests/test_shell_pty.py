@@ -187,6 +187,31 @@ def test_python_mode_runs_blocks_on_tile_0(terminal):
     assert term.run("python -c 'print(kept)'") == "100\n"  # the namespace lives on
 
 
+def test_tab_in_python_mode_indents_at_the_start_and_completes_names_after(terminal):
+    term = terminal()
+    term.prompt()
+    term.child.sendline("python")
+    term.expect_prompt(">>>")
+    term.child.sendline("import math; counter_of_things = 41")
+    term.expect_prompt(">>>")
+    term.child.send("counter_of_t\t")  # a name the blocks defined
+    term.expect("counter_of_things")
+    term.child.sendline(" + 1")
+    assert "42\n" in term.expect_prompt(">>>")
+    term.child.send("print(math.sqr\t")  # an attribute of what the dotted name is
+    term.expect("math.sqrt")
+    term.child.sendline("(16))")
+    assert "4.0\n" in term.expect_prompt(">>>")
+    term.child.sendline("for i in range(2):")
+    term.expect_prompt("...")
+    term.child.send("\tprint('indented', i)\r")  # at the start of a line Tab indents
+    term.expect_prompt("...")
+    term.child.sendline("")
+    assert "indented 0\nindented 1\n" in term.expect_prompt(">>>")
+    term.child.sendeof()
+    term.prompt()
+
+
 def test_multirepl_in_the_shell(terminal):
     term = terminal()
     term.prompt()
@@ -197,6 +222,12 @@ def test_multirepl_in_the_shell(terminal):
     term.child.sendline("print('parity', x)")
     out = term.expect_prompt("[0-5]>>>")
     assert "[3 tiles: 0-4:2]\nparity 0\n[3 tiles: 1-5:2]\nparity 1\n" in out
+    term.child.sendline("parity_name = 1")
+    term.expect_prompt("[0-5]>>>")
+    term.child.send("print(parity_na\t")  # names of the session's first tile
+    term.expect("parity_name")
+    term.child.sendline(" + x)")
+    assert "[3 tiles: 0-4:2]\n1\n[3 tiles: 1-5:2]\n2\n" in term.expect_prompt("[0-5]>>>")
     term.child.sendline("exit()")
     term.prompt()
 
