@@ -166,11 +166,17 @@ def test_ctrl_c_at_the_prompt_clears_the_line(terminal):
     assert term.run("echo after") == "after\n"
 
 
-def test_python_mode_runs_blocks_on_tile_0(terminal):
+def in_python_mode(terminal) -> Terminal:
+    """A new shell, switched into python mode (tile 0's interpreter)."""
     term = terminal()
     term.prompt()
     term.child.sendline("python")
     term.expect_prompt(">>>")
+    return term
+
+
+def test_python_mode_runs_blocks_on_tile_0(terminal):
+    term = in_python_mode(terminal)
     term.child.sendline("for i in range(3):")
     term.expect_prompt("...")
     term.child.sendline("    print('row', i)")
@@ -188,10 +194,7 @@ def test_python_mode_runs_blocks_on_tile_0(terminal):
 
 
 def test_tab_in_python_mode_indents_at_the_start_and_completes_names_after(terminal):
-    term = terminal()
-    term.prompt()
-    term.child.sendline("python")
-    term.expect_prompt(">>>")
+    term = in_python_mode(terminal)
     term.child.sendline("import math; counter_of_things = 41")
     term.expect_prompt(">>>")
     term.child.send("counter_of_t\t")  # a name the blocks defined
