@@ -40,6 +40,9 @@ def _protected(sh, path: str) -> str | None:
         return "a tile's files are not removed wholesale (remove what is inside it instead)"
     if sh.fs.ismount(full):
         return "is a mount point (umount it first)"
+    below = [m.path for m in sh.fs.vfs.mount_points() if m.path.startswith(full.rstrip("/") + "/")]
+    if below:  # (rm -r would empty that filesystem, then fail on its mount point)
+        return f"a filesystem is mounted at {below[0]} inside it (umount it first)"
     return None
 
 

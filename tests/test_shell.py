@@ -463,6 +463,10 @@ def test_tiles_list_in_numeric_order(shared_machine):
     # ... but copying a directory into itself is, by either spelling
     ("mkdir /t0in", "cp -r /tiles/0/t0in /t0in/x", "",
      "cp: cannot copy or move /tiles/0/t0in into itself (/t0in/x)\n", 1),
+    # rm -r refuses a tree with a filesystem mounted inside it before removing anything
+    ("mkdir -p /mmx/r; mount --ram 16K /mmx/r; echo data > /mmx/r/f; echo top > /mmx/t",
+     "rm -r /mmx; cat /mmx/r/f /mmx/t; umount /mmx/r", "data\ntop\n",
+     "rm: /mmx: a filesystem is mounted at /mmx/r inside it (umount it first)\n", 0),
     # mv takes -f (it never asks) and -- before a name that starts with a dash
     ("touch /mvf1 /-mvf", "mv -f /mvf1 /mvf2; mv -- /-mvf /mvf3; ls /mvf2 /mvf3", "/mvf2\n/mvf3\n", "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
