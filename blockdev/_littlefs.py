@@ -1388,17 +1388,20 @@ def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) 
         new_base = dst.rstrip("/")
     finally:
         failed = files[0]._fs._callbacks.fault is not None
+        error = None
         for file, position in closed:
             path = new_base + file.path[len(base):]
             why = f"the device failed while it was being renamed to {dst!r}; open it again"
-            if failed:  # nothing can be read now: opening would only find zeros
+            if failed or error is not None:  # (nothing can be read now: only zeros)
                 _lose(file, why)
                 continue
             try:
                 _reopen(handle, file, path, position)
-            except BaseException:
+            except BaseException as exc:  # the others are lost too, then this is raised
                 _lose(file, why)
-                raise
+                error = exc
+        if error is not None:
+            raise error
 
 
 def _lose(file: "File", why: str) -> None:

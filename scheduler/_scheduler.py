@@ -93,6 +93,8 @@ class Scheduler:
         self._calls: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
+        #: set once shutdown has failed what still waited: nothing may be queued after
+        self._closed = False
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self.watchdog = Watchdog(self)
@@ -172,10 +174,10 @@ class Scheduler:
         return future
 
     def _enqueue(self, future, fn, args) -> None:
-        if not self.running:
-            raise RuntimeError("the machine is not running")
-        self._calls.append((future, fn, args))
-        with self._cond:
+        with self._cond:  # (the lock: a call is never queued after shutdown failed the rest)
+            if not self.running or self._closed:
+                raise RuntimeError("the machine is not running")
+            self._calls.append((future, fn, args))
             self._cond.notify()
 
     def start_job(
@@ -406,8 +408,11 @@ class Scheduler:
 
     def post_request(self, dst_id: int, service: str, *args) -> None:
         """Have tile ``dst_id`` run ``service(*args)`` when it can, nobody waiting for it
-        (a failure is reported as an internal error). Scheduler thread or tile greenlets."""
+        (a failure is reported as an internal error; a failed tile is sent nothing).
+        Scheduler thread or tile greenlets."""
         tile = self.tiles[dst_id]
+        if not tile.alive:
+            return
         tile.requests.append(Request(service, args, None))
         self._runnable.append(tile.resume)
 
@@ -661,8 +666,11 @@ class Scheduler:
         for job in list(self.jobs.values()):
             if not job.future.done():
                 job.future.set_exception(RuntimeError(stopped.format(f"job {job.id}")))
-        while self._calls:
-            future, _fn, _args = self._calls.popleft()
+        with self._cond:
+            self._closed = True
+            calls = list(self._calls)
+            self._calls.clear()
+        for future, _fn, _args in calls:
             if future is not None:
                 _refuse(future, RuntimeError(stopped.format("a call")))
 

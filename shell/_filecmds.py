@@ -144,8 +144,9 @@ def _cat(sh, args):
     return sh.status
 
 
-def _line_count(args: list[str]) -> tuple[int, bool, list[str]]:
-    """(N, whether it was +N, files) of ``head``/``tail`` arguments (``-N`` is ``-n N``)."""
+def _line_count(args: list[str]) -> tuple[int, bool, bool, list[str]]:
+    """(N, whether it was +N, whether -N, files) of ``head``/``tail`` arguments (the
+    option ``-N`` is ``-n N``; ``-n -N`` is a negative count, ``-n -0`` included)."""
     args = [f"-n{arg[1:]}" if re.fullmatch(r"-[0-9]+", arg) and (i == 0 or args[i - 1] != "-n") else arg
             for i, arg in enumerate(args)]
     opts, paths = options(args, "n:")
@@ -155,17 +156,17 @@ def _line_count(args: list[str]) -> tuple[int, bool, list[str]]:
     count = int(text)  # (negative: head prints all but the last -N lines, tail the last -N)
     if not paths:
         raise Usage("missing file operand")
-    return count, text.startswith("+"), paths
+    return count, text.startswith("+"), text.startswith("-"), paths
 
 
 @command("head", "head [-n N] FILE...", "print the first N lines (default 10; -n -N: all but the last N)")
 def _head(sh, args):
-    count, _, paths = _line_count(args)
+    count, _, negative, paths = _line_count(args)
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:
                 lines = []
-                if count < 0:  # all but the last -count lines
+                if negative:  # all but the last -count lines
                     pieces = file.read().split(b"\n")
                     lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
                     lines = lines[: max(0, len(lines) + count)]
@@ -185,7 +186,7 @@ def _head(sh, args):
 
 @command("tail", "tail [-n N] FILE...", "print the last N lines (default 10; -n +N: from line N)")
 def _tail(sh, args):
-    count, from_start, paths = _line_count(args)
+    count, from_start, _, paths = _line_count(args)
     for index, path in enumerate(paths):
         try:
             with sh.fs.open(path, "rb") as file:

@@ -183,7 +183,8 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
             elif char == "$":
                 no_variable(pos)
             parts.append(char)
-            pattern.append(char)
+            # bash's [^..] is fnmatch's [!..] (a quoted ^ stays a ^: fnmatch takes it so)
+            pattern.append("!" if char == "^" and pattern and pattern[-1] == "[" else char)
             pos += 1
     return Word("".join(parts), "".join(pattern) if glob else None), pos
 

@@ -237,12 +237,12 @@ class SessionFs:
             return file.read()
 
     def glob(self, pattern: str) -> list[str]:
-        """Paths matching a pattern (``* ? [..]``, with ``[!..]`` or ``[^..]`` negated, as
-        bash has it), component by component, sorted; names starting with "." only match a
+        """Paths matching an ``fnmatch`` pattern (the parser spells bash's ``[^..]`` as
+        ``[!..]``), component by component, sorted; names starting with "." only match a
         pattern that starts with "." too; a pattern ending in "/" matches directories only,
         and they keep the slash."""
         absolute_pattern = pattern.startswith("/")
-        parts = [_BASH_NEGATION.sub("[!", part) for part in pattern.split("/") if part]
+        parts = [part for part in pattern.split("/") if part]
         found = ["/" if absolute_pattern else ""]
         for index, part in enumerate(parts):
             last = index == len(parts) - 1
@@ -272,8 +272,6 @@ class SessionFs:
 
 #: ``/tiles/N`` and what is below it
 _TILE_PATH = re.compile(r"^/tiles/(0|[1-9][0-9]*)(/.*)?$")
-#: bash's ``[^..]``, which ``fnmatch`` spells ``[!..]``
-_BASH_NEGATION = re.compile(r"(?<!\[)\[\^")
 
 
 def _join(base: str, name: str) -> str:

@@ -470,7 +470,8 @@ def test_tiles_list_in_numeric_order(shared_machine):
     # mv takes -f (it never asks) and -- before a name that starts with a dash
     ("touch /mvf1 /-mvf", "mv -f /mvf1 /mvf2; mv -- /-mvf /mvf3; ls /mvf2 /mvf3", "/mvf2\n/mvf3\n", "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
-    ("echo a > /hl; echo b >> /hl; echo c >> /hl", "head -n -2 /hl; tail -n -1 /hl", "a\nc\n", "", 0),
+    ("echo a > /hl; echo b >> /hl; echo c >> /hl", "head -n -2 /hl; tail -n -1 /hl; head -n -0 /hl",
+     "a\nc\na\nb\nc\n", "", 0),
 ])
 def test_commands_do_what_coreutils_and_bash_do(shared_machine, setup, line, stdout, stderr, status):
     if setup:

@@ -157,3 +157,15 @@ def test_python_completion_runs_none_of_the_users_code():
     assert complete_python(namespace, "thing.heavy.bit") == (0, [])  # (its value is unknown)
     assert complete_python(namespace, "thing.other.x") == (0, [])
     assert ran == []
+
+
+@pytest.mark.parametrize("word, pattern", [
+    ("[^a]*", "[!a]*"),  # bash's negation, in fnmatch's spelling
+    ("[!a]*", "[!a]*"),
+    ("[\\^a]*", "[^a]*"),  # a quoted ^ is a ^ (fnmatch takes "[^" literally)
+    ("['^'a]*", "[^a]*"),
+    ("x^[a]", "x^[a]"),  # a ^ elsewhere is a ^
+])
+def test_a_caret_negates_a_bracket_only_unquoted(word, pattern):
+    (command,) = parse_line(f"echo {word}")
+    assert command.words[1].pattern == pattern
