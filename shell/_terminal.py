@@ -48,6 +48,12 @@ TRANSFER_CHUNK = 1 << 20
 EXIT_INTERRUPTED = 130
 
 
+#: the file of Python lines (python and multirepl mode), beside the shell's history
+PYTHON_HISTORY_NAME = "python-history"
+#: the history kind of python and multirepl lines
+_PYTHON_LINES = "python"
+
+
 def history_path() -> Path:
     """``$XDG_DATA_HOME/ipuos/history``, else ``~/.local/share/ipuos/history``."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -82,7 +88,7 @@ class Terminal:
         #: leave the program when a repl mode ends (``ipuos repl``)
         self.exit_on_leave = exit_on_leave
         self.history_file = history_file
-        self._history = None
+        self._histories: dict = {}
         self.interactive = False
         self._done = False
 
@@ -117,21 +123,28 @@ class Terminal:
         def _indent(event):  # (anywhere else Tab completes, as in Python's own REPL)
             event.current_buffer.insert_text("    ")
 
-        session = PromptSession(
-            history=self._load_history(),
-            completer=_TileCompleter(self),
-            complete_while_typing=False,
-            key_bindings=bindings,
-        )
+        # shell lines and Python lines each have a history of their own, as bash's and
+        # Python's do: Up in python mode brings back Python, not a shell command
+        sessions: dict[str, PromptSession] = {}
+        active: list[PromptSession] = []
+
+        def session_for(kind: str) -> PromptSession:
+            if kind not in sessions:
+                sessions[kind] = PromptSession(history=self._load_history(kind), completer=_TileCompleter(self),
+                                               complete_while_typing=False, key_bindings=bindings)
+            return sessions[kind]
+
         lost: list[str] = []
         when_lost = getattr(self.transport, "when_lost", None)
         if when_lost is not None:  # (a transport that cannot lose its session has none)
-            when_lost(lambda why: _end_prompt(session, lost, why))
+            when_lost(lambda why: _end_prompt(active[0] if active else None, lost, why))
         while not self._done:
             if lost:
                 self._write_err(f"\nipuos: {lost[0]}\n")
                 self.status = 1
                 break
+            session = session_for(SHELL if self.mode == SHELL else _PYTHON_LINES)
+            active[:] = [session]
             try:
                 line = session.prompt(self.prompt if not self.block else "... ",
                                       pre_run=lambda: lost and _end_prompt(session, lost, None))
@@ -149,18 +162,24 @@ class Terminal:
             self.feed(line)
         return self.status
 
-    def _load_history(self):
-        if self._history is None:
-            if self.history_file is None:
-                self._history = InMemoryHistory()
+    def _load_history(self, kind: str = SHELL):
+        """The history of shell lines (``history_file``) or of Python lines (beside it)."""
+        history = self._histories.get(kind)
+        if history is None:
+            path = self.history_file
+            if path is not None and kind != SHELL:
+                path = path.with_name(PYTHON_HISTORY_NAME)
+            if path is None:
+                history = InMemoryHistory()
             else:
                 try:
-                    _private_file(self.history_file)
-                    self._history = FileHistory(str(self.history_file))
+                    _private_file(path)
+                    history = FileHistory(str(path))
                 except OSError as exc:
-                    self._write_err(f"ipuos: history is not kept: {self.history_file}: {exc.strerror}\n")
-                    self._history = InMemoryHistory()
-        return self._history
+                    self._write_err(f"ipuos: history is not kept: {path}: {exc.strerror}\n")
+                    history = InMemoryHistory()
+            self._histories[kind] = history
+        return history
 
     # -- one line -----------------------------------------------------------------------------
 
@@ -393,11 +412,13 @@ class _SessionLost(Exception):
     """Ends the prompt when the session has gone (the machine halted)."""
 
 
-def _end_prompt(session: PromptSession, lost: list[str], why: str | None) -> None:
+def _end_prompt(session: PromptSession | None, lost: list[str], why: str | None) -> None:
     """Record ``why`` the session ended and end the prompt showing now, if any (from any
     thread; a prompt that starts later ends at once through its ``pre_run``)."""
     if why is not None:
         lost.append(why)
+    if session is None:
+        return
     app = session.app
     loop = app.loop
     if loop is None or loop.is_closed():

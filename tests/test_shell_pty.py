@@ -215,6 +215,30 @@ def test_tab_in_python_mode_indents_at_the_start_and_completes_names_after(termi
     term.prompt()
 
 
+def test_python_lines_have_a_history_of_their_own(terminal, tmp_path):
+    term = in_python_mode(terminal)
+    term.child.sendline("python_only_line = 7")
+    term.expect_prompt(">>>")
+    term.child.sendeof()
+    term.prompt()
+    assert "python_only_line" not in term.run("history")  # the shell's lines only
+    term.child.send("\x1b[A")  # Up in the shell: its own last line
+    term.expect("history")
+    term.child.send("\x15")  # (clear the line)
+    term.child.sendline("python")
+    term.expect_prompt(">>>")
+    term.child.send("\x1b[A")  # Up in python mode: the last Python line
+    term.expect("python_only_line = 7")
+    term.child.sendline("")
+    term.expect_prompt(">>>")
+    term.child.sendeof()
+    term.prompt()
+    python_history = tmp_path / ".local" / "share" / "ipuos" / "python-history"
+    assert "python_only_line = 7" in python_history.read_text()
+    assert stat.S_IMODE(python_history.stat().st_mode) == 0o600
+    assert "python_only_line" not in (python_history.parent / "history").read_text()
+
+
 def test_multirepl_in_the_shell(terminal):
     term = terminal()
     term.prompt()
