@@ -680,6 +680,10 @@ def _run_job(tile: Tile, job: Job) -> None:
     api = TileAPI(tile, job)
     tile.program_depth = tile.service_depth
     try:
+        if tile.signal is not None:
+            # stopped before its turn came: not started only to be stopped (a job whose
+            # tiles never pause would take the watchdog a tick per tile, 20 s a chip)
+            tile.raise_signal()
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
         if not exc.args:  # raised by the watchdog, which can only inject a bare class

@@ -157,6 +157,21 @@ def test_interrupting_opens_of_another_tiles_files_leaves_nothing_open_there():
         m.fs.restore(5, "/", snapshot["data"])  # refused while files are open
 
 
+def test_tiles_of_a_stopped_job_that_have_not_started_never_start(machine):
+    """A job whose tiles never pause runs them one at a time: stopping it must not start
+    each remaining tile only for the watchdog to stop it a tick later (about 20 ms a
+    tile, 22 s for a chip)."""
+    handle = machine.launch("print('started')\nwhile True:\n    pass\n", tiles="0-7")
+    time.sleep(0.2)
+    handle.interrupt()
+    result = handle.wait(10)
+    assert [t.status for t in result.tiles] == ["interrupted"] * 8
+    assert sum(t.output == "started\n" for t in result.tiles) == 1  # the one that was running
+    budgeted = machine.run("print('started')\nwhile True:\n    pass\n", tiles="0-7", budget=0.1, timeout=10)
+    assert [t.status for t in budgeted.tiles].count("error") == 1
+    assert sum(t.output == "started\n" for t in budgeted.tiles) == 1
+
+
 def test_run_that_times_out_interrupts_its_program(machine):
     # run() returns no handle: a program left running would hold its tiles for good
     with pytest.raises(TimeoutError, match="ran longer than 0.1 s, and was interrupted"):
