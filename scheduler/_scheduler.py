@@ -680,9 +680,7 @@ def _run_job(tile: Tile, job: Job) -> None:
     api = TileAPI(tile, job)
     tile.program_depth = tile.service_depth
     try:
-        if tile.signal is not None:
-            # stopped before its turn came: not started only to be stopped (a job whose
-            # tiles never pause would take the watchdog a tick per tile, 20 s a chip)
+        if tile.signal is not None and _stops_before_start(job, tile.signal):
             tile.raise_signal()
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
@@ -703,6 +701,20 @@ def _run_job(tile: Tile, job: Job) -> None:
         result = TileResult(tile.rank, tile.id, OK, value=value)
     _release_tile(tile)
     job.finish_tile(tile, result)
+
+
+def _stops_before_start(job: Job, signal: BaseException) -> bool:
+    """Whether a tile of ``job`` whose turn comes after ``signal`` skips its program.
+
+    Interrupted (Ctrl-C, kill, shutdown) or failed on a compute budget, the job is over on
+    every tile at once: a tile is not started only to be stopped (a job whose tiles never
+    pause would take the watchdog a tick per tile: 20 s a chip). After another tile's
+    exception a tile still runs to its next exchange point, as tiles computing side by
+    side on the chip would, and may fail in its own way."""
+    if isinstance(signal, TileInterrupt):
+        return True
+    failure = job.first_failure
+    return failure is not None and isinstance(failure.error, ComputeBudgetExceeded)
 
 
 def _release_tile(tile: Tile) -> None:
