@@ -11,6 +11,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import subprocess
 import stat
 import tempfile
 import time
@@ -131,6 +132,14 @@ def test_modification_times(mm):
     assert abs(os.stat(path).st_mtime - time.time()) < 60
     os.utime(path, ns=(1, 2), follow_symlinks=True)
     assert os.stat(path).st_mtime_ns == 2
+    # touch -d, cp -a of an empty file: create, set the time while open, close
+    new = mm.tile(2) / "made-empty"
+    fd = os.open(new, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    os.utime(fd, ns=(3, 1_000_000_000_000_000_003))
+    os.close(fd)
+    assert os.stat(new).st_mtime_ns == 1_000_000_000_000_000_003
+    subprocess.run(["touch", "-d", "2001-02-03 04:05:06", str(mm.tile(2) / "touched")], check=True)
+    assert time.gmtime(os.stat(mm.tile(2) / "touched").st_mtime)[:3] == (2001, 2, 3)
 
 
 def test_unlinked_open_file_keeps_working_and_leaves_nothing_behind(mm):

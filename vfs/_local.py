@@ -11,7 +11,7 @@ ownership bracket and the modification time:
 * littlefs keeps no times, so the mtime lives in a littlefs attribute
   (``blockdev.MTIME_ATTRIBUTE``, nanoseconds of host wall time), and is kept the way
   Linux's ``lazytime`` keeps timestamps. A file is stamped, in memory, when it is closed
-  or flushed after a write or truncate, or when ``open`` creates or truncates it; a
+  or flushed after a write or truncate, and when ``open`` creates or truncates it; a
   directory when an entry is created in it, removed from it, or renamed into or out of
   it (as POSIX has it); every stat and listing sees the stamp at once. Stamps reach littlefs when the file is
   ``fsync``-ed, before any rename, before a snapshot or unmount, and whenever
@@ -333,12 +333,16 @@ class LittlefsBackend(Backend):
         created = file.created
         if created:
             self.stamp(_parent(path))
+        if created or mode.stamps:
+            # made or truncated now: stamped now, not at close, so a time set while the
+            # file is open (touch -d, cp -a of an empty file) is the one it keeps
+            self.stamp(path)
         if self.changes is not None:
             if created:
                 self.changes.emit(ADDED_FILE, path)  # (littlefs committed the name)
             elif mode.stamps:
                 self.changes.emit(CHANGED, path)  # truncated
-        return LocalFile(file, self, name, mode, owner, pending, mode.stamps or created)
+        return LocalFile(file, self, name, mode, owner, pending, False)
 
     # -- the filesystem as a whole ---------------------------------------------------------
 
