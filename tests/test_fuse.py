@@ -142,6 +142,30 @@ def test_modification_times(mm):
     assert time.gmtime(os.stat(mm.tile(2) / "touched").st_mtime)[:3] == (2001, 2, 3)
 
 
+def test_tile_roots_have_their_filesystems_times(mm, tmp_path):
+    """/tiles/N is tile N's root: its time is the tile's, moves when an entry comes or
+    goes, and can be set (tar x, cp -a and rsync -t set it, and failed)."""
+    root = mm.tile(14)
+    os.utime(root, ns=(1, 5_000_000_000))
+    assert os.stat(root).st_mtime_ns == 5_000_000_000
+    assert mm.run(14, "import os; print(os.stat('/').st_mtime_ns)") == "5000000000\n"
+    (root / "new-entry").write_bytes(b"x")
+    assert os.stat(root).st_mtime_ns > 5_000_000_000
+    (root / "new-entry").unlink()
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "f").write_bytes(b"archived")
+    os.utime(source, ns=(1, 7_000_000_000))
+    subprocess.run(["tar", "cf", str(tmp_path / "a.tar"), "-C", str(source), "."], check=True)
+    done = subprocess.run(["tar", "xf", str(tmp_path / "a.tar"), "-C", str(mm.tile(14))],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (mm.tile(14) / "f").read_bytes() == b"archived"
+    assert os.stat(mm.tile(14)).st_mtime_ns == 7_000_000_000
+    with pytest.raises(PermissionError):
+        os.utime(mm.root / "tiles", ns=(1, 1))  # (the mount's own directories have no time to set)
+
+
 def test_unlinked_open_file_keeps_working_and_leaves_nothing_behind(mm):
     path = mm.tile(8) / "gone"
     path.write_bytes(b"still here")

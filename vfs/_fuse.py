@@ -214,6 +214,14 @@ class _Place:
         """One of the directories the mount itself provides (never removed or renamed)."""
         return self.kind != _INSIDE
 
+    @property
+    def synthetic(self) -> bool:
+        """Answered by the mount itself: ``/``, ``/tiles`` and ``/chip``. A tile's root
+        ``/tiles/N`` is fixed too, but its attributes are the tile's. (``/chip`` is looked
+        up in the mount's root, under the root's lock, which a change notice needs: asking
+        tile 0 there could wait on a notice that waits on the lookup; see _KernelNames.)"""
+        return self.kind != _INSIDE and self.kind != _TILE_ROOT
+
 
 class _Open:
     """An open file: the owner tile's handle, and what the mount remembers about it."""
@@ -658,8 +666,10 @@ class ChipFilesystem:
                 # its handle has failed (a write that ran out of space lost it): the
                 # file is still there, as last committed
         place = self._file_place(path)
-        if place.fixed:
+        if place.synthetic:
             return self._attrs(True, 0, self.mounted_ns)
+        if place.fixed:  # a tile's root: as the tile has it
+            return self._attrs(*self._stat(place))
         self._fresh_name(place)
         writer = self._dirty_open(place.tile, place.inner)
         if writer is not None:
@@ -890,7 +900,7 @@ class ChipFilesystem:
                 # only the access time, which a tile does not keep: just say whether it exists
                 return 0 if place.fixed else self._exists(place)
         self._refuse_if_readonly()
-        if place.fixed:
+        if place.synthetic:
             raise _fail(errno.EPERM)
         if (place.tile, place.inner) in self._hidden_files:
             return 0  # the time of a file that no longer has a name: nobody can see it
