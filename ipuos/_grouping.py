@@ -28,9 +28,21 @@ class OutputGroup:
         return format_tiles(self.tiles)
 
     def header(self) -> str:
-        """The group's first line: ``[3 tiles: 0-4:2]``."""
+        """The group's first line: ``[3 tiles: 0-4:2]``. Tiles that make no regular
+        pattern can make thousands of ranges: past :data:`HEADER_RANGES_MAX` characters
+        the list is cut at a comma and says how many ranges it leaves out (the whole list
+        is ``tile_ranges``, and in ``--json``)."""
         noun = "tile" if self.count == 1 else "tiles"
-        return f"[{self.count} {noun}: {self.tile_ranges}]"
+        ranges = self.tile_ranges
+        if len(ranges) > HEADER_RANGES_MAX:
+            kept = ranges[:HEADER_RANGES_MAX].rpartition(",")[0]
+            left = ranges.count(",") - kept.count(",")
+            ranges = f"{kept},... (+{left} more ranges)"
+        return f"[{self.count} {noun}: {ranges}]"
+
+
+#: characters of tile ranges a group header shows (two lines of a wide terminal)
+HEADER_RANGES_MAX = 200
 
 
 def group_texts(texts: dict[int, str] | list[str]) -> list[OutputGroup]:
