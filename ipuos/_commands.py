@@ -21,6 +21,7 @@ threads and reach tiles only through the Machine's public, thread-safe methods.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import threading
@@ -363,7 +364,32 @@ def _run(call: Call):
         result = handle.wait()
     finally:
         call.host.remove_job(job.id)
-    return run_result_to_json(result)
+    return run_result_to_json(fit_for_reply(result))
+
+
+#: characters of output (and errors) a run's reply carries at most, over all its tiles:
+#: each tile keeps its own limit in characters, and at 4 bytes a character on thousands
+#: of tiles a reply passed the protocol's frame limit and the client got no output at all
+REPLY_OUTPUT_MAX = 64 * 1024 * 1024
+
+
+def fit_for_reply(result):
+    """``result``, its largest outputs cut (saying so) if together they pass
+    :data:`REPLY_OUTPUT_MAX` characters."""
+    tiles = result.tiles
+    total = sum(len(tile.output) + len(tile.error or "") for tile in tiles)
+    if total <= REPLY_OUTPUT_MAX:
+        return result
+    share = REPLY_OUTPUT_MAX // (2 * max(1, len(tiles)))  # (output and error each)
+    trimmed = [dataclasses.replace(tile, output=_cut(tile.output, share), error=tile.error and _cut(tile.error, share))
+               for tile in tiles]
+    return dataclasses.replace(result, tiles=trimmed)
+
+
+def _cut(text: str, keep: int) -> str:
+    if len(text) <= keep:
+        return text
+    return text[:keep] + f"\n[output truncated for the reply: {len(text) - keep} more characters]\n"
 
 
 #: how long ``kill`` waits to report how the job ended

@@ -241,3 +241,20 @@ def test_a_second_ctrl_c_stops_waiting(machine, program):
 def test_run_on_a_named_machine_from_the_environment(machine, program):
     done = run_cli("run", program("print(__numtiles)"), "--tiles", "3-4", env=machine.env())
     assert done.returncode == 0 and done.stdout == "[2 tiles: 3-4]\n2\n"
+
+
+def test_a_runs_reply_keeps_to_its_size_whatever_the_tiles_printed(monkeypatch):
+    """Each tile's output is capped in characters; thousands of tiles of 4-byte characters
+    made a reply over the protocol's frame limit, and the client got no output at all."""
+    from ipuos import Machine, _commands
+
+    monkeypatch.setattr(_commands, "REPLY_OUTPUT_MAX", 4000)
+    with Machine("tiny") as machine:
+        result = machine.run("print('\U0001F600' * 1000)", tiles="0-15")
+        small = machine.run("print('ok')", tiles="0-15")
+    fitted = _commands.fit_for_reply(result)
+    assert sum(len(t.output) for t in fitted.tiles) < 4000 + 16 * 80
+    assert all(t.output.startswith("\U0001F600" * 125)
+               and t.output.endswith("[output truncated for the reply: 876 more characters]\n")
+               for t in fitted.tiles)
+    assert _commands.fit_for_reply(small) is small  # (within the size: as it was)
