@@ -338,7 +338,7 @@ def _du_below(sh, path: str, every: bool, top: bool = False, skip: tuple = ()) -
     except OSError as exc:
         sh.oserror(exc)
         return 0
-    for entry in sorted(entries, key=lambda e: e.name):
+    for entry in sorted(entries, key=_natural):  # (as ls and tree: /tiles/2 before /tiles/10)
         if entry.is_dir:
             child = _join(path, entry.name)
             if not skip or sh.fs.abspath(child) not in skip:

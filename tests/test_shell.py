@@ -467,6 +467,8 @@ def test_tiles_list_in_numeric_order(shared_machine):
     ("mkdir -p /mmx/r; mount --ram 16K /mmx/r; echo data > /mmx/r/f; echo top > /mmx/t",
      "rm -r /mmx; cat /mmx/r/f /mmx/t; umount /mmx/r", "data\ntop\n",
      "rm: /mmx: a filesystem is mounted at /mmx/r inside it (umount it first)\n", 0),
+    # du lists in the order ls does: n2 before n10
+    ("mkdir -p /dun/n10 /dun/n2 /dun/n1", "du /dun", "0\t/dun/n1\n0\t/dun/n2\n0\t/dun/n10\n0\t/dun\n", "", 0),
     # mv takes -f (it never asks) and -- before a name that starts with a dash
     ("touch /mvf1 /-mvf", "mv -f /mvf1 /mvf2; mv -- /-mvf /mvf3; ls /mvf2 /mvf3", "/mvf2\n/mvf3\n", "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
