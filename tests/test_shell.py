@@ -438,8 +438,8 @@ def test_tiles_list_in_numeric_order(shared_machine):
 
 @pytest.mark.parametrize("setup, line, stdout, stderr, status", [
     # a trailing slash says "a directory": never the file of that name
-    ("echo keep > /ts1", "cat /ts1/; rm /ts1/; mv /ts1/ /chip/ts1; cat /ts1", "keep\n",
-     "cat: /ts1/: Not a directory\nrm: /ts1/: Not a directory\nmv: /ts1/: Not a directory\n", 0),
+    ("echo keep > /chip/ts1", "cat /chip/ts1/; rm /chip/ts1/; mv /chip/ts1/ /tiles/2/ts1; cat /chip/ts1", "keep\n",
+     "cat: /chip/ts1/: Not a directory\nrm: /chip/ts1/: Not a directory\nmv: /chip/ts1/: Not a directory\n", 0),
     ("", "echo hi > /chip/ts2/; touch /chip/ts3/; ls /chip/ts2 /chip/ts3", "",
      "sh: /chip/ts2/: Is a directory\ntouch: /chip/ts3/: Is a directory\n"
      "ls: /chip/ts2: No such file or directory\nls: /chip/ts3: No such file or directory\n", 1),
@@ -454,8 +454,9 @@ def test_tiles_list_in_numeric_order(shared_machine):
     ("echo old > /chip/rd.txt", "echo new > /chip/rd*; cat /chip/rd.txt", "new\n", "", 0),
     ("touch /chip/am1 /chip/am2", "echo x > /chip/am*", "", "sh: /chip/am*: ambiguous redirect\n", 1),
     # mv between filesystems refuses what rename refuses, and keeps the time
-    ("mkdir -p /chip/mvs /mvd/mvs; echo new > /chip/mvs/x; echo old > /mvd/mvs/x",
-     "mv /chip/mvs /mvd; cat /mvd/mvs/x; ls /chip/mvs", "old\nx\n", "mv: /mvd/mvs: Directory not empty\n", 0),
+    ("mkdir -p /chip/mvs /tiles/3/mvd/mvs; echo new > /chip/mvs/x; echo old > /tiles/3/mvd/mvs/x",
+     "mv /chip/mvs /tiles/3/mvd; cat /tiles/3/mvd/mvs/x; ls /chip/mvs", "old\nx\n",
+     "mv: /tiles/3/mvd/mvs: Directory not empty\n", 0),
     ("", "cat /chip/cio; echo abc > /chip/cio; cat /chip/cio >> /chip/cio; cat /chip/cio", "abc\n",
      "cat: /chip/cio: No such file or directory\ncat: /chip/cio: input file is output file\n", 0),
     # /tiles/0 holds tile 0's own disk: copying it elsewhere is not "into itself" ...
@@ -468,11 +469,13 @@ def test_tiles_list_in_numeric_order(shared_machine):
      "rm -r /mmx; cat /mmx/r/f /mmx/t; umount /mmx/r", "data\ntop\n",
      "rm: /mmx: a filesystem is mounted at /mmx/r inside it (umount it first)\n", 0),
     # du lists in the order ls does: n2 before n10
-    ("mkdir -p /dun/n10 /dun/n2 /dun/n1", "du /dun", "0\t/dun/n1\n0\t/dun/n2\n0\t/dun/n10\n0\t/dun\n", "", 0),
+    ("mkdir -p /chip/dun/n10 /chip/dun/n2 /chip/dun/n1", "du /chip/dun",
+     "0\t/chip/dun/n1\n0\t/chip/dun/n2\n0\t/chip/dun/n10\n0\t/chip/dun\n", "", 0),
     # mv takes -f (it never asks) and -- before a name that starts with a dash
-    ("touch /mvf1 /-mvf", "mv -f /mvf1 /mvf2; mv -- /-mvf /mvf3; ls /mvf2 /mvf3", "/mvf2\n/mvf3\n", "", 0),
+    ("touch /chip/mvf1 /chip/-mvf", "mv -f /chip/mvf1 /chip/mvf2; mv -- /chip/-mvf /chip/mvf3; ls /chip/mvf2 /chip/mvf3",
+     "/chip/mvf2\n/chip/mvf3\n", "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
-    ("echo a > /hl; echo b >> /hl; echo c >> /hl", "head -n -2 /hl; tail -n -1 /hl; head -n -0 /hl",
+    ("echo a > /chip/hl; echo b >> /chip/hl; echo c >> /chip/hl", "head -n -2 /chip/hl; tail -n -1 /chip/hl; head -n -0 /chip/hl",
      "a\nc\na\nb\nc\n", "", 0),
 ])
 def test_commands_do_what_coreutils_and_bash_do(shared_machine, setup, line, stdout, stderr, status):
