@@ -123,16 +123,21 @@ def test_tab_completes_commands_and_paths(terminal):
     assert term.prompt("/complete-me/inner").split("\n", 1)[1] == "tab-content\n"
 
 
+def private_history(home, name: str = "history") -> str:
+    """The text of a history file in ``home``, which only its user may read."""
+    path = home / ".local" / "share" / "ipuos" / name
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    return path.read_text()
+
+
 def test_history_persists_across_sessions(terminal, tmp_path):
     term = terminal()
     term.prompt()
     term.run("echo remembered-line")
     term.child.sendeof()
     term.finish()
-    history = tmp_path / ".local" / "share" / "ipuos" / "history"
-    assert "remembered-line" in history.read_text()
-    assert stat.S_IMODE(history.stat().st_mode) == 0o600
-    assert stat.S_IMODE(history.parent.stat().st_mode) == 0o700
+    assert "remembered-line" in private_history(tmp_path)
 
     term = terminal()
     term.prompt()
@@ -233,10 +238,8 @@ def test_python_lines_have_a_history_of_their_own(terminal, tmp_path):
     term.expect_prompt(">>>")
     term.child.sendeof()
     term.prompt()
-    python_history = tmp_path / ".local" / "share" / "ipuos" / "python-history"
-    assert "python_only_line = 7" in python_history.read_text()
-    assert stat.S_IMODE(python_history.stat().st_mode) == 0o600
-    assert "python_only_line" not in (python_history.parent / "history").read_text()
+    assert "python_only_line = 7" in private_history(tmp_path, "python-history")
+    assert "python_only_line" not in private_history(tmp_path)
 
 
 def test_multirepl_in_the_shell(terminal):
