@@ -251,6 +251,19 @@ class Scheduler:
                 if future is not None:
                     future.set_result(result)
 
+    def _answer_hosts(self) -> None:
+        """Resolve the Futures of the host requests answered since the last exchange (at
+        shutdown, some of never-served ones, which their host may have cancelled)."""
+        replies, self._host_replies = self._host_replies, []
+        for future, ok, value in replies:
+            if not ok:
+                _refuse(future, value)
+                continue
+            try:
+                future.set_result(value)
+            except InvalidStateError:
+                pass
+
     def _exchange_pending(self) -> bool:
         return bool(
             self.engine.has_posted() or self._ready_jobs or self._finished_jobs
@@ -278,12 +291,7 @@ class Scheduler:
             for job in finished:
                 self._finalise_job(job)
         if self._host_replies:
-            replies, self._host_replies = self._host_replies, []
-            for future, ok, value in replies:
-                if ok:
-                    future.set_result(value)
-                else:
-                    future.set_exception(value)
+            self._answer_hosts()
         engine.reset_out_buffers()
         if self._deferred_replies:
             deferred, self._deferred_replies = self._deferred_replies, []
@@ -654,15 +662,7 @@ class Scheduler:
                 request = tile.requests.popleft()
                 if request.reply is not None and request.begin is not None:  # (a host's)
                     request.reply(False, RuntimeError(stopped.format(f"request {request.name!r}")))
-        for future, ok, value in self._host_replies:
-            if ok:
-                try:
-                    future.set_result(value)
-                except InvalidStateError:
-                    pass
-            else:
-                _refuse(future, value)
-        self._host_replies.clear()
+        self._answer_hosts()
         for job in list(self.jobs.values()):
             if not job.future.done():
                 job.future.set_exception(RuntimeError(stopped.format(f"job {job.id}")))

@@ -135,9 +135,9 @@ class Storage:
             if vfs is None or tile.fs_depth:
                 continue
             for info in vfs.mount_points():
-                filesystem = getattr(vfs.backend(info.path), "fs", None)
-                if filesystem is not None:
-                    filesystem.release()
+                backend = vfs.backend(info.path)
+                if isinstance(backend, LittlefsBackend):
+                    backend.fs.release()
 
     # -- what backup and restore need ------------------------------------------------------------
 
