@@ -1093,8 +1093,9 @@ def _fuse_loop_class(mfusepy):
     """mfusepy's FUSE with the two libfuse3 arguments it drops passed on: the file handle
     of ``truncate`` (ftruncate must go through the open file, or its own uncommitted
     writes would undo the truncation) and ``rename``'s flags (RENAME_NOREPLACE must not
-    silently replace); and read-only opens marked ``noflush`` (the kernel then sends no
-    FLUSH when they are closed: there is nothing to commit)."""
+    silently replace); read-only opens marked ``noflush`` (the kernel then sends no
+    FLUSH when they are closed: there is nothing to commit); and ``create`` called with
+    its flags directly (mfusepy inspects the method's signature on every create, ~10 us)."""
     global _fuse_class
     if _fuse_class is not None:
         return _fuse_class
@@ -1107,6 +1108,11 @@ def _fuse_loop_class(mfusepy):
             info.fh = self.operations.open(path.decode(self.encoding, self.errors), info.flags)
             if can_skip_flush and info.flags & (os.O_ACCMODE | os.O_TRUNC) == os.O_RDONLY:
                 info.noflush = 1  # nothing to commit at close: no FLUSH round trip per close
+            return 0
+
+        def create(self, path, mode, fip):
+            info = fip.contents
+            info.fh = self.operations.create(path.decode(self.encoding, self.errors), mode, info.flags)
             return 0
 
         def truncate_fuse_3(self, path, length, fip):
