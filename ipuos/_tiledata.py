@@ -14,7 +14,9 @@ def split_lines(data: bytes, ntiles: int) -> list[bytes]:
     size = len(data)
     cuts = [0]
     for i in range(1, ntiles):
-        target = max(i * size // ntiles, cuts[-1])
+        # the first byte at or past i*size/n: rounded up, or a line starting just below
+        # it would go to tile i instead of tile i-1
+        target = max(-(-i * size // ntiles), cuts[-1])
         if target >= size:
             cut = size
         elif target == 0 or data[target - 1 : target] == b"\n":

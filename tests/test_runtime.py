@@ -316,6 +316,19 @@ def test_split_lines_covers_everything_once(n):
     assert all(s.endswith(b"\n") for i, s in enumerate(shares) if s and i != last)
 
 
+@pytest.mark.parametrize("data, n", [(b"abc", 4), (b"a\nb\nc\n", 16), (b"x\n" * 7 + b"tail", 5),
+                                     (bytes(range(32, 127)) * 3 + b"\n", 2)])
+def test_each_line_goes_to_the_tile_its_start_falls_in(data, n):
+    """The documented rule: tile i gets the lines starting in [i*size/n, (i+1)*size/n)."""
+    shares = split_lines(data, n)
+    start = 0
+    for tile, share in enumerate(shares):
+        for line in share.splitlines(keepends=True):
+            assert tile == start * n // len(data), (line, start, tile)
+            start += len(line)
+    assert start == len(data)
+
+
 def test_non_utf8_data_is_refused_clearly(machine):
     with pytest.raises(ValueError, match="not UTF-8 text"):
         machine.launch("pass", tiles="0-1", data=b"\xff\xfe\n\x00")
