@@ -39,6 +39,10 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
     return sorted(set(tiles))
 
 
+#: digits a number in a tile spec may have (beyond any machine; int() refuses 4300+)
+_DIGITS_MAX = 18
+
+
 def _parse_text(spec: str, ntiles: int) -> list[int]:
     text = spec.strip()
     if text in ("all", "*"):
@@ -61,6 +65,11 @@ def _parse_part(spec: str, part: str, ntiles: int) -> range:
         raise TileSpecError(
             f"bad tile specification {spec!r}: {part!r} is not a tile id or a range "
             "like 0-15 (or 0-14:2 for every second tile)"
+        )
+    if any(len(n.strip().lstrip("0")) > _DIGITS_MAX for n in numbers):
+        raise TileSpecError(
+            f"bad tile specification {spec[:40]!r}{'...' if len(spec) > 40 else ''}: a number in it "
+            f"is far too big (this machine has tiles 0-{ntiles - 1})"
         )
     first = int(lo)
     last = int(hi) if dash else first

@@ -37,6 +37,9 @@ def test_parse(spec, expected):
         ("0-8:0", "step"),
         ([1, 99], "no tile 99"),
         (["1"], "must be integers"),
+        ("9" * 5000, "far too big"),  # past int()'s own limit: still a spec error
+        ("0-" + "9" * 19, "far too big"),
+        ("0-8:" + "9" * 5000, "far too big"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, message):
