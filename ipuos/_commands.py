@@ -34,7 +34,7 @@ from ._host import HaltRefused, HostedJob, MachineHost
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._runjson import run_result_to_json
 from ._tilespec import TileSpecError, format_tiles
-from .scheduler import TileBusyError
+from .scheduler import TileBusyError, describe_syntax_error
 
 log = logging.getLogger("ipuos.daemon")
 
@@ -350,7 +350,7 @@ def _run(call: Call):
     except TileSpecError as exc:
         raise CommandError("bad_tiles", str(exc)) from None
     except SyntaxError as exc:
-        raise CommandError("syntax_error", f"{filename}: syntax error at line {exc.lineno}: {exc.msg}",
+        raise CommandError("syntax_error", describe_syntax_error(filename, exc),
                            line=exc.lineno) from None
     except TileBusyError as exc:
         raise CommandError("tiles_busy", f"{exc} (`ipuos ps` lists jobs, `ipuos kill JOB` stops one)") from None

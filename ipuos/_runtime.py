@@ -321,6 +321,8 @@ def compile_program(source: str | bytes, filename: str):
     """Compile once for every tile; SyntaxError is reported before anything starts."""
     if isinstance(source, bytes):
         source = source.decode("utf-8")
+    if source.startswith("\ufeff"):
+        source = source[1:]  # a byte-order mark, as editors may save: Python reads past it
     code = compile(source, filename, "exec", dont_inherit=True)
     # register the text so tracebacks can show the offending lines
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

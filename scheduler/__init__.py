@@ -13,6 +13,7 @@ from ._errors import (
     TileBusyError,
     TileFailed,
     TileInterrupt,
+    describe_syntax_error,
 )
 from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, TileResult
 from ._payload import decode, encode
@@ -43,5 +44,6 @@ __all__ = [
     "TileInterrupt",
     "TileResult",
     "decode",
+    "describe_syntax_error",
     "encode",
 ]

@@ -25,6 +25,13 @@ def describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
+def describe_syntax_error(filename: str, exc: SyntaxError) -> str:
+    """``"prog.py: syntax error at line 3: ..."`` (no line for errors of the whole text,
+    such as a NUL byte in it)."""
+    where = f" at line {exc.lineno}" if exc.lineno else ""
+    return f"{filename}: syntax error{where}: {exc.msg}"
+
+
 class ExchangeError(RuntimeError):
     """A tile program used the exchange in a way that cannot complete."""
 

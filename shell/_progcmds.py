@@ -14,7 +14,7 @@ import re
 import traceback
 
 from ipuos._tilespec import TileSpecError
-from ipuos.scheduler import TileBusyError
+from ipuos.scheduler import TileBusyError, describe_syntax_error
 
 from ._session import MULTIREPL, PYTHON, SHELL
 from ._table import Usage, command, options
@@ -70,7 +70,7 @@ def _run(sh, args):
     except TileSpecError as exc:
         return sh.error(f"--tiles: {exc}", 2)
     except SyntaxError as exc:
-        return sh.error(f"{path}: syntax error at line {exc.lineno}: {exc.msg}")
+        return sh.error(describe_syntax_error(path, exc))
     except (TileBusyError, ValueError) as exc:
         return sh.error(str(exc))
     sh.wait(launched)

@@ -106,6 +106,18 @@ def test_syntax_error_is_one_clear_line(runner, program):
     assert "Traceback" not in result.output
 
 
+def test_a_byte_order_mark_is_read_past_and_a_nul_byte_is_a_clear_error(runner, tmp_path):
+    bom, nul = tmp_path / "bom.py", tmp_path / "nul.py"
+    bom.write_bytes(b"\xef\xbb\xbfprint('bom')\n")  # as some editors save UTF-8
+    nul.write_bytes(b"print(1)\x00\n")
+    result = runner.invoke(main, ["run", str(bom), "--tiles", "0"])
+    assert (result.exit_code, result.output) == (0, "[1 tile: 0]\nbom\n")
+    result = runner.invoke(main, ["run", str(nul), "--tiles", "0"])
+    assert result.exit_code == 1
+    assert "nul.py: syntax error: source code string cannot contain null bytes" in result.output
+    assert "None" not in result.output
+
+
 def test_json_output(runner, program):
     result = runner.invoke(main, ["run", program("print(__tileid)"), "--tiles", "2-3", "--json"])
     assert result.exit_code == 0

@@ -306,13 +306,15 @@ def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_pat
     (tmp_path / "data.txt").write_text("a b\nc\nd e f\ng\n")
     (tmp_path / "exit3.py").write_text("exit(3)\n")
     (tmp_path / "bad.py").write_text("x = = 1\n")
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbfprint('bom')\n")
     done = shell(shared_machine, "mkdir /chip/p; put prog.py /chip/p; put data.txt /chip/p; "
-                 "put exit3.py /chip/p; put bad.py /chip/p; cd /chip/p; "
+                 "put exit3.py /chip/p; put bad.py /chip/p; put bom.py /chip/p; cd /chip/p; "
                  "run prog.py --tiles 0-3 --data data.txt one --two", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == ("[2 tiles: 0,2]\n['one', '--two'] 7 0\n"
                            "[2 tiles: 1,3]\n['one', '--two'] 7 1\n")
     assert shell(shared_machine, "run /chip/p/exit3.py --tiles 0-1").returncode == 3
+    assert shell(shared_machine, "run /chip/p/bom.py --tiles 0").stdout == "[1 tile: 0]\nbom\n"
     done = shell(shared_machine, "run /chip/p/bad.py; run /chip/p/prog.py --tiles 0-99")
     assert done.stderr.splitlines() == [
         "run: /chip/p/bad.py: syntax error at line 1: invalid syntax",
