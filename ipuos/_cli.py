@@ -298,7 +298,7 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     if as_json:
         click.echo(json.dumps(run_result_to_json(result), indent=1))
         return
-    click.echo(result.format(), nl=False)
+    click.echo(result.format(), nl=False, color=True)  # the tiles' bytes: ANSI codes too, piped or not
     if show_stats:
         s = result.stats
         click.echo(

@@ -118,6 +118,13 @@ def test_a_byte_order_mark_is_read_past_and_a_nul_byte_is_a_clear_error(runner, 
     assert "None" not in result.output
 
 
+def test_output_keeps_terminal_escapes_when_piped(runner, program):
+    """The tiles' output is passed on as printed: click strips ANSI codes from output
+    that is not a terminal unless told not to."""
+    result = runner.invoke(main, ["run", program("print('\\x1b[1mbold\\x1b[0m\\a')"), "--tiles", "0"])
+    assert (result.exit_code, result.output) == (0, "[1 tile: 0]\n\x1b[1mbold\x1b[0m\a\n")
+
+
 def test_json_output(runner, program):
     result = runner.invoke(main, ["run", program("print(__tileid)"), "--tiles", "2-3", "--json"])
     assert result.exit_code == 0
