@@ -34,6 +34,7 @@ from ._rundir import (
 from ._runjson import run_result_from_json, run_result_to_json
 from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._tilespec import TileSpecError, parse_tiles
+from .scheduler import budget_seconds
 from ._views import format_ps, format_status, ps_json
 
 EXIT_NOT_RUNNING = 3
@@ -185,7 +186,8 @@ def _halt_by_signal(paths, pid: int, saving: bool) -> None:
 @click.argument("program_args", metavar="[ARGS]...", nargs=-1)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")
 @click.option("--data", "data_file", type=click.File("rb"), help="host file split over the tiles as __tiledata")
-@click.option("--budget", type=click.FloatRange(min=0, min_open=True), help="seconds a tile may compute per superstep")
+@click.option("--budget", type=float, callback=lambda ctx, param, value: _budget(value),
+              help="seconds a tile may compute per superstep")
 @click.option("--json", "as_json", is_flag=True, help="print per-tile results as JSON")
 @click.option("--stats", "show_stats", is_flag=True, help="print supersteps, bytes and simulated exchange time")
 @preset_option(None)
@@ -292,6 +294,13 @@ def _geometry(info: dict) -> str:
 
 def _name_flag(name: str) -> str:
     return "" if name == DEFAULT_MACHINE else f" --name {name}"
+
+
+def _budget(value: float | None) -> float | None:
+    try:
+        return None if value is None else budget_seconds(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:

@@ -34,7 +34,7 @@ from ._host import HaltRefused, HostedJob, MachineHost
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._runjson import run_result_to_json
 from ._tilespec import TileSpecError, format_tiles
-from .scheduler import TileBusyError, describe_syntax_error
+from .scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
 log = logging.getLogger("ipuos.daemon")
 
@@ -331,8 +331,11 @@ def _run(call: Call):
     source_len = args["source_len"]
     if not 0 <= source_len <= len(payload):
         raise CommandError(BAD_REQUEST, f"source_len {source_len} does not fit the {len(payload)}-byte payload")
-    if args["budget"] is not None and not args["budget"] > 0:
-        raise CommandError(BAD_REQUEST, "the compute budget must be a positive number of seconds")
+    if args["budget"] is not None:
+        try:
+            budget_seconds(args["budget"])
+        except ValueError as exc:
+            raise CommandError(BAD_REQUEST, str(exc)) from None
     filename = args["filename"]
     program_args = args["args"] or []
     if not all(isinstance(a, str) for a in program_args):

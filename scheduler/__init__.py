@@ -19,7 +19,7 @@ from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, Til
 from ._payload import decode, encode
 from ._scheduler import Scheduler
 from ._tile import Tile
-from ._watchdog import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES
+from ._watchdog import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, budget_seconds
 
 __all__ = [
     "ABORTED",
@@ -43,6 +43,7 @@ __all__ = [
     "TileFailed",
     "TileInterrupt",
     "TileResult",
+    "budget_seconds",
     "decode",
     "describe_syntax_error",
     "encode",

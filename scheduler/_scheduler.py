@@ -38,7 +38,7 @@ from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
 from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, TileResult
 from ._payload import decode, encode
 from ._tile import Request, Tile
-from ._watchdog import Watchdog
+from ._watchdog import Watchdog, budget_seconds
 
 #: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
 STOP_GRACE_SECONDS = 5.0
@@ -190,8 +190,11 @@ class Scheduler:
         """Launch ``target(api)`` on every tile in ``tile_ids`` (rank order = list order).
 
         Thread-safe. Returns the Job; ``job.future`` resolves to a :class:`JobReport`.
-        TileBusyError if any tile already runs a job.
+        TileBusyError if any tile already runs a job; ValueError for a ``budget`` that is
+        not a positive, finite number of seconds.
         """
+        if budget is not None:
+            budget = budget_seconds(budget)
         return self.call_wait(self._start_job, list(tile_ids), target, name, budget)
 
     def interrupt_job(self, job: Job, reason: str = "interrupted by the user") -> None:

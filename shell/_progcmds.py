@@ -14,7 +14,7 @@ import re
 import traceback
 
 from ipuos._tilespec import TileSpecError
-from ipuos.scheduler import TileBusyError, describe_syntax_error
+from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
 from ._session import MULTIREPL, PYTHON, SHELL
 from ._table import Usage, command, options
@@ -54,11 +54,9 @@ def _run(sh, args):
     budget = None
     if settings["--budget"] is not None:
         try:
-            budget = float(settings["--budget"])
-            if not budget > 0:
-                raise ValueError
+            budget = budget_seconds(float(settings["--budget"]))
         except ValueError:
-            return sh.error(f"--budget: {settings['--budget']!r} is not a positive number of seconds", 2)
+            return sh.error(f"--budget: {settings['--budget']!r} is not a positive, finite number of seconds", 2)
     try:
         source = sh.fs.read_bytes(path).decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -159,6 +159,14 @@ def test_budget_option(runner, program):
     assert "computed for more than 0.1 s" in result.output
 
 
+@pytest.mark.parametrize("budget", ["nan", "inf", "0", "-2", "soon"])
+def test_a_bad_budget_is_a_usage_error(runner, program, budget):
+    result = runner.invoke(main, ["run", program("pass"), "--tiles", "0", "--budget", budget])
+    assert result.exit_code == 2
+    assert "--budget" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_busy_tiles_are_reported_with_what_to_do(shared_machine, runner, program):
     import socket as _socket  # a second client holds tile 7 with a spinning job
 

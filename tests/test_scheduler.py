@@ -623,6 +623,16 @@ def test_compute_budget(sched):
     assert [r.status for r in report.results if r.rank != 1] == [ABORTED] * 3
 
 
+@pytest.mark.parametrize("budget", ["0.5", -1, 0, float("nan"), float("inf"), True, 10**400])
+def test_a_budget_must_be_a_positive_finite_number(sched, budget):
+    """Checked before the job starts: a string or NaN reached the watchdog's comparisons
+    and killed its thread, after which nothing could interrupt a job."""
+    with pytest.raises(ValueError, match="compute budget must be a"):
+        sched.start_job([0], lambda api: None, budget=budget)
+    assert sched.watchdog.thread.is_alive()
+    assert not sched.jobs
+
+
 def test_user_code_cannot_swallow_an_interrupt_with_except_exception(sched):
     def prog(api):
         try:
