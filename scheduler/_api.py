@@ -19,7 +19,7 @@ from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE,
 from ._errors import CollectiveMismatchError
 from ._exchange import KIND_USER
 from ._job import OK
-from ._payload import decode, encode, marshal_dumps
+from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -103,9 +103,9 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     def allgather(obj) -> list:
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
-        try:
+        if type(obj) in MARSHAL_TYPES:
             payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
-        except ValueError:
+        else:
             payload = encode(obj, by_name=True)
         offsets[rank] = write_out(tile, payload)
         lengths[rank] = len(payload)

@@ -170,6 +170,21 @@ def test_objects_of_the_programs_own_classes_travel_between_tiles(machine):
                                             "Point(x=3, y=3)"]
 
 
+def test_buffer_objects_arrive_as_the_type_they_were_sent_as(machine):
+    """marshal writes anything with the buffer protocol as bytes: a bytearray or an
+    array, alone or inside a container, must still arrive as itself."""
+    result = run(machine, """
+        import array
+        sent = [bytearray(b"ab"), array.array("i", [1, 2]), {"k": bytearray(b"v")}, (b"b", bytearray(b"c"))]
+        send((__tileid + 1) % __numtiles, sent[0])
+        sync()
+        got = [recv((__tileid - 1) % __numtiles), bcast(sent[1], 0)] + allgather(sent[2])[:1] + [alltoall(sent[3])[0]]
+        print(got == sent, [type(v).__name__ for v in got], type(got[2]["k"]).__name__, type(got[3][1]).__name__)
+    """, tiles="0-2")
+    assert result.ok, result.format()
+    assert {t.output for t in result.tiles} == {"True ['bytearray', 'array', 'dict', 'tuple'] bytearray bytearray\n"}
+
+
 def test_a_class_the_receiver_lacks_is_a_clear_error(machine):
     result = run(machine, """
         class Secret:
