@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
 from ._errors import CollectiveMismatchError
 from ._exchange import KIND_USER
-from ._job import OK
+from ._job import OK, REDUCE_CHANNEL, USER_CHANNEL
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
 if TYPE_CHECKING:
@@ -33,9 +33,6 @@ _REDUCE_OPS: dict[str, Callable] = {
 }
 
 
-#: channels of point-to-point traffic: the user's, and the reduction tree's own
-USER_CHANNEL = 0
-REDUCE_CHANNEL = 1
 #: children per node of the reduction tree, at most (see Scheduler.reduce_fanin)
 REDUCE_FANIN = 16
 

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from ._scheduler import Scheduler
     from ._tile import Tile
 
+#: channels of point-to-point traffic: the user's, and the reduction tree's own (a
+#: tile's inbox keys the user's by sender rank, the others by (channel, sender rank))
+USER_CHANNEL = 0
+REDUCE_CHANNEL = 1
+
 # how a tile's part of a job ended
 OK = "ok"
 ERROR = "error"  # the program raised (its own exception, a deadlock, a mismatch ...)
@@ -160,6 +165,7 @@ class Job:
                 # a fresh instance per tile: each raise writes its own traceback into it
                 tile.signal = type(signal)(*signal.args)
             self.sched.wake(tile)
+            _drop_reduction_values(tile)
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         self.interrupted = reason
@@ -226,3 +232,13 @@ class JobReport:
     @property
     def ok(self) -> bool:
         return all(r.status == OK for r in self.results)
+
+
+def _drop_reduction_values(tile: "Tile") -> None:
+    """Free the reduction values queued for ``tile``: a reduction the abort cut short left
+    them there, and a program that catches the error and reduces again would take them
+    for its new reduction's."""
+    inbox = tile.inbox
+    for key in [key for key in inbox if type(key) is tuple and key[0] == REDUCE_CHANNEL]:
+        for msg in inbox.pop(key):
+            tile.consume(msg)

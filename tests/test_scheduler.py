@@ -448,6 +448,25 @@ def test_unknown_reduction_is_a_clear_error(sched):
     assert "unknown reduction 'average'" in str(report.results[0].error)
 
 
+def test_a_reduction_after_a_caught_mismatch_sees_only_its_own_values(sched):
+    """The mismatched allreduce had sent its values up the tree already; the abort must
+    not leave them for the next reduction to combine."""
+    def prog(api):
+        try:
+            if api.tileid == 0:
+                api.sync()
+            else:
+                api.allreduce(1000)
+        except CollectiveMismatchError:
+            pass
+        return api.allreduce(api.tileid), api.reduce(1)
+
+    report = run(sched, prog)
+    assert [r.status for r in report.results] == [OK] * NTILES
+    assert values(report) == [(sum(range(NTILES)), NTILES)] + [(sum(range(NTILES)), None)] * (NTILES - 1)
+    assert all(tile.in_live == 0 for tile in sched.tiles[:NTILES])  # (the values were freed)
+
+
 def test_collective_mismatch_names_the_tiles(sched):
     def prog(api):
         if api.tileid == 2:
