@@ -44,8 +44,12 @@ class CollectiveMismatchError(ExchangeError):
     """The tiles of a job called different collectives (or different roots) in one step."""
 
 
-class JobAborted(ExchangeError):
-    """Another tile of the job failed; this tile is stopped at its next exchange point."""
+class JobAborted(BaseException):
+    """Another tile of the job failed; this tile is stopped at its next exchange point.
+
+    A BaseException, like :class:`TileInterrupt`: the job is over, and ``except
+    Exception`` in user code must not let the tile carry on as if it were not.
+    """
 
 
 class TileBusyError(RuntimeError):

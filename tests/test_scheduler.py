@@ -596,6 +596,23 @@ def test_exception_on_one_tile_aborts_the_others_at_their_next_collective(sched,
     assert all(isinstance(r.error, JobAborted) and "tile 5 failed" in str(r.error) for r in others)
 
 
+def test_except_exception_does_not_keep_an_aborted_tile_going(sched):
+    def prog(api):
+        if api.tileid == 1:
+            raise ValueError("boom")
+        steps = 0
+        while steps < 5:
+            try:
+                api.sync()
+                steps += 1
+            except Exception:  # (as careless user code does)
+                pass
+        return steps
+
+    report = run(sched, prog, tiles=[0, 1, 2])
+    assert [r.status for r in report.results] == [ABORTED, ERROR, ABORTED]
+
+
 def test_interrupt_stops_a_runaway_tile_and_the_machine_keeps_running(sched):
     def prog(api):
         if api.tileid == 0:
