@@ -135,12 +135,12 @@ class TileContext:
         pass
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
-        if file is not None:
-            file.write((sep if sep is not None else " ").join(map(str, args)) + (end if end is not None else "\n"))
-            return
         sep = " " if sep is None else sep
         end = "\n" if end is None else end
-        self.output.write(sep.join(map(str, args)) + end)
+        for name, value in (("sep", sep), ("end", end)):
+            if not isinstance(value, str):  # (in print's own words)
+                raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
+        (self.output if file is None else file).write(sep.join(map(str, args)) + end)
 
 
 def _tile_random(ctx: TileContext) -> types.ModuleType:

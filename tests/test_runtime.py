@@ -208,6 +208,18 @@ def test_print_is_captured_per_tile_with_sep_and_end(machine):
     assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
 
 
+def test_print_refuses_a_separator_that_is_not_a_string_as_python_does(machine):
+    result = run(machine, """
+        for kw in (dict(sep=1), dict(end=b"x"), dict(sep=None, end=None)):
+            try:
+                print("a", "b", **kw)
+            except TypeError as exc:
+                print(exc)
+    """, tiles="0")
+    assert result.tiles[0].output == ("sep must be None or a string, not int\n"
+                                      "end must be None or a string, not bytes\na b\n")
+
+
 def test_output_is_bounded_with_an_explicit_marker(machine):
     result = run(machine, "for i in range(100): print('x' * 99)", tiles="0", output_limit=1000)
     output = result.tiles[0].output
