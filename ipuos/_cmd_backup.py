@@ -59,9 +59,24 @@ def _failure(exc: BaseException) -> CommandError:
     return CommandError("backup_failed", str(exc))
 
 
+def check_not_own_mount(host, path: str) -> None:
+    """CommandError if ``path`` is on one of this machine's own FUSE mounts: a backup
+    freezes the tiles, and then none could serve the image's writes (they waited out the
+    request timeout, with every tile frozen meanwhile)."""
+    try:
+        mount = host.mounts.holding(os.path.dirname(path))
+    except OSError:
+        return  # (check_destination says what is wrong with it)
+    if mount is not None:
+        raise CommandError("backup_failed", f"cannot write {path}: it is on machine {host.name!r}'s own mount "
+                           f"{mount.mountpoint}, whose tiles stop while they are backed up; "
+                           "choose a path on a host disk")
+
+
 def run_backup(call: Call, path: str, tiles: str | None) -> dict:
     events = _Events(call)
     host = call.host
+    check_not_own_mount(host, path)
     try:
         summary = backup(host.machine, path, tiles, name=host.name, progress=events,
                          cancelled=events.cancelled)
@@ -114,8 +129,9 @@ def halt_backup(call: Call, path: str) -> dict:
     host = call.host
     try:  # a wrong path must not cost the running programs
         check_destination(path)
-    except BackupError as exc:
-        error = _failure(exc)
+        check_not_own_mount(host, path)
+    except (BackupError, CommandError) as exc:
+        error = _failure(exc) if isinstance(exc, BackupError) else exc
         error.message = f"{error.message}; machine {host.name!r} was not halted"
         raise error from None
     host.interrupt_all(f"machine {host.name!r} is being backed up and halted")

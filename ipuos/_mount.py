@@ -291,6 +291,16 @@ class MountManager:
         with self._lock:
             return self._mounts.get(mountpoint)
 
+    def holding(self, path: str) -> ActiveMount | None:
+        """The mount of this machine that the existing directory ``path`` is on, if any
+        (by device number: whatever path leads there, symlinks or bind mounts)."""
+        mounts = self.mounts()
+        if not mounts:
+            return None
+        st = os.stat(path)
+        device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        return next((m for m in mounts if m.device == device), None)
+
     def mount(self, mountpoint: str, *, readonly: bool = False, tiles: str = "all",
               foreground: bool = False, client_pid: int | None = None) -> ActiveMount:
         """Mount the machine's files at ``mountpoint`` and return once it answers."""

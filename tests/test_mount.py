@@ -254,6 +254,21 @@ def test_foreground_mount_ends_when_its_command_dies(machine, mountpoint):
     wait_for(lambda: not mounted(mountpoint), what="the daemon to unmount")
 
 
+def test_a_backup_into_the_machines_own_mount_is_refused_at_once(machine, mountpoint):
+    """The tiles are frozen while they are backed up, so none could serve the image's
+    writes: the backup waited out the request timeout, every tile stopped meanwhile."""
+    assert cli(machine, "mount", mountpoint).returncode == 0
+    image = os.path.join(mountpoint, "tiles", "3", "self.img")
+    for args in (["backup", image], ["halt", "--backup", image]):
+        done = cli(machine, *args, timeout=20)
+        assert done.returncode == 1, done
+        assert f"is on machine {machine.name!r}'s own mount {mountpoint}" in done.stderr
+        assert "choose a path on a host disk" in done.stderr
+    assert "not halted" in done.stderr
+    assert os.listdir(os.path.join(mountpoint, "tiles", "3")) == []  # nothing half-written
+    assert cli(machine, "status").returncode == 0  # still up and answering
+
+
 def test_halt_unmounts_everything(machine, mountpoint):
     second = new_mountpoint()
     try:
