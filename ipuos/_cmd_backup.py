@@ -134,6 +134,7 @@ def halt_backup(call: Call, path: str) -> dict:
         error = _failure(exc) if isinstance(exc, BackupError) else exc
         error.message = f"{error.message}; machine {host.name!r} was not halted"
         raise error from None
+    stopped = sorted(job.id for job in host.jobs())
     host.interrupt_all(f"machine {host.name!r} is being backed up and halted")
     deadline = time.monotonic() + 10.0
     for job in host.jobs():
@@ -145,4 +146,7 @@ def halt_backup(call: Call, path: str) -> dict:
         return run_backup(call, path, None)
     except CommandError as exc:
         exc.message = f"{exc.message}; machine {host.name!r} was not halted"
+        if stopped:  # (so that the image would hold what halting leaves: nobody writes after it)
+            listed = ", ".join(map(str, stopped))
+            exc.message += f", but its programs were stopped for the backup (job{'s' if len(stopped) > 1 else ''} {listed})"
         raise

@@ -207,6 +207,33 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     assert "halted machine" in result.stdout
 
 
+def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp_path):
+    """The programs stop first, so that the image holds what halting leaves; a backup
+    that then fails (here: no space left) keeps the machine up and names the jobs."""
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(full)],
+                      capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    spin = subprocess.Popen([IPUOS, "run", "--tiles", "9", _write(tmp_path, "while True:\n    sync()\n")],
+                            env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: "9 " in cli(machine, "ps").stdout.split("JOB")[-1], what="the spinning job")
+        (job,) = [j["job"] for j in json.loads(cli(machine, "ps", "--json").stdout)["jobs"]]
+        grow(machine, tmp_path, tiles="0-3")  # (an image of even an empty machine is over 4 KiB)
+        result = cli(machine, "halt", "--backup", str(full / "m.img"), check=False)
+        assert result.returncode == 1, result
+        assert "No space left on device" in result.stderr
+        assert f"was not halted, but its programs were stopped for the backup (job {job})" in result.stderr
+        assert spin.wait(10) == 130  # interrupted
+        assert os.listdir(full) == []  # no half-written image
+        assert cli(machine, "status").returncode == 0
+    finally:
+        spin.kill()
+        spin.wait()
+        subprocess.run(["umount", str(full)], check=True)
+
+
 def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):
     grow(machine, tmp_path, tiles="0-3")
     before = per_tile(listing(machine, tmp_path))
