@@ -37,11 +37,14 @@ a device no backup or restore ever covered, those that hold any file.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 import weakref
 from typing import Callable
+
+import numpy as np
 
 from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
@@ -378,13 +381,21 @@ def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
                 continue  # not written since it was restored (or since boot, blank)
             base = baseline.get(d.name)
             data, _ = d.read(residency)
-            if base is not None:
+            if base is not None and base[2] != _blank_digest(base[0], base[1], d.length):
                 algo, chunk_size, digest = base
                 if device_digest(data, chunk_size=chunk_size, digest=algo) != digest:
                     changed.append(d.name)
             elif _holds_files(d, data):
+                # never saved, or saved blank: a tile formats its disk when it first uses
+                # it (a listing will do), so only files make it unsaved
                 changed.append(d.name)
     return changed
+
+
+@functools.lru_cache(maxsize=8)
+def _blank_digest(algo: str, chunk_size: int, length: int) -> str:
+    """The digest of a device that is all zeros (never used since boot)."""
+    return device_digest(np.zeros(length, dtype=np.uint8), chunk_size=chunk_size, digest=algo)
 
 
 def _holds_files(device: Device, data) -> bool:

@@ -207,6 +207,20 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     assert "halted machine" in result.stdout
 
 
+def test_a_disk_backed_up_blank_and_then_only_read_is_saved(machine, tmp_path):
+    """A tile formats its disk the first time it uses it, reading included: that changes
+    its bytes, not its files."""
+    cli(machine, "backup", str(tmp_path / "blank.img"))  # tiles 4-6 blank: never used
+    cli(machine, "run", "--tiles", "4-6", _write(tmp_path, "import os\nprint(os.listdir('/'))\n"))
+    cli(machine, "run", "--tiles", "5", _write(tmp_path, "open('/new', 'w').write('x')\n"))
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1
+    assert "the disk of tile 5 changed since the last backup" in result.stderr
+    cli(machine, "run", "--tiles", "5", _write(tmp_path, "import os\nos.remove('/new')\n"))
+    result = cli(machine, "halt", "--if-saved")
+    assert "halted machine" in result.stdout
+
+
 def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp_path):
     """The programs stop first, so that the image holds what halting leaves; a backup
     that then fails (here: no space left) keeps the machine up and names the jobs."""
