@@ -51,6 +51,12 @@ def image_path(image: str) -> str:
     if image.endswith(os.sep):
         _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
               f"e.g. {os.path.join(image, 'machine.img')}")
+    try:
+        image.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes (surrogate escapes) reach the daemon changed
+        shown = os.fsencode(image).decode("utf-8", "backslashreplace")
+        _fail(f"{shown}: this image path is not UTF-8 text, and the daemon takes UTF-8 paths only; "
+              "rename the file or give a link with a UTF-8 name")
     return os.path.abspath(image)
 
 

@@ -309,6 +309,14 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
         result = cli(machine, command, f"{tmp_path / 'newdir'}/", check=False)
         assert result.returncode == 1 and "not an image file" in result.stderr
         assert not (tmp_path / "newdir").exists()
+    # a name that is not UTF-8 would reach the daemon changed, naming another file
+    undecodable = os.fsdecode(os.fsencode(tmp_path) + b"/m\xff.img")
+    (tmp_path / "m\\udcff.img").write_bytes(b"")  # what it would have become
+    for args in (["backup", undecodable], ["restore", undecodable], ["halt", "--backup", undecodable]):
+        result = cli(machine, *args, check=False)
+        assert result.returncode == 1 and "is not UTF-8" in result.stderr, result
+    assert sorted(os.listdir(tmp_path)).count("m\\udcff.img") == 1
+    assert not any(name.startswith("m\udcff") for name in os.listdir(tmp_path))
     nobody = unique_name("nobody")
     result = run_cli("backup", str(image), "--name", nobody)
     assert result.returncode == 3 and f"no machine named {nobody!r} is running" in result.stderr
