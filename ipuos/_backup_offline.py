@@ -34,7 +34,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
-from ._safepath import NAME_MAX, PATH_MAX, UnsafePathError, check_name, open_beneath
+from ._safepath import NAME_MAX, PATH_MAX, UnsafePathError, check_name, name_prefix, open_beneath
 from .blockdev import Filesystem, MemoryDevice
 
 __all__ = ["OfflineError", "Node", "device_entry", "mounted", "list_dir", "read_file", "walk", "extract"]
@@ -210,8 +210,9 @@ _SMALLEST_ENTRY = 12
 
 
 def extract(fs: Filesystem, top: str, dest) -> dict:
-    """Write the tree under ``top`` to the host directory ``dest`` (created; it must not
-    exist, or be an empty directory), files with their mtimes. All or nothing."""
+    """Write the tree under ``top`` to the host directory ``dest`` (created, or an empty
+    directory that is kept as it is: a mount point, someone's cwd, its mode), files with
+    their mtimes. All or nothing."""
     dest = os.path.abspath(os.fspath(dest))
     _check_inner(top)
     try:
@@ -226,20 +227,24 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
         except UnsafePathError as exc:
             raise OfflineError(str(exc)) from None
     parent = os.path.dirname(dest)
-    _check_destination(dest, parent)
-    try:
-        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)[:100]}.", suffix=".tmp", dir=parent)
+    existing = _check_destination(dest, parent)
+    try:  # staged beside a new destination, inside an existing one: moved in by renames
+        staging = tempfile.mkdtemp(prefix=f".{name_prefix(os.path.basename(dest), 100)}.", suffix=".tmp",
+                                   dir=dest if existing else parent)
     except OSError as exc:  # (the name of the staging directory would only puzzle)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
         files = _write_tree(fs, top, staging, nodes)
-        try:
-            os.rename(staging, dest)  # onto nothing, or onto an empty directory
-        except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
-            raise
-        os.chmod(dest, 0o755 & ~_umask())
+        if existing:
+            _move_into(staging, dest)
+        else:
+            try:
+                os.rename(staging, dest)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
+                raise
+            os.chmod(dest, 0o755 & ~_umask())
     except OSError as exc:  # a full or failing host disk, say: the user knows DEST, not staging
         shutil.rmtree(staging, ignore_errors=True)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}; nothing extracted") from None
@@ -250,17 +255,37 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
             "bytes": sum(n.size for n in nodes if not n.is_dir)}
 
 
-def _check_destination(dest: str, parent: str) -> None:
+def _check_destination(dest: str, parent: str) -> bool:
+    """Whether ``dest`` exists (as an empty directory); OfflineError if it cannot be one."""
     if not os.path.isdir(parent):
         raise OfflineError(f"cannot extract to {dest}: the directory {parent} does not exist")
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
-        return
+        return False
     if not stat.S_ISDIR(st.st_mode):
         raise OfflineError(f"cannot extract to {dest}: it exists and is not a directory")
     if os.listdir(dest):
         raise OfflineError(f"cannot extract to {dest}: it is not empty")
+    return True
+
+
+def _move_into(staging: str, dest: str) -> None:
+    """Move what ``staging`` (inside ``dest``) holds up into ``dest``, and remove it; if a
+    move fails, what was moved goes back first (all or nothing)."""
+    names = os.listdir(staging)
+    if set(os.listdir(dest)) != {os.path.basename(staging)}:
+        raise OfflineError(f"{dest} was written to meanwhile and is not empty; nothing extracted")
+    moved = []
+    try:
+        for name in names:
+            os.rename(os.path.join(staging, name), os.path.join(dest, name))
+            moved.append(name)
+    except BaseException:
+        for name in reversed(moved):
+            os.rename(os.path.join(dest, name), os.path.join(staging, name))
+        raise
+    os.rmdir(staging)
 
 
 def _umask() -> int:

@@ -162,6 +162,7 @@ import zstandard
 
 from ._affinity import unpin_thread
 from ._presets import largest_machine_bytes
+from ._safepath import name_prefix
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -844,7 +845,8 @@ def write_image(
         total = sum(d.length for d in devices if isinstance(d, DeviceSnapshot))
 
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)[:200]}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name_prefix(os.path.basename(path), 200)}.", suffix=".tmp",
+                               dir=directory)
     try:
         try:
             _write_all(fd, [bytes(HEADER_SIZE)])

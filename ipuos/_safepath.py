@@ -33,7 +33,7 @@ import errno
 import os
 import stat
 
-__all__ = ["NAME_MAX", "PATH_MAX", "UnsafePathError", "check_name", "open_beneath", "safe_path"]
+__all__ = ["NAME_MAX", "PATH_MAX", "UnsafePathError", "check_name", "name_prefix", "open_beneath", "safe_path"]
 
 NAME_MAX = 255
 PATH_MAX = 4096  # including the terminating NUL, as Linux counts it
@@ -41,6 +41,12 @@ PATH_MAX = 4096  # including the terminating NUL, as Linux counts it
 
 class UnsafePathError(ValueError):
     """A name from an image would be unsafe to create on the host."""
+
+
+def name_prefix(name: str, limit: int) -> str:
+    """The first ``limit`` bytes of a file name, for a temporary name made from it: cut by
+    characters, a name in a multi-byte script could pass NAME_MAX."""
+    return os.fsdecode(os.fsencode(name)[:limit])
 
 
 def _refuse(path, reason: str, dest=None) -> UnsafePathError:

@@ -221,14 +221,10 @@ def test_a_disk_backed_up_blank_and_then_only_read_is_saved(machine, tmp_path):
     assert "halted machine" in result.stdout
 
 
-def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp_path):
+def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp_path, host_tmpfs):
     """The programs stop first, so that the image holds what halting leaves; a backup
     that then fails (here: no space left) keeps the machine up and names the jobs."""
-    full = tmp_path / "full"
-    full.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(full)],
-                      capture_output=True).returncode:
-        pytest.skip("needs root to mount a small tmpfs")
+    full = host_tmpfs("size=4k")
     spin = subprocess.Popen([IPUOS, "run", "--tiles", "9", _write(tmp_path, "while True:\n    sync()\n")],
                             env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -245,7 +241,6 @@ def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp
     finally:
         spin.kill()
         spin.wait()
-        subprocess.run(["umount", str(full)], check=True)
 
 
 def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):

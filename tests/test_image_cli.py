@@ -92,11 +92,36 @@ def test_extract_writes_the_tree_with_mtimes(good, tmp_path):
     assert got["d"][2] == MTIME + 2  # set after its contents were written
     assert got["d/empty"][1] == b"" and got["d/void"][0] == stat.S_IFDIR
     assert sorted(got) == ["d", "d/e", "d/e/deep.bin", "d/empty", "d/void", "hello.txt"]
-    # a subtree, into an existing empty directory
+    # a subtree, into an existing empty directory: filled, not replaced (someone's cwd,
+    # a mount point), and its mode kept
     sub = tmp_path / "sub"
-    sub.mkdir()
-    assert ipuos("image", "extract", str(good), "2", str(sub), "--path", "/d/e").exit_code == 0
-    assert sorted(tree(sub)) == ["deep.bin"]
+    sub.mkdir(mode=0o700)
+    before = os.stat(sub)
+    assert ipuos("image", "extract", str(good), "2", str(sub), "--path", "/d").exit_code == 0
+    assert sorted(tree(sub)) == ["e", "e/deep.bin", "empty", "void"]
+    after = os.stat(sub)
+    assert (after.st_ino, stat.S_IMODE(after.st_mode)) == (before.st_ino, 0o700)
+
+
+def test_extract_into_a_mount_point_fills_it(good, host_tmpfs):
+    point = host_tmpfs("size=1m")
+    result = ipuos("image", "extract", str(good), "2", str(point))
+    assert result.exit_code == 0, result.output
+    assert sorted(tree(point)) == ["d", "d/e", "d/e/deep.bin", "d/empty", "d/void", "hello.txt"]
+
+
+def test_an_image_with_a_long_name_in_a_multibyte_script(tmp_path):
+    image = tmp_path / ("\u00e9" * 120 + ".img")  # 244 bytes: the temporary name must fit too
+    write_tiny_image(image, {"tile/2/disk": None})
+    assert ipuos("image", "verify", str(image)).exit_code == 0
+    assert os.listdir(tmp_path) == [image.name]
+
+
+def test_extract_to_a_long_name_in_a_multibyte_script(good, tmp_path):
+    dest = tmp_path / ("\u65e5" * 82)  # 246 bytes: a legal name, whose staging name must fit too
+    result = ipuos("image", "extract", str(good), "2", str(dest))
+    assert result.exit_code == 0, result.output
+    assert "hello.txt" in os.listdir(dest)
 
 
 @pytest.mark.parametrize("args, message", [
