@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import threading
 import time
 import weakref
@@ -149,6 +150,8 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
     ``path`` atomically; return the image's summary. Raises BackupError (Cancelled if
     ``cancelled`` is set before the image is complete: the old file at ``path`` stays)."""
     path = os.path.abspath(os.fspath(path))
+    if os.path.islink(path):  # the image replaces the file the link names, as cp writes it
+        path = os.path.realpath(path)
     check_destination(path)
     tile_ids, devices = _select(machine, tiles)
     started = time.perf_counter()
@@ -191,14 +194,26 @@ def _snapshot(device: Device, state: str, residency) -> DeviceSnapshot:
                           device.block_count, data, nonzero)
 
 
+_FILE_KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
+               stat.S_IFBLK: "a block device"}
+
+
 def check_destination(path: str) -> None:
     """BackupError if an image cannot be written at ``path`` (absolute): what can be known
     before anything is stopped or frozen."""
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise BackupError(f"cannot write {path}: the directory {directory} does not exist")
-    if os.path.isdir(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
         raise BackupError(f"cannot write {path}: it is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        # (a socket there may be a machine's own: replaced, its daemon could not be reached)
+        raise BackupError(f"cannot write {path}: it exists and is not a regular file "
+                          f"({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')}); an image only replaces a file")
     if os.statvfs(directory).f_flag & os.ST_RDONLY:
         raise BackupError(f"cannot write {path}: {directory} is on a read-only filesystem")
     if not os.access(directory, os.W_OK | os.X_OK):

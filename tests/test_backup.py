@@ -13,6 +13,8 @@ import random
 import re
 import select
 import signal
+import socket
+import stat
 import subprocess
 import time
 
@@ -304,6 +306,24 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
         result = cli(machine, command, f"{tmp_path / 'newdir'}/", check=False)
         assert result.returncode == 1 and "not an image file" in result.stderr
         assert not (tmp_path / "newdir").exists()
+    # an image replaces a file, nothing else; through a link, the file it names
+    os.mkfifo(tmp_path / "pipe")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(tmp_path / "sock"))
+    try:
+        for name, kind in (("pipe", "a named pipe"), ("sock", "a socket")):
+            result = cli(machine, "backup", str(tmp_path / name), check=False)
+            assert result.returncode == 1, result
+            assert f"it exists and is not a regular file ({kind})" in result.stderr
+        assert stat.S_ISFIFO(os.lstat(tmp_path / "pipe").st_mode)
+        assert stat.S_ISSOCK(os.lstat(tmp_path / "sock").st_mode)
+    finally:
+        listener.close()
+    (tmp_path / "target.img").write_bytes(b"old")
+    os.symlink("target.img", tmp_path / "link.img")
+    cli(machine, "backup", str(tmp_path / "link.img"))
+    assert os.readlink(tmp_path / "link.img") == "target.img"
+    assert cli(machine, "image", "verify", str(tmp_path / "target.img")).returncode == 0
     # a name that is not UTF-8 would reach the daemon changed, naming another file
     undecodable = os.fsdecode(os.fsencode(tmp_path) + b"/m\xff.img")
     (tmp_path / "m\\udcff.img").write_bytes(b"")  # what it would have become
