@@ -48,6 +48,8 @@ def _fail(message: str, status: int = 1):
 def image_path(image: str) -> str:
     """An IMAGE argument as an absolute path. A trailing slash names a directory, as for
     ``cp``: refused, since ``abspath`` would drop it and a file of that name be written."""
+    if not image:
+        _fail("an empty image path names no file; give the image's file name")
     if image.endswith(os.sep):
         _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
               f"e.g. {os.path.join(image, 'machine.img')}")

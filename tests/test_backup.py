@@ -306,6 +306,9 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
         result = cli(machine, command, f"{tmp_path / 'newdir'}/", check=False)
         assert result.returncode == 1 and "not an image file" in result.stderr
         assert not (tmp_path / "newdir").exists()
+    for args in (["backup", ""], ["restore", ""], ["halt", "--backup", ""]):
+        result = cli(machine, *args, check=False)
+        assert result.returncode == 1 and "an empty image path names no file" in result.stderr, result
     # an image replaces a file, nothing else; through a link, the file it names
     os.mkfifo(tmp_path / "pipe")
     listener = socket.socket(socket.AF_UNIX)
