@@ -100,9 +100,11 @@ class ExchangeEngine:
         need = (n + 7) & ~7  # pad8, inlined: once per tile per collective
         used = tile.out_used
         if used + need > tile.xout.size:
+            # (no tile id: every tile sending too much says the same, and its output
+            # groups as one; the report names the tiles)
             raise ValueError(
-                f"tile {tile.id}: exchange payload of {n} B does not fit in the outgoing "
-                f"buffer ({tile.xout.size - used} B of {tile.xout.size} B left this superstep); "
+                f"exchange payload of {n} B does not fit in the outgoing buffer "
+                f"({tile.xout.size - used} B of {tile.xout.size} B left this superstep); "
                 "send less per superstep or sync() between sends"
             )
         if used == 0:

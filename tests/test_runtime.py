@@ -208,6 +208,12 @@ def test_print_is_captured_per_tile_with_sep_and_end(machine):
     assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
 
 
+def test_every_tile_sending_too_much_reports_as_one_group(machine):
+    result = run(machine, "send((__tileid + 1) % __numtiles, b'x' * 5000)", tiles="0-5")
+    assert result.format().count("does not fit in the outgoing buffer") == 1
+    assert result.format().startswith("[6 tiles: 0-5]\n")
+
+
 def test_print_refuses_a_separator_that_is_not_a_string_as_python_does(machine):
     result = run(machine, """
         for kw in (dict(sep=1), dict(end=b"x"), dict(sep=None, end=None)):
