@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import marshal
 import pickle
+import re
 import sys
 import types
 from typing import Callable
@@ -29,6 +30,9 @@ marshal_dumps = marshal.dumps
 #: what marshal writes and reads back as exactly itself (see the module doc)
 MARSHAL_TYPES = frozenset({int, float, complex, str, bytes, bool, type(None)})
 _PICKLE = 0x50  # "P"
+
+#: " at 0x7f..." in an object's default repr
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 IMMUTABLE_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None), range})
 
@@ -50,8 +54,11 @@ def encode(obj, *, by_name: bool = False) -> bytes:
         _TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         return out.getvalue()
     except Exception as exc:
+        # (an object's address differs on every tile: without it, the same failure on
+        # many tiles groups as one in a report)
+        reason = _ADDRESS.sub("", str(exc))
         raise TypeError(
-            f"cannot send an object of type {type(obj).__name__} through the exchange: {exc}"
+            f"cannot send an object of type {type(obj).__name__} through the exchange: {reason}"
         ) from None
 
 

@@ -212,6 +212,9 @@ def test_every_tile_sending_too_much_reports_as_one_group(machine):
     result = run(machine, "send((__tileid + 1) % __numtiles, b'x' * 5000)", tiles="0-5")
     assert result.format().count("does not fit in the outgoing buffer") == 1
     assert result.format().startswith("[6 tiles: 0-5]\n")
+    result = run(machine, "send((__tileid + 1) % __numtiles, lambda: 1)", tiles="0-2")  # (its address)
+    assert result.format().count("cannot send an object of type function") == 1
+    assert result.format().startswith("[3 tiles: 0-2]\n")
 
 
 def test_print_refuses_a_separator_that_is_not_a_string_as_python_does(machine):
