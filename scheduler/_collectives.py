@@ -149,5 +149,6 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
         for t in receivers:
             start = t.xin.base + t.xin.size - total
             engine.flat[start : start + total] = data
-    engine.count_broadcast(src_ids, lengths, receiver_ids, total)
+    # (payload bytes both ways, as --stats reports them: not the 8-byte padding)
+    engine.count_broadcast(src_ids, lengths, receiver_ids, int(lengths.sum()))
     return CollectiveResult(kind, root, data, positions.tolist(), lengths.tolist())

@@ -114,6 +114,8 @@ def test_superstep_count_and_stats(sched):
     # every tile sent its own ~100 B and received everyone's
     assert all(100 <= n < 200 for n in collective.stats.bytes_sent)
     assert all(NTILES * 100 <= n < NTILES * 200 for n in collective.stats.bytes_received)
+    # counted alike both ways: what was sent is what was received (payloads, not padding)
+    assert sum(collective.stats.bytes_received) == NTILES * sum(collective.stats.bytes_sent)
 
 
 # -- point to point ---------------------------------------------------------------------
