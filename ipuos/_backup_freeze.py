@@ -40,9 +40,13 @@ class FreezeRefused(Exception):
 
     def __init__(self, reasons: dict[int, str]):
         self.reasons = dict(sorted(reasons.items()))
-        shown = "; ".join(f"tile {t}: {why}" for t, why in list(self.reasons.items())[:5])
-        more = len(self.reasons) - 5
-        super().__init__(shown + (f"; and {more} more tiles" if more > 0 else ""))
+        by_reason: dict[str, list[int]] = {}
+        for tile, why in self.reasons.items():  # (a job on 16 tiles is one reason, not 16)
+            by_reason.setdefault(why, []).append(tile)
+        shown = [f"tile{'s' if len(tiles) > 1 else ''} {format_tiles(tiles)}: {why}"
+                 for why, tiles in by_reason.items()]
+        more = len(shown) - 5
+        super().__init__("; ".join(shown[:5]) + (f"; and {more} more reasons" if more > 0 else ""))
 
 
 class FreezeCancelled(Exception):

@@ -199,5 +199,10 @@ while not os.path.exists('/stop'):
         refused(machine, good, "tile 15: it runs job")
         machine.fs.write_file(15, "/stop", b"")
         running.wait(30)
+        running = machine.launch("while True:\n    sync()\n", tiles="12-15")
+        message = refused(machine, good, f"tiles 12-15: it runs job {running.job.id} (wait")
+        assert message.count("it runs job") == 1  # one reason for the four tiles
+        running.interrupt()
+        running.wait(30)
         _backup.restore(machine, good)  # now it can
         assert machine.fs.read_file(15, "/text") == b"tile 15 seed 1\n" * 40
