@@ -240,7 +240,8 @@ def _make_builtins() -> dict:
     table["input"] = _no_input
     table["open"] = _host_open
     table["exit"] = table["quit"] = _tile_exit
-    for name in ("help", "breakpoint", "copyright", "credits", "license"):
+    # the host's importer of built-in modules (load_module('posix') is the host's os)
+    for name in ("help", "breakpoint", "copyright", "credits", "license", "__loader__", "__spec__"):
         table.pop(name, None)
     return table
 

@@ -72,6 +72,18 @@ def test_host_open_and_input_are_refused(machine):
     assert result.tiles[0].output == "FileNotFoundError\nEOFError\n"
 
 
+def test_the_hosts_module_loader_is_not_a_builtin_name(machine):
+    """builtins.__loader__ is the host's importer of built-in modules: its
+    load_module('posix') was the host's os, past every import check."""
+    result = run(machine, """
+        try:
+            __loader__.load_module("posix")
+        except NameError as exc:
+            print(exc)
+    """, tiles="0")
+    assert result.tiles[0].output == "name '__loader__' is not defined\n", result.format()
+
+
 def test_each_tile_has_its_own_random_generator(machine):
     result = run(machine, """
         import random
