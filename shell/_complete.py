@@ -24,8 +24,9 @@ from ._table import COMMANDS
 
 __all__ = ["complete", "host_word", "complete_host_path"]
 
-_BREAKS = " \t;>"
-_SPECIAL = set(" \t;>|&<'\"\\#*?[`$")
+# as the parser reads a line: a newline ends a command like ';', a CR is a space
+_BREAKS = " \t\r\n;>"
+_SPECIAL = set(" \t\r\n;>|&<'\"\\#*?[`$")
 
 
 def _escape(text: str) -> str:
@@ -49,7 +50,7 @@ def _current_word(text: str) -> tuple[int, str, str]:
             quote = char
         elif char in _BREAKS:
             start = index + 1
-            if char == ";":
+            if char in ";\n":
                 command_start = index + 1
         index += 1
     raw = text[start:]

@@ -118,6 +118,20 @@ def test_completion_of_commands_and_paths(server):
                                                    "/tiles/13/", "/tiles/14/", "/tiles/15/"])
 
 
+def test_a_completed_name_holding_a_newline_stays_one_word(server):
+    """A newline in a name ends a command when the line is read: completed unescaped,
+    'cat /notes<LF>rm -r victim' would run the rm."""
+    session = Session(server)
+    session.run("mkdir -p /nl/victim; touch /nl/victim/keep")
+    session.run("python -c 'open(\"/nl/notes\\nrm\\r-r\\rvictim\", \"w\").write(\"x\")'")
+    start, (word,) = session.complete("cat /nl/not")
+    assert word == "/nl/notes\\\nrm\\\r-r\\\rvictim "
+    result = session.run("cd /nl; cat " + word)
+    assert result["status"] == 0 and result["output"] == [["out", "x"]]
+    assert session.run("ls /nl/victim")["output"] == [["out", "keep\n"]]
+    assert session.complete("cat /nl/x\ntouch /nl/vi") == (16, ["/nl/victim/"])  # a new command
+
+
 def test_closing_a_session_forgets_it(server):
     session = Session(server)
     session.run("python -c 'x = 1'")
