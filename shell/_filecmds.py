@@ -91,11 +91,11 @@ def _ls(sh, args):
 def _listing(sh, entries, long_format: bool) -> str:
     if long_format:
         return "".join(
-            f"{'d' if e.is_dir else '-'} {e.size:>9} {_mtime(e.mtime_ns)} {e.name}"
+            f"{'d' if e.is_dir else '-'} {e.size:>9} {_mtime(e.mtime_ns)} {sh.shown(e.name)}"
             f"{'/' if e.is_dir and e.name not in ('.', '..') else ''}\n"
             for e in entries
         )
-    names = [e.name + ("/" if e.is_dir and e.name not in (".", "..") else "") for e in entries]
+    names = [sh.shown(e.name) + ("/" if e.is_dir and e.name not in (".", "..") else "") for e in entries]
     return _columns(names, sh.session.width)
 
 
@@ -303,7 +303,7 @@ def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int]
         return
     for index, entry in enumerate(entries):
         last = index == len(entries) - 1
-        sh.print(f"{prefix}{'└── ' if last else '├── '}{entry.name}{'/' if entry.is_dir else ''}")
+        sh.print(f"{prefix}{'└── ' if last else '├── '}{sh.shown(entry.name)}{'/' if entry.is_dir else ''}")
         if entry.is_dir:
             counts[0] += 1
             _tree_below(sh, _join(path, entry.name), prefix + ("    " if last else "│   "),

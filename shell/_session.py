@@ -28,6 +28,9 @@ from ipuos.scheduler import TileInterrupt
 
 __all__ = ["Session", "SessionFs", "Context", "Output", "ShellInterrupt", "absolute"]
 
+#: C0 and C1 control characters and DEL
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
 #: output is sent to the terminal as it is produced once this much has collected
 FLUSH_CHARS = 32 * 1024
 
@@ -323,6 +326,14 @@ class Context:
 
     def print(self, text: str = "") -> None:
         self.write(text + "\n")
+
+    def shown(self, name: str) -> str:
+        """A file name as listings print it: on a terminal, control characters as ``?``
+        (as ``ls`` does there): a name may hold escape sequences that would drive the
+        terminal, or newlines that fake other entries. Into a file or a pipe, as it is."""
+        if self.redirect is not None or not self.session.width or _CONTROL.search(name) is None:
+            return name
+        return _CONTROL.sub("?", name)
 
     def error(self, message: str, status: int = 1) -> int:
         """Report ``cmd: message`` on the error stream; returns (and keeps) ``status``."""

@@ -47,9 +47,9 @@ class Session:
         self.seq = 0
         self.streamed = []
 
-    def run(self, line, emit=None):
+    def run(self, line, emit=None, width=0):
         self.seq += 1
-        result = call(self.server, "shell.exec", self.id, self.seq, line, b"", False, 0,
+        result = call(self.server, "shell.exec", self.id, self.seq, line, b"", False, width,
                       emit or self.streamed.extend)
         result["text"] = "".join(text for _, text in self.streamed + result["output"])
         self.streamed = []
@@ -130,6 +130,22 @@ def test_a_completed_name_holding_a_newline_stays_one_word(server):
     assert result["status"] == 0 and result["output"] == [["out", "x"]]
     assert session.run("ls /nl/victim")["output"] == [["out", "keep\n"]]
     assert session.complete("cat /nl/x\ntouch /nl/vi") == (16, ["/nl/victim/"])  # a new command
+
+
+def test_listings_on_a_terminal_show_control_characters_as_question_marks(server):
+    """A name may hold escape sequences that would drive the terminal (as here, its title
+    and a screen clear) or newlines that fake entries: on a terminal, as ls does, they
+    show as ?; into a pipe or a file, names are as they are."""
+    session = Session(server)
+    name = "evil\x1b]0;PWNED\x07\x1b[2J\nfake"
+    session.run(f"mkdir /ctl; python -c 'open(\"/ctl/{name.encode('unicode_escape').decode()}\", \"w\")'")
+    shown = "evil?]0;PWNED??[2J?fake"
+    assert session.run("ls /ctl", width=80)["text"] == shown + "\n"
+    assert session.run("ls -l /ctl", width=80)["text"].endswith(f" {shown}\n")
+    assert session.run("tree /ctl", width=80)["text"].splitlines()[1] == f"└── {shown}"
+    assert session.run("ls /ctl")["text"] == name + "\n"  # not a terminal
+    session.run("ls /ctl > /ctl.txt", width=80)
+    assert session.run("cat /ctl.txt")["text"] == name + "\n"
 
 
 def test_closing_a_session_forgets_it(server):
