@@ -29,6 +29,7 @@ from ._cli import (
     preset_option,
 )
 from ._client import Client, DaemonError, MachineNotRunning
+from ._protocol import REQUEST_LIMITS, json_bytes
 from ._rundir import MachinePaths
 from .shell import RemoteError, quote
 
@@ -42,6 +43,9 @@ PATIENCE_SECONDS = 2.0
 HALTING_SECONDS = 3.0
 #: reconnect the line connection before the daemon would close it as idle (60 s)
 IDLE_RECONNECT_SECONDS = 30.0
+#: the longest line the shell sends (as JSON text): it rides in a request's header,
+#: beside a few small fields
+LINE_MAX = REQUEST_LIMITS.max_header - 1024
 
 
 class _Fatal(RemoteError):
@@ -169,6 +173,10 @@ class DaemonTransport:
             for stream, text in ev.get("output") or ():
                 on_output(stream, text)
 
+        size = len(json_bytes(line))  # as the request carries it
+        if size > LINE_MAX:
+            raise RemoteError(f"a line of {size:,} bytes is too long for the shell (at most {LINE_MAX:,}); "
+                              "put long text in a file (`put` copies one from the host)")
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event)
         for stream, text in result.pop("output", None) or ():

@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from ._protocol import (
+    PREFIX,
     REPLY_LIMITS,
     REQUEST_LIMITS,
     FrameReader,
@@ -136,7 +137,12 @@ class Client:
             raise DaemonError("too_large", f"{cmd!r} would send {len(payload) / 2**20:.1f} MiB; the daemon "
                               f"accepts at most {REQUEST_LIMITS.max_payload // 2**20} MiB in one request")
         request_id = next(self._ids)
-        self._send(request_frame(request_id, cmd, args, payload, timeout))
+        frame = request_frame(request_id, cmd, args, payload, timeout)
+        header = len(frame) - PREFIX.size - len(payload)
+        if header > REQUEST_LIMITS.max_header:  # (the daemon would drop the connection)
+            raise DaemonError("too_large", f"{cmd!r} would send {header:,} bytes of arguments; the daemon "
+                              f"accepts at most {REQUEST_LIMITS.max_header:,} in one request")
+        self._send(frame)
         if wait == -1:
             wait = (timeout if timeout is not None else 20.0) + GRACE_SECONDS
         deadline = None if wait is None else time.monotonic() + wait

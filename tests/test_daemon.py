@@ -308,6 +308,16 @@ def test_a_client_may_ask_for_a_shorter_timeout(shared_machine):
         assert client.call("status", timeout=5)["name"] == shared_machine.name
 
 
+def test_a_client_refuses_to_send_arguments_over_the_header_limit(shared_machine):
+    """The daemon drops a connection whose header is over its limit; the client says so
+    before sending, and its connection goes on."""
+    with shared_machine.client() as client:
+        with pytest.raises(DaemonError) as info:
+            client.request("status", {"padding": "x" * 70_000})
+        assert info.value.code == "too_large" and "at most 65,536" in str(info.value)
+        assert client.call("status")["name"] == shared_machine.name
+
+
 def test_the_idle_limit_counts_from_the_last_reply_not_the_last_request(runtime_dir):
     """A call that outlasts the idle limit must not leave its client idle at once: the
     shell's next command after a long one failed with "closed the connection"."""

@@ -35,6 +35,15 @@ def test_a_program_printing_a_lone_surrogate_on_the_terminal_and_into_a_file(sha
     assert done.stdout.count("before\ncaf\\udce9\nafter\n") == 2
 
 
+def test_a_line_too_long_to_send_is_refused_and_the_shell_carries_on(shared_machine):
+    # (the daemon drops a connection whose request header is over its limit: the shell
+    # took that for a dead machine and quit)
+    done = shell(shared_machine, stdin="echo " + "x" * 70_000 + "\necho next\n")
+    assert "a line of 70,007 bytes is too long for the shell" in done.stderr
+    assert "closed the connection" not in done.stderr
+    assert (done.returncode, done.stdout) == (0, "next\n")
+
+
 def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     done = shell(shared_machine, "mkdir /order; echo one > /order/a; ls /order; cat /order/a")
     assert (done.returncode, done.stdout, done.stderr) == (0, "a\none\n", "")
