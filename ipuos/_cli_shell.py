@@ -179,8 +179,13 @@ class DaemonTransport:
                               "put long text in a file (`put` copies one from the host)")
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event)
-        for stream, text in result.pop("output", None) or ():
-            on_output(stream, text)
+        try:
+            for stream, text in result.pop("output", None) or ():
+                on_output(stream, text)
+        except KeyboardInterrupt:
+            # Ctrl-C while a slow terminal still prints what a finished command wrote: the
+            # rest goes, the result stays (its mode, directory and status are tile 0's now)
+            on_output("err", "^C\n")
         return result
 
     def complete(self, text: str) -> tuple[int, list[str]]:

@@ -107,6 +107,27 @@ def _exec_raw(booted, line):
         transport.close()
 
 
+def test_ctrl_c_while_printing_a_finished_commands_output_keeps_its_result(shared_machine):
+    """The command has finished on tile 0 (here: changed directory and entered python
+    mode); a Ctrl-C while its output is still being written must not lose that."""
+    from ipuos._cli_shell import DaemonTransport
+
+    transport = DaemonTransport(shared_machine.paths)
+    written = []
+
+    def slow_terminal(stream, text):
+        written.append((stream, text))
+        if len(written) == 1:
+            raise KeyboardInterrupt
+
+    try:
+        result = transport.execute("cd /tiles/2; echo one; ls /no-such; python", on_output=slow_terminal)
+        assert (result["cwd"], result["mode"]) == ("/tiles/2", "python")
+        assert written[-1] == ("err", "^C\n")
+    finally:
+        transport.close()
+
+
 def test_piped_lines_share_one_session(shared_machine):
     done = shell(shared_machine, stdin="cd /tiles/2\npwd\necho from-a-pipe > piped\ncat /tiles/2/piped\n")
     assert done.returncode == 0
