@@ -101,7 +101,7 @@ class ShellServer:
         if session is None:
             return
         if seq is not None and seq > session.seq:
-            session.cancelled_seq = seq  # not started yet (tile 0 was busy): never start it
+            session.cancelled.add(seq)  # not started yet (tile 0 was busy): never start it
             return
         if not session.busy or (seq is not None and session.seq != seq):
             return
@@ -141,7 +141,8 @@ class ShellServer:
             output.write("err", "sh: this session's previous command is still being stopped; "
                          "try again in a moment\n")
             return {**session.state(1), "output": output.take()}
-        if seq == session.cancelled_seq:  # Ctrl-C came before tile 0 could start it
+        if seq in session.cancelled:  # Ctrl-C came before tile 0 could start it
+            session.cancelled.discard(seq)
             session.seq = seq
             output.write("err", "^C\n")
             return {**session.state(EXIT_INTERRUPTED), "output": output.take()}

@@ -4,7 +4,7 @@ A :class:`Session` is one attached terminal: its current directory, its mode (th
 tile 0's Python, or a multirepl), its repl sessions, and the state Ctrl-C needs (which
 command is running, the job it waits for). Sessions live in tile 0's ``kernel_data`` and
 are changed on tile 0's greenlet; the daemon's threads only set the interrupt marks
-(``interrupted``, ``cancelled_seq``: single assignments, safe under the GIL) and read
+(``interrupted`` and ``cancelled``: an assignment, a set's add, safe under the GIL) and read
 the job to interrupt.
 
 The current directory is the session's, not tile 0's: programs that run on tile 0 have
@@ -70,8 +70,8 @@ class Session:
         #: the command running now: its sequence number, and the job it waits for
         self.busy = False
         self.seq = 0
-        #: a command cancelled before tile 0 got to start it
-        self.cancelled_seq = -1
+        #: commands cancelled before tile 0 got to start them (each queued line its own)
+        self.cancelled: set[int] = set()
         self.interrupted = False
         self.job = None
         self.status = 0

@@ -101,6 +101,13 @@ def test_a_command_interrupted_before_it_started_never_runs(server):
     result = session.run("mkdir /never-made")
     assert (result["status"], result["output"]) == (EXIT_INTERRUPTED, [["err", "^C\n"]])
     assert session.run("ls /never-made")["status"] == 1
+    # several lines queued behind a busy tile 0 and each given up: none of them runs
+    for ahead in (1, 2, 3):
+        server.interrupt(session.id, session.seq + ahead)
+    for name in ("a", "b", "c"):
+        assert session.run(f"mkdir /never-{name}")["status"] == EXIT_INTERRUPTED
+    assert session.run("ls /never-a /never-b /never-c")["status"] == 1
+    assert session.run("mkdir /made")["status"] == 0
 
 
 def test_completion_of_commands_and_paths(server):
