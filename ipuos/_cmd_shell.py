@@ -59,6 +59,9 @@ class _Launched:
         per_tile = [(tile.tile, tile.text) for tile in result.tiles]
         return result.format(max_groups), result.exit_status, per_tile
 
+    def exited(self) -> bool:
+        return bool(getattr(self.handle.program, "exited", ()))
+
 
 class _Repl:
     def __init__(self, repl, shell_host: "_DaemonShellHost", client_pid):

@@ -521,6 +521,8 @@ class ReplBlock:
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
         self.exit_codes: dict[int, int] = {}
+        #: ranks whose block raised SystemExit (``exit()``): the repl is left, as Python's
+        self.exited: set[int] = set()
 
     def __call__(self, api: TileAPI) -> int:
         state = self.state
@@ -557,6 +559,7 @@ class ReplBlock:
                     namespace["_"] = value
                     output.write(repr(value) + "\n")
         except SystemExit as exc:
+            self.exited.add(rank)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
                 output.write(f"{exc.code}\n")

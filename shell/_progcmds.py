@@ -90,8 +90,8 @@ def _python(sh, args):
     session = sh.session
     if session.python is None:
         session.python = sh.host.open_repl("0", None, session.client_pid)
-    if "-c" in opts:
-        return run_block(sh, session.python, opts["-c"], grouped=False)
+    if "-c" in opts:  # (one block, in the shell: exit() ends the block, not the shell)
+        return run_block(sh, session.python, opts["-c"], grouped=False)[0]
     session.mode = PYTHON
     if session.width:  # a terminal: say where we are (scripts get only their output)
         sh.print("Python on tile 0: its files through open and os; names are kept until the "
@@ -122,22 +122,23 @@ def _multirepl(sh, args):
     return 0
 
 
-def run_block(sh, repl, source: str, *, grouped: bool) -> int:
-    """Run one block in a repl and print what the tiles printed."""
+def run_block(sh, repl, source: str, *, grouped: bool) -> tuple[int, bool]:
+    """Run one block in a repl and print what the tiles printed; (its status, whether it
+    called ``exit()``)."""
     try:
         launched = repl.launch(source)
     except SyntaxError as exc:
         sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
-        return 1
+        return 1, False
     except (TileBusyError, ValueError) as exc:
-        return sh.error(str(exc))
+        return sh.error(str(exc)), False
     sh.wait(launched)
     text, status, per_tile = launched.report(MAX_GROUPS)
     if grouped:
         sh.write(text)
     else:
         sh.write("".join(text for _, text in per_tile))
-    return status
+    return status, launched.exited()
 
 
 def repl_line(sh, source: str, eof: bool) -> int:
@@ -145,17 +146,26 @@ def repl_line(sh, source: str, eof: bool) -> int:
     Leaving keeps the status of the last block (``ipuos repl -c`` exits with it), or
     takes the one ``exit(N)`` gives."""
     session = sh.session
-    leave = _EXIT_LINE.fullmatch(source.strip())
+    leave = _EXIT_LINE.fullmatch(source.strip())  # (bare ``exit`` too, without a job)
     if eof or leave:
-        if session.mode == MULTIREPL and session.repl is not None:
-            session.repl.close()
-            session.repl = None
-        session.mode = SHELL
+        _leave_repl(session)
         if leave and leave.group(1):
             session.status = int(leave.group(1)) & 0xFF
         return session.status
     if not source.strip():
         return session.status
     if session.mode == PYTHON:
-        return run_block(sh, session.python, source, grouped=False)
-    return run_block(sh, session.repl, source, grouped=True)
+        status, exited = run_block(sh, session.python, source, grouped=False)
+    else:
+        status, exited = run_block(sh, session.repl, source, grouped=True)
+    if exited:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does
+        _leave_repl(session)
+        session.status = status & 0xFF
+    return status
+
+
+def _leave_repl(session) -> None:
+    if session.mode == MULTIREPL and session.repl is not None:
+        session.repl.close()
+        session.repl = None
+    session.mode = SHELL

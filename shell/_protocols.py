@@ -32,6 +32,9 @@ class Launched(Protocol):
     def report(self, max_groups: int | None) -> tuple[str, int, list[tuple[int, str]]]:
         """After the job ended: (grouped text, exit status, [(tile, text), ...])."""
 
+    def exited(self) -> bool:
+        """After a repl block ended: whether it called ``exit()`` on some tile."""
+
 
 class ReplHandle(Protocol):
     """Interpreters on a fixed set of tiles whose namespaces persist between blocks."""

@@ -213,6 +213,21 @@ def test_exit_with_a_status_leaves_the_multirepl(server):
     assert result["status"] == 3 and result["prompt"].startswith("ipuos:")
 
 
+@pytest.mark.parametrize("block, status", [("exit(-1)", 255), ("exit('bye')", 1), ("exit (2)", 2),
+                                           ("raise SystemExit", 0),
+                                           ("if __tileid == __numtiles - 1:\n    exit(5)\n", 5)])
+@pytest.mark.parametrize("mode", ["python", "multirepl --tiles 1-2"])
+def test_any_exit_a_block_calls_leaves_python_and_multirepl(server, mode, block, status):
+    """As Python's own REPL: exit() anywhere in a block leaves, with its status."""
+    session = Session(server)
+    session.run(mode)
+    result = session.run(block)
+    assert (result["status"], result["mode"]) == (status, "shell"), result
+    assert session.run("pwd")["text"] == "/\n"  # a shell command again
+    result = session.run("python -c 'exit(4)'")  # one block in the shell: the shell stays
+    assert (result["status"], result["mode"]) == (4, "shell")
+
+
 def test_a_repl_block_raising_a_base_exception_shows_only_the_programs_frames():
     with ipuos.Machine("tiny") as machine:
         repl = machine.repl(tiles="1-2")
