@@ -177,8 +177,13 @@ class DaemonTransport:
         if size > LINE_MAX:
             raise RemoteError(f"a line of {size:,} bytes is too long for the shell (at most {LINE_MAX:,}); "
                               "put long text in a file (`put` copies one from the host)")
+        def interrupted(count: int) -> None:
+            if count == 1:  # (after the ^C a terminal echoes: the report starts a line)
+                on_output("err", "\n")
+
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width}
-        result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event)
+        result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event,
+                               on_interrupt=interrupted)
         try:
             for stream, text in result.pop("output", None) or ():
                 on_output(stream, text)

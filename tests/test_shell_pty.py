@@ -157,7 +157,7 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     time.sleep(0.3)
     term.child.sendintr()
     out = term.prompt()
-    assert "[3 tiles: 1-3]\ninterrupted (Ctrl-C)\n" in out
+    assert "^C\n[3 tiles: 1-3]\ninterrupted (Ctrl-C)\n" in out  # the report on a line of its own
     assert term.run("echo still-working") == "still-working\n"
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
 
