@@ -20,7 +20,9 @@ import time
 import click
 
 from ._cli import (
+    EXIT_INTERRUPTED,
     _Errors,
+    _fail,
     _geometry,
     attach_machine,
     ipus_option,
@@ -246,7 +248,10 @@ def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_li
     interactive = command_text is None and sys.stdin.isatty() and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if interactive else 0
     with _Errors():
-        transport = DaemonTransport(paths, width)
+        try:
+            transport = DaemonTransport(paths, width)
+        except KeyboardInterrupt:  # given up waiting for a busy tile 0
+            _fail(f"stopped waiting for tile 0 of machine {name!r}; no shell was opened", EXIT_INTERRUPTED)
     try:
         terminal = Terminal(transport, transport.state, history_file=history_path(),
                             exit_on_leave=first_line is not None)

@@ -8,6 +8,7 @@ Python traceback. (The interactive terminal is tested through a pty in test_shel
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import threading
@@ -126,6 +127,30 @@ def test_ctrl_c_while_printing_a_finished_commands_output_keeps_its_result(share
         assert written[-1] == ("err", "^C\n")
     finally:
         transport.close()
+
+
+def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):
+    spin = tmp_path / "spin.py"
+    spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine
+    job = subprocess.Popen([IPUOS, "run", str(spin), "--tiles", "0"], env=shared_machine.env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "spin.py" in subprocess.run([IPUOS, "ps"], env=shared_machine.env(),
+                                                     capture_output=True, text=True).stdout,
+                 what="the spinning program")
+        errors = tmp_path / "stderr"
+        with open(errors, "w") as sink:
+            waiting = subprocess.Popen([IPUOS, "shell", "-c", "echo never"], env=shared_machine.env(),
+                                       stdout=subprocess.PIPE, stderr=sink, text=True)
+        wait_for(lambda: "waiting for tile 0" in errors.read_text(), timeout=20, what="the shell to wait")
+        waiting.send_signal(signal.SIGINT)
+        out, _ = waiting.communicate(timeout=20)
+        err = errors.read_text()
+        assert waiting.returncode == 130, (out, err)
+        assert "stopped waiting for tile 0" in err and "Aborted" not in err and out == ""
+    finally:
+        job.send_signal(signal.SIGINT)  # (ipuos run interrupts its job)
+        job.wait(30)
 
 
 def test_piped_lines_share_one_session(shared_machine):
