@@ -322,7 +322,9 @@ class Terminal:
         lines = list(reversed(list(self._load_history().load_history_strings()))) \
             if not self.interactive else list(self._load_history().get_strings())
         width = len(str(len(lines)))
-        self.stdout.write("".join(f"{i:>{width}}  {line}\n" for i, line in enumerate(lines, 1)))
+        indent = "\n" + " " * (width + 2)  # (a pasted block is one entry of several lines)
+        self.stdout.write("".join(f"{i:>{width}}  {line.rstrip(chr(10)).replace(chr(10), indent)}\n"
+                                  for i, line in enumerate(lines, 1)))
         self.stdout.flush()
         self.status = 0
 

@@ -153,6 +153,15 @@ def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_pa
         job.wait(30)
 
 
+def test_history_lists_a_pasted_block_as_one_entry_indented(shared_machine, tmp_path):
+    history = tmp_path / "ipuos" / "history"
+    history.parent.mkdir(mode=0o700)
+    history.write_text("\n# 1\n+echo p1\n+echo p2\n\n# 2\n+ls\n")  # prompt_toolkit's file format
+    history.chmod(0o600)
+    done = shell(shared_machine, "history", env=shared_machine.env(XDG_DATA_HOME=str(tmp_path)))
+    assert (done.returncode, done.stdout) == (0, "1  echo p1\n   echo p2\n2  ls\n")
+
+
 def test_piped_lines_share_one_session(shared_machine):
     done = shell(shared_machine, stdin="cd /tiles/2\npwd\necho from-a-pipe > piped\ncat /tiles/2/piped\n")
     assert done.returncode == 0
