@@ -80,7 +80,7 @@ def test_os_module(machine):
         print(os.stat("b/c/final").st_size, os.stat("b/c/final").st_mtime_ns)
         os.remove("b/c/final")
         os.rmdir("b/c")
-        os.removedirs("b")
+        os.removedirs("b")  # b only: the parents it names (none), not the cwd /a
         print(os.listdir("/"), os.statvfs("/").f_bsize > 0)
         try:
             os.rmdir("/nothing")
@@ -94,7 +94,7 @@ def test_os_module(machine):
         "['c']\n"
         "[('/a', ['b'], []), ('/a/b', ['c'], []), ('/a/b/c', [], ['final'])]\n"
         "2 42\n"
-        "[] True\n"
+        "['a'] True\n"
         "ENOENT /nothing\n"
         "{} none posix\n"
     )
@@ -155,6 +155,62 @@ def test_errors_are_oserrors_with_filenames(machine):
         "IsADirectoryError 21 /\n"
         "FileNotFoundError 2 /missing/dir\n"
     )
+
+
+@pytest.mark.parametrize("where, tile", [("/edges", "3"), ("/tiles/3/edges-remote", "0"), ("/chip/edges", "0")])
+def test_os_and_open_match_the_hosts_at_their_edges(machine, where, tile):
+    """Each line once did otherwise: "f/." named the file itself (so remove, rename or
+    truncate of it acted on the file); removedirs climbed past what it was given into
+    the cwd and its parents; '' and None were not the current directory; readlines(hint)
+    stopped a line early; a float size was rounded down; buffering=0 was held back on
+    another tile."""
+    result = run(machine, f"""
+        import os
+        os.makedirs("{where}", exist_ok=True)
+        os.chdir("{where}")
+        open("f", "w").write("precious")
+        errors = []
+        for call in (lambda: os.remove("f/."), lambda: os.rename("f/.", "g"),
+                     lambda: os.truncate("f/.", 0), lambda: os.stat("f/.")):
+            try:
+                call()
+            except NotADirectoryError:
+                errors.append("ENOTDIR")
+        print(errors, open("f").read(), os.path.isdir("f/.."), os.path.exists("f/."))
+        os.makedirs("top/work/a/b")
+        os.chdir("top/work")
+        os.removedirs("a/b")
+        print(os.listdir(None), os.getcwd().endswith("top/work"), os.path.abspath("") == os.getcwd(),
+              os.path.relpath("x", ""))
+        try:
+            os.path.relpath("")
+        except ValueError as exc:
+            print(exc)
+        open("lines", "wb").write(b"l1\\nl2\\nl3\\n")
+        print(open("lines", "rb").readlines(3), open("lines", "rb").readlines(2))
+        for call in (lambda: os.truncate("lines", 1.5), lambda: open("lines", "r+b").truncate(2.5)):
+            try:
+                call()
+            except TypeError:
+                print("TypeError")
+        try:
+            os.truncate("lines", 2**40)
+        except OSError as exc:
+            print(exc.errno == __import__("errno").EFBIG)
+        log = open("log", "ab", buffering=0)
+        log.write(b"first")
+        print(os.path.getsize("log"), open("log", "rb").read())
+        log.close()
+    """, tiles=tile)
+    assert output(result).splitlines() == [
+        "['ENOTDIR', 'ENOTDIR', 'ENOTDIR', 'ENOTDIR'] precious False False",
+        "[] True True x",
+        "no path specified",
+        "[b'l1\\n', b'l2\\n'] [b'l1\\n']",
+        "TypeError", "TypeError",
+        "True",
+        "5 b'first'",
+    ]
 
 
 def test_an_uncaught_file_error_is_a_tile_error(machine):

@@ -47,8 +47,10 @@ def errno_of(excinfo) -> int:
     ("b", "/a", ("/a/b", False)),
     ("./b/./c", "/a", ("/a/b/c", False)),
     ("//a///b//", "/", ("/a/b", True)),
-    ("..", "/a/b", ("/a", False)),
-    ("../../../..", "/a/b", ("/", False)),
+    ("..", "/a/b", ("/a", True)),  # a final . or .. names a directory, as a trailing /
+    ("../../../..", "/a/b", ("/", True)),
+    ("f/.", "/", ("/f", True)),
+    (".", "/a", ("/a", True)),
     ("/../x", "/", ("/x", False)),
     ("/a/../../b/", "/", ("/b", True)),
     (".hidden/..x", "/d", ("/d/.hidden/..x", False)),

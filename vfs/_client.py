@@ -31,7 +31,7 @@ from ipuos.blockdev import checked_seek, wrong_mode_error
 
 from ._backend import fs_error
 from ._entries import Entry, make_stat
-from ._files import VfsFile, flags_mode, parse_mode, wrap_text
+from ._files import VfsFile, checked_size, flags_mode, parse_mode, wrap_text
 
 __all__ = ["FsClient", "HostFsClient", "TileFsClient", "RemoteFile"]
 
@@ -293,7 +293,7 @@ def _naming_errors(method):
 class RemoteFile(VfsFile):
     """An open file on another tile, reached through a :class:`FsClient`."""
 
-    __slots__ = ("_client", "_tile", "_handle", "_position", "_append", "_unsent", "_unsent_at")
+    __slots__ = ("_client", "_tile", "_handle", "_position", "_append", "_unsent", "_unsent_at", "_write_now")
 
     def __init__(self, client: FsClient, tile: int, handle: int, name: str, mode: str,
                  readable: bool, writable: bool, append: bool):
@@ -306,6 +306,8 @@ class RemoteFile(VfsFile):
         #: writes not sent yet, and the offset the first of them goes to
         self._unsent: bytearray | None = None
         self._unsent_at = 0
+        #: every write sent at once (buffering=0), not held until a chunk fills
+        self._write_now = False
 
     @property
     def tile(self) -> int:
@@ -348,9 +350,12 @@ class RemoteFile(VfsFile):
             self._unsent_at = self._position
         self._unsent += view
         self._position += count
-        if len(self._unsent) >= self._client.write_behind:
+        if self._write_now or len(self._unsent) >= self._client.write_behind:
             self._send_writes()
         return count
+
+    def unbuffered(self) -> None:
+        self._write_now = True
 
     @_naming_errors
     def seek(self, offset: int, whence: int = 0) -> int:
@@ -383,9 +388,8 @@ class RemoteFile(VfsFile):
     @_naming_errors
     def truncate(self, size: int | None = None) -> int:
         self._check_open()
+        size = self._position if size is None else checked_size(size, self.name)
         self._send_writes()
-        if size is None:
-            size = self._position
         self._client.call(self._tile, "fs.ftruncate", self._handle, size)
         return size
 

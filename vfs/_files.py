@@ -21,11 +21,13 @@ so a wrapper that is dropped never strands text in itself.
 
 from __future__ import annotations
 
+import errno
 import io
+import operator
 import os
 
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
-           "check_binary_arguments", "raise_pending_signal"]
+           "check_binary_arguments", "checked_size", "raise_pending_signal"]
 
 
 def raise_pending_signal(owner) -> None:
@@ -91,6 +93,22 @@ _MODES: dict = {}
 #: what the host's binary files report as ``mode`` (FileIO's spelling)
 _BINARY_MODE_NAMES = {"r": "rb", "r+": "rb+", "w": "wb", "w+": "rb+", "a": "ab", "a+": "ab+",
                       "x": "xb", "x+": "xb+"}
+
+
+#: the largest file littlefs keeps (its LFS_FILE_MAX)
+FILE_SIZE_MAX = 2**31 - 1
+
+
+def checked_size(size, path) -> int:
+    """A size to truncate to, as the host's ``truncate`` takes it: an integer (a float is
+    TypeError, not rounded down), not negative (EINVAL), within what littlefs can hold
+    (EFBIG)."""
+    size = operator.index(size)
+    if size < 0:
+        raise OSError(errno.EINVAL, "Invalid argument: negative size", path)
+    if size > FILE_SIZE_MAX:
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), path)
+    return size
 
 
 def parse_mode(mode) -> OpenMode:
@@ -265,7 +283,7 @@ class VfsFile:
         for line in self:
             lines.append(line)
             total += len(line)
-            if hint is not None and 0 < hint <= total:
+            if hint is not None and 0 < hint < total:  # (once past the hint, as io's)
                 break
         return lines
 
@@ -298,6 +316,10 @@ class VfsFile:
 
     def _abandon(self) -> None:
         """Let go of the file without waiting (files whose owner is not a tile's VFS)."""
+
+    def unbuffered(self) -> None:
+        """Make every write reach the file at once, as ``open(..., buffering=0)`` asks
+        (a file on the tile's own filesystem does so already)."""
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from ipuos.blockdev import WritesLostError
 from ._backend import Backend, fs_error
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._entries import Entry
-from ._files import VfsFile, raise_pending_signal
+from ._files import VfsFile, checked_size, raise_pending_signal
 
 __all__ = ["LittlefsBackend", "LocalFile"]
 
@@ -440,6 +440,8 @@ class LocalFile(VfsFile):
         return self._owned(self._file.size)
 
     def truncate(self, size: int | None = None) -> int:
+        if size is not None:
+            size = checked_size(size, self.name)
         result = self._owned(self._file.truncate, size)
         self._dirty = True
         return result

@@ -3,8 +3,9 @@
 Every path a tile hands the VFS becomes one canonical absolute string before anything
 looks at the mount table: relative paths are taken from the current directory, ``.`` and
 repeated slashes vanish, ``..`` climbs lexically and stops at ``/`` (as on Linux, where
-``/..`` is ``/``). A trailing slash is remembered separately: littlefs then insists on a
-directory, which is how ``stat("file/")`` becomes ENOTDIR as POSIX wants.
+``/..`` is ``/``). A trailing slash (or a final ``.`` or ``..``) is remembered separately:
+littlefs then insists on a directory, which is how ``stat("file/")`` and
+``remove("file/.")`` become ENOTDIR as POSIX wants.
 
 Lexical ``..`` is exact here because the VFS has no symbolic links.
 """
@@ -40,7 +41,9 @@ def normalize(path: str, cwd: str = "/") -> tuple[str, bool]:
     """
     if path[0] != "/":
         path = cwd + "/" + path if cwd != "/" else "/" + path
-    trailing = path[-1] == "/" and len(path) > 1
+    # a final "." or ".." names a directory as a trailing slash does: "file/." is
+    # ENOTDIR, not the file (whose removal or truncation it would otherwise be)
+    trailing = (path[-1] == "/" and len(path) > 1) or path.endswith(("/.", "/.."))
     if "/." not in path and "//" not in path:
         # the common case: already canonical but for a trailing slash
         return (path.rstrip("/") or "/"), trailing

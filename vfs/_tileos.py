@@ -41,15 +41,19 @@ def make_os_module(vfs) -> types.ModuleType:
         setattr(module, name, getattr(vfs, name))
 
     def removedirs(name) -> None:
-        """``os.removedirs``: remove ``name``, then each parent that became empty."""
+        """``os.removedirs``: remove ``name``, then each parent *it names* that became
+        empty (as the host's: ``removedirs("a/b")`` stops at ``a``, never climbing into
+        the current directory and its parents)."""
         vfs.rmdir(name)
-        head = posixpath.dirname(vfs.abspath(name))
-        while head != "/":
+        head, tail = posixpath.split(os.fspath(name))
+        if not tail:
+            head, tail = posixpath.split(head)
+        while head and tail:
             try:
                 vfs.rmdir(head)
             except OSError:
                 break
-            head = posixpath.dirname(head)
+            head, tail = posixpath.split(head)
 
     environ: dict[str, str] = {}
 
@@ -94,6 +98,8 @@ def _make_path_module(vfs) -> types.ModuleType:
         module.splitroot = posixpath.splitroot
 
     def relpath(path, start=None) -> str:
+        if not path:
+            raise ValueError("no path specified")
         return posixpath.relpath(vfs.abspath(path), vfs.abspath(start if start is not None else "."))
 
     def realpath(path, *, strict: bool = False) -> str:

@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 from ._backend import Backend, fs_error
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
-from ._files import _MODES, check_binary_arguments, flags_mode, parse_mode, raise_pending_signal, wrap_text
+from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, parse_mode, raise_pending_signal,
+                     wrap_text)
 from ._local import LittlefsBackend
 from ._mounts import MountTable
 from ._paths import checked, normalize, parent_and_name
@@ -167,8 +168,10 @@ class Vfs:
         self._cwd = "/"
 
     def abspath(self, path) -> str:
-        """The canonical absolute form of ``path`` (lexical: no filesystem access)."""
-        return normalize(checked(path), self._cwd)[0]
+        """The canonical absolute form of ``path`` (lexical: no filesystem access); an
+        empty path is the current directory, as for ``os.path.abspath``."""
+        path = path if type(path) is str else os.fspath(path)
+        return normalize(checked(path), self._cwd)[0] if path else self._cwd
 
     # -- files --------------------------------------------------------------------------------
 
@@ -201,6 +204,8 @@ class Vfs:
         if spec.maybe_creates:
             raw.seek(0, os.SEEK_END)  # like the host's open: "a" starts at the end
         if spec.binary:
+            if buffering == 0:
+                raw.unbuffered()
             return raw
         return wrap_text(raw, spec, buffering, encoding, errors, newline)
 
@@ -275,9 +280,10 @@ class Vfs:
         return Entry(name, True, root.size, root.mtime_ns)
 
     def listdir(self, path=".") -> list[str]:
-        return [entry.name for entry in self.entries(path)]
+        return [entry.name for entry in self.entries("." if path is None else path)]
 
     def scandir(self, path=".") -> ScandirIterator:
+        path = "." if path is None else path  # (as the host's: None is the current directory)
         given = path if type(path) is str else os.fspath(path)
         vpath, mount, _ = self._resolve(path)
         return ScandirIterator([DirEntry(given, entry, mount.device) for entry in self.entries(path)])
@@ -370,6 +376,7 @@ class Vfs:
     replace = rename
 
     def truncate(self, path, length: int) -> None:
+        length = checked_size(length, path)
         vpath, mount, inner = self._resolve(path)
         self._on_backend(path, mount, inner, mount.backend.truncate, inner, length, write=True)
 
