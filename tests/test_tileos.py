@@ -213,6 +213,24 @@ def test_os_and_open_match_the_hosts_at_their_edges(machine, where, tile):
     ]
 
 
+def test_rename_and_rmdir_of_dot_and_dotdot_give_the_hosts_errors(machine):
+    result = run(machine, """
+        import os
+        os.mkdir("/dots")
+        os.chdir("/dots")
+        os.mkdir("d")
+        open("f", "w").close()
+        for call in (lambda: os.rename(".", "x"), lambda: os.rename("d", "x/."), lambda: os.rename("d/.", "y"),
+                     lambda: os.rename("f", "d/.."), lambda: os.rmdir("missing/.."), lambda: os.rmdir("d/.."),
+                     lambda: os.rmdir("d/.")):
+            try:
+                call()
+            except OSError as exc:
+                print(exc.errno, end=" ")
+    """, tiles="5")
+    assert output(result) == "16 2 16 16 2 39 22 "  # as CPython on Linux: EBUSY ENOENT ... EINVAL
+
+
 def test_an_uncaught_file_error_is_a_tile_error(machine):
     result = run(machine, "open('/no/such/file')", tiles="0-1")
     assert not result.ok

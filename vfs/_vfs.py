@@ -335,12 +335,12 @@ class Vfs:
             raise fs_error(errno.EEXIST, name)
 
     def rmdir(self, path) -> None:
-        last = checked(path).rstrip("/").rpartition("/")[2]
+        vpath, mount, inner = self._resolve(path)  # first: "missing/.." is ENOENT
+        last = _last_name(path)
         if last == ".":
             raise fs_error(errno.EINVAL, path, "cannot remove '.': name the directory itself")
         if last == "..":
             raise fs_error(errno.ENOTEMPTY, path)
-        vpath, mount, inner = self._resolve(path)
         if self._mounts.mounted_below(vpath) or vpath == "/":
             raise fs_error(errno.EBUSY, path, "a filesystem is mounted here")
         self._on_backend(path, mount, inner, mount.backend.rmdir, inner, write=True)
@@ -360,6 +360,10 @@ class Vfs:
         """
         src_path, src_mount, src_inner = self._resolve(src)
         dst_path, dst_mount, dst_inner = self._resolve(dst)
+        for given in (src, dst):
+            if _last_name(given) in (".", ".."):
+                self.stat(given)  # (a missing or non-directory parent says so first)
+                raise fs_error(errno.EBUSY, src, "cannot rename '.' or '..': name the directory itself", dst)
         if (self._mounts.mounted_below(src_path) or src_path == "/"
                 or self._mounts.get(dst_path) is not None):
             raise fs_error(errno.EBUSY, src, "a filesystem is mounted here", dst)
@@ -530,3 +534,9 @@ def existing_vfs(tile) -> "Vfs | None":
     """``tile``'s VFS if its storage is up, else None; never brings it up (a tile nothing
     has used yet has an empty disk, and asking should not format it)."""
     return tile.kernel_data.get(VFS_KEY)
+
+
+def _last_name(path) -> str:
+    """The last name of a path as given (``"d/."`` -> ``"."``), for the calls that treat
+    ``.`` and ``..`` specially."""
+    return (path if type(path) is str else os.fspath(path)).rstrip("/").rpartition("/")[2]
