@@ -45,6 +45,9 @@ PATIENCE_SECONDS = 2.0
 HALTING_SECONDS = 3.0
 #: reconnect the line connection before the daemon would close it as idle (60 s)
 IDLE_RECONNECT_SECONDS = 30.0
+#: how long Tab waits for tile 0: the line cannot be edited meanwhile, and tile 0 answers
+#: in a superstep or two unless a tile computes without an exchange point (then no wait helps)
+COMPLETE_SECONDS = 1.5
 #: the longest line the shell sends (as JSON text): it rides in a request's header,
 #: beside a few small fields
 LINE_MAX = REQUEST_LIMITS.max_header - 1024
@@ -196,7 +199,7 @@ class DaemonTransport:
         return result
 
     def complete(self, text: str) -> tuple[int, list[str]]:
-        result, _ = self._call("shell.complete", {"text": text}, timeout=5.0)
+        result, _ = self._call("shell.complete", {"text": text}, timeout=COMPLETE_SECONDS)
         return result["start"], result["words"]
 
     def put(self, path: str, chunks, name: str) -> str:
