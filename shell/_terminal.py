@@ -130,8 +130,11 @@ class Terminal:
 
         def session_for(kind: str) -> PromptSession:
             if kind not in sessions:
+                # enable_suspend: Ctrl-Z stops the shell at the prompt as it does while a
+                # command runs (without it, a literal ^Z went into the line)
                 sessions[kind] = PromptSession(history=self._load_history(kind), completer=_TileCompleter(self),
-                                               complete_while_typing=False, key_bindings=bindings)
+                                               complete_while_typing=False, key_bindings=bindings,
+                                               enable_suspend=True)
             return sessions[kind]
 
         lost: list[str] = []

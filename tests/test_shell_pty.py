@@ -162,6 +162,30 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
 
 
+def test_ctrl_z_at_the_prompt_suspends_the_shell_and_fg_resumes_it(shared_machine, tmp_path):
+    """Under a job-control shell, as a user runs it (a stop signal to a process group
+    with no such parent is discarded)."""
+    env = shared_machine.env(HOME=str(tmp_path), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", PS1="host$ ")
+    bash = pexpect.spawn("bash", ["--norc", "--noprofile", "-i"], env=env, encoding="utf-8", timeout=30,
+                         dimensions=(40, 120))
+    try:
+        bash.expect_exact("host$ ")
+        bash.sendline(f"{IPUOS} shell")
+        bash.expect(new_prompt("ipuos:/$"))
+        bash.send("echo resumed")
+        bash.sendcontrol("z")
+        bash.expect("Stopped")  # bash's job report: the shell is suspended, not given a ^Z
+        bash.expect_exact("host$ ")
+        bash.sendline("fg")
+        bash.sendline("")
+        bash.expect("resumed")
+        bash.expect(new_prompt("ipuos:/$"))
+        bash.sendeof()  # leave the shell
+        bash.expect_exact("host$ ")
+    finally:
+        bash.terminate(force=True)
+
+
 def test_ctrl_c_at_the_prompt_clears_the_line(terminal):
     term = terminal()
     term.prompt()
