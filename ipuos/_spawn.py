@@ -138,12 +138,16 @@ def _wait_until_answering(paths: MachinePaths, process: subprocess.Popen, log_st
                              f"the daemon exited with status {status} before answering; see {paths.log}",
                              status)
         try:
-            return hello(paths, wait=0.5)  # short: whoever answers may not be our daemon
+            info = hello(paths, wait=0.5)  # short: whoever answers may not be our daemon
         except MachineNotRunning:
             pass
         except DaemonError as exc:
             if exc.code not in ("disconnected", "timeout"):
                 raise BootFailed(f"the new daemon answered with an error: {exc.message}") from None
+        else:
+            if info.get("pid") == process.pid:
+                return info
+            # another boot of this name won the race: ours will exit saying so (above)
         if time.monotonic() > deadline:
             raise BootFailed(f"machine {paths.name!r} did not answer within {BOOT_SECONDS:g} s of "
                              f"starting (pid {process.pid}); see {paths.log}")

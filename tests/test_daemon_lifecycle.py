@@ -52,6 +52,31 @@ def test_a_second_boot_of_the_same_name_is_refused(machine):
     assert machine.call("hello")["pid"] == machine.pid
 
 
+def test_two_boots_of_one_name_at_once_one_wins_and_the_other_says_so(runtime_dir):
+    """The losing boot's daemon exits; its client must not take the winner's answer on
+    the socket for its own."""
+    import subprocess
+
+    from daemon_harness import IPUOS
+
+    name = unique_name("race")
+    try:
+        for _ in range(3):
+            boots = [subprocess.Popen([IPUOS, "boot", "--preset", "tiny", "--name", name],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(2)]
+            done = [(boot.wait(60), *boot.communicate()) for boot in boots]
+            assert sorted(status for status, _, _ in done) == [0, 1], done
+            winner = lock_holder(machine_paths(name).lock)
+            (_, out, _), = [d for d in done if d[0] == 0]
+            (_, _, err), = [d for d in done if d[0] == 1]
+            assert f"(pid {winner};" in out
+            assert f"is already running (pid {winner})" in err
+            assert run_cli("halt", "--name", name).returncode == 0
+    finally:
+        run_cli("halt", "--name", name)
+
+
 def test_a_second_daemon_started_by_hand_exits_without_touching_the_first(machine, runtime_dir):
     import subprocess
     import sys
