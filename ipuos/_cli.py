@@ -18,6 +18,7 @@ import sys
 import click
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
+from ._protocol import BUSY
 from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
@@ -160,7 +161,15 @@ def halt(name, if_saved, backup) -> None:
             return
     with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup)}
-        reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
+        try:
+            reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
+        except DaemonError as exc:
+            # another halt got there first: the daemon refuses new requests, or drops the
+            # connection as it goes. A plain halt has what it asked for once it is gone.
+            if backup or if_saved or exc.code not in (BUSY, "disconnected") or not wait_halted(paths):
+                raise
+            click.echo(f"halted machine {name!r} (another halt was stopping it)")
+            return
     if not wait_halted(paths):
         _fail(f"machine {name!r} (pid {reply['pid']}) was asked to halt but still runs; see {paths.log}")
     jobs = reply["interrupted_jobs"]

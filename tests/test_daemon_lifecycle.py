@@ -77,6 +77,23 @@ def test_two_boots_of_one_name_at_once_one_wins_and_the_other_says_so(runtime_di
         run_cli("halt", "--name", name)
 
 
+def test_two_halts_at_once_both_report_the_machine_halted(runtime_dir):
+    import subprocess
+
+    from daemon_harness import IPUOS
+
+    name = unique_name("halts")
+    for _ in range(4):
+        assert run_cli("boot", "--preset", "tiny", "--name", name).returncode == 0
+        halts = [subprocess.Popen([IPUOS, "halt", "--name", name], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        done = [(halt.wait(60), *halt.communicate()) for halt in halts]
+        for status, out, err in done:
+            # 0 and "halted", or 3: it had gone before this one asked (not running)
+            assert (status == 0 and out.startswith(f"halted machine {name!r}")) or status == 3, done
+        assert lock_holder(machine_paths(name).lock) is None
+
+
 def test_a_second_daemon_started_by_hand_exits_without_touching_the_first(machine, runtime_dir):
     import subprocess
     import sys
