@@ -5,7 +5,8 @@ Every command names its machine with ``--name`` or ``$IPUOS_MACHINE`` (default
 commands (``ps``, ``status``, ``top``) only look, and all of them take ``--json``.
 
 Exit statuses: 0 ok; 1 an error; 2 a usage error; 3 no such machine is running;
-130 interrupted (Ctrl-C); ``run`` otherwise exits with its program's status.
+130 interrupted (Ctrl-C), except ``top``, for which Ctrl-C (like ``q``) is the way out;
+``run`` otherwise exits with its program's status.
 """
 
 from __future__ import annotations
