@@ -84,6 +84,8 @@ class Scheduler:
         self._call_tags = itertools.count(1)
         #: the resume (greenlet switch) methods of the tiles to run next superstep
         self._runnable: list[Callable] = []
+        #: those of this superstep still to run (see Tile.start)
+        self._runq: collections.deque = collections.deque()
         self._ready_jobs: list[Job] = []
         self._finished_jobs: list[Job] = []
         self._host_replies: list[tuple[Future, bool, object]] = []
@@ -143,7 +145,7 @@ class Scheduler:
         pin_thread()  # host requests hand off to this thread: see ipuos._affinity
         main = greenlet.getcurrent()
         for tile in self.tiles:
-            tile.start(main)
+            tile.start(main, self._runq)
         self.thread_ident = threading.get_ident()
         self._started.set()
         try:
@@ -233,9 +235,12 @@ class Scheduler:
     def _superstep(self) -> None:
         # written like a bare greenlet loop: per-tile work here costs 1472x per superstep
         runnable, self._runnable = self._runnable, []
+        runq = self._runq
+        runq.extend(runnable)
+        popleft = runq.popleft
         self.in_compute = True
-        for resume in runnable:
-            resume()
+        while runq:  # each parking tile resumes the next; the last comes back here
+            popleft()()
         self.in_compute = False
         self._exchange_phase()
 

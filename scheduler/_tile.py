@@ -113,11 +113,37 @@ class Tile:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self, main: greenlet.greenlet) -> None:
-        """Create the tile's greenlet (in the scheduler thread; it runs on first wake)."""
-        self.glet = greenlet.greenlet(self._kernel_main, parent=main)
-        self.resume = self.glet.switch
-        self.park = main.switch
+    def start(self, main: greenlet.greenlet, runq: collections.deque) -> None:
+        """Create the tile's greenlet (in the scheduler thread; it runs on first wake).
+
+        ``runq`` holds the rest of this superstep's runnable tiles. A parking tile hands
+        the thread straight to the next of them, and only the last goes back to the
+        scheduler's loop (``main``): one greenlet switch per tile instead of two, a
+        third of an empty superstep's cost.
+        """
+        glet = self.glet = greenlet.greenlet(self._kernel_main, parent=main)
+        to_main = main.switch
+        popleft = runq.popleft
+
+        def park() -> None:
+            if runq:
+                popleft()()
+            else:
+                to_main()
+
+        def first_resume() -> None:
+            # a greenlet's stack begins where it is first switched to. Started from a
+            # parking tile, it would begin inside that tile's stack, the next one inside
+            # its, and so on down the C stack: tiles start from the scheduler's loop only
+            if glet or greenlet.getcurrent() is main:
+                self.resume = glet.switch
+                glet.switch()
+            else:
+                runq.appendleft(first_resume)
+                to_main()
+
+        self.resume = first_resume
+        self.park = park
 
     def _kernel_main(self) -> None:
         """The tile's kernel: wait for requests, serve them, forever."""
@@ -197,7 +223,10 @@ class Tile:
             try:
                 if service is None:
                     raise LookupError(f"tile {self.id} has no kernel service {request.name!r}")
-                ok, value = True, service(self, *request.args)
+                args = request.args
+                # one argument (job.run's) goes as a plain call: ``f(*args)`` nests the C
+                # stack, and every greenlet switch copies the tile's stack
+                ok, value = True, (service(self, args[0]) if len(args) == 1 else service(self, *args))
             except TileInterrupt as exc:
                 ok, value = False, exc
             except Exception as exc:  # the requester gets the error; the kernel carries on

@@ -801,6 +801,25 @@ def test_idle_tiles_are_never_woken():
         fresh.stop()
 
 
+def test_a_thousand_fresh_tiles_start_and_run_one_job():
+    # a parking tile resumes the next runnable one itself (see Tile.start); a greenlet
+    # first switched to from inside another tile would begin on that tile's stack, and
+    # a thousand of them would nest a thousand deep
+    ntiles = 1024
+    fresh = Scheduler(SRAM(ntiles, 64 * 1024), ntiles, exchange_out=2048, exchange_in=4096)
+    fresh.start()
+    try:
+        def prog(api):
+            for _ in range(3):
+                api.sync()
+            return api.allreduce(api.tileid)
+
+        assert values(fresh.start_job(range(ntiles), prog).future.result(30)) == [ntiles * (ntiles - 1) // 2] * ntiles
+        assert fresh.internal_errors == []
+    finally:
+        fresh.stop()
+
+
 def test_host_requests_run_on_the_owning_tiles_greenlet(sched):
     seen = {}
 
