@@ -408,7 +408,8 @@ def test_closed_and_wrong_direction(vfs):
     f.close()
     f.close()
     for call in (f.read, lambda: f.write(b"x"), f.tell, lambda: f.seek(0), f.flush,
-                 f.readable, lambda: f.__enter__(), f.readline):
+                 f.readable, lambda: f.__enter__(), f.readline, lambda: f.writelines([]),
+                 lambda: f.readlines(), lambda: iter(f)):
         with pytest.raises(ValueError):
             call()
     with pytest.raises(io.UnsupportedOperation):

@@ -298,6 +298,7 @@ class VfsFile:
         return line
 
     def writelines(self, lines) -> None:
+        self._check_open()  # (even for no lines, as io's files)
         for line in lines:
             self.write(line)
 
