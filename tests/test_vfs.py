@@ -98,6 +98,29 @@ def test_dot_dot_climbs_out_of_a_real_directory(vfs):
         vfs.stat("sub/..")
 
 
+def test_opening_through_a_final_dot_fails_as_on_the_host(vfs, tmp_path):
+    # "d/." looks inside d, unlike "d/": what is wrong is said of d (the host is the model)
+    def outcome(opener, path):
+        try:
+            opener(path).close()
+        except OSError as exc:
+            return exc.errno
+        return "opened"
+
+    (tmp_path / "file").write_bytes(b"")
+    (tmp_path / "d").mkdir()
+    vfs.open("/file", "w").close()
+    vfs.mkdir("/d")
+    for path in ("new/.", "file/.", "d/.", "d/new/.", "new/", "file/", "d/", "new/..", "d/..", "d", "."):
+        for mode in ("w", "x", "a", "r+", "r"):
+            host = outcome(lambda p: open(os.path.join(tmp_path, p), mode), path)  # (pathlib drops ".")
+            assert outcome(lambda p: vfs.open("/" + p, mode), path) == host, (path, mode)
+    flags = os.O_WRONLY | os.O_CREAT
+    assert outcome(lambda p: vfs.open_raw("/" + p, flags), "new/.") == errno.ENOENT
+    assert outcome(lambda p: vfs.open_raw("/" + p, flags), "file/.") == errno.ENOTDIR
+    assert sorted(vfs.listdir("/")) == ["d", "file"]  # nothing was created
+
+
 def test_rmdir_of_dot_or_dot_dot_is_refused(vfs):
     vfs.makedirs("/rd/sub")
     vfs.chdir("/rd")

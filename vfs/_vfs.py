@@ -200,6 +200,7 @@ class Vfs:
             raw = mount.backend.open(resolved[2], spec, file, self.pending)
         except OSError as exc:
             exc.filename = file
+            _refine_open_error(exc, mount, resolved[2], file)
             raise
         if spec.maybe_creates:
             raw.seek(0, os.SEEK_END)  # like the host's open: "a" starts at the end
@@ -223,6 +224,7 @@ class Vfs:
             return mount.backend.open(inner, spec, name, self.pending)
         except OSError as exc:
             exc.filename = name
+            _refine_open_error(exc, mount, inner, name)
             raise
 
     def close_pending(self) -> list[BaseException]:
@@ -540,3 +542,22 @@ def _last_name(path) -> str:
     """The last name of a path as given (``"d/."`` -> ``"."``), for the calls that treat
     ``.`` and ``..`` specially."""
     return (path if type(path) is str else os.fspath(path)).rstrip("/").rpartition("/")[2]
+
+
+def _refine_open_error(exc: OSError, mount, inner: str, name: str) -> None:
+    """Raise the error Linux gives where the backend's differs: it sees ``d/`` and
+    ``d/.`` alike, but the final ``.`` looks inside ``d`` and the slash does not.
+
+    Opening ``d/.`` to write is EISDIR only if ``d`` is a directory: ENOENT if ``d`` is
+    missing, ENOTDIR if it is a file. Creating ``d/`` exclusively is EISDIR, not EEXIST.
+    """
+    if exc.errno == errno.EEXIST and name.endswith("/"):
+        raise fs_error(errno.EISDIR, name) from None
+    if exc.errno != errno.EISDIR or _last_name(name) != "." or inner == "/":
+        return
+    try:
+        is_dir = mount.backend.entry(inner.rstrip("/")).is_dir
+    except FileNotFoundError:
+        raise fs_error(errno.ENOENT, name) from None
+    if not is_dir:
+        raise fs_error(errno.ENOTDIR, name) from None
