@@ -33,8 +33,9 @@ reproduced on this project's machine; this module exists to make them unreachabl
   process. So every ENOSPC is followed, inside the same call, by an unmount and mount,
   which resets the caches. An open file with nothing uncommitted is opened again where it
   was; one with unsynced writes is marked lost and raises EIO saying why (closing it
-  reports, once, that those writes are gone), except the file whose write failed, whose
-  user has ENOSPC already.
+  reports, once, that those writes are gone). The file whose own write failed closes
+  quietly (its user has ENOSPC already) unless earlier writes to it were still
+  uncommitted: those are gone with it, so its sync and close report ENOSPC saying so.
 * Smaller ones: the binding's mode "a" does not create a missing file (here it does, as in
   Python); it cannot store an empty custom attribute (IndexError; refused here with a
   clear message); it ignores an unknown ``whence`` (refused here with EINVAL).
@@ -816,6 +817,7 @@ class Filesystem:
     def _committed(self, file: "File") -> None:
         """``file`` has just committed changes: every other handle on its path must look
         again before it next uses the file (littlefs gives each handle its own view)."""
+        file._accepted = False
         path = file.path
         for other in self._open:
             if other is not file and other.path == path:
@@ -1050,7 +1052,13 @@ class Filesystem:
                 file.lost = lost
                 file._can = 0
                 if file._handle is culprit:
-                    file.flags &= ~_LFS_WRONLY  # its user has the error: closing reports nothing more
+                    if file._accepted:
+                        # earlier writes its user was told had succeeded are lost with
+                        # this one: sync and close say so, as a host's do after a failed
+                        # write-back, with the cause
+                        file.lost_errno = errno.ENOSPC
+                    else:  # its user has the error: syncing and closing report nothing more
+                        file.flags &= ~_LFS_WRONLY
             file._handle = None
         self._open.clear()
         old, self._lfs = self._lfs, None
@@ -1456,8 +1464,8 @@ class File:
     bits while the file is open and not lost, else 0) standing for ``_check``.
     """
 
-    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "created", "_can", "_unsynced",
-                 "_detached", "_shared", "_stale", "_seeked_appender", "__weakref__")
+    __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "lost_errno", "created", "_can", "_unsynced",
+                 "_accepted", "_detached", "_shared", "_stale", "_seeked_appender", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1469,10 +1477,15 @@ class File:
         self.created = False
         #: written (or truncated) since opened or last synced: a remount would lose that
         self._unsynced = bool(flags & _LFS_TRUNC)
+        #: writes (or truncates) its user was told succeeded, not yet committed: if a write
+        #: runs out of space they are lost with it, and sync and close must say so
+        self._accepted = False
         #: removed, or replaced by a rename, while open: its path names another file now
         self._detached = False
         #: why the file was taken away from under its user (the filesystem was remounted)
         self.lost: str | None = None
+        #: the errno using a lost file raises
+        self.lost_errno = errno.EIO
         #: ``flags & 3`` while the file may be used, 0 once closed or lost
         self._can = flags & 3
         #: another handle is open on the same file: every write is committed at once
@@ -1527,7 +1540,9 @@ class File:
         if self._stale or self._shared or self._seeked_appender:
             return self._write_coherently(data)
         self._unsynced = True
-        return self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        written = self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        self._accepted = True
+        return written
 
     def _write_coherently(self, data) -> int:
         """A write that other handles on the file must not lose, nor overwrite: on the
@@ -1542,6 +1557,7 @@ class File:
             fs._run("write", self.path, None, lfs.file_seek, self._handle, 0, os.SEEK_END)
         self._unsynced = True
         written = fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        self._accepted = True
         if self._shared:
             self.sync()
         return written
@@ -1577,6 +1593,7 @@ class File:
             raise _error(errno.EINVAL, self.path, "negative size")
         self._unsynced = True
         self._fs._run("truncate", self.path, None, lfs.file_truncate, self._handle, size)
+        self._accepted = True
         if self._shared:
             self.sync()
         return size
@@ -1609,7 +1626,7 @@ class File:
             if self.lost is not None:
                 self.closed = True
                 if self.flags & _LFS_WRONLY:
-                    raise _error(errno.EIO, self.path, self.lost)
+                    raise _error(self.lost_errno, self.path, self.lost)
                 return
         fs = self._fs
         try:
@@ -1628,7 +1645,7 @@ class File:
 
     def _check(self, need: int, op: str) -> None:
         if self.lost is not None:  # taken away (closed too, or not): say why
-            raise _error(errno.EIO, self.path, self.lost)
+            raise _error(self.lost_errno, self.path, self.lost)
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
         if need and not self.flags & need:

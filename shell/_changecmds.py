@@ -246,8 +246,20 @@ def copy_file(sh, source: str, target: str) -> None:
                 if not data:
                     break
                 _named(target, writer.write, data)
-        finally:
-            _named(target, writer.close)
+        except BaseException:
+            close_after_failure(writer)
+            raise
+        _named(target, writer.close)
+
+
+def close_after_failure(file) -> None:
+    """Close a file whose writing failed, keeping the first error the one reported:
+    what closing says follows from it (a write that ran out of space takes the file's
+    uncommitted writes with it, and closing says they are lost)."""
+    try:
+        file.close()
+    except OSError:
+        pass
 
 
 def _named(path: str, operation, *args):

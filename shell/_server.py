@@ -39,7 +39,7 @@ from ipuos.scheduler import JobAborted, TileInterrupt
 from ipuos.vfs import DISK_REGION, existing_vfs
 
 from . import _changecmds, _filecmds, _progcmds, _syscmds  # noqa: F401  (registers the commands)
-from ._changecmds import resolve_target
+from ._changecmds import close_after_failure, resolve_target
 from ._complete import complete
 from ._parse import ShellSyntaxError, parse_line
 from ._session import SHELL, Context, Output, Session, SessionFs, ShellInterrupt
@@ -279,8 +279,12 @@ class ShellServer:
             else:
                 file = fs.open_raw(session.put_temporary, os.O_WRONLY)
                 file.seek(offset)
-            with file:
+            try:
                 file.write(data)
+            except BaseException:
+                close_after_failure(file)
+                raise
+            file.close()
             if last:
                 fs.rename(session.put_temporary, target)
                 session.put_temporary = None

@@ -511,11 +511,14 @@ class FilesystemTests:
             for _ in range(fs.statvfs().block_count + 1):
                 f.write(chunk)
         assert errno_of(excinfo) == errno.ENOSPC
-        try:
-            f.close()  # may fail again (nowhere to put the data); must not crash
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
+        # the chunks written before the failing one were never committed, and are lost
+        # with it: close says so rather than succeed over them
+        with pytest.raises(OSError) as excinfo:
+            f.close()
+        assert errno_of(excinfo) == errno.ENOSPC and "lost" in str(excinfo.value)
+        f.close()  # (said once)
         assert f.closed and fs.open_files == 0
+        assert not fs.exists("/filler") or self.read_file(fs, "/filler") == b""
         assert self.read_file(fs, "/keep") == b"kept"
         self.write_file(fs, "/filler", b"small")  # the space came back
         assert self.read_file(fs, "/filler") == b"small"

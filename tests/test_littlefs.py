@@ -864,6 +864,27 @@ def test_the_file_whose_write_ran_out_of_space_syncs_and_closes_quietly():
     fs.unmount()
 
 
+def test_writes_lost_with_the_one_that_ran_out_of_space_are_reported():
+    # littlefs commits a file whole: a write that finds the disk full takes the earlier
+    # uncommitted ones with it, which its writer was told had succeeded
+    fs = formatted(MemoryDevice.new(512, 32))
+    f = fs.open("/f", "w")
+    f.write(b"committed")
+    f.sync()
+    f.write(b" and accepted")
+    with pytest.raises(OSError) as info:
+        f.write(bytes(512 * 40))
+    assert info.value.errno == errno.ENOSPC
+    for call in (f.sync, f.close):
+        with pytest.raises(OSError) as info:
+            call()
+        assert info.value.errno == errno.ENOSPC and "are lost" in str(info.value), call
+    f.close()  # (said once)
+    with fs.open("/f") as g:
+        assert g.read() == b"committed"
+    fs.unmount()
+
+
 def test_a_dropped_filesystem_is_freed_at_once_and_its_counts_stay():
     """No reference cycles in the glue: a restore makes a filesystem per tile disk, and
     objects in cycles would wait for (and pay for) whole garbage collections."""

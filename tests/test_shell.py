@@ -214,6 +214,16 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
     assert not (tmp_path / "here").exists()
 
 
+def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
+    # the copy's earlier chunks are lost with the one that found the disk full, and
+    # closing the copy says so: the error cp reports is still the first one
+    (tmp_path / "blob.bin").write_bytes(os.urandom(100_000))
+    done = shell(shared_machine, "put blob.bin /chip/blob; cp /chip/blob /tiles/5/copy", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == "cp: /tiles/5/copy: No space left on device\n"  # (a 16 KiB disk)
+    assert shell(shared_machine, "rm /chip/blob /tiles/5/copy").returncode == 0
+
+
 def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, tmp_path):
     (tmp_path / "only-one.txt").write_text("one\n")
     (tmp_path / "a.log").write_text("a")
