@@ -142,7 +142,7 @@ def test_modification_times(mm):
     assert time.gmtime(os.stat(mm.tile(2) / "touched").st_mtime)[:3] == (2001, 2, 3)
 
 
-def test_tile_roots_have_their_filesystems_times(mm, tmp_path):
+def test_tile_and_chip_roots_have_their_filesystems_times(mm, tmp_path):
     """/tiles/N is tile N's root: its time is the tile's, moves when an entry comes or
     goes, and can be set (tar x, cp -a and rsync -t set it, and failed)."""
     root = mm.tile(14)
@@ -164,6 +164,13 @@ def test_tile_roots_have_their_filesystems_times(mm, tmp_path):
     assert os.stat(mm.tile(14)).st_mtime_ns == 7_000_000_000
     with pytest.raises(PermissionError):
         os.utime(mm.root / "tiles", ns=(1, 1))  # (the mount's own directories have no time to set)
+    # the chip disk's root is a filesystem's root too: tar x (cp -a, rsync -t) into /chip sets it
+    done = subprocess.run(["tar", "xf", str(tmp_path / "a.tar"), "-C", str(mm.chip)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert mm.run(0, "import os; print(os.stat('/chip').st_mtime_ns)") == "7000000000\n"
+    assert (mm.chip / "f").read_bytes() == b"archived"
+    os.unlink(mm.chip / "f")
 
 
 def test_unlinked_open_file_keeps_working_and_leaves_nothing_behind(mm):

@@ -900,8 +900,11 @@ class ChipFilesystem:
                 # only the access time, which a tile does not keep: just say whether it exists
                 return 0 if place.fixed else self._exists(place)
         self._refuse_if_readonly()
-        if place.synthetic:
-            raise _fail(errno.EPERM)
+        if place.synthetic and place.kind != _CHIP_ROOT:
+            raise _fail(errno.EPERM)  # the mount's own directories have no time to set
+        # (the chip disk's root has, as a tile's root: tar x, cp -a and rsync -t set it.
+        # Its attributes stay the mount's, see _Place.synthetic; the shell and tile
+        # programs see the time set)
         if (place.tile, place.inner) in self._hidden_files:
             return 0  # the time of a file that no longer has a name: nobody can see it
         # a dirty open file would stamp "now" over this time when it is closed: commit it first
