@@ -392,7 +392,7 @@ class TileProgram:
             else:
                 self.exit_codes[rank] = 0
             return self.exit_codes[rank]
-        except greenlet.GreenletExit:
+        except _machine_ending(api):
             ctx.cleanups.clear()  # the machine is going away: touch nothing more
             raise
         except BaseException as exc:
@@ -403,6 +403,14 @@ class TileProgram:
             self.outputs[rank] = output.getvalue()
             for name in region_names:
                 memory.free(name)
+
+
+def _machine_ending(api: TileAPI):
+    """What to let through as the machine ending the tile (at shutdown its greenlet is
+    thrown GreenletExit), for an ``except`` clause, which evaluates it when an exception
+    arrives. While the machine runs, nothing: a program can raise a GreenletExit of its
+    own (``BaseException.__subclasses__()`` reaches it), an error like any other."""
+    return () if api.tile.sched.running else greenlet.GreenletExit
 
 
 def _global_resolver(namespace: dict, ctx: TileContext):
@@ -563,7 +571,7 @@ class ReplBlock:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
                 output.write(f"{exc.code}\n")
-        except greenlet.GreenletExit:
+        except _machine_ending(api):
             raise
         except TileInterrupt as exc:  # the machine or the user stops the block (Ctrl-C, kill, a budget)
             self.errors[rank] = exc  # (reported like a program's: its frames only)

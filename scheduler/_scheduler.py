@@ -701,8 +701,12 @@ def _run_job(tile: Tile, job: Job) -> None:
             exc.args = (job.abort_reason or "interrupted",)
         status = ABORTED if isinstance(exc, JobAborted) else INTERRUPTED
         result = TileResult(tile.rank, tile.id, status, error=exc)
-    except greenlet.GreenletExit:
-        raise
+    except greenlet.GreenletExit as exc:
+        if tile.sched._stopping:  # the machine is ending the tile's greenlet (_shutdown_tiles)
+            raise
+        # a program's own (reachable through BaseException.__subclasses__()): an error
+        # like any, which must not end the tile's kernel loop and leave the job unfinished
+        result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     except BaseException as exc:
         result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     else:

@@ -282,6 +282,25 @@ def test_an_exception_whose_str_fails_still_fails_the_job(machine):
     assert run(machine, "print(1)", tiles="1").ok  # the machine carries on
 
 
+def test_a_programs_own_greenlet_exit_is_an_error_not_the_tiles_end(machine):
+    # the machine ends a tile's greenlet with GreenletExit at shutdown; a program can
+    # reach the class too, and raising it used to end the tile and hang the job
+    result = run(machine, """
+        exit_class = [c for c in BaseException.__subclasses__() if c.__name__ == "GreenletExit"][0]
+        f = open("/left-open", "w")
+        f.write("closed for it")
+        if __tileid == 1:
+            raise exit_class("mine")
+        sync()
+    """, tiles="0-3")
+    assert [t.status for t in result.tiles] == ["aborted", "error", "aborted", "aborted"]
+    assert result.tiles[1].error.startswith("Traceback") and "GreenletExit: mine" in result.tiles[1].error
+    assert "_runtime.py" not in result.tiles[1].error  # (the program's frames only)
+    assert machine.scheduler.internal_errors == []
+    again = run(machine, "print(open('/left-open').read())", tiles="1")
+    assert again.ok and again.tiles[0].output == "closed for it\n"
+
+
 def test_exit_leaves_the_host_stdin_open(machine):
     """The site module's exit() closes sys.stdin before raising: a tile's must not (a
     child process, so that stdin is a real pipe, not pytest's stand-in)."""

@@ -615,6 +615,19 @@ def test_except_exception_does_not_keep_an_aborted_tile_going(sched):
     assert [r.status for r in report.results] == [ABORTED, ERROR, ABORTED]
 
 
+def test_a_target_raising_greenlet_exit_fails_its_tile_and_the_tile_lives_on(sched):
+    # (only the machine's shutdown ends a tile's greenlet)
+    def prog(api):
+        if api.tileid == 2:
+            raise greenlet.GreenletExit("not the machine's")
+        api.sync()
+
+    report = run(sched, prog, tiles=range(4))
+    assert [r.status for r in report.results] == [ABORTED, ABORTED, ERROR, ABORTED]
+    assert isinstance(report.results[2].error, greenlet.GreenletExit)
+    assert values(run(sched, lambda api: api.tileid, tiles=[2])) == [0]
+
+
 def test_interrupt_stops_a_runaway_tile_and_the_machine_keeps_running(sched):
     def prog(api):
         if api.tileid == 0:
