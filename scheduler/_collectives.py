@@ -150,5 +150,5 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
             start = t.xin.base + t.xin.size - total
             engine.flat[start : start + total] = data
     # (payload bytes both ways, as --stats reports them: not the 8-byte padding)
-    engine.count_broadcast(src_ids, lengths, receiver_ids, int(lengths.sum()))
+    engine.count_broadcast(src_ids, lengths, receiver_ids, int(lengths.sum()), job)
     return CollectiveResult(kind, root, data, positions.tolist(), lengths.tolist())

@@ -78,10 +78,13 @@ class ExchangeEngine:
         self.bytes_in = np.zeros(ntiles, dtype=np.int64)
         self.sim_cycles = 0.0
         self.supersteps_with_traffic = 0
+        # this superstep's traffic: bytes per tile out, in, and across chips (IPU-Links,
+        # either way); a collective's by the job it belongs to, as (busiest tile, busiest
+        # link user), computed whole (see count_broadcast)
         self._step_out: dict[int, int] = {}
         self._step_in: dict[int, int] = {}
-        self._step_interchip: dict[int, int] = {}
-        self._step_busiest = 0
+        self._step_link: dict[int, int] = {}
+        self._step_collective: dict[object, tuple[int, int]] = {}
         self._pool: ThreadPoolExecutor | None = None
         #: ids of the tiles that do not answer (the scheduler's ``fail_tile``)
         self.failed_tiles: set[int] = set()
@@ -306,37 +309,71 @@ class ExchangeEngine:
         self._step_out[src] = self._step_out.get(src, 0) + nbytes
         self._step_in[dst] = self._step_in.get(dst, 0) + nbytes
         if src // self.tiles_per_chip != dst // self.tiles_per_chip:
-            self._step_interchip[src] = self._step_interchip.get(src, 0) + nbytes
+            link = self._step_link  # (the sender's link and the receiver's both carry it)
+            link[src] = link.get(src, 0) + nbytes
+            link[dst] = link.get(dst, 0) + nbytes
 
-    def count_broadcast(self, src_ids, src_lens, dst_ids, nbytes_each: int) -> None:
-        """Account a collective: each source sends its bytes, every receiver gets ``nbytes_each``."""
+    def count_broadcast(self, src_ids, src_lens, dst_ids, nbytes_each: int, owner) -> None:
+        """Account a collective of job ``owner``: each source sends its bytes, every
+        receiver gets ``nbytes_each`` (the sources' total). What crosses chips is what a
+        receiver gets from sources on other chips, and what a source sends to each other
+        chip that has receivers."""
         src_lens = np.asarray(src_lens, dtype=np.int64)
         np.add.at(self.bytes_out, src_ids, src_lens)
         self.bytes_in[dst_ids] += nbytes_each
-        self._step_busiest = max(self._step_busiest, nbytes_each, int(src_lens.max(initial=0)))
-        chips = {t // self.tiles_per_chip for t in (src_ids[0], src_ids[-1], dst_ids[0], dst_ids[-1])}
-        if len(chips) > 1:
-            self._step_interchip[-1] = max(self._step_interchip.get(-1, 0), nbytes_each)
+        busiest = max(nbytes_each, int(src_lens.max(initial=0)))
+        link = 0
+        if owner.nchips > 1:
+            src_chips = np.asarray(src_ids, dtype=np.int64) // self.tiles_per_chip
+            dst_chips = np.unique(np.asarray(dst_ids, dtype=np.int64) // self.tiles_per_chip)
+            from_chip = np.bincount(src_chips, weights=src_lens, minlength=int(dst_chips.max()) + 1)
+            link = int(nbytes_each - from_chip[dst_chips].min())  # into the worst-placed receiver
+            for chip in np.unique(src_chips):
+                other_chips = len(dst_chips) - int(chip in dst_chips)
+                link = max(link, other_chips * int(src_lens[src_chips == chip].max()))
+        before = self._step_collective.get(owner)
+        if before is not None:
+            busiest, link = max(busiest, before[0]), max(link, before[1])
+        self._step_collective[owner] = (busiest, link)
 
-    def end_superstep(self, chips_active: int) -> None:
-        """Fold this superstep's traffic into the totals and the simulated clock."""
-        cycles = self.cost.sync(chips_active)
-        busiest = self._step_busiest
-        if self._step_out or self._step_in or busiest:
-            self.supersteps_with_traffic += 1
-            for tile, n in self._step_out.items():
-                self.bytes_out[tile] += n
-                busiest = max(busiest, n)
-            for tile, n in self._step_in.items():
-                self.bytes_in[tile] += n
-                busiest = max(busiest, n)
-            interchip = max(self._step_interchip.values(), default=0)
-            cycles += self.cost.exchange(busiest, interchip)
-            self._step_out.clear()
-            self._step_in.clear()
-            self._step_interchip.clear()
-            self._step_busiest = 0
-        self.sim_cycles += cycles
+    def end_superstep(self, chips_active: int, jobs=(), job_of=None) -> None:
+        """Fold this superstep's traffic into the totals and the simulated clocks: the
+        machine's (its sync spans the chips any job uses), and each of ``jobs``', which
+        pays for its own sync and the traffic of its own tiles only (``job_of(tile id)``:
+        the job a tile runs, or None)."""
+        cost = self.cost
+        for job in jobs:
+            job.sim_cycles += cost.sync(job.nchips)
+        cycles = cost.sync(chips_active)
+        if not (self._step_out or self._step_in or self._step_collective):
+            self.sim_cycles += cycles
+            return
+        self.supersteps_with_traffic += 1
+        busiest = link = 0
+        by_job: dict = {}
+        for owner, (owner_busiest, owner_link) in self._step_collective.items():
+            busiest, link = max(busiest, owner_busiest), max(link, owner_link)
+            by_job[owner] = [owner_busiest, owner_link]
+        for counts, total, slot in ((self._step_out, self.bytes_out, 0), (self._step_in, self.bytes_in, 0),
+                                    (self._step_link, None, 1)):
+            for tile, n in counts.items():
+                if total is not None:
+                    total[tile] += n
+                if slot:
+                    link = max(link, n)
+                else:
+                    busiest = max(busiest, n)
+                job = job_of(tile) if job_of is not None else None
+                if job is not None:
+                    figures = by_job.setdefault(job, [0, 0])
+                    figures[slot] = max(figures[slot], n)
+        for job, (job_busiest, job_link) in by_job.items():
+            job.sim_cycles += cost.exchange(job_busiest, job_link)
+        self.sim_cycles += cycles + cost.exchange(busiest, link)
+        self._step_out.clear()
+        self._step_in.clear()
+        self._step_link.clear()
+        self._step_collective.clear()
 
     def reset_out_buffers(self) -> None:
         for tile in self._senders:

@@ -104,7 +104,10 @@ class Job:
         self.stats = JobStats()
         self._start_per_tile = self._per_tile_bytes()
         self._start_superstep = sched.superstep
-        self._start_cycles = sched.engine.sim_cycles
+        #: chips its tiles are on (a sync across chips costs more), and its simulated
+        #: exchange time: its own syncs and its own tiles' traffic (see end_superstep)
+        self.nchips = len({tile_id // sched.tiles_per_chip for tile_id in self.ids})
+        self.sim_cycles = 0.0
         self._start_wall = time.perf_counter()
         #: every tile has its incoming buffer at the same offset: broadcasts are one 2-D copy
         layouts = {(t.xin.offset, t.xin.size) for t in tiles}
@@ -214,9 +217,7 @@ class Job:
         self.stats.bytes_sent = (sent - self._start_per_tile[0]).tolist()
         self.stats.bytes_received = (received - self._start_per_tile[1]).tolist()
         self.stats.bytes_exchanged = sum(self.stats.bytes_sent)
-        self.stats.sim_seconds = sched.engine.cost.seconds(
-            sched.engine.sim_cycles - self._start_cycles
-        )
+        self.stats.sim_seconds = sched.engine.cost.seconds(self.sim_cycles)
 
 
 @dataclass

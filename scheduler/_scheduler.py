@@ -305,7 +305,7 @@ class Scheduler:
             deferred, self._deferred_replies = self._deferred_replies, []
             for server, client, payload in deferred:
                 self._post_reply_payload(server, client, payload)
-        engine.end_superstep(self._chips_in_use)
+        engine.end_superstep(self._chips_in_use, self.jobs.values(), self._job_of)
         self.superstep += 1
 
     # -- messages arriving ---------------------------------------------------------------
@@ -566,6 +566,9 @@ class Scheduler:
         self._runnable.extend(t.resume for t in job.waiters)
         job.waiters.clear()
         self.watchdog.forget(job)
+
+    def _job_of(self, tile_id: int) -> Job | None:
+        return self.tiles[tile_id].job
 
     def _count_chips(self) -> None:
         per_chip = self.tiles_per_chip

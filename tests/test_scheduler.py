@@ -13,6 +13,7 @@ import time
 import greenlet
 import pytest
 
+from ipuos._costmodel import CostModel
 from ipuos._sram import SRAM
 from ipuos.scheduler import (
     ABORTED,
@@ -116,6 +117,57 @@ def test_superstep_count_and_stats(sched):
     assert all(NTILES * 100 <= n < NTILES * 200 for n in collective.stats.bytes_received)
     # counted alike both ways: what was sent is what was received (payloads, not padding)
     assert sum(collective.stats.bytes_received) == NTILES * sum(collective.stats.bytes_sent)
+
+
+@pytest.fixture(scope="module")
+def two_chips():
+    """Two chips of eight tiles: tiles 8-15 are on chip 1."""
+    scheduler = Scheduler(SRAM(16, 64 * 1024), tiles_per_chip=8, exchange_out=2048, exchange_in=8192)
+    scheduler.start()
+    yield scheduler
+    scheduler.stop()
+    assert scheduler.internal_errors == []
+
+
+def test_a_jobs_simulated_time_is_its_own_syncs_and_traffic(two_chips):
+    def syncs(api):
+        for _ in range(20):
+            api.sync()
+
+    alone = run(two_chips, syncs, tiles=[0, 1]).stats
+    # beside a busy job on the other chip: the same supersteps, at one chip's sync cost
+    busy = two_chips.start_job(list(range(8, 16)),
+                               lambda api: [api.alltoall(b"z" * 200) for _ in range(200)])
+    beside = run(two_chips, syncs, tiles=[0, 1]).stats
+    assert busy.future.result(10).ok
+    assert beside.supersteps == alone.supersteps
+    assert beside.sim_seconds == alone.sim_seconds == CostModel().seconds(300 * (alone.supersteps - 1))
+
+
+def test_bytes_across_chips_cost_the_same_by_messages_or_by_a_collective(two_chips):
+    payload = b"q" * 400
+
+    def messages(api):
+        if api.tileid < api.numtiles - 1:
+            api.send(api.numtiles - 1, payload)
+        else:
+            return sum(len(api.recv(rank)) for rank in range(api.numtiles - 1))
+
+    def gathered(api):
+        got = api.gather(payload, api.numtiles - 1)
+        return sum(map(len, got)) if got else None
+
+    one_chip = list(range(8))
+    across = list(range(1, 9))  # seven senders on chip 0, the receiver on chip 1
+    by_messages = run(two_chips, messages, tiles=across).stats.sim_seconds
+    by_gather = run(two_chips, gathered, tiles=across).stats.sim_seconds
+    assert by_messages == pytest.approx(by_gather, rel=0.1)  # (messages are padded to 8 B)
+    assert by_messages > 5 * run(two_chips, messages, tiles=one_chip).stats.sim_seconds
+    # one sender across: only its bytes take the slow link, not the whole collective's
+    to_zero = run(two_chips, lambda api: api.gather(payload), tiles=list(range(9))).stats.sim_seconds
+    cost = CostModel()
+    all_over_links = cost.seconds(9 * 400 / cost.interchip_bytes_per_cycle)
+    assert to_zero < 0.3 * all_over_links
 
 
 # -- point to point ---------------------------------------------------------------------
