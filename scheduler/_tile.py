@@ -118,8 +118,8 @@ class Tile:
 
         ``runq`` holds the rest of this superstep's runnable tiles. A parking tile hands
         the thread straight to the next of them, and only the last goes back to the
-        scheduler's loop (``main``): one greenlet switch per tile instead of two, a
-        third of an empty superstep's cost.
+        scheduler's loop (``main``): one greenlet switch per tile instead of two
+        (empty supersteps at 1472 tiles: ~1,100/s against ~965/s).
         """
         glet = self.glet = greenlet.greenlet(self._kernel_main, parent=main)
         to_main = main.switch
