@@ -212,7 +212,7 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
             "(their own files arrive through the tile's open() and os)",
             name=name,
         )
-    raise ImportError(
+    raise ModuleNotFoundError(
         f"no module named {name!r} on this tile (pure-compute standard modules such as math, "
         "random, json, re, collections, itertools work; so do modules stored on the tile "
         "as NAME.py or NAME/__init__.py in its current directory or /lib)",
@@ -260,23 +260,24 @@ def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
         "print": ctx.print,
         "__tiledata": tiledata,
     }
-    bind_primitives(namespace, api)
+    bind_primitives(namespace, ctx, api)
     namespace.update(names)
     return namespace
 
 
-def module_namespace(api: TileAPI, ctx: TileContext, name: str, filename: str) -> dict:
+def module_namespace(ctx: TileContext, name: str, filename: str) -> dict:
     """The namespace of a module a tile imports from its own files: tile code like the
-    program (same primitives, ``print`` and ``open``), under its own name."""
-    namespace = make_namespace(api, ctx)
-    namespace.update(__name__=name, __file__=filename)
-    del namespace["__tiledata"]
-    return namespace
+    program, under its own name. ``print``, ``open`` and the primitives come from the
+    tile's builtins, not its globals: they are always the running job's (a multirepl
+    block's, not the one that imported the module), and ``from module import *`` copies
+    only the module's own names, as on the host."""
+    return {"__name__": name, "__file__": filename, "__builtins__": ctx.builtins, TILE_GLOBALS_MARKER: ctx}
 
 
-def bind_primitives(namespace: dict, api: TileAPI) -> None:
-    """Point a namespace's job-dependent names at ``api`` (a repl reuses namespaces)."""
-    namespace.update(
+def bind_primitives(namespace: dict, ctx: TileContext, api: TileAPI) -> None:
+    """Point the job-dependent names at ``api`` (a repl reuses namespaces): in the
+    program's namespace, and in the tile's builtins, where its modules find them."""
+    primitives = dict(
         __tileid=api.tileid,
         __numtiles=api.numtiles,
         __physical_tile=api.physical_tile,
@@ -292,6 +293,8 @@ def bind_primitives(namespace: dict, api: TileAPI) -> None:
         reduce=api.reduce,
         allreduce=api.allreduce,
     )
+    namespace.update(primitives)
+    ctx.builtins.update(primitives)
 
 
 def user_traceback(exc: BaseException) -> str:
@@ -555,7 +558,7 @@ class ReplBlock:
             namespace, ctx = entry
             ctx.api = api  # the primitives of this block's job
             ctx.output = output
-            bind_primitives(namespace, api)
+            bind_primitives(namespace, ctx, api)
         api.tile.resolve_global = _global_resolver(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         code = 0

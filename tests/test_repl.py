@@ -41,6 +41,17 @@ def test_primitives_are_rebound_to_each_block(machine):
     assert repl.run("print(total())").format() == "[8 tiles: 0-7]\n28\n"  # a new job, same name
 
 
+def test_modules_the_tiles_import_use_each_blocks_primitives(machine):
+    repl = machine.repl("0-1")
+    module = "def total(x):\n    return allreduce(x)\n"
+    assert repl.run(f"open('/rm_first.py', 'w').write({module!r})\nimport rm_first\nprint(rm_first.total(1))"
+                    ).format() == "[2 tiles: 0-1]\n2\n"
+    # a later block is another job: a module imported before, or only now, uses its primitives
+    assert repl.run("print(rm_first.total(2))").format() == "[2 tiles: 0-1]\n4\n"
+    assert repl.run(f"open('/rm_later.py', 'w').write({module!r})\nimport rm_later\nprint(rm_later.total(5))"
+                    ).format() == "[2 tiles: 0-1]\n10\n"
+
+
 def test_one_tiles_exception_is_grouped_output_not_an_abort(machine):
     repl = machine.repl("0-5")
     result = repl.run("print(10 // (__tileid % 3))")

@@ -301,6 +301,39 @@ def test_import_from_lib_and_the_cwd(machine):
     )
 
 
+def test_star_imports_and_packages_as_on_the_host(machine):
+    machine.fs.makedirs(11, "/lib/spkg", exist_ok=True)
+    machine.fs.write_file(11, "/lib/spkg/__init__.py", b"__all__ = ['sub', 'Y']\nY = 2\n")
+    machine.fs.write_file(11, "/lib/spkg/sub.py", b"Z = 3\n")
+    machine.fs.write_file(11, "/lib/helpers.py", b"import json\ndef double(x):\n    return 2 * x\n")
+    machine.fs.write_file(11, "/lib/plain.py", b"A = 1\n")
+    result = run(machine, """
+        from functools import reduce
+        from helpers import *            # its own public names only, not the tile's
+        print(reduce(lambda a, b: a + b, [1, 2, 3]), double(4), json.dumps(1))
+        print(sorted(n for n in dir() if not n.startswith("_") and n not in (
+            "reduce", "double", "json", "sync", "barrier", "send", "recv", "poll", "alltoall",
+            "allgather", "bcast", "gather", "allreduce", "print", "open")))
+        from spkg import *               # __all__ names a submodule not imported yet
+        print(sub.Z, Y)
+        for statement in ("import plain.sub", "from plain.x import y", "import spkg.nothing",
+                          "import not_anywhere"):
+            try:
+                exec(statement)
+            except ModuleNotFoundError as exc:
+                print(type(exc).__name__, exc.name, "not a package" in str(exc))
+    """, tiles="11")
+    assert output(result) == (
+        "6 8 1\n"
+        "[]\n"
+        "3 2\n"
+        "ModuleNotFoundError plain.sub True\n"
+        "ModuleNotFoundError plain.x True\n"
+        "ModuleNotFoundError spkg.nothing False\n"
+        "ModuleNotFoundError not_anywhere False\n"
+    )
+
+
 def test_modules_with_a_bom_or_a_coding_line_import(machine):
     # the encoding is the module's own (PEP 263), as CPython's importer reads it
     machine.fs.makedirs(13, "/lib", exist_ok=True)
@@ -351,7 +384,7 @@ def test_file_misuse_raises_what_the_hosts_files_raise(machine):
 def test_a_missing_module_is_a_clear_import_error(machine):
     result = run(machine, "import not_anywhere", tiles="9")
     error = result.tiles[0].error
-    assert "ImportError: no module named 'not_anywhere' on this tile" in error
+    assert "ModuleNotFoundError: no module named 'not_anywhere' on this tile" in error  # (as the host's)
     assert "/lib" in error
 
 

@@ -6,8 +6,9 @@ time of the import, then ``/lib``. The standard modules a tile may use always wi
 ``json.py`` cannot shadow ``json``), as the runtime asks this finder last.
 
 A module is loaded once per program run and executed in a tile namespace (the runtime
-supplies it: ``print``, the exchange primitives, ``open``...), so its code is tile code
-like the program's. Its file name is its VFS path, so tracebacks point at it.
+supplies it: ``print``, the exchange primitives and ``open`` reach it through the tile's
+builtins), so its code is tile code like the program's. Its file name is its VFS path,
+so tracebacks point at it.
 """
 
 from __future__ import annotations
@@ -48,12 +49,20 @@ class TileImporter:
             return None
         module = top
         for depth in range(1, len(parts)):
-            module = self._load(".".join(parts[: depth + 1]), module)
+            fullname = ".".join(parts[: depth + 1])
+            if not hasattr(module, "__path__"):
+                raise ModuleNotFoundError(f"no module named {fullname!r} on this tile; "
+                                          f"{module.__name__!r} is not a package", name=fullname)
+            module = self._load(fullname, module)
             if module is None:
-                raise ImportError(f"no module named {name!r} on this tile", name=name)
+                raise ModuleNotFoundError(f"no module named {fullname!r} on this tile", name=fullname)
         if fromlist and hasattr(module, "__path__"):
-            for item in fromlist:
-                if item != "*" and not hasattr(module, item):
+            items = list(fromlist)
+            if "*" in items:  # what the package's __all__ names, submodules included
+                items.remove("*")
+                items.extend(item for item in getattr(module, "__all__", ()) if isinstance(item, str))
+            for item in items:
+                if not hasattr(module, item):
                     self._load(f"{module.__name__}.{item}", module)  # a submodule, if any
         return module if fromlist else top
 
