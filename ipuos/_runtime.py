@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import io
 import itertools
 import linecache
 import pickle
@@ -46,7 +47,7 @@ TILE_MODULES = frozenset(
 #: modules whose import gets the "no host access" explanation rather than "not available"
 HOST_MODULES = frozenset(
     """
-    os sys subprocess socket shutil pathlib io builtins importlib ctypes signal threading
+    os sys subprocess socket shutil pathlib builtins importlib ctypes signal threading
     multiprocessing asyncio tempfile glob fcntl select selectors mmap resource pty tty
     termios posix pwd grp inspect gc linecache traceback codecs urllib http ftplib smtplib
     ssl sqlite3 shelve dbm webbrowser time sched
@@ -181,9 +182,35 @@ def _tile_pprint(ctx: TileContext) -> types.ModuleType:
     return module
 
 
+#: what a tile's ``io`` offers: in-memory streams and the classes and constants that go
+#: with them. Not FileIO or open_code (host files), nor the host's open
+_TILE_IO_NAMES = (
+    "StringIO", "BytesIO", "TextIOWrapper", "IOBase", "RawIOBase", "BufferedIOBase", "TextIOBase",
+    "UnsupportedOperation", "BlockingIOError", "SEEK_SET", "SEEK_CUR", "SEEK_END",
+    "DEFAULT_BUFFER_SIZE", "IncrementalNewlineDecoder", "text_encoding",
+)
+
+
+def _tile_io(ctx: TileContext) -> types.ModuleType:
+    """``io`` on a tile: ``io.StringIO``, ``io.BytesIO`` and the rest of its in-memory
+    part, and ``io.open``, which is the tile's ``open`` (its files, never the host's)."""
+    module = types.ModuleType("io", io.__doc__)
+    for name in _TILE_IO_NAMES:
+        if hasattr(io, name):  # (text_encoding is 3.10+)
+            setattr(module, name, getattr(io, name))
+
+    def open(*args, **kwargs):
+        return ctx.builtins["open"](*args, **kwargs)
+
+    open.__doc__ = "The tile's open (its own files)."
+    module.open = open
+    return module
+
+
 _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
     "random": _tile_random,
     "pprint": _tile_pprint,
+    "io": _tile_io,
 }
 
 

@@ -40,7 +40,7 @@ def test_pure_compute_modules_import(machine, module):
     assert result.ok and result.tiles[0].output == f"{module}\n"
 
 
-@pytest.mark.parametrize("module", ["sys", "subprocess", "socket", "shutil", "io", "ctypes",
+@pytest.mark.parametrize("module", ["sys", "subprocess", "socket", "shutil", "ctypes",
                                     "builtins", "importlib", "threading", "time", "pathlib"])
 def test_host_modules_fail_with_a_clear_import_error(machine, module):
     result = run(machine, f"import {module}", tiles="0")
@@ -48,6 +48,23 @@ def test_host_modules_fail_with_a_clear_import_error(machine, module):
     assert tile.status == "error"
     assert f"ImportError: module '{module}' is not available on a tile" in tile.error
     assert "no access to the host" in tile.error
+
+
+def test_io_is_the_in_memory_streams_and_the_tiles_open(machine):
+    result = run(machine, """
+        import csv, io
+        from io import BytesIO, StringIO
+        buffer = StringIO()
+        csv.writer(buffer).writerow([__physical_tile, "a,b"])
+        print(buffer.getvalue().strip(), BytesIO(b"xy").read(), io.SEEK_END)
+        with io.open("/io.txt", "w") as f:      # the tile's file, not the host's
+            f.write("on the tile")
+        print(io.TextIOWrapper(open("/io.txt", "rb"), encoding="utf-8").read())
+        print(hasattr(io, "FileIO"), hasattr(io, "open_code"))
+    """, tiles="4")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == '4,"a,b" b\'xy\' 2\non the tile\nFalse False\n'
+    assert machine.fs.read_file(4, "/io.txt") == b"on the tile"
 
 
 def test_from_import_of_a_host_module_fails_too(machine):

@@ -82,7 +82,7 @@ class TileSession:
             return module
         if name == "os.path":
             return module.path if fromlist else module
-        raise ImportError(f"no module named {name!r} on this tile", name=name)
+        raise ModuleNotFoundError(f"no module named {name!r} on this tile", name=name)
 
     def find_module(self, name: str, fromlist=()):
         """The runtime's finder for modules stored on the tile (see ``_importer``):
