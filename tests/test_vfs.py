@@ -142,6 +142,15 @@ def test_bad_paths(vfs):
     with pytest.raises(TypeError):
         vfs.open(3)
     assert not vfs.exists("a\0b") and not vfs.exists("")
+    # a name the host's decoder escaped (surrogateescape) is not UTF-8 text: EINVAL, as
+    # through the mount, not a UnicodeEncodeError from the filesystem's binding
+    vfs.open("/f", "w").close()
+    for call in (lambda: vfs.open("\udcff", "w"), lambda: vfs.mkdir("/d\udcff"), lambda: vfs.stat("\udcff"),
+                 lambda: vfs.rename("/f", "/\udcff"), lambda: vfs.listdir("/\udcff")):
+        with pytest.raises(OSError) as info:
+            call()
+        assert info.value.errno == errno.EINVAL and "UTF-8" in info.value.strerror
+    assert not vfs.exists("\udcff") and vfs.listdir("/") == ["f"]
 
 
 def test_pathlike_paths(vfs, tmp_path):

@@ -21,7 +21,8 @@ __all__ = ["normalize", "checked", "parent_and_name", "is_within"]
 def checked(path) -> str:
     """``path`` as a ``str``: PathLike objects are unwrapped, bytes and NUL refused.
 
-    An empty path is ENOENT, as for the host's ``os.stat("")``.
+    An empty path is ENOENT, as for the host's ``os.stat("")``. A name that is not UTF-8
+    text is EINVAL, as the mount answers for one (littlefs stores names as UTF-8).
     """
     if type(path) is not str:
         path = os.fspath(path)
@@ -31,6 +32,12 @@ def checked(path) -> str:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
     if "\0" in path:
         raise ValueError("embedded null byte in path")
+    if not path.isascii():
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: bytes a host decoder escaped
+            raise OSError(errno.EINVAL, "file names on a tile are UTF-8 text, and this one is not "
+                          "(it holds an unpaired surrogate)", path) from None
     return path
 
 
