@@ -135,6 +135,9 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     else:
         receivers, receiver_ids = [job.tiles[root]], [job.ids[root]]
     full = [t for t in receivers if t.in_used + total > t.xin.size]
+    for t in full:  # received messages still take room until compacted away
+        engine.compact(t)
+    full = [t for t in full if t.in_used + total > t.xin.size]
     if full:
         ranks = [t.rank for t in full]
         return CollectiveResult(kind, error=ValueError(

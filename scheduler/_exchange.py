@@ -161,32 +161,35 @@ class ExchangeEngine:
             incoming = sum(pad8(it[3]) for it in items)
             if dst.in_used + incoming > dst.xin.size:
                 _compact_arena(self, dst)
-            if dst.in_used + incoming > dst.xin.size:
-                if dst.signal is None:
-                    dst.signal = ValueError(
-                        f"tile {dst.id}: incoming exchange buffer full ({dst.in_used} B of "
-                        f"unreceived messages + {incoming} B arriving > {dst.xin.size} B); "
-                        "recv() pending messages before more are sent"
-                    )
-                # user messages are dropped (the receiver fails); kernel traffic must still
-                # arrive or its sender would hang, so it is read from the sender's buffer
-                arrivals = [
-                    (kind, meta, src, abs_off, length, None)
-                    for src, _, abs_off, length, kind, meta in items
-                    if kind != KIND_USER
-                ]
-                deliveries.append((dst, arrivals))
-                continue
+            # kernel traffic is handled as it lands, so when room is short it is read
+            # where its sender wrote it; only user messages must fit (they wait for recv)
+            kernel_in_place = dst.in_used + incoming > dst.xin.size
+            if kernel_in_place:
+                user = [it for it in items if it[4] == KIND_USER]
+                if dst.in_used + sum(pad8(it[3]) for it in user) > dst.xin.size:
+                    for it in user:  # dropped: the receiver fails, and its sender's job counts them
+                        it[5][0].stats.dropped_messages += 1
+                    if dst.signal is None:
+                        where = dst.job.describe([dst.rank]) if dst.job is not None else f"tile {dst.id}"
+                        dst.signal = ValueError(
+                            f"{where}: incoming exchange buffer full ({dst.in_used} B of "
+                            f"unreceived messages + {incoming} B arriving > {dst.xin.size} B); "
+                            "recv() pending messages before more are sent"
+                        )
+                    items = [it for it in items if it[4] != KIND_USER]
             arrivals = []
             cursor = dst.in_used
             base = dst.xin.base
             for src, _, abs_off, length, kind, meta in items:
                 padded = pad8(length)
+                self._count(src.id, dst.id, padded)
+                if kernel_in_place and kind != KIND_USER:
+                    arrivals.append((kind, meta, src, abs_off, length, None))
+                    continue
                 src_offs.append(abs_off)
                 dst_offs.append(base + cursor)
                 lens.append(padded)
                 arrivals.append((kind, meta, src, base + cursor, length, Message(cursor, length, -1)))
-                self._count(src.id, dst.id, padded)
                 cursor += padded
             dst.in_used = cursor
             deliveries.append((dst, arrivals))
@@ -379,6 +382,11 @@ class ExchangeEngine:
         for tile in self._senders:
             tile.out_used = 0
         self._senders.clear()
+
+    def compact(self, tile) -> None:
+        """Make the room received messages took in ``tile``'s incoming buffer free again
+        (what is still unreceived moves to the front)."""
+        _compact_arena(self, tile)
 
     def close(self) -> None:
         self.settle()

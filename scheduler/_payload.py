@@ -82,7 +82,7 @@ def decode(buf, resolve: Resolver | None = None) -> object:
 
 class _TilePickler(pickle.Pickler):
     def persistent_id(self, obj):
-        if isinstance(obj, (type, types.FunctionType)) and not _importable(obj):
+        if isinstance(obj, (type, types.FunctionType)) and _program_defined(obj):
             name = getattr(obj, "__qualname__", "")
             if "<" not in name:  # a lambda or a local one has no name to find: pickle says so
                 return (_BY_NAME, obj.__module__, name)
@@ -102,6 +102,14 @@ class _TileUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(
                 f"{module}.{name} is defined by a tile program: only a tile can receive it")
         return self._resolve(module, name)
+
+
+def _program_defined(obj) -> bool:
+    """Whether ``obj`` (a class or function) comes from a tile program: its module is
+    the program's ``__main__`` or one the host does not have, and pickle cannot find it.
+    (A host module's type that pickle finds its own way, as ``type(None)``, is not.)"""
+    module = getattr(obj, "__module__", None) or ""
+    return (module == "__main__" or module not in sys.modules) and not _importable(obj)
 
 
 def _importable(obj) -> bool:

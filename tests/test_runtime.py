@@ -318,6 +318,62 @@ def test_a_programs_own_greenlet_exit_is_an_error_not_the_tiles_end(machine):
     assert again.ok and again.tiles[0].output == "closed for it\n"
 
 
+def test_kernel_traffic_never_fails_a_tile_whose_buffer_holds_unreceived_messages(machine):
+    # tile 5 holds a full incoming buffer of its own messages (legal: 2 x 4 KiB of 8 KiB);
+    # another job's file request to its disk must not fail it, nor take that room
+    waiting = machine.launch(textwrap.dedent("""
+        import os
+        send(0, b"a" * 4090); sync(); send(0, b"b" * 4090); sync()
+        while not os.path.exists("/flag"):
+            sync()
+        print(len(recv(0)), len(recv(0)))
+    """), tiles="5")
+    assert run(machine, "open('/tiles/5/flag', 'w').write('hi')", tiles="0").ok
+    result = waiting.wait(30)
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "4090 4090\n"
+    machine.fs.remove(5, "/flag")
+
+
+def test_a_collective_result_takes_the_room_received_messages_left(machine):
+    result = run(machine, """
+        if __tileid == 0:
+            send(1, b"a" * 4090); sync(); send(1, "B"); sync()
+        else:
+            sync(); sync()
+            print(len(recv(0)))        # the 4 KiB message is received: only "B" is pending
+        print("bcast", len(bcast(b"z" * 4090 if __tileid == 0 else None, 0)))
+        print(recv(0) if __tileid == 1 else "")
+    """, tiles="0-1")
+    assert result.ok, result.format()
+    assert result.tiles[1].output == "4090\nbcast 4090\nB\n"
+
+
+def test_an_overflowing_receiver_is_named_by_rank_and_its_lost_messages_counted(machine):
+    result = run(machine, """
+        for _ in range(3):
+            if __tileid == 0:
+                send(1, b"x" * 3000)
+            sync()
+    """, tiles="0,5,9")
+    assert result.tiles[1].status == "error"
+    assert "tile 1 (machine tile 5): incoming exchange buffer full" in result.tiles[1].error
+    assert result.stats.dropped_messages >= 1
+
+
+def test_host_types_pickle_finds_its_own_way_travel(machine):
+    result = run(machine, """
+        import typing
+        send(__tileid, [type(None), type(Ellipsis), type(NotImplemented), typing.Optional[int]])
+        print(recv(__tileid))
+        print(allgather(type(None)))
+    """, tiles="0-1")
+    assert result.ok, result.format()
+    assert result.outputs()[1] == (
+        "[<class 'NoneType'>, <class 'ellipsis'>, <class 'NotImplementedType'>, typing.Optional[int]]\n"
+        "[<class 'NoneType'>, <class 'NoneType'>]\n")
+
+
 def test_exit_leaves_the_host_stdin_open(machine):
     """The site module's exit() closes sys.stdin before raising: a tile's must not (a
     child process, so that stdin is a real pipe, not pytest's stand-in)."""
