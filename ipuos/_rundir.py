@@ -21,6 +21,7 @@ import fcntl
 import os
 import re
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ RUNTIME_DIR_ENV = "IPUOS_RUNTIME_DIR"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: sun_path holds 108 bytes including the terminating NUL
 MAX_SOCKET_PATH = 107
+
+#: how long a lock's holder may take to write its pid after taking the lock
+_PID_WAIT_SECONDS = 0.5
 
 
 class RuntimeDirError(Exception):
@@ -179,7 +183,7 @@ def acquire_lock(path: Path, name: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_pid(fd)
+            pid = _holder_pid(fd)
             os.close(fd)
             raise MachineLocked(name, pid) from None
         try:
@@ -214,11 +218,22 @@ def lock_holder(path: Path) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read_pid(fd) or 0
+            return _holder_pid(fd) or 0
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
+
+
+def _holder_pid(fd: int) -> int | None:
+    """The pid in a lock file another process holds. It writes it just after taking the
+    lock, so a competitor that took it a moment ago gets that moment to write it."""
+    deadline = time.monotonic() + _PID_WAIT_SECONDS
+    while True:
+        pid = _read_pid(fd)
+        if pid is not None or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.002)
 
 
 def _read_pid(fd: int) -> int | None:

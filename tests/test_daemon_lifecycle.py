@@ -77,6 +77,28 @@ def test_two_boots_of_one_name_at_once_one_wins_and_the_other_says_so(runtime_di
         run_cli("halt", "--name", name)
 
 
+def test_a_lock_taken_a_moment_ago_names_its_holder(tmp_path):
+    # the holder writes its pid just after taking the lock: a competitor in between must
+    # still name it (the two-boots race above lost the pid that way, once in a while)
+    import fcntl
+
+    from ipuos._rundir import MachineLocked, acquire_lock
+
+    path = tmp_path / "m.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        writer = threading.Timer(0.05, lambda: os.pwrite(fd, b"4242\n", 0))
+        writer.start()
+        with pytest.raises(MachineLocked) as info:
+            acquire_lock(path, "m")
+        writer.join()
+        assert info.value.pid == 4242 and "(pid 4242)" in str(info.value)
+        assert lock_holder(path) == 4242
+    finally:
+        os.close(fd)
+
+
 def test_two_halts_at_once_both_report_the_machine_halted(runtime_dir):
     import subprocess
 
