@@ -6,6 +6,7 @@ code on its tile's greenlet, against the tile's own littlefs disk.
 
 from __future__ import annotations
 
+import posixpath
 import textwrap
 
 import pytest
@@ -266,15 +267,22 @@ def test_files_are_shared_between_programs_and_the_host(machine):
     assert machine.fs.read_file(7, "/from_tile.txt") == b"written by tile 7"
 
 
+def put_files(machine, tile: int, files: dict[str, bytes]) -> None:
+    """Write ``files`` (path: bytes) on ``tile``'s disk, making their directories."""
+    for path, data in files.items():
+        machine.fs.makedirs(tile, posixpath.dirname(path), exist_ok=True)
+        machine.fs.write_file(tile, path, data)
+
+
 def test_import_from_lib_and_the_cwd(machine):
-    machine.fs.makedirs(8, "/lib/pkg", exist_ok=True)
-    machine.fs.write_file(8, "/lib/helper.py", b"WHERE = __file__\n")
-    machine.fs.write_file(8, "/lib/libonly.py", b"def twice(x):\n    return 2 * x\n")
-    machine.fs.write_file(8, "/lib/pkg/__init__.py", b"from pkg import sub\nNAME = 'pkg'\n")
-    machine.fs.write_file(8, "/lib/pkg/sub.py", b"VALUE = 7\n")
-    machine.fs.makedirs(8, "/work", exist_ok=True)
-    machine.fs.write_file(8, "/work/local.py", b"print('local runs on tile', __physical_tile)\n")
-    machine.fs.write_file(8, "/helper.py", b"WHERE = 'the cwd wins'\n")
+    put_files(machine, 8, {
+        "/lib/helper.py": b"WHERE = __file__\n",
+        "/lib/libonly.py": b"def twice(x):\n    return 2 * x\n",
+        "/lib/pkg/__init__.py": b"from pkg import sub\nNAME = 'pkg'\n",
+        "/lib/pkg/sub.py": b"VALUE = 7\n",
+        "/work/local.py": b"print('local runs on tile', __physical_tile)\n",
+        "/helper.py": b"WHERE = 'the cwd wins'\n",
+    })
     result = run(machine, """
         import helper
         print(helper.WHERE)
@@ -302,11 +310,12 @@ def test_import_from_lib_and_the_cwd(machine):
 
 
 def test_star_imports_and_packages_as_on_the_host(machine):
-    machine.fs.makedirs(11, "/lib/spkg", exist_ok=True)
-    machine.fs.write_file(11, "/lib/spkg/__init__.py", b"__all__ = ['sub', 'Y']\nY = 2\n")
-    machine.fs.write_file(11, "/lib/spkg/sub.py", b"Z = 3\n")
-    machine.fs.write_file(11, "/lib/helpers.py", b"import json\ndef double(x):\n    return 2 * x\n")
-    machine.fs.write_file(11, "/lib/plain.py", b"A = 1\n")
+    put_files(machine, 11, {
+        "/lib/spkg/__init__.py": b"__all__ = ['sub', 'Y']\nY = 2\n",
+        "/lib/spkg/sub.py": b"Z = 3\n",
+        "/lib/helpers.py": b"import json\ndef double(x):\n    return 2 * x\n",
+        "/lib/plain.py": b"A = 1\n",
+    })
     result = run(machine, """
         from functools import reduce
         from helpers import *            # its own public names only, not the tile's
