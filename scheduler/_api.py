@@ -58,6 +58,7 @@ def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
     of the instructions the scheduler adds to a bare greenlet switch.
     """
     park = tile.park
+    requests = tile.requests
 
     def sync() -> None:
         arrived = job.arrived + 1
@@ -67,9 +68,11 @@ def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
         if arrived >= job.nlive:
             job.sched._ready_jobs.append(job)
         gen = job.gen
-        park()
-        if job.gen == gen or tile.signal is not None:
-            _wait_counted(job, tile, gen, "sync()")
+        if not requests:  # (else see _arrive)
+            park()
+            if job.gen != gen and tile.signal is None:
+                return
+        _wait_counted(job, tile, gen, "sync()")
 
     return sync
 
@@ -124,7 +127,11 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
         job.sched._ready_jobs.append(job)
     gen = job.gen
     tile.waiting = label
-    tile.park()
+    # requests that came while the tile could not serve them (inside a file operation)
+    # have spent their wake: park now and nothing may come to serve them, while their
+    # senders wait (a backup's freeze waits for every tile, and the others wait here)
+    if not tile.requests:
+        tile.park()
     if job.gen == gen or tile.signal is not None:
         try:
             _wait_counted(job, tile, gen, label)

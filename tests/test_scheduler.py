@@ -898,6 +898,30 @@ def test_host_requests_run_on_the_owning_tiles_greenlet(sched):
     assert seen == {t: (t, True) for t in range(NTILES)}
 
 
+def test_a_request_that_came_during_a_file_operation_is_served_at_the_next_sync(sched):
+    # its wake is spent while the tile cannot serve (inside a filesystem operation); the
+    # tile's next sync must serve it, not park with it pending: here, as in a backup's
+    # freeze, the other tile waits for what the request does, not at the barrier
+    served = threading.Event()
+    sched.services["test.mark"] = lambda tile: (served.set(), sched.wake(sched.tiles[1]))
+
+    def prog(api):
+        tile = api.tile
+        if api.tileid == 1:
+            tile.wait(served.is_set, "waiting for the mark")
+            api.sync()
+            return "marked"
+        tile.fs_depth += 1  # as inside a filesystem operation
+        sched.submit(tile.id, "test.mark")  # (its arrival wakes the tile, which cannot serve it)
+        start = sched.superstep
+        tile.wait(lambda: sched.superstep > start, "a file operation")
+        tile.fs_depth -= 1
+        api.sync()
+        return "served"
+
+    assert values(run(sched, prog, tiles=[0, 1])) == ["served", "marked"]
+
+
 def test_host_request_errors_come_back_as_exceptions(sched):
     with pytest.raises(LookupError, match="no kernel service 'no.such'"):
         sched.submit(3, "no.such").result(5)
