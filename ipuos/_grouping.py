@@ -63,6 +63,8 @@ def format_groups(
     groups: list[OutputGroup], max_groups: int | None = 20, skip_empty: bool = True
 ) -> str:
     """Render groups as text, capped with an ``N more distinct outputs`` line."""
+    if max_groups is not None and (type(max_groups) is not int or max_groups < 0):
+        raise ValueError(f"max_groups is a count of groups (0 or more) or None, not {max_groups!r}")
     shown = [g for g in groups if g.text or not skip_empty]
     lines: list[str] = []
     limit = len(shown) if max_groups is None else max_groups

@@ -24,6 +24,7 @@ from ._runtime import (
     TileProgram,
     compile_block,
     module_namespace,
+    source_text,
     user_traceback,
 )
 from ._sram import SRAM
@@ -168,6 +169,7 @@ class Repl:
         """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
         busy with another job."""
         filename = f"<in {next(self._blocks)}>"
+        source = source_text(source)
         body, expression = compile_block(source, filename)
         block = ReplBlock(self.state, body, expression, filename, source.splitlines())
         first = source.strip().splitlines()[0] if source.strip() else ""
@@ -178,7 +180,7 @@ class Repl:
     def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
         """Run one block on every tile of the session and wait for its result; names it
         defines stay for the next block."""
-        return self.launch(source, budget=budget).wait(timeout)
+        return _wait_or_stop(self.launch(source, budget=budget), timeout)
 
     def namespace(self, rank: int = 0) -> dict:
         """The names the blocks have defined on the session's ``rank``-th tile (empty
@@ -193,6 +195,28 @@ class Repl:
             self.machine.scheduler.call_wait(self.state.clear)
         except RuntimeError:  # the machine has stopped: its SRAM went with it
             self.state.tiles = {}
+
+
+#: how long a run() that timed out waits for the program it interrupted to stop
+_STOP_WAIT_SECONDS = 5.0
+
+
+def _wait_or_stop(handle: RunHandle, timeout: float | None) -> RunResult:
+    """Wait for ``handle``; if the wait ends first (``timeout``, Ctrl-C), interrupt the
+    program: nobody else holds its handle to do it (``launch`` keeps one running)."""
+    try:
+        return handle.wait(timeout)
+    except TimeoutError:
+        _stop(handle, f"interrupted: it ran longer than the {timeout} s run() waits")
+        try:  # (so that its tiles take the next program at once)
+            handle.wait(_STOP_WAIT_SECONDS)
+        except (TimeoutError, RuntimeError):
+            pass
+        raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
+                           "interrupted (launch() keeps a program running)") from None
+    except BaseException:
+        _stop(handle, "interrupted: the caller stopped waiting")
+        raise
 
 
 def _stop(handle: RunHandle, reason: str) -> None:
@@ -259,6 +283,10 @@ class Machine:
         storage: str = "lazy",
         **overrides,
     ):
+        if cost_model is not None and not isinstance(cost_model, CostModel):
+            raise TypeError(f"cost_model is a CostModel, not {type(cost_model).__name__}")
+        if chip_device is not None and not callable(chip_device):
+            raise TypeError(f"chip_device makes the chip disk's device: a callable, not {chip_device!r}")
         if type(ipus) is not int or not 1 <= ipus <= MAX_IPUS:
             raise ValueError(f"ipus must be a whole number of chips from 1 to {MAX_IPUS}, not {ipus!r}")
         if storage not in STORAGE_BOOT:
@@ -320,8 +348,7 @@ class Machine:
         """
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
-        if isinstance(source, bytes):
-            source = source.decode("utf-8")
+        source = source_text(source)  # (TypeError for what is not a program's text)
         program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup,
                               argv=argv)
         job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget)
@@ -331,16 +358,7 @@ class Machine:
         """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`). If the wait
         ends first (``timeout``, Ctrl-C), the program is interrupted: nobody else holds
         its handle to do it (use :meth:`launch` to keep a program running)."""
-        handle = self.launch(source, tiles, data, **kwargs)
-        try:
-            return handle.wait(timeout)
-        except TimeoutError:
-            _stop(handle, f"interrupted: it ran longer than the {timeout} s run() waits")
-            raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
-                               "interrupted (launch() keeps a program running)") from None
-        except BaseException:
-            _stop(handle, "interrupted: the caller stopped waiting")
-            raise
+        return _wait_or_stop(self.launch(source, tiles, data, **kwargs), timeout)
 
     def repl(self, tiles=None, data: bytes | str | None = None, *,
              output_limit: int = DEFAULT_OUTPUT_LIMIT) -> "Repl":

@@ -348,12 +348,19 @@ def user_traceback(exc: BaseException) -> str:
     return "".join(lines)
 
 
+def source_text(source) -> str:
+    """A program's text: str, or UTF-8 bytes (any bytes-like object); a byte-order mark,
+    as editors may save, is dropped, as Python reads past it. TypeError otherwise."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        source = bytes(source).decode("utf-8")
+    elif not isinstance(source, str):
+        raise TypeError(f"a program's source is str or bytes, not {type(source).__name__}")
+    return source[1:] if source.startswith("\ufeff") else source
+
+
 def compile_program(source: str | bytes, filename: str):
     """Compile once for every tile; SyntaxError is reported before anything starts."""
-    if isinstance(source, bytes):
-        source = source.decode("utf-8")
-    if source.startswith("\ufeff"):
-        source = source[1:]  # a byte-order mark, as editors may save: Python reads past it
+    source = source_text(source)
     code = compile(source, filename, "exec", dont_inherit=True)
     # register the text so tracebacks can show the offending lines
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -491,6 +498,7 @@ def compile_block(source: str, filename: str):
     trailing expression statement is split off, evaluated separately, and its ``repr``
     printed on the tile like any other output. SyntaxError is raised before anything runs.
     """
+    source = source_text(source)
     tree = ast.parse(source, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):

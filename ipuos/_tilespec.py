@@ -21,6 +21,13 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
         tiles = [spec]
     elif isinstance(spec, str):
         tiles = _parse_text(spec, ntiles)
+    elif isinstance(spec, (bytes, bytearray, memoryview)):  # (iterating gives byte values)
+        raise TileSpecError(f"tiles are a spec like '0-15' (a str), not {type(spec).__name__}")
+    elif isinstance(spec, range) and len(spec) and not (
+            0 <= min(spec[0], spec[-1]) and max(spec[0], spec[-1]) < ntiles):
+        # (checked by its ends, not listed first: it may be huge)
+        low, high = min(spec[0], spec[-1]), max(spec[0], spec[-1])
+        raise TileSpecError(f"no tile {low if low < 0 else high} on this machine: it has tiles 0-{ntiles - 1}")
     else:
         try:
             tiles = list(spec)

@@ -560,7 +560,10 @@ class Scheduler:
     def _finalise_job(self, job: Job) -> None:
         self.jobs.pop(job.id, None)
         self._count_chips()
-        job._finalise_stats()
+        try:
+            job._finalise_stats()
+        except Exception:  # (the job's results still go to whoever waits for them)
+            self.report_internal_error(f"job {job.id}'s statistics failed", traceback.format_exc())
         report = JobReport(job.id, job.name, job.ids, list(job.results), job.stats)
         job.future.set_result(report)
         self._runnable.extend(t.resume for t in job.waiters)

@@ -58,6 +58,32 @@ def test_bad_machine_parameters_are_clear():
     for page in (3000, 8192, -4):
         with pytest.raises(ValueError, match="chipdisk_cache_page must be 0 .* or a power of two dividing"):
             Machine("tiny", chipdisk_cache_page=page)
+    # (a cost model of the wrong type used to kill the scheduler at the first job's end)
+    with pytest.raises(TypeError, match="cost_model is a CostModel, not str"):
+        Machine("tiny", cost_model="x")
+    with pytest.raises(TypeError, match="chip_device .* a callable, not 5"):
+        Machine("tiny", chip_device=5)
+
+
+def test_bad_api_arguments_are_refused_before_anything_happens(machine):
+    for source in (5, None):
+        with pytest.raises(TypeError, match="a program's source is str or bytes"):
+            machine.run(source, tiles="0")
+    assert machine.run(bytearray(b"\xef\xbb\xbfprint(1)"), tiles="0").tiles[0].output == "1\n"
+    # bytes would iterate as byte values: b"3" was tile 51
+    for spec in (b"3", bytearray(b"12")):
+        with pytest.raises(TileSpecError, match="a spec like '0-15' .a str., not"):
+            machine.run("pass", tiles=spec)
+    with pytest.raises(TileSpecError, match="no tile 999999999999 on this machine"):
+        machine.run("pass", tiles=range(10**12))  # (refused by its ends, never listed)
+    result = machine.run("print(__tileid % 3)", tiles="0-9")
+    with pytest.raises(ValueError, match="max_groups is a count"):
+        result.format(-1)
+    machine.fs.write_file(0, "/kept", b"hello")
+    with pytest.raises(TypeError, match="write_file writes bytes, not str"):
+        machine.fs.write_file(0, "/kept", "text")
+    assert machine.fs.read_file(0, "/kept") == b"hello"  # (it used to be emptied first)
+    machine.fs.remove(0, "/kept")
 
 
 def test_a_chip_disk_cached_in_pages_keeps_files():

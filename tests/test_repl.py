@@ -52,6 +52,16 @@ def test_modules_the_tiles_import_use_each_blocks_primitives(machine):
                     ).format() == "[2 tiles: 0-1]\n10\n"
 
 
+def test_blocks_as_bytes_or_with_a_bom_and_a_block_that_runs_too_long(machine):
+    repl = machine.repl("0-1")
+    assert repl.run(b"y = 1\n1/0").format().endswith("ZeroDivisionError: division by zero\n")
+    assert repl.run("\ufeffprint(y)").outputs() == {0: "1\n", 1: "1\n"}
+    # as Machine.run: nobody else holds the block's handle to stop it, so it is stopped
+    with pytest.raises(TimeoutError, match="and was interrupted"):
+        repl.run("while True:\n    sync()", timeout=0.3)
+    assert repl.run("print('next')").outputs() == {0: "next\n", 1: "next\n"}
+
+
 def test_one_tiles_exception_is_grouped_output_not_an_abort(machine):
     repl = machine.repl("0-5")
     result = repl.run("print(10 // (__tileid % 3))")

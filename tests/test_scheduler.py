@@ -853,6 +853,16 @@ def test_a_busy_tile_cannot_start_another_job(sched):
     assert job.future.result(5).ok
 
 
+def test_a_job_whose_statistics_fail_still_reports_its_results():
+    broken = Scheduler(SRAM(2, 64 * 1024), 2, exchange_out=2048, exchange_in=4096, cost_model=object())
+    broken.start()
+    try:
+        assert values(broken.start_job([0, 1], lambda api: api.tileid).future.result(5)) == [0, 1]
+        assert any("statistics failed" in error for error in broken.internal_errors)
+    finally:
+        broken.stop()
+
+
 def test_idle_tiles_are_never_woken():
     fresh = Scheduler(SRAM(NTILES, 64 * 1024), NTILES, exchange_out=2048, exchange_in=4096)
     fresh.start()

@@ -139,6 +139,9 @@ class FsClient:
             return file.read()
 
     def write_file(self, tile: int, path: str, data) -> None:
+        if isinstance(data, str):  # (checked before the file is opened, and emptied)
+            raise TypeError("write_file writes bytes, not str: encode the text first")
+        data = memoryview(data)  # TypeError for what is not bytes-like, before the open too
         with self.open(tile, path, "wb") as file:
             file.write(data)
 
