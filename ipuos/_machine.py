@@ -197,6 +197,12 @@ class Repl:
             self.state.tiles = {}
 
 
+def _check_output_limit(limit) -> None:
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise ValueError("output_limit is the characters of output kept per tile (0 or more, "
+                         f"or None: no limit), not {limit!r}")
+
+
 #: how long a run() that timed out waits for the program it interrupted to stop
 _STOP_WAIT_SECONDS = 5.0
 
@@ -349,6 +355,9 @@ class Machine:
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
         source = source_text(source)  # (TypeError for what is not a program's text)
+        _check_output_limit(output_limit)
+        if argv is not None and not (isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv)):
+            raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")
         program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup,
                               argv=argv)
         job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget)
@@ -365,6 +374,7 @@ class Machine:
         """Interactive interpreters on ``tiles`` whose state persists between blocks (the
         multirepl); ``data`` is split into ``__tiledata`` as for :meth:`launch`."""
         tile_ids = parse_tiles(tiles, self.ntiles)
+        _check_output_limit(output_limit)
         return Repl(self, tile_ids, _shares(data, len(tile_ids)), output_limit)
 
     def _program_setup(self, api, ctx) -> None:

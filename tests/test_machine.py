@@ -76,6 +76,14 @@ def test_bad_api_arguments_are_refused_before_anything_happens(machine):
             machine.run("pass", tiles=spec)
     with pytest.raises(TileSpecError, match="no tile 999999999999 on this machine"):
         machine.run("pass", tiles=range(10**12))  # (refused by its ends, never listed)
+    for limit in ("5", 1.5, -1):  # (they used to fail every tile's print, as if the program had)
+        with pytest.raises(ValueError, match="output_limit is the characters of output kept"):
+            machine.run("print(1)", tiles="0", output_limit=limit)
+        with pytest.raises(ValueError, match="output_limit"):
+            machine.repl("0", output_limit=limit)
+    for argv in (5, "abc", [1]):
+        with pytest.raises(TypeError, match="argv is a list of str"):
+            machine.run("print(__args)", tiles="0", argv=argv)
     result = machine.run("print(__tileid % 3)", tiles="0-9")
     with pytest.raises(ValueError, match="max_groups is a count"):
         result.format(-1)
