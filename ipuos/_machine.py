@@ -354,7 +354,6 @@ class Machine:
         """
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
-        source = source_text(source)  # (TypeError for what is not a program's text)
         _check_output_limit(output_limit)
         if argv is not None and not (isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv)):
             raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")

@@ -358,9 +358,9 @@ def source_text(source) -> str:
     return source[1:] if source.startswith("\ufeff") else source
 
 
-def compile_program(source: str | bytes, filename: str):
-    """Compile once for every tile; SyntaxError is reported before anything starts."""
-    source = source_text(source)
+def compile_program(source: str, filename: str):
+    """Compile once for every tile; SyntaxError is reported before anything starts.
+    (``source`` as :func:`source_text` gives it.)"""
     code = compile(source, filename, "exec", dont_inherit=True)
     # register the text so tracebacks can show the offending lines
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -392,6 +392,7 @@ class TileProgram:
     exit_codes: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self):
+        self.source = source_text(self.source)  # (TypeError for what is not a program's text)
         self.code = compile_program(self.source, self.filename)
         self._text = self.source.encode("utf-8")
         self._lines = self.source.splitlines()
@@ -497,8 +498,8 @@ def compile_block(source: str, filename: str):
     ``sys.displayhook``, which prints on the *host*'s stdout (the daemon's log). So a
     trailing expression statement is split off, evaluated separately, and its ``repr``
     printed on the tile like any other output. SyntaxError is raised before anything runs.
+    (``source`` as :func:`source_text` gives it.)
     """
-    source = source_text(source)
     tree = ast.parse(source, filename, "exec")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):

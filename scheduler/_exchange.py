@@ -160,7 +160,7 @@ class ExchangeEngine:
         for dst, items in by_dst.items():
             incoming = sum(pad8(it[3]) for it in items)
             if dst.in_used + incoming > dst.xin.size:
-                _compact_arena(self, dst)
+                self.compact(dst)
             # kernel traffic is handled as it lands, so when room is short it is read
             # where its sender wrote it; only user messages must fit (they wait for recv)
             kernel_in_place = dst.in_used + incoming > dst.xin.size
@@ -329,21 +329,24 @@ class ExchangeEngine:
         if owner.nchips > 1:
             src_chips = np.asarray(src_ids, dtype=np.int64) // self.tiles_per_chip
             dst_chips = np.unique(np.asarray(dst_ids, dtype=np.int64) // self.tiles_per_chip)
-            from_chip = np.bincount(src_chips, weights=src_lens, minlength=int(dst_chips.max()) + 1)
+            nchips = int(max(src_chips.max(), dst_chips.max())) + 1
+            from_chip = np.bincount(src_chips, weights=src_lens, minlength=nchips)
             link = int(nbytes_each - from_chip[dst_chips].min())  # into the worst-placed receiver
-            for chip in np.unique(src_chips):
-                other_chips = len(dst_chips) - int(chip in dst_chips)
-                link = max(link, other_chips * int(src_lens[src_chips == chip].max()))
+            # out of the busiest source of each chip, once per other chip with receivers
+            biggest = np.zeros(nchips, dtype=np.int64)
+            np.maximum.at(biggest, src_chips, src_lens)
+            other_chips = len(dst_chips) - np.isin(np.arange(nchips), dst_chips)
+            link = max(link, int((biggest * other_chips).max()))
         before = self._step_collective.get(owner)
         if before is not None:
             busiest, link = max(busiest, before[0]), max(link, before[1])
         self._step_collective[owner] = (busiest, link)
 
-    def end_superstep(self, chips_active: int, jobs=(), job_of=None) -> None:
+    def end_superstep(self, chips_active: int, jobs, tiles) -> None:
         """Fold this superstep's traffic into the totals and the simulated clocks: the
         machine's (its sync spans the chips any job uses), and each of ``jobs``', which
-        pays for its own sync and the traffic of its own tiles only (``job_of(tile id)``:
-        the job a tile runs, or None)."""
+        pays for its own sync and the traffic of its own tiles only (``tiles``: the
+        scheduler's, by id, each knowing the job it runs)."""
         cost = self.cost
         for job in jobs:
             job.sim_cycles += cost.sync(job.nchips)
@@ -366,7 +369,7 @@ class ExchangeEngine:
                     link = max(link, n)
                 else:
                     busiest = max(busiest, n)
-                job = job_of(tile) if job_of is not None else None
+                job = tiles[tile].job
                 if job is not None:
                     figures = by_job.setdefault(job, [0, 0])
                     figures[slot] = max(figures[slot], n)
@@ -384,9 +387,21 @@ class ExchangeEngine:
         self._senders.clear()
 
     def compact(self, tile) -> None:
-        """Make the room received messages took in ``tile``'s incoming buffer free again
-        (what is still unreceived moves to the front)."""
-        _compact_arena(self, tile)
+        """Make the room received messages took in ``tile``'s incoming buffer free again:
+        what is still unreceived moves to the front."""
+        live = [m for m in tile.in_msgs if m.off >= 0]
+        live.sort(key=lambda m: m.off)
+        cursor = 0
+        base = tile.xin.base
+        flat = self.flat
+        for msg in live:
+            if msg.off != cursor:
+                n = pad8(msg.length)
+                flat[base + cursor : base + cursor + n] = flat[base + msg.off : base + msg.off + n].copy()
+                msg.off = cursor
+            cursor += pad8(msg.length)
+        tile.in_msgs = live
+        tile.in_used = cursor
 
     def close(self) -> None:
         self.settle()
@@ -466,20 +481,3 @@ class _SwitchInterval:
 
 
 _switch_often = _SwitchInterval(_LANDING_SWITCH_INTERVAL)
-
-
-def _compact_arena(engine: ExchangeEngine, tile) -> None:
-    """Move a tile's unreceived messages to the front of its incoming buffer."""
-    live = [m for m in tile.in_msgs if m.off >= 0]
-    live.sort(key=lambda m: m.off)
-    cursor = 0
-    base = tile.xin.base
-    flat = engine.flat
-    for msg in live:
-        if msg.off != cursor:
-            n = pad8(msg.length)
-            flat[base + cursor : base + cursor + n] = flat[base + msg.off : base + msg.off + n].copy()
-            msg.off = cursor
-        cursor += pad8(msg.length)
-    tile.in_msgs = live
-    tile.in_used = cursor

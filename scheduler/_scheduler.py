@@ -305,7 +305,7 @@ class Scheduler:
             deferred, self._deferred_replies = self._deferred_replies, []
             for server, client, payload in deferred:
                 self._post_reply_payload(server, client, payload)
-        engine.end_superstep(self._chips_in_use, self.jobs.values(), self._job_of)
+        engine.end_superstep(self._chips_in_use, self.jobs.values(), self.tiles)
         self.superstep += 1
 
     # -- messages arriving ---------------------------------------------------------------
@@ -570,9 +570,6 @@ class Scheduler:
         job.waiters.clear()
         self.watchdog.forget(job)
 
-    def _job_of(self, tile_id: int) -> Job | None:
-        return self.tiles[tile_id].job
-
     def _count_chips(self) -> None:
         per_chip = self.tiles_per_chip
         self._chips_in_use = len({tile_id // per_chip for job in self.jobs.values() for tile_id in job.ids})
@@ -708,7 +705,7 @@ def _run_job(tile: Tile, job: Job) -> None:
         status = ABORTED if isinstance(exc, JobAborted) else INTERRUPTED
         result = TileResult(tile.rank, tile.id, status, error=exc)
     except greenlet.GreenletExit as exc:
-        if tile.sched._stopping:  # the machine is ending the tile's greenlet (_shutdown_tiles)
+        if not tile.sched.running:  # the machine is ending the tile's greenlet (_shutdown_tiles)
             raise
         # a program's own (reachable through BaseException.__subclasses__()): an error
         # like any, which must not end the tile's kernel loop and leave the job unfinished
