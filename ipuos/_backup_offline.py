@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import posixpath
 import shutil
 import stat
 import tempfile
@@ -34,7 +35,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
-from ._safepath import NAME_MAX, PATH_MAX, UnsafePathError, check_name, name_prefix, open_beneath
+from ._safepath import NAME_MAX, UnsafePathError, check_name, name_prefix, open_beneath
 from .blockdev import Filesystem, MemoryDevice
 
 __all__ = ["OfflineError", "Node", "device_entry", "mounted", "list_dir", "read_file", "walk", "extract"]
@@ -72,10 +73,10 @@ def mounted(image: Image, entry: DeviceEntry) -> Iterator[Filesystem]:
         raise OfflineError(f"device {entry.name!r} of image {image.path} is blank: its tile "
                            "never used its storage, so it holds no filesystem")
     data = image.read_device(entry.name)  # verifies the image first, then this device again
-    fs = Filesystem(MemoryDevice(data, entry.block_size))
     try:
+        fs = Filesystem(MemoryDevice(data, entry.block_size))
         fs.mount()
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # (ValueError: a geometry littlefs cannot have)
         raise OfflineError(f"device {entry.name!r} of image {image.path} holds no filesystem "
                            f"that mounts ({exc})") from None
     try:
@@ -151,14 +152,19 @@ def _join(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name
 
 
-def _check_inner(path: str) -> None:
+def _inner(path: str) -> str:
+    """A path in a device, canonical as a tile's VFS makes it: absolute, ``.`` and ``..``
+    resolved by name (a tile has no symbolic links), never above ``/`` (``/..`` is ``/``,
+    which littlefs itself would refuse). A trailing slash stays: it asks for a directory."""
     if not path:
         raise OfflineError("an empty path names nothing in the device; give one such as /")
+    canonical = posixpath.normpath("/" + path.lstrip("/"))
+    return canonical + "/" if path.endswith("/") and canonical != "/" else canonical
 
 
 def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
     """The entries of ``path`` (a directory; a file lists itself), sorted by name."""
-    _check_inner(path)
+    path = _inner(path)
     try:
         info = fs.stat(path)
     except OSError as exc:
@@ -170,7 +176,7 @@ def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
 
 
 def read_file(fs: Filesystem, path: str) -> bytes:
-    _check_inner(path)
+    path = _inner(path)
     try:
         if fs.stat(path).is_dir:
             raise OfflineError(f"{path} is a directory (`ipuos image ls` lists it)")
@@ -184,25 +190,38 @@ def walk(fs: Filesystem, top: str = "/") -> list[Node]:
     """Every entry under ``top``, parents before children.
 
     A damaged (or crafted) image can make a directory entry point back at one of its
-    ancestors: the walk would never end. No real tree has a path longer than PATH_MAX
-    or more entries than its device has room for, so either ends it with an error.
+    ancestors: the walk would never end. No real tree has more entries than its device
+    has room for, nor is deeper than it has metadata pairs (two blocks per directory),
+    so either proves the damage. Paths are not limited to the host's PATH_MAX here (a
+    tile can make deeper trees; extraction checks what the host can take), only to
+    ``MAX_WALK_PATH``, which keeps a crafted image from filling memory with paths.
     """
     most = fs.device.block_count * fs.device.block_size // _SMALLEST_ENTRY
+    deepest = fs.device.block_count // 2
     nodes: list[Node] = []
-    stack = [("", top)]
+    stack = [("", top, 0)]
     while stack:
-        rel, path = stack.pop()
+        rel, path, depth = stack.pop()
         for name, is_dir, size in sorted(_entries(fs, path)):
             child_rel = f"{rel}/{name}" if rel else name
             child = _join(path, name)
-            if len(child.encode("utf-8", "surrogateescape")) > PATH_MAX or len(nodes) >= most:
+            if depth >= deepest or len(nodes) >= most:
                 raise OfflineError(
                     f"{top}: the directories never end (at {child[:80]!r}...): one of them "
                     "leads back to an ancestor; the image is damaged")
+            if len(child) > MAX_WALK_PATH:
+                raise OfflineError(
+                    f"{top}: a path under it is over {MAX_WALK_PATH // 1024} KiB long (at "
+                    f"{child[:80]!r}...), more than ipuos walks; list or extract a deeper "
+                    "directory (if no tile made such a tree, the image is damaged)")
             nodes.append(Node(child_rel, is_dir, size, _mtime(fs, child)))
             if is_dir:
-                stack.append((child_rel, child))
+                stack.append((child_rel, child, depth + 1))
     return nodes
+
+
+#: the longest path (characters) :func:`walk` follows
+MAX_WALK_PATH = 64 * 1024
 
 
 #: bytes of metadata the smallest littlefs entry takes (a tag, a name, a struct)
@@ -214,7 +233,7 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
     directory that is kept as it is: a mount point, someone's cwd, its mode), files with
     their mtimes. All or nothing."""
     dest = os.path.abspath(os.fspath(dest))
-    _check_inner(top)
+    top = _inner(top)
     try:
         if not fs.stat(top).is_dir:
             raise OfflineError(f"{top} is a file; extract takes a directory (`ipuos image cat` reads a file)")

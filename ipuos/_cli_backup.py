@@ -277,10 +277,10 @@ def image_info(path, as_json) -> None:
     formatted = [d for d in info["devices"] if d["chunks"]]
     click.echo(f"image {info['path']}: ipuos image format {info['format_version']}, "
                f"{info['digest_algorithm']} digests")
-    click.echo(f"  machine   {meta.get('machine', '?')!s}: {meta.get('preset')}, {_count(meta.get('ipus'), 'IPU')}, "
-               f"{meta.get('tiles_per_chip', 0) * meta.get('ipus', 0)} tiles")
-    if taken:
-        click.echo(f"  taken     {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(taken))}")
+    click.echo(f"  machine   {_shown(str(meta.get('machine', '?')))}: {_shown(meta['preset'])}, "
+               f"{_count(meta['ipus'], 'IPU')}, {meta['tiles_per_chip'] * meta['ipus']} tiles")
+    if taken is not None:
+        click.echo(f"  taken     {_when(taken)}")
     click.echo(f"  devices   {info['device_count']} ({len(formatted)} formatted, "
                f"{info['device_count'] - len(formatted)} blank) holding {_mib(info['device_bytes'])}")
     click.echo(f"  file      {info['file_size']} bytes ({_mib(info['stored_bytes'])} of chunks)")
@@ -331,6 +331,16 @@ def image_ls(path, device, inner, as_json) -> None:
     for node in nodes:
         name = _shown(node.path) + ("/" if node.is_dir else "")
         click.echo(f"{'d' if node.is_dir else '-'} {node.size:>9}  {_when(node.mtime_ns)}  {name}")
+
+
+def _when(taken) -> str:
+    """The local time an image says it was taken (untrusted: any JSON value)."""
+    try:
+        if isinstance(taken, bool) or not isinstance(taken, (int, float)):
+            raise TypeError
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(taken))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return f"unknown (the image says {_shown(repr(taken)[:60])})"
 
 
 def _shown(name: str) -> str:

@@ -13,7 +13,8 @@ import stat
 import pytest
 from click.testing import CliRunner
 
-from backup_craft import littlefs_device, point_directories_at_root, rename_entry, write_tiny_image
+from backup_craft import TINY_META, littlefs_device, point_directories_at_root, rename_entry, write_tiny_image
+from ipuos._image import DeviceSnapshot, write_image
 from ipuos._cli import main
 
 MTIME = 1_700_000_000_123_456_789
@@ -280,3 +281,61 @@ def test_a_name_littlefs_allows_but_the_host_finds_odd_still_extracts(tmp_path):
     result = ipuos("image", "extract", image, "2", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
     assert tree(tmp_path / "out")["..x"][1] == b"payload"
+
+
+@pytest.mark.parametrize("taken", ["yesterday", 1e30, -1e18, True])
+def test_info_shows_a_nonsense_time_as_unknown(good, tmp_path, taken):
+    """The manifest's meta is untrusted: a time that is not one is said so, not a traceback."""
+    image = tmp_path / "odd.img"
+    disk = littlefs_device({"/f": b"x"})
+    write_tiny_image(image, {"tile/2/disk": bytes(disk)},
+                     meta={**TINY_META, "taken": taken, "machine": "m\x1b]0;title\x07"})
+    result = ipuos("image", "info", str(image))
+    assert result.exit_code == 0, result.output
+    assert f"taken     unknown (the image says {taken!r}" in result.output
+    # a name from the image cannot drive the terminal: its control characters are spelled out
+    assert "\x1b" not in result.output and "machine   m\\x1b]0;title\\x07: tiny" in result.output
+
+
+def test_a_device_littlefs_cannot_have_is_refused_clearly(tmp_path):
+    image = tmp_path / "tiny-blocks.img"
+    write_image(image, dict(TINY_META), [DeviceSnapshot("tile/2/disk", 2, "/", 64, 16, bytes(range(64)) * 16)],
+                digest="blake3")
+    assert ipuos("image", "verify", str(image)).exit_code == 0  # (the image itself is intact)
+    for args in (("ls", str(image), "2"), ("cat", str(image), "2", "/f"),
+                 ("extract", str(image), "2", str(tmp_path / "out"))):
+        result = ipuos("image", *args)
+        assert result.exit_code == 1
+        assert result.output == (f"ipuos: device 'tile/2/disk' of image {image} holds no filesystem that "
+                                 "mounts (littlefs needs blocks of at least 128 bytes, not 64)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_tree_deeper_than_the_hosts_path_max_is_walked_not_called_damaged(tmp_path):
+    name = "d" * 200
+    dirs = ["/" + "/".join([name] * depth) for depth in range(1, 23)]  # 22 levels: 4,422 bytes
+    chip = littlefs_device({dirs[-1] + "/leaf": b"deep"}, dirs=dirs, blocks=480)
+    image = tmp_path / "deep.img"
+    write_tiny_image(image, {"chip": bytes(chip)})
+    result = ipuos("image", "extract", str(image), "chip", str(tmp_path / "all"))
+    assert result.exit_code == 1 and "over PATH_MAX" in result.output and "damaged" not in result.output
+    assert not (tmp_path / "all").exists()
+    # below the top three levels, the relative paths fit on the host: that part extracts
+    result = ipuos("image", "extract", str(image), "chip", str(tmp_path / "part"), "--path", dirs[2])
+    assert result.exit_code == 0, result.output
+    leaf = tmp_path / "part" / os.path.join(*[name] * 19) / "leaf"
+    assert open(leaf, "rb").read() == b"deep"
+
+
+def test_paths_in_a_device_are_resolved_as_on_a_tile(good, tmp_path):
+    """``..`` climbs by name and stops at ``/``, as a tile's VFS (and Linux) resolve it."""
+    root = ipuos("image", "ls", str(good), "2", "/").output
+    for spelling in ("/..", "/d/..", "//d/../..", "d/e/../.."):
+        result = ipuos("image", "ls", str(good), "2", spelling)
+        assert (result.exit_code, result.output) == (0, root), spelling
+    assert ipuos("image", "cat", str(good), "2", "/d/../hello.txt").output == "hello from tile 2\n"
+    result = ipuos("image", "cat", str(good), "2", "/hello.txt/")
+    assert result.exit_code == 1 and "Not a directory" in result.output, result.output
+    result = ipuos("image", "extract", str(good), "2", str(tmp_path / "e"), "--path", "/d/e/..")
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(tmp_path / "e")) == ["e", "empty", "void"]
