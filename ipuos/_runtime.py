@@ -595,6 +595,12 @@ class ReplBlock:
             ctx.api = api  # the primitives of this block's job
             ctx.output = output
             bind_primitives(namespace, ctx, api)
+            # a block may have wiped its globals (globals().clear(), del __builtins__):
+            # exec would fill in the host's builtins, and the tile would print to the
+            # daemon's log and import host modules from then on
+            namespace["__builtins__"] = ctx.builtins
+            namespace[TILE_GLOBALS_MARKER] = ctx
+            namespace.setdefault("__name__", "__main__")
         api.tile.resolve_global = _global_resolver(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         code = 0

@@ -141,3 +141,18 @@ def test_blocks_from_two_threads_on_disjoint_tiles(machine):
     for thread in threads:
         thread.join(30)
     assert results == {"l": "[4 tiles: 0-3]\n4\n", "r": "[4 tiles: 4-7]\n4\n"}
+
+
+@pytest.mark.parametrize("wipe", ["globals().clear()", "del __builtins__", "__builtins__ = None"])
+def test_a_block_that_wipes_its_globals_leaves_the_tile_a_tile(machine, wipe):
+    """The next block still prints to its tile and still has no host modules: exec would
+    otherwise hand a namespace without the tile's builtins the host's own."""
+    repl = machine.repl("0-1")
+    assert repl.run("x = 1\n" + wipe).ok
+    result = repl.run("print('still here', __tileid)")
+    assert result.outputs() == {0: "still here 0\n", 1: "still here 1\n"}
+    result = repl.run("import sys")
+    assert not result.ok and "tiles have no access to the host" in result.outputs()[0]
+    result = repl.run("1 / 0")
+    assert "ZeroDivisionError" in result.outputs()[0] and '1 / 0' in result.outputs()[0]
+    assert "_runtime.py" not in result.outputs()[0]  # (tracebacks still show the tile's frames only)
