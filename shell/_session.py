@@ -336,7 +336,11 @@ class Context:
         return _CONTROL.sub("?", name)
 
     def error(self, message: str, status: int = 1) -> int:
-        """Report ``cmd: message`` on the error stream; returns (and keeps) ``status``."""
+        """Report ``cmd: message`` on the error stream; returns (and keeps) ``status``.
+        On a terminal, control characters (of a file name in the message) show as ``?``,
+        as in listings: see :meth:`shown`."""
+        if self.session.width:
+            message = _CONTROL.sub("?", message)
         self.output.write("err", f"{self.name}: {message}\n")
         self.status = max(self.status, status)
         return status

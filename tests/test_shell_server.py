@@ -153,6 +153,11 @@ def test_listings_on_a_terminal_show_control_characters_as_question_marks(server
     assert session.run("ls /ctl")["text"] == name + "\n"  # not a terminal
     session.run("ls /ctl > /ctl.txt", width=80)
     assert session.run("cat /ctl.txt")["text"] == name + "\n"
+    # error messages naming it too (they go to the terminal even when output is redirected)
+    for command in ("rmdir /ctl/*fake", "cd /ctl/*fake", "mkdir /ctl/*fake > /ctl-out.txt"):
+        errors = [text for stream, text in session.run(command, width=80)["output"] if stream == "err"]
+        assert errors and all(shown in text and "\x1b" not in text and text.count("\n") == 1
+                              for text in errors), (command, errors)
 
 
 def test_closing_a_session_forgets_it(server):
