@@ -43,7 +43,7 @@ from ._changecmds import close_after_failure, resolve_target
 from ._complete import complete
 from ._parse import ShellSyntaxError, parse_line
 from ._session import SHELL, Context, Output, Session, SessionFs, ShellInterrupt
-from ._table import COMMANDS, Usage
+from ._table import COMMANDS, Usage, options
 
 __all__ = ["ShellServer", "SESSIONS_KEY"]
 
@@ -307,9 +307,15 @@ class ShellServer:
 
 
 def _enters_repl(command) -> bool:
-    """multirepl, and python without -c: they take the lines that follow."""
-    words = [word.text for word in command.words[1:]]
-    return command.name == "multirepl" or (command.name == "python" and "-c" not in words)
+    """multirepl, and python without -c: they take the lines that follow. (python's
+    options are read as its handler reads them: ``-cCODE`` is ``-c CODE``.)"""
+    if command.name != "python":
+        return command.name == "multirepl"
+    try:
+        opts, _ = options([word.text for word in command.words[1:]], "c:")
+    except Usage:
+        return False  # (the command itself reports the mistake)
+    return "-c" not in opts
 
 
 def _expand(fs: SessionFs, words) -> list[str]:

@@ -241,3 +241,15 @@ def test_a_repl_block_raising_a_base_exception_shows_only_the_programs_frames():
         assert "_scheduler.py" not in text and "_runtime.py" not in text
         assert repl.run("print('still here')").format() == "[2 tiles: 1-2]\nstill here\n"
         repl.close()
+
+
+def test_python_with_its_code_joined_to_c_is_one_block_not_the_python_mode(server):
+    """``python -cCODE`` is ``python -c CODE`` (as the command reads its options): it may be
+    followed on its line and redirected, as one block."""
+    session = Session(server)
+    result = session.run("python -c'print(1)'; echo after")
+    assert (result["status"], result["text"], result["mode"]) == (0, "1\nafter\n", "shell"), result
+    assert session.run("python -c'print(2)' > /joined.txt")["status"] == 0
+    assert session.run("cat /joined.txt")["text"] == "2\n"
+    result = session.run("python -x; echo after")  # a bad option: its own usage error, then on
+    assert result["status"] == 0 and result["text"].endswith("after\n"), result
