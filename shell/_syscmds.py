@@ -275,7 +275,7 @@ def _kill(sh, args):
     if not args:
         raise Usage("missing job number")
     for arg in args:
-        if not arg.isdigit():
+        if not (arg.isascii() and arg.isdigit()):  # ('²' is a digit to str.isdigit)
             sh.error(f"{arg}: not a job number")
             continue
         if not sh.host.kill(int(arg), f"killed with `kill {arg}` from the shell"):

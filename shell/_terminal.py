@@ -358,7 +358,10 @@ class Terminal:
         name = args[0].rstrip("/").rpartition("/")[2]
         host = os.path.expanduser(args[1]) if len(args) == 2 else name
         if not host:
-            self._fail("get", "the host file name is empty", 2)
+            if name:
+                self._fail("get", "the host file name is empty", 2)
+            else:  # (the root: a directory, which has no name to give its copy either)
+                self._fail("get", f"{args[0]}: {os.strerror(errno.EISDIR)}", 1)
             return
         if os.path.isdir(host):
             host = os.path.join(host, name)
@@ -369,9 +372,17 @@ class Terminal:
         # written to, never replaced (as root, `get F /dev/null` would replace /dev/null)
         host = os.path.realpath(host)
         if os.path.exists(host) and not stat.S_ISREG(os.stat(host).st_mode):
-            with open(host, "wb") as file:
+            # unbuffered: a device's error (/dev/full) comes from the write, named here,
+            # not again from close, unnamed
+            with open(host, "wb", buffering=0) as file:
                 for data in self.transport.get(args[0]):
-                    file.write(data)
+                    view = memoryview(data)
+                    try:
+                        while view:
+                            view = view[file.write(view):]
+                    except OSError as exc:
+                        exc.filename = shown
+                        raise
             self.status = 0
             return
         directory = os.path.dirname(host)
