@@ -280,7 +280,7 @@ def image_info(path, as_json) -> None:
     click.echo(f"  machine   {_shown(str(meta.get('machine', '?')))}: {_shown(meta['preset'])}, "
                f"{_count(meta['ipus'], 'IPU')}, {meta['tiles_per_chip'] * meta['ipus']} tiles")
     if taken is not None:
-        click.echo(f"  taken     {_when(taken)}")
+        click.echo(f"  taken     {_taken_at(taken)}")
     click.echo(f"  devices   {info['device_count']} ({len(formatted)} formatted, "
                f"{info['device_count'] - len(formatted)} blank) holding {_mib(info['device_bytes'])}")
     click.echo(f"  file      {info['file_size']} bytes ({_mib(info['stored_bytes'])} of chunks)")
@@ -333,8 +333,8 @@ def image_ls(path, device, inner, as_json) -> None:
         click.echo(f"{'d' if node.is_dir else '-'} {node.size:>9}  {_when(node.mtime_ns)}  {name}")
 
 
-def _when(taken) -> str:
-    """The local time an image says it was taken (untrusted: any JSON value)."""
+def _taken_at(taken) -> str:
+    """The local time an image says it was taken (untrusted: any JSON value, in seconds)."""
     try:
         if isinstance(taken, bool) or not isinstance(taken, (int, float)):
             raise TypeError

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -73,7 +74,8 @@ def test_ls_devices_and_directories(good):
     deep = json.loads(ipuos("image", "ls", str(good), "tile/2/disk", "/d", "--json").output)
     assert [e["name"] for e in deep] == ["e", "empty", "void"]
     text = ipuos("image", "ls", str(good), "2", "/d/e").output
-    assert "deep.bin" in text and "5120" in text
+    shown = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((MTIME + 1) / 1e9))
+    assert text == f"- {5120:>9}  {shown}  deep.bin\n"
 
 
 def test_cat_writes_the_bytes(good):
