@@ -257,9 +257,12 @@ def _open(path: str, verify: bool = False):
 
 
 def _when(ns) -> str:
-    if not ns:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ns / 1e9))
+    """A file's mtime (ns) as listings show it; "-" if it has none."""
+    return _local_time(ns / 1e9) if ns else "-"
+
+
+def _local_time(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
 @image.command("info")
@@ -338,7 +341,7 @@ def _taken_at(taken) -> str:
     try:
         if isinstance(taken, bool) or not isinstance(taken, (int, float)):
             raise TypeError
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(taken))
+        return _local_time(taken)
     except (TypeError, ValueError, OverflowError, OSError):
         return f"unknown (the image says {_shown(repr(taken)[:60])})"
 
