@@ -52,8 +52,8 @@ def _touch(sh, args):
         raise Usage("missing file operand")
     for path in args:
         try:
-            if sh.fs.exists(path):
-                sh.fs.utime(path)
+            if path.endswith("/") or sh.fs.exists(path):
+                sh.fs.utime(path)  # (a name ending in / can only be a directory that exists)
             else:
                 sh.fs.open_raw(path, os.O_WRONLY | os.O_CREAT).close()
         except OSError as exc:

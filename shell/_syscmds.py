@@ -211,6 +211,11 @@ def _mount_ram(sh, size_text: str, path: str) -> int:
     full = sh.fs.abspath(path)
     if full == "/" or full.startswith("/tiles/") or full == "/tiles":
         return sh.error(f"{path}: mount RAM disks on tile 0's own directories")
+    try:  # as mount(8): the mount point is a directory that exists (a typo makes none)
+        if not sh.fs.entry(path).is_dir:
+            return sh.error(f"{path}: Not a directory")
+    except OSError as exc:
+        return sh.oserror(exc)
     memory = sh.tile.memory
     name = RAMDISK_PREFIX + full
     try:
@@ -237,6 +242,10 @@ def _umount(sh, args):
             return sh.error(f"{args[0]}: the machine's own mounts stay (only RAM disks made "
                             "with mount --ram can be unmounted)")
         return sh.error(f"{args[0]}: not a mount point")
+    inside = full.rstrip("/") + "/"
+    if any(other.cwd == full or other.cwd.startswith(inside) for other in sh.server.sessions.values()):
+        # (umount(8) says "target is busy": a shell left in a vanished directory is lost)
+        return sh.error(f"{args[0]}: target is busy (a shell's working directory is in it; cd out first)")
     sh.fs.vfs.umount(full)
     sh.tile.memory.free(name)
     return 0

@@ -80,6 +80,9 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "get /", "get: /: Is a directory", 1),
     ("echo x > /e9", "get /e9 /dev/full", "get: /dev/full: No space left on device", 1),
     ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
+    ("", "mount --ram 8K /nosuch", "mount: /nosuch: No such file or directory", 1),
+    ("touch /e10", "mount --ram 8K /e10", "mount: /e10: Not a directory", 1),
+    ("touch /e11", "touch /e11/", "touch: /e11/: Not a directory", 1),
     ("", "put /x", "put: x: this command is carried out", None),
 ])
 def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, message, status):
@@ -465,11 +468,31 @@ def test_df_free_and_mounts(shared_machine):
     assert any(line.split()[:3] == ["disk", "16", "256K"] for line in lines)
     assert any(line.split()[:3] == ["1", "44K", "20K"] for line in lines)  # tile 1, tile by tile
     assert "chip disk on /chip type littlefs (rw)" in done.stdout
-    done = shell(shared_machine, "mount --ram 8K /ram; echo in-sram > /ram/f; cat /ram/f; df; "
-                 "umount /ram; ls /ram")
+    done = shell(shared_machine, "mkdir /ram; mount --ram 8K /ram; echo in-sram > /ram/f; cat /ram/f; "
+                 "df; umount /ram; ls /ram/f")
     assert done.stdout.startswith("mounted a 8.0K RAM disk (tile 0's SRAM) on /ram\nin-sram\n")
     assert any(line.split()[-1] == "/ram" for line in done.stdout.splitlines())
-    assert done.stderr == "ls: /ram: No such file or directory\n"
+    assert done.stderr == "ls: /ram/f: No such file or directory\n"  # the directory is back
+
+
+def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine):
+    done = shell(shared_machine, "mkdir -p /busy; mount --ram 8K /busy; echo kept > /busy/f; "
+                 "cd /busy; umount /busy; cat f; cd /; umount /busy; ls /busy")
+    assert done.stderr == ("umount: /busy: target is busy (a shell's working directory is in it; "
+                           "cd out first)\n")
+    assert done.stdout.endswith("kept\n") and done.returncode == 0
+    other = subprocess.Popen([IPUOS, "shell"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=shared_machine.env())
+    try:  # another terminal's cwd holds the mount as well
+        assert shell(shared_machine, "mount --ram 8K /busy").returncode == 0
+        other.stdin.write("cd /busy\necho ready\n")
+        other.stdin.flush()
+        assert other.stdout.readline() == "ready\n"
+        done = shell(shared_machine, "umount /busy")
+        assert "target is busy" in done.stderr and done.returncode == 1
+    finally:
+        other.communicate("cd /\n", timeout=60)
+    assert shell(shared_machine, "umount /busy").returncode == 0
 
 
 def test_help_lists_every_command(shared_machine):
@@ -520,7 +543,7 @@ def test_tiles_list_in_numeric_order(shared_machine):
     ("echo keep > /chip/ts1", "cat /chip/ts1/; rm /chip/ts1/; mv /chip/ts1/ /tiles/2/ts1; cat /chip/ts1", "keep\n",
      "cat: /chip/ts1/: Not a directory\nrm: /chip/ts1/: Not a directory\nmv: /chip/ts1/: Not a directory\n", 0),
     ("", "echo hi > /chip/ts2/; touch /chip/ts3/; ls /chip/ts2 /chip/ts3", "",
-     "sh: /chip/ts2/: Is a directory\ntouch: /chip/ts3/: Is a directory\n"
+     "sh: /chip/ts2/: Is a directory\ntouch: /chip/ts3/: No such file or directory\n"
      "ls: /chip/ts2: No such file or directory\nls: /chip/ts3: No such file or directory\n", 1),
     # a directory source with DEST/ that does not exist makes DEST
     ("mkdir -p /chip/ts4/in", "cp -r /chip/ts4 /chip/ts4c/; mv /chip/ts4 /chip/ts4m/; ls /chip/ts4c /chip/ts4m",
