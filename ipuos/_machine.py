@@ -24,6 +24,7 @@ from ._runtime import (
     TileProgram,
     compile_block,
     module_namespace,
+    preview_namespace,
     source_text,
     user_traceback,
 )
@@ -183,11 +184,11 @@ class Repl:
         return _wait_or_stop(self.launch(source, budget=budget), timeout)
 
     def namespace(self, rank: int = 0) -> dict:
-        """The names the blocks have defined on the session's ``rank``-th tile (empty
-        before the first block). For reading between blocks (name completion): the tile
-        owns it while a block runs."""
+        """The names the blocks have defined on the session's ``rank``-th tile (before
+        the first block, the names every tile starts with). For reading between blocks
+        (name completion): the tile owns it while a block runs."""
         entry = self.state.tiles.get(rank)
-        return entry[0] if entry is not None else {}
+        return entry[0] if entry is not None else preview_namespace()
 
     def close(self) -> None:
         """Forget every tile's namespace, and free the SRAM holding its data."""

@@ -301,27 +301,28 @@ def module_namespace(ctx: TileContext, name: str, filename: str) -> dict:
     return {"__name__": name, "__file__": filename, "__builtins__": ctx.builtins, TILE_GLOBALS_MARKER: ctx}
 
 
+#: the TileAPI methods tile code calls by name to synchronise and exchange
+PRIMITIVES = ("sync", "barrier", "send", "recv", "poll", "alltoall", "allgather", "bcast",
+              "gather", "reduce", "allreduce")
+
+
 def bind_primitives(namespace: dict, ctx: TileContext, api: TileAPI) -> None:
     """Point the job-dependent names at ``api`` (a repl reuses namespaces): in the
     program's namespace, and in the tile's builtins, where its modules find them."""
-    primitives = dict(
-        __tileid=api.tileid,
-        __numtiles=api.numtiles,
-        __physical_tile=api.physical_tile,
-        sync=api.sync,
-        barrier=api.barrier,
-        send=api.send,
-        recv=api.recv,
-        poll=api.poll,
-        alltoall=api.alltoall,
-        allgather=api.allgather,
-        bcast=api.bcast,
-        gather=api.gather,
-        reduce=api.reduce,
-        allreduce=api.allreduce,
-    )
+    primitives = {name: getattr(api, name) for name in PRIMITIVES}
+    primitives.update(__tileid=api.tileid, __numtiles=api.numtiles, __physical_tile=api.physical_tile)
     namespace.update(primitives)
     ctx.builtins.update(primitives)
+
+
+def preview_namespace(tiledata: str = "") -> dict:
+    """The names a tile's namespace starts with, before any block has run there (name
+    completion needs them before the tile has made the real one): the ids are 0, the
+    primitives TileAPI's own functions, so attributes complete as they will."""
+    namespace = {"__name__": "__main__", "__builtins__": TILE_BUILTINS, "print": print,
+                 "__tiledata": tiledata, "__tileid": 0, "__numtiles": 1, "__physical_tile": 0}
+    namespace.update((name, getattr(TileAPI, name)) for name in PRIMITIVES)
+    return namespace
 
 
 def user_traceback(exc: BaseException) -> str:

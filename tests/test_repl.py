@@ -115,6 +115,23 @@ def test_a_busy_tile_refuses_a_block(machine):
         handle.wait(10)
 
 
+def test_names_complete_before_the_first_block(machine):
+    # (before the first block the tile had made no namespace: Tab offered the host's
+    # builtins and none of the tile's own names)
+    from ipuos.shell._complete import complete_python
+
+    repl = machine.repl("0-1")
+    before = repl.namespace()
+    assert complete_python(before, "allred") == (0, ["allreduce"])
+    assert complete_python(before, "__tile") == (0, ["__tiledata", "__tileid"])
+    assert complete_python(before, "__tiledata.spl") == (0, ["__tiledata.split", "__tiledata.splitlines"])
+    repl.run("pass")
+    after = repl.namespace()
+    assert set(before) <= set(after)
+    assert {name for name in set(after) - set(before) if not name.startswith("__ipuos")} == {"open"}
+    assert before["__builtins__"]["open"] is not open  # the tile's, not the host's
+
+
 def test_close_forgets_namespaces(machine):
     repl = machine.repl("0")
     repl.run("secret = 1")

@@ -271,7 +271,9 @@ def test_multirepl_in_the_shell(terminal):
     term.prompt()
     term.child.sendline("multirepl --tiles 0-5")
     term.expect_prompt("[0-5]>>>")
-    term.child.sendline("x = __tileid % 2")
+    term.child.send("x = __tilei\t")  # the tile's names complete before the first block
+    term.expect("__tileid")
+    term.child.sendline(" % 2")
     term.expect_prompt("[0-5]>>>")
     term.child.sendline("print('parity', x)")
     out = term.expect_prompt("[0-5]>>>")
