@@ -71,8 +71,8 @@ class _Repl:
         self._shell_host = shell_host
         self._client_pid = client_pid
 
-    def launch(self, source: str) -> _Launched:
-        handle = self.repl.launch(source)
+    def launch(self, source: str, *, echo: bool = True) -> _Launched:
+        handle = self.repl.launch(source, echo=echo)
         self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
         return _Launched(handle)
 

@@ -492,8 +492,9 @@ def _run_cleanups(ctx: TileContext) -> None:
 # -- interactive interpreters: the multirepl and the shell's python ----------------------------
 
 
-def compile_block(source: str, filename: str):
-    """Compile one interactive block: ``(statements, last_expression or None)``.
+def compile_block(source: str, filename: str, *, echo: bool = True):
+    """Compile one interactive block: ``(statements, last_expression or None)``; with
+    ``echo`` false, all of it is statements (no value is shown).
 
     The interactive interpreter shows the value of a bare expression through
     ``sys.displayhook``, which prints on the *host*'s stdout (the daemon's log). So a
@@ -503,7 +504,7 @@ def compile_block(source: str, filename: str):
     """
     tree = ast.parse(source, filename, "exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
+    if echo and tree.body and isinstance(tree.body[-1], ast.Expr):
         last = ast.Expression(tree.body.pop().value)
     body = compile(tree, filename, "exec", dont_inherit=True)
     expression = compile(last, filename, "eval", dont_inherit=True) if last is not None else None

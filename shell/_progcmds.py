@@ -91,7 +91,7 @@ def _python(sh, args):
     if session.python is None:
         session.python = sh.host.open_repl("0", None, session.client_pid)
     if "-c" in opts:  # (one block, in the shell: exit() ends the block, not the shell)
-        return run_block(sh, session.python, opts["-c"], grouped=False)[0]
+        return run_block(sh, session.python, opts["-c"], grouped=False, echo=False)[0]  # as python -c
     session.mode = PYTHON
     if session.width:  # a terminal: say where we are (scripts get only their output)
         sh.print("Python on tile 0: its files through open and os; names are kept until the "
@@ -122,11 +122,11 @@ def _multirepl(sh, args):
     return 0
 
 
-def run_block(sh, repl, source: str, *, grouped: bool) -> tuple[int, bool]:
+def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, bool]:
     """Run one block in a repl and print what the tiles printed; (its status, whether it
-    called ``exit()``)."""
+    called ``exit()``). ``echo``: show a trailing expression's value."""
     try:
-        launched = repl.launch(source)
+        launched = repl.launch(source, echo=echo)
     except SyntaxError as exc:
         sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
         return 1, False

@@ -43,8 +43,9 @@ class ReplHandle(Protocol):
     tiles: str
     ntiles: int
 
-    def launch(self, source: str) -> Launched:
-        """Start one block on every tile (SyntaxError before anything runs)."""
+    def launch(self, source: str, *, echo: bool = True) -> Launched:
+        """Start one block on every tile (SyntaxError before anything runs); ``echo``:
+        print a trailing expression's value, as Python's interactive prompt does."""
 
     def namespace(self) -> dict:
         """The first tile's names, between blocks (for completion; read only)."""

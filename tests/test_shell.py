@@ -81,8 +81,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("echo x > /e9", "get /e9 /dev/full", "get: /dev/full: No space left on device", 1),
     ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
     ("", "mount --ram 8K /nosuch", "mount: /nosuch: No such file or directory", 1),
-    ("touch /e10", "mount --ram 8K /e10", "mount: /e10: Not a directory", 1),
-    ("touch /e11", "touch /e11/", "touch: /e11/: Not a directory", 1),
+    ("touch /chip/e10", "mount --ram 8K /chip/e10", "mount: /chip/e10: Not a directory", 1),
+    ("touch /chip/e11", "touch /chip/e11/", "touch: /chip/e11/: Not a directory", 1),
     ("", "put /x", "put: x: this command is carried out", None),
 ])
 def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, message, status):
@@ -407,6 +407,8 @@ def test_python_on_tile_0_keeps_its_names(shared_machine):
                  "python -c 'import os; print(os.listdir(\"/\") == sorted(os.listdir(\"/\")))'")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "42 0 1"
+    done = shell(shared_machine, "python -c 'len([1, 2])'; python -c 'print(len([1]))'")
+    assert (done.returncode, done.stdout) == (0, "1\n")  # as python -c: no value echoed
     done = shell(shared_machine, "python -c '1/0'", user_code=True)
     assert done.returncode == 1
     assert "ZeroDivisionError: division by zero" in done.stdout
@@ -469,10 +471,11 @@ def test_df_free_and_mounts(shared_machine):
     assert any(line.split()[:3] == ["1", "44K", "20K"] for line in lines)  # tile 1, tile by tile
     assert "chip disk on /chip type littlefs (rw)" in done.stdout
     done = shell(shared_machine, "mkdir /ram; mount --ram 8K /ram; echo in-sram > /ram/f; cat /ram/f; "
-                 "df; umount /ram; ls /ram/f")
+                 "df; umount /ram; ls /ram/f; rmdir /ram")
     assert done.stdout.startswith("mounted a 8.0K RAM disk (tile 0's SRAM) on /ram\nin-sram\n")
     assert any(line.split()[-1] == "/ram" for line in done.stdout.splitlines())
     assert done.stderr == "ls: /ram/f: No such file or directory\n"  # the directory is back
+    assert done.returncode == 0
 
 
 def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine):
@@ -492,7 +495,7 @@ def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine
         assert "target is busy" in done.stderr and done.returncode == 1
     finally:
         other.communicate("cd /\n", timeout=60)
-    assert shell(shared_machine, "umount /busy").returncode == 0
+    assert shell(shared_machine, "umount /busy; rmdir /busy").returncode == 0  # (tile 0's disk is small)
 
 
 def test_help_lists_every_command(shared_machine):
