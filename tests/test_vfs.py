@@ -646,6 +646,10 @@ def test_mtime_is_set_by_writes_and_visible_at_once(vfs):
     assert vfs.getmtime("/f") == pytest.approx(1.000000123)
     vfs.utime("/f", (5, 7.5))
     assert vfs.stat("/f").st_mtime == 7.5
+    vfs.utime("/f", (0, 1700000000.123456))  # the host's nanoseconds, not the product's
+    assert vfs.stat("/f").st_mtime_ns == 1700000000_123456001
+    vfs.utime("/f", (0, -1.5))
+    assert vfs.stat("/f").st_mtime_ns == -1_500_000_000
     vfs.truncate("/f", 0)
     assert vfs.stat("/f").st_mtime_ns > 1_000_000_123
     with vfs.open("/touched", "a"):
@@ -653,6 +657,27 @@ def test_mtime_is_set_by_writes_and_visible_at_once(vfs):
     assert vfs.stat("/touched").st_mtime_ns > 0
     vfs.mkdir("/d")
     assert vfs.stat("/d").st_mtime_ns > 0
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(times=(0, "x" * 100)), TypeError),  # (was multiplied by 10**9 first: a 100 GB str)
+    (dict(times=(0, [1])), TypeError),
+    (dict(times=(1,)), TypeError),
+    (dict(times=(1, 2, 3)), TypeError),
+    (dict(times=[1, 2]), TypeError),
+    (dict(ns=(0, 1.5)), TypeError),
+    (dict(ns=(0, "5")), TypeError),
+    (dict(ns=[0, 1]), TypeError),
+    (dict(times=(0, float("nan"))), ValueError),
+    (dict(times=(0, float("inf"))), OverflowError),
+    (dict(times=(0, 1), ns=(0, 1)), ValueError),
+])
+def test_utime_refuses_what_the_host_refuses(vfs, kwargs, error):
+    vfs.open("/bad-time", "w").close()
+    vfs.utime("/bad-time", ns=(0, 42))
+    with pytest.raises(error):
+        vfs.utime("/bad-time", **kwargs)
+    assert vfs.stat("/bad-time").st_mtime_ns == 42
 
 
 def _changes_dir_mtimes(vfs, directories, action) -> list[bool]:

@@ -17,6 +17,9 @@ import os
 
 __all__ = ["normalize", "checked", "parent_and_name", "is_within"]
 
+#: bytes of the longest path, as Linux counts them (with the terminating NUL)
+PATH_MAX = 4096
+
 
 def checked(path) -> str:
     """``path`` as a ``str``: PathLike objects are unwrapped, bytes and NUL refused.
@@ -34,10 +37,14 @@ def checked(path) -> str:
         raise ValueError("embedded null byte in path")
     if not path.isascii():
         try:
-            path.encode("utf-8")
+            size = len(path.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate: bytes a host decoder escaped
             raise OSError(errno.EINVAL, "file names on a tile are UTF-8 text, and this one is not "
                           "(it holds an unpaired surrogate)", path) from None
+    else:
+        size = len(path)
+    if size >= PATH_MAX:
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path)
     return path
 
 

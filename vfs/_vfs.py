@@ -15,6 +15,8 @@ cache is dropped whenever the mount table changes.
 from __future__ import annotations
 
 import errno
+import math
+import operator
 import os
 import time
 from typing import NamedTuple
@@ -389,14 +391,7 @@ class Vfs:
     def utime(self, path, times=None, *, ns=None, follow_symlinks: bool = True) -> None:
         """Set the modification time (the only time a tile keeps): ``times`` as
         (atime, mtime) seconds, ``ns`` as nanoseconds, neither for now."""
-        if times is not None and ns is not None:
-            raise ValueError("utime: you may specify either 'times' or 'ns' but not both")
-        if ns is not None:
-            mtime_ns = int(ns[1])
-        elif times is not None:
-            mtime_ns = int(times[1] * 1_000_000_000)
-        else:
-            mtime_ns = time.time_ns()
+        mtime_ns = _utime_ns(times, ns)
         vpath, mount, inner = self._resolve(path)
         self._on_backend(path, mount, inner, mount.backend.set_mtime, inner, mtime_ns, write=True)
 
@@ -561,3 +556,29 @@ def _refine_open_error(exc: OSError, mount, inner: str, name: str) -> None:
         raise fs_error(errno.ENOENT, name) from None
     if not is_dir:
         raise fs_error(errno.ENOTDIR, name) from None
+
+
+def _utime_ns(times, ns) -> int:
+    """The modification time ``os.utime`` was given, in nanoseconds, its types checked as
+    the host checks them: before any arithmetic (``'x' * 10**9`` is a gigabyte)."""
+    if times is not None and ns is not None:
+        raise ValueError("utime: you may specify either 'times' or 'ns' but not both")
+    if ns is not None:
+        if type(ns) is not tuple or len(ns) != 2:
+            raise TypeError("utime: 'ns' must be a tuple of two ints")
+        return operator.index(ns[1])
+    if times is None:
+        return time.time_ns()
+    if type(times) is not tuple or len(times) != 2:
+        raise TypeError("utime: 'times' must be either a tuple of two ints or None")
+    seconds = times[1]
+    if not isinstance(seconds, float):
+        return operator.index(seconds) * 1_000_000_000
+    if math.isnan(seconds):
+        raise ValueError("Invalid value NaN (not a number)")
+    if math.isinf(seconds):
+        raise OverflowError("timestamp out of range")
+    # whole seconds and the fraction apart, rounded down, as the host does: a product
+    # of the float with 10**9 has lost the last nanoseconds already
+    whole = math.floor(seconds)
+    return whole * 1_000_000_000 + math.floor((seconds - whole) * 1e9)
