@@ -385,6 +385,8 @@ class Machine:
             api.tile, lambda name, filename: module_namespace(ctx, name, filename)
         )
         ctx.extras["__names__"] = {"open": session.open}
+        ctx.extras["__resume__"] = session.resume  # (a repl's later blocks)
+        ctx.extras["__suspend__"] = session.suspend
         ctx.extras["__modules__"] = {"os": session.provide_os}
         ctx.extras["__find_module__"] = session.find_module
         ctx.cleanups.append(session.close)

@@ -117,8 +117,9 @@ class TileContext:
         #: modules this tile has its own copy of (random: per-tile generator state)
         self.modules: dict[str, types.ModuleType] = {}
         #: what layers above add: ``__names__`` (names in every namespace, e.g. open),
-        #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os) and
-        #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last)
+        #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os),
+        #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last) and
+        #: ``__resume__``/``__suspend__`` (called as a repl's later block starts / any ends)
         self.extras: dict[str, object] = {}
         #: called when the program ends, on the tile (files left open are closed); each
         #: returns messages for the program's output, or None
@@ -603,6 +604,9 @@ class ReplBlock:
             namespace["__builtins__"] = ctx.builtins
             namespace[TILE_GLOBALS_MARKER] = ctx
             namespace.setdefault("__name__", "__main__")
+            resume = ctx.extras.get("__resume__")
+            if resume is not None:
+                resume()
         api.tile.resolve_global = _global_resolver(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         code = 0
@@ -628,5 +632,8 @@ class ReplBlock:
             code = 1
         finally:
             self.outputs[rank] = output.getvalue()
+            suspend = ctx.extras.get("__suspend__")
+            if suspend is not None:
+                suspend()
         self.exit_codes[rank] = code
         return code

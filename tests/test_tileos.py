@@ -257,6 +257,28 @@ def test_each_program_starts_in_the_root(machine):
     assert output(run(machine, "import os\nprint(os.getcwd())")) == "/\n"
 
 
+def test_a_repls_current_directory_is_its_own(machine):
+    # (the tile's VFS held one cwd: another repl's chdir moved this one, and any program
+    # on the tile sent it back to /)
+    mine, other = machine.repl("2"), machine.repl("2")
+    assert mine.run("import os; os.makedirs('/mine', exist_ok=True); os.chdir('/mine'); "
+                    "open('note', 'w').write('here')").ok
+    assert other.run("import os; os.makedirs('/other', exist_ok=True); os.chdir('/other')").ok
+    run(machine, "x = 1", tiles="2")  # a program, touching no file
+    run(machine, "import os; os.chdir('/other')", tiles="2")
+    assert mine.run("print(os.getcwd(), open('note').read())").outputs() == {2: "/mine here\n"}
+    assert other.run("print(os.getcwd())").outputs() == {2: "/other\n"}
+    assert output(run(machine, "import os; print(os.getcwd())", tiles="2")) == "/\n"
+
+
+def test_a_repl_whose_first_block_touched_no_file_keeps_its_cwd(machine):
+    lazy = machine.repl("3")
+    assert lazy.run("x = 1").ok  # its session has no VFS yet
+    run(machine, "import os; os.makedirs('/elsewhere', exist_ok=True); os.chdir('/elsewhere')",
+        tiles="3")
+    assert lazy.run("import os; print(os.getcwd())").outputs() == {3: "/\n"}
+
+
 def test_files_are_shared_between_programs_and_the_host(machine):
     machine.fs.write_file(7, "/from_host.txt", b"written by the host")
     result = run(machine, """

@@ -8,7 +8,9 @@ littlefs at all), and ``os`` is only built when imported.
 
 When the program ends, :meth:`TileSession.close` closes every file it left open (and any
 it dropped without closing), so their writes are committed; failures come back as text
-for the program's output. Each program starts in ``/``.
+for the program's output. Each program starts in ``/``, and the current directory is the
+program's own: a repl session's tile keeps the one its blocks left (:meth:`TileSession.resume`)
+whatever other programs and repls did on that tile between them.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class TileSession:
     """What one program on one tile sees of the tile's files (see module doc)."""
 
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_os", "_importer",
-                 "_new_globals")
+                 "_new_globals", "_cwd")
 
     def __init__(self, tile, vfs_of: Callable,
                  new_globals: Callable[[str, str], dict] | None = None):
@@ -39,6 +41,7 @@ class TileSession:
         #: ``new_globals(name, filename)``: a namespace for a module imported from the tile
         self._new_globals = new_globals
         self._vfs = tile.kernel_data.get(VFS_KEY)
+        self._cwd = "/"
         if self._vfs is not None:
             self._vfs.reset_cwd()
         #: weak references to every binary file this program opened (pruned now and then)
@@ -52,6 +55,7 @@ class TileSession:
         vfs = self._vfs
         if vfs is None:
             vfs = self._vfs = self._vfs_of(self._tile)
+            vfs.reset_cwd(self._cwd)  # (another program may have brought it up, and moved)
         return vfs
 
     def open(self, file, mode: str = "r", buffering: int = -1, encoding: str | None = None,
@@ -94,6 +98,18 @@ class TileSession:
         return self._importer(name, fromlist)
 
     # -- the end of the program ----------------------------------------------------------------
+
+    def suspend(self) -> None:
+        """The session's block has ended (a repl's): keep its current directory, which the
+        tile's next program or repl will move."""
+        if self._vfs is not None:
+            self._cwd = self._vfs.cwd
+
+    def resume(self) -> None:
+        """The session's next block starts: its current directory is back (as a string:
+        had it been renamed away meanwhile, relative paths fail as after a rename)."""
+        if self._vfs is not None:
+            self._vfs.reset_cwd(self._cwd)
 
     def close(self) -> list[str]:
         """Close what the program left open; returns one message per failure."""

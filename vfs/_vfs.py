@@ -165,9 +165,10 @@ class Vfs:
             raise fs_error(errno.ENOTDIR, path)
         self._cwd = vpath
 
-    def reset_cwd(self) -> None:
-        """Back to ``/`` without looking at any filesystem (each program starts there)."""
-        self._cwd = "/"
+    def reset_cwd(self, path: str = "/") -> None:
+        """Make the canonical ``path`` current without looking at any filesystem: each
+        program starts at ``/``, a repl's next block where its last one left."""
+        self._cwd = path
 
     def abspath(self, path) -> str:
         """The canonical absolute form of ``path`` (lexical: no filesystem access); an
