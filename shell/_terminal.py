@@ -314,6 +314,9 @@ class Terminal:
         self._done = True
 
     def _local_clear(self, args, command) -> None:
+        if args:
+            self._fail("clear", "usage: clear", 2)
+            return
         self.stdout.write("\x1b[H\x1b[2J")
         self.stdout.flush()
         self.status = 0

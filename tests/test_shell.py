@@ -78,6 +78,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "kill 4242", "kill: 4242: no such job", 1),
     ("", "kill \u00b2", "kill: \u00b2: not a job number", 1),
     ("", "get /", "get: /: Is a directory", 1),
+    ("", "clear the screen", "clear: usage: clear", 2),
+    ("", "history 5", "history: usage: history", 2),
     ("echo x > /e9", "get /e9 /dev/full", "get: /dev/full: No space left on device", 1),
     ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
     ("", "mount --ram 8K /nosuch", "mount: /nosuch: No such file or directory", 1),
