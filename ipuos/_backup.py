@@ -182,7 +182,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
         except OSError as exc:
             raise BackupError(f"cannot write {path}: {exc.strerror or exc}") from None
     _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
-    summary["devices"] = _describe(devices)
+    summary["description"] = _describe(devices)  # ("devices" is image info's list)
     summary["seconds"] = time.perf_counter() - started
     return summary
 
@@ -343,7 +343,7 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     _baseline(machine).record(algo, chunk_size, digests)
     return {
         "path": path,
-        "devices": _describe(selected),
+        "description": _describe(selected),
         "device_count": len(selected),
         "blank": sum(blank.values()),
         "device_bytes": total,

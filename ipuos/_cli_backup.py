@@ -145,7 +145,7 @@ def backup(image, tile_spec, name, as_json) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
-    click.echo(f"backed up {summary['devices']} of machine {name!r} to {summary['path']}: "
+    click.echo(f"backed up {summary['description']} of machine {name!r} to {summary['path']}: "
                f"{_mib(summary['device_bytes'])} of disks in a {_mib(summary['file_size'])} image "
                f"({summary['seconds']:.2f} s)")
 
@@ -172,7 +172,7 @@ def restore(image, tile_spec, name, as_json) -> None:
     if as_json:
         click.echo(json.dumps(summary, indent=1))
         return
-    click.echo(f"restored {summary['devices']} of machine {name!r} from {summary['path']} "
+    click.echo(f"restored {summary['description']} of machine {name!r} from {summary['path']} "
                f"({summary['seconds']:.2f} s)")
 
 

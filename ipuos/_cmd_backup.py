@@ -83,7 +83,7 @@ def run_backup(call: Call, path: str, tiles: str | None) -> dict:
     except (BackupError, TileSpecError) as exc:
         raise _failure(exc) from None
     summary.pop("digests", None)  # one per device: kept by the daemon, not worth sending
-    log.info("backed up %s to %s (%d bytes) in %.2f s", summary["devices"], path,
+    log.info("backed up %s to %s (%d bytes) in %.2f s", summary["description"], path,
              summary["file_size"], summary["seconds"])
     return summary
 
@@ -105,7 +105,7 @@ def _restore(call: Call):
                           cancelled=events.cancelled)
     except (BackupError, TileSpecError) as exc:
         raise _failure(exc) from None
-    log.info("restored %s from %s in %.2f s", summary["devices"], path, summary["seconds"])
+    log.info("restored %s from %s in %.2f s", summary["description"], path, summary["seconds"])
     return summary
 
 

@@ -118,7 +118,7 @@ class Daemon:
         except BackupError as exc:
             machine.close()
             raise StartupError(f"{exc}; no machine was started") from None
-        log.info("restored %s from %s in %.2f s", summary["devices"], self.restore, summary["seconds"])
+        log.info("restored %s from %s in %.2f s", summary["description"], self.restore, summary["seconds"])
 
     # -- serving -------------------------------------------------------------------------
 

@@ -342,7 +342,14 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
     assert result.returncode == 1 and "is not an ipuos image" in result.stderr and "no machine was started" in result.stderr
     summary = json.loads(cli(machine, "backup", str(image), "--json").stdout)
     assert summary["device_count"] == 17 and summary["digest_algorithm"] == "blake3"
-    assert json.loads(cli(machine, "restore", str(image), "--json").stdout)["device_count"] == 17
+    restored = json.loads(cli(machine, "restore", str(image), "--json").stdout)
+    assert restored["device_count"] == 17
+    assert summary["description"] == restored["description"] == "16 tile disks (0-15) and the chip disk"
+    # a key the commands share means the same thing in each ("devices" is image info's list)
+    info = json.loads(run_cli("image", "info", str(image), "--json").stdout)
+    for other in (summary, restored):
+        assert {key: type(info[key]) for key in set(info) & set(other)} == \
+               {key: type(other[key]) for key in set(info) & set(other)}
 
 
 def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
