@@ -27,6 +27,7 @@ import importlib.metadata
 import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -181,7 +182,10 @@ class Call:
             self.cancelled.set()
             hooks, self._cancel_hooks = self._cancel_hooks, []
         for hook in hooks:
-            hook()
+            try:
+                hook()
+            except Exception:  # (the client's other calls on this connection go on)
+                log.exception("a cancel hook of %s failed", self.request.cmd)
 
 
 # -- the commands -----------------------------------------------------------------------------
@@ -362,7 +366,9 @@ def _run(call: Call):
     job = HostedJob(handle, filename, args["tiles"], time.time(), call.peer_pid)
     call.host.add_job(job)
     try:
-        call.on_cancel(lambda: handle.interrupt("interrupted (Ctrl-C)"))
+        # weakly: a Ctrl-C may arrive after the job ended, once its handle has gone (below)
+        interrupt = weakref.WeakMethod(handle.interrupt)
+        call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)"))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
         result = handle.wait()

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -226,6 +227,26 @@ def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, pr
     assert client.returncode == 130, err
     for tile in range(4):
         assert f"started {tile}\ninterrupted (Ctrl-C)\n" in out
+    assert machine.call("ps")["states"] == "i" * 16
+
+
+def test_ctrl_c_as_a_long_c_call_ends_gets_the_result(machine, program):
+    # (the daemon's cancel hook named the job's handle, deleted once the job had ended: a
+    # Ctrl-C landing then lost the whole reply to a NameError)
+    path = program("print('begun')\nx = sum(range(15 * 10**7))\nprint('done')\n")  # ~2 s
+    for _ in range(3):
+        client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0"], env=machine.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(1.0)  # (ps cannot tell: it answers from its last snapshot meanwhile)
+            client.send_signal(signal.SIGINT)  # (taken when the C call returns)
+            out, err = client.communicate(timeout=60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        assert "daemon could not take a request" not in err
+        assert (client.returncode, out) in ((0, "[1 tile: 0]\nbegun\ndone\n"), (130, out)), err
+        assert out.startswith("[1 tile: 0]\nbegun\n"), (out, err)
     assert machine.call("ps")["states"] == "i" * 16
 
 
