@@ -28,6 +28,7 @@ from ._rundir import (
     MachineLocked,
     MachinePaths,
     RuntimeDirError,
+    hint,
     lock_holder,
     machine_paths,
     private_dir,
@@ -141,7 +142,7 @@ def boot(ctx, preset, ipus, name, restore) -> None:
         try:
             info = boot_daemon(paths, preset, ipus, restore)
         except MachineLocked as exc:
-            _fail(f"{exc}; `ipuos halt{_name_flag(name)}` stops it, or boot another with --name")
+            _fail(f"{exc}; {hint('halt', name)} stops it, or boot another with --name")
     click.echo(f"booted machine {name!r}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
 
 
@@ -235,8 +236,9 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
             raise
         except KeyboardInterrupt:
             progress.clear()
-            _fail(f"stopped waiting for job {progress.job or '?'}; it is being interrupted "
-                  "(`ipuos ps` shows it)", EXIT_INTERRUPTED)
+            job = f" for job {progress.job}" if progress.job else ""  # (unknown before it starts)
+            _fail(f"stopped waiting{job}; it is being interrupted ({hint('ps', paths.name)} "
+                  "shows it)", EXIT_INTERRUPTED)
     progress.clear()
     result = run_result_from_json(doc)
     _print_result(result, as_json, show_stats)
@@ -287,7 +289,7 @@ def attach_machine(name: str, preset: str | None = None,
         info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
     if booted:
         click.echo(f"ipuos: started machine {name!r} ({_geometry(info)}); "
-                   f"`ipuos halt{_name_flag(name)}` stops it", err=True)
+                   f"{hint('halt', name)} stops it", err=True)
     else:
         _check_geometry(name, info, preset, ipus)
     return paths, info
@@ -302,16 +304,12 @@ def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None)
         wanted.append(f"--ipus {ipus}")
     if wanted:
         _fail(f"machine {name!r} is running as {_geometry(info)}, not {' '.join(wanted)}; drop the "
-              f"option to use it, `ipuos halt{_name_flag(name)}` it first, or pick another --name")
+              f"option to use it, {hint('halt', name)} it first, or pick another --name")
 
 
 def _geometry(info: dict) -> str:
     ipus = info["ipus"]
     return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['tiles']} tiles"
-
-
-def _name_flag(name: str) -> str:
-    return "" if name == DEFAULT_MACHINE else f" --name {name}"
 
 
 def _budget(value: float | None) -> float | None:
@@ -354,7 +352,7 @@ def kill(job, name) -> None:
     if not reply.get("ended", True):
         click.echo(f"asked job {job} to stop; it has not stopped yet: a tile inside one long call "
                    "into C code (a regular expression, sum() of a huge range) is interrupted only "
-                   "when that call returns. `ipuos ps` shows whether it still runs")
+                   f"when that call returns. {hint('ps', paths.name)} shows whether it still runs")
     elif reply.get("stopped", True):
         click.echo(f"interrupted job {job}")
     else:

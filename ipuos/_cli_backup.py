@@ -26,6 +26,7 @@ from ._client import Client, DaemonError
 from ._image import ImageError, open_image
 from ._machine import EXIT_INTERRUPTED
 from ._presets import PRESETS
+from ._rundir import hint
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -112,7 +113,7 @@ def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
             raise
         except KeyboardInterrupt:
             progress.close()
-            _fail(f"stopped waiting; the machine is still finishing its {cmd} (see `ipuos ps`)",
+            _fail(f"stopped waiting; the machine is still finishing its {cmd} (see {hint('ps', paths.name)})",
                   EXIT_INTERRUPTED)
 
 

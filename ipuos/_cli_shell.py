@@ -32,7 +32,7 @@ from ._cli import (
 )
 from ._client import Client, DaemonError, MachineNotRunning
 from ._protocol import REQUEST_LIMITS, json_bytes
-from ._rundir import MachinePaths
+from ._rundir import MachinePaths, hint
 from .shell import RemoteError, quote
 
 #: bytes per put/get request
@@ -84,8 +84,8 @@ class DaemonTransport:
         self._thread.start()
         if not self._attached.wait(PATIENCE_SECONDS):
             click.echo(f"ipuos: waiting for tile 0 of machine {paths.name!r}: it is busy (a program "
-                       "may be computing without reaching an exchange point; `ipuos ps` shows jobs, "
-                       "`ipuos kill JOB` stops one)", err=True)
+                       f"may be computing without reaching an exchange point; {hint('ps', paths.name)} "
+                       f"shows jobs, {hint('kill JOB', paths.name)} stops one)", err=True)
         if not self._attached.wait(ATTACH_SECONDS - PATIENCE_SECONDS):
             self._holder.close()
             raise DaemonError("timeout", f"machine {paths.name!r} did not open a shell session "

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from ._commands import Arg, Call, CommandError, Reply, command
 from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
+from ._rundir import hint
 from ._tilespec import format_tiles
 from .shell import ShellServer
 
@@ -157,7 +158,8 @@ def _ask(call: Call, service: str, *args, timeout: float | None = QUICK_SECONDS)
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
         raise CommandError("timeout", f"tile {SHELL_TILE} did not answer within {timeout:g} s; "
-                           "a program may be computing on it without pause (`ipuos ps`, `ipuos kill`)") from None
+                           "a program may be computing on it without pause "
+                           f"({hint('ps', call.host.name)}, {hint('kill JOB', call.host.name)})") from None
     except OSError as exc:
         raise CommandError("os_error", _os_message(exc)) from None
     except LookupError as exc:

@@ -33,6 +33,7 @@ from typing import Callable
 
 from ._host import HaltRefused, HostedJob, MachineHost
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
+from ._rundir import hint
 from ._runjson import run_result_to_json
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError, budget_seconds, describe_syntax_error
@@ -235,7 +236,7 @@ def _status(call: Call):
         "log": str(host.paths.log),
         "protocol": VERSION,
         "ipuos": _ipuos_version(),
-        **_staleness(age),
+        **_staleness(host, age),
     }
 
 
@@ -289,29 +290,30 @@ def _ps(call: Call):
         "sram_used": used,
         "waiting": waiting,
         "jobs": jobs,
-        **_staleness(age),
+        **_staleness(host, age),
     }
 
 
 def _look(host: MachineHost, kind: str):
     value, age = host.look(kind, LOOK_SECONDS)
     if value is None:
-        raise CommandError(TIMEOUT, f"machine {host.name!r} is busy and has not answered yet: {_BUSY_WHY}")
+        raise CommandError(TIMEOUT, f"machine {host.name!r} is busy and has not answered yet: {_busy_why(host.name)}")
     return value, age
 
 
-def _staleness(age: float | None) -> dict:
+def _staleness(host: MachineHost, age: float | None) -> dict:
     """Fields saying a reply shows an old snapshot, and why."""
     if age is None:
         return {}
     return {"stale_seconds": age,
             "stale_reason": f"tile states are as they were {age:.1f} s ago (jobs are as they are "
-                            f"now): {_BUSY_WHY}"}
+                            f"now): {_busy_why(host.name)}"}
 
 
-_BUSY_WHY = ("a tile has been computing without reaching an exchange point, so the machine "
-             "cannot be looked at between supersteps (`ipuos kill JOB` stops a job; "
-             "--budget limits compute per superstep)")
+def _busy_why(name: str) -> str:
+    return ("a tile has been computing without reaching an exchange point, so the machine "
+            f"cannot be looked at between supersteps ({hint('kill JOB', name)} stops a job; "
+            "--budget limits compute per superstep)")
 
 
 @command(
@@ -360,7 +362,8 @@ def _run(call: Call):
         raise CommandError("syntax_error", describe_syntax_error(filename, exc),
                            line=exc.lineno) from None
     except TileBusyError as exc:
-        raise CommandError("tiles_busy", f"{exc} (`ipuos ps` lists jobs, `ipuos kill JOB` stops one)") from None
+        raise CommandError("tiles_busy", f"{exc} ({hint('ps', call.host.name)} lists jobs, "
+                                         f"{hint('kill JOB', call.host.name)} stops one)") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise CommandError("bad_program", str(exc)) from None
     job = HostedJob(handle, filename, args["tiles"], time.time(), call.peer_pid)
@@ -419,7 +422,7 @@ def _kill(call: Call):
     job = call.host.job(job_id)
     if job is None:
         raise CommandError("no_such_job", f"no job {job_id} is running on machine "
-                           f"{call.host.name!r}; `ipuos ps` lists its jobs")
+                           f"{call.host.name!r}; {hint('ps', call.host.name)} lists its jobs")
     job.handle.interrupt(f"killed with `ipuos kill {job_id}`")
     # say what became of it: a tile inside one long call into C code (a regex, sum() of
     # a huge range) holds the interpreter, and the interrupt lands only when it returns

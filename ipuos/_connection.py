@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from ._affinity import pin_thread
 from ._commands import COMMANDS, Call, CommandError, Reply
 from ._host import MachineHost
+from ._rundir import hint
 from ._protocol import (
     BAD_REQUEST,
     BUSY,
@@ -210,8 +211,8 @@ class Connection:
                 self._finish(call, error_frame(
                     request_id, TIMEOUT,
                     f"machine {self.host.name!r} did not answer {call.request.cmd!r} within {seconds:g} s; "
-                    "a tile may be computing without reaching an exchange point (`ipuos kill JOB`, "
-                    "or run programs with --budget)",
+                    "a tile may be computing without reaching an exchange point "
+                    f"({hint('kill JOB', self.host.name)}, or run programs with --budget)",
                 ))
                 call.cancel()
 

@@ -31,6 +31,14 @@ MACHINE_ENV = "IPUOS_MACHINE"
 #: environment variable overriding the runtime directory (tests, several users of one uid)
 RUNTIME_DIR_ENV = "IPUOS_RUNTIME_DIR"
 
+
+
+def hint(command: str, name: str) -> str:
+    """```ipuos COMMAND``` as the user must type it for machine ``name`` (a message that
+    names a command for a machine other than the default must name the machine too)."""
+    return f"`ipuos {command}{'' if name == DEFAULT_MACHINE else f' --name {name}'}`"
+
+
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: sun_path holds 108 bytes including the terminating NUL
 MAX_SOCKET_PATH = 107

@@ -154,7 +154,7 @@ def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
         result = invoke(machine, "kill", str(job))
         assert result.exit_code == 0, result.output
         assert result.output.startswith(f"asked job {job} to stop; it has not stopped yet")
-        assert "`ipuos ps` shows whether it still runs" in result.output
+        assert f"`ipuos ps --name {machine.name}` shows whether it still runs" in result.output
         wait_for(lambda: machine.call("ps")["jobs"] == [], timeout=60, what="the call to return")
     finally:
         sock.close()

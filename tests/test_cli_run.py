@@ -180,7 +180,11 @@ def test_busy_tiles_are_reported_with_what_to_do(shared_machine, runner, program
     try:
         result = runner.invoke(main, ["run", program("pass"), "--tiles", "6-8"])
         assert result.exit_code == 1
-        assert "tile 7 already runs job" in result.output and "`ipuos kill JOB`" in result.output
+        assert "tile 7 already runs job" in result.output
+        # the commands it suggests name this machine, or they would look at the default one
+        name = shared_machine.name
+        assert f"(`ipuos ps --name {name}` lists jobs, `ipuos kill JOB --name {name}` stops one)" \
+            in result.output
     finally:
         sock.shutdown(_socket.SHUT_RDWR)
         sock.close()
