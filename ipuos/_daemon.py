@@ -90,6 +90,8 @@ class Daemon:
         except MachineLocked as exc:
             raise StartupError(f"{exc}; halt it first with `ipuos halt --name {self.paths.name}`",
                                EXIT_ALREADY_RUNNING) from None
+        except RuntimeDirError as exc:
+            raise StartupError(str(exc)) from None
         listener = None
         try:
             _remove_stale_socket(self.paths.socket)

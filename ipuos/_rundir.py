@@ -187,7 +187,7 @@ def acquire_lock(path: Path, name: str) -> int:
     and start over if not. Raises MachineLocked when another daemon holds it.
     """
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = open_runtime_file(path, os.O_RDWR | os.O_CREAT, "lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -203,6 +203,18 @@ def acquire_lock(path: Path, name: str) -> int:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return fd
         os.close(fd)
+
+
+def open_runtime_file(path: Path, flags: int, what: str) -> int:
+    """``os.open`` a machine's file in the runtime dir (never through a symbolic link,
+    created 0600). RuntimeDirError says what is in the way: a directory or a link of that
+    name is not ours to remove."""
+    try:
+        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise RuntimeDirError(f"cannot open the machine's {what} {path}: {why}; remove or rename "
+                              "it and boot again") from None
 
 
 def release_lock(fd: int, path: Path) -> None:

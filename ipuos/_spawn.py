@@ -22,7 +22,7 @@ from pathlib import Path
 from ._client import Client, DaemonError, MachineNotRunning
 from ._daemon import ERROR_PREFIX, EXIT_ALREADY_RUNNING
 from ._memtune import tuned_environ
-from ._rundir import MachineLocked, MachinePaths, lock_holder
+from ._rundir import MachineLocked, MachinePaths, lock_holder, open_runtime_file
 
 #: how long a daemon may take to boot before the client gives up on it
 BOOT_SECONDS = 120.0
@@ -118,7 +118,7 @@ def _open_log(path: Path) -> int:
             os.replace(path, path.with_name(path.name + ".1"))
     except FileNotFoundError:
         pass
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    return open_runtime_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "log")
 
 
 def _log_size(path: Path) -> int:

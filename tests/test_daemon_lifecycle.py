@@ -188,6 +188,25 @@ def test_racing_starts_share_one_daemon(runtime_dir):
         wait_halted(paths)
 
 
+@pytest.mark.parametrize("kind, what", [("log", "directory"), ("log", "link"), ("lock", "directory"),
+                                        ("lock", "link")])
+def test_a_stray_log_or_lock_is_named_with_what_to_do(runtime_dir, tmp_path, kind, what):
+    # (a directory named NAME.log gave a Python traceback, NAME.lock a bare IsADirectoryError)
+    name = unique_name("stray")
+    stray = runtime_dir / f"{name}.{kind}"
+    if what == "directory":
+        stray.mkdir()
+    else:
+        stray.symlink_to(tmp_path / "elsewhere")
+    done = run_cli("boot", "--preset", "tiny", "--name", name)
+    reason = "Is a directory" if what == "directory" else "it is a symbolic link"
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot open the machine's {kind} {stray}: {reason}; remove or rename it and boot " \
+           "again" in done.stderr, done.stderr
+    assert lock_holder(machine_paths(name).lock) is None  # nothing was left running
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_status_of_a_machine_that_never_ran(runtime_dir):
     done = run_cli("status", "--name", "never-booted")
     assert done.returncode == 3
