@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import threading
 
 import click
 
@@ -222,10 +223,10 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     source = file.read()
     data = data_file.read() if data_file is not None else None
     paths, _ = attach_machine(name, preset, ipus)
-    progress = _RunProgress(enabled=not as_json and _stderr_is_terminal())
     args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
-    with _Errors(), Client(paths) as client:
+    progress = _RunProgress(not as_json and _stderr_is_terminal(), paths.name)
+    with _Errors(), Client(paths) as client, progress:
         try:
             doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
                               on_event=progress.event, on_interrupt=progress.interrupted)
@@ -239,22 +240,44 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
             job = f" for job {progress.job}" if progress.job else ""  # (unknown before it starts)
             _fail(f"stopped waiting{job}; it is being interrupted ({hint('ps', paths.name)} "
                   "shows it)", EXIT_INTERRUPTED)
-    progress.clear()
     result = run_result_from_json(doc)
     _print_result(result, as_json, show_stats)
     sys.exit(result.exit_status)
 
 
-class _RunProgress:
-    """A one-line note on a terminal's stderr while a job runs (never in pipes or --json)."""
+#: seconds a job may take to start before its client says why it waits
+START_PATIENCE_SECONDS = 3.0
 
-    def __init__(self, enabled: bool):
+
+class _RunProgress:
+    """A one-line note on a terminal's stderr while a job runs (never in pipes or --json),
+    and, anywhere, a note on stderr if the job has not started after a few seconds: the
+    machine takes new work only between supersteps, and a silent wait looks like a hang."""
+
+    def __init__(self, enabled: bool, name: str):
         self.enabled = enabled
         self.job = None
         self._shown = False
+        self._patience = threading.Timer(START_PATIENCE_SECONDS, self._not_started, (name,))
+        self._patience.daemon = True
+
+    def __enter__(self) -> "_RunProgress":
+        self._patience.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.clear()
+
+    def _not_started(self, name: str) -> None:
+        self.clear()
+        click.echo(f"ipuos: machine {name!r} has not started the job yet: a tile is computing "
+                   "without reaching an exchange point, and the machine takes new work only "
+                   f"between supersteps ({hint('ps', name)} shows jobs, {hint('kill JOB', name)} "
+                   "stops one)", err=True)
 
     def event(self, event: dict) -> None:
         if event.get("event") == "started":
+            self._patience.cancel()
             self.job = event.get("job")
             self._show(f"job {self.job} runs on tiles {event.get('tiles')}; Ctrl-C interrupts it")
 
@@ -268,6 +291,7 @@ class _RunProgress:
             self._shown = True
 
     def clear(self) -> None:
+        self._patience.cancel()
         if self._shown:
             click.echo("\r\x1b[K", err=True, nl=False)
             self._shown = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import time
@@ -189,6 +190,35 @@ def test_busy_tiles_are_reported_with_what_to_do(shared_machine, runner, program
         sock.shutdown(_socket.SHUT_RDWR)
         sock.close()
     wait_for(lambda: shared_machine.call("ps")["states"][7] == "i", what="tile 7 to be idle")
+
+
+def test_a_run_waiting_behind_a_computing_tile_says_why(shared_machine, program):
+    # (the machine takes new work between supersteps: a job on free tiles waited without
+    # a word for as long as another job's tile computed)
+    from daemon_harness import raw_socket, read_frame, request
+
+    source = b"while True:\n    pass\n"
+    sock = raw_socket(shared_machine.paths)
+    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(source), "tiles": "9"}, source))
+    job = read_frame(sock).header["event"]["job"]
+    client = subprocess.Popen([IPUOS, "run", program("print('ran')"), "--tiles", "10"],
+                              env=shared_machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        ready, _, _ = select.select([client.stderr], [], [], 30)  # (after START_PATIENCE_SECONDS)
+        assert ready, "the waiting client said nothing"
+        line = client.stderr.readline()
+        name = shared_machine.name
+        assert line.startswith(f"ipuos: machine {name!r} has not started the job yet: a tile is "
+                               "computing without reaching an exchange point"), line
+        assert f"(`ipuos ps --name {name}` shows jobs, `ipuos kill JOB --name {name}` stops one)" in line
+        shared_machine.call("kill", {"job": job})
+        out, err = client.communicate(timeout=60)
+    finally:
+        sock.close()
+        if client.poll() is None:
+            client.kill()
+    assert (client.returncode, out, err) == (0, "[1 tile: 10]\nran\n", "")
 
 
 def test_a_preset_the_running_machine_lacks_is_refused(runner, program, shared_machine):
