@@ -25,7 +25,7 @@ from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_
 from ._client import Client, DaemonError
 from ._image import ImageError, open_image
 from ._machine import EXIT_INTERRUPTED
-from ._presets import PRESETS
+from ._presets import MAX_IPUS, PRESETS
 from ._rundir import hint
 
 
@@ -190,9 +190,13 @@ def boot_geometry(ctx: click.Context, image: str, preset: str, ipus: int) -> tup
     if ctx.get_parameter_source("preset") is click.core.ParameterSource.DEFAULT:
         preset = meta.get("preset", preset)
         if preset not in PRESETS:
-            _fail(f"image {image} was taken on a {preset!r} machine, which this ipuos does not know")
+            _fail(f"image {image} was taken on a {preset!r} machine, which this ipuos does not know; "
+                  "no machine was started")
     if ctx.get_parameter_source("ipus") is click.core.ParameterSource.DEFAULT:
         ipus = meta.get("ipus", ipus)
+        if not 1 <= ipus <= MAX_IPUS:  # (the image format checks it is a positive int)
+            _fail(f"image {image} was taken on a machine of {ipus} IPUs; this ipuos makes 1 to "
+                  f"{MAX_IPUS}; no machine was started")
     return preset, ipus
 
 

@@ -340,6 +340,15 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
     assert result.returncode == 3 and f"no machine named {nobody!r} is running" in result.stderr
     result = run_cli("boot", "--restore", str(tmp_path / "junk.img"), "--name", nobody)
     assert result.returncode == 1 and "is not an ipuos image" in result.stderr and "no machine was started" in result.stderr
+    from backup_craft import TINY_META, write_tiny_image
+
+    for meta, message in (({"ipus": 99999}, "was taken on a machine of 99999 IPUs; this ipuos makes 1 to 64"),
+                          ({"preset": "nope"}, "was taken on a 'nope' machine, which this ipuos does not know")):
+        crafted = tmp_path / "crafted.img"
+        write_tiny_image(crafted, {"tile/0/disk": None}, meta={**TINY_META, **meta})
+        result = run_cli("boot", "--restore", str(crafted), "--name", nobody)
+        assert result.returncode == 1 and result.stderr == f"ipuos: image {crafted} {message}; no machine was started\n"
+        assert not machine_paths(nobody).socket.exists()
     summary = json.loads(cli(machine, "backup", str(image), "--json").stdout)
     assert summary["device_count"] == 17 and summary["digest_algorithm"] == "blake3"
     restored = json.loads(cli(machine, "restore", str(image), "--json").stdout)
