@@ -135,7 +135,8 @@ def halt_backup(call: Call, path: str) -> dict:
         error.message = f"{error.message}; machine {host.name!r} was not halted"
         raise error from None
     stopped = sorted(job.id for job in host.jobs())
-    host.interrupt_all(f"machine {host.name!r} is being backed up and halted")
+    # (the reason holds whether or not the backup then succeeds and the machine halts)
+    host.interrupt_all(f"stopped by `ipuos halt --backup` of machine {host.name!r}")
     deadline = time.monotonic() + 10.0
     for job in host.jobs():
         try:

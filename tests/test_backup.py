@@ -228,7 +228,7 @@ def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp
     that then fails (here: no space left) keeps the machine up and names the jobs."""
     full = host_tmpfs("size=4k")
     spin = subprocess.Popen([IPUOS, "run", "--tiles", "9", _write(tmp_path, "while True:\n    sync()\n")],
-                            env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: "9 " in cli(machine, "ps").stdout.split("JOB")[-1], what="the spinning job")
         (job,) = [j["job"] for j in json.loads(cli(machine, "ps", "--json").stdout)["jobs"]]
@@ -238,6 +238,8 @@ def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp
         assert "No space left on device" in result.stderr
         assert f"was not halted, but its programs were stopped for the backup (job {job})" in result.stderr
         assert spin.wait(10) == 130  # interrupted
+        # what its client says stays true now that the machine did not halt
+        assert f"stopped by `ipuos halt --backup` of machine {machine.name!r}" in spin.stdout.read()
         assert os.listdir(full) == []  # no half-written image
         assert cli(machine, "status").returncode == 0
     finally:
