@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from ._affinity import pin_thread
 from ._commands import COMMANDS, Call, CommandError, Reply
 from ._host import MachineHost
-from ._rundir import hint
 from ._protocol import (
     BAD_REQUEST,
     BUSY,
@@ -45,6 +44,7 @@ from ._protocol import (
     parse_request,
     result_frame,
 )
+from ._rundir import hint
 
 #: how often the reader wakes to check deadlines and shutdown
 TICK_SECONDS = 0.25

@@ -31,14 +31,6 @@ MACHINE_ENV = "IPUOS_MACHINE"
 #: environment variable overriding the runtime directory (tests, several users of one uid)
 RUNTIME_DIR_ENV = "IPUOS_RUNTIME_DIR"
 
-
-
-def hint(command: str, name: str) -> str:
-    """```ipuos COMMAND``` as the user must type it for machine ``name`` (a message that
-    names a command for a machine other than the default must name the machine too)."""
-    return f"`ipuos {command}{'' if name == DEFAULT_MACHINE else f' --name {name}'}`"
-
-
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 #: sun_path holds 108 bytes including the terminating NUL
 MAX_SOCKET_PATH = 107
@@ -203,6 +195,12 @@ def acquire_lock(path: Path, name: str) -> int:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return fd
         os.close(fd)
+
+
+def hint(command: str, name: str) -> str:
+    """``ipuos COMMAND`` in backquotes, as the user must type it for machine ``name``: a
+    message suggesting a command for a machine other than the default names it too."""
+    return f"`ipuos {command}{'' if name == DEFAULT_MACHINE else f' --name {name}'}`"
 
 
 def open_runtime_file(path: Path, flags: int, what: str) -> int:
