@@ -19,6 +19,7 @@ from ._faults import DeviceUnresponsive, FaultPlan, PowerLost
 from ._file import FileDevice
 from ._littlefs import (
     MTIME_ATTRIBUTE,
+    PATH_MAX,
     CorruptFilesystemError,
     File,
     FileInfo,
@@ -51,6 +52,7 @@ __all__ = [
     "CorruptFilesystemError",
     "WritesLostError",
     "MTIME_ATTRIBUTE",
+    "PATH_MAX",
     "translate_error",
     "check_mounts",
     "checked_seek",

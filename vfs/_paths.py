@@ -15,10 +15,9 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["normalize", "checked", "parent_and_name", "is_within"]
+from ipuos.blockdev import PATH_MAX
 
-#: bytes of the longest path, as Linux counts them (with the terminating NUL)
-PATH_MAX = 4096
+__all__ = ["normalize", "checked", "parent_and_name", "is_within"]
 
 
 def checked(path) -> str:
