@@ -19,7 +19,6 @@ from ._faults import DeviceUnresponsive, FaultPlan, PowerLost
 from ._file import FileDevice
 from ._littlefs import (
     MTIME_ATTRIBUTE,
-    PATH_MAX,
     CorruptFilesystemError,
     File,
     FileInfo,
@@ -52,7 +51,6 @@ __all__ = [
     "CorruptFilesystemError",
     "WritesLostError",
     "MTIME_ATTRIBUTE",
-    "PATH_MAX",
     "translate_error",
     "check_mounts",
     "checked_seek",

@@ -71,12 +71,7 @@ __all__ = [
     "MTIME_ATTRIBUTE",
     "wrong_mode_error",
     "checked_seek",
-    "PATH_MAX",
 ]
-
-#: bytes of the longest path, as Linux counts them (with the terminating NUL): a longer
-#: one is ENAMETOOLONG here as on the host, however short its names
-PATH_MAX = 4096
 
 #: custom attribute type under which ``set_mtime`` stores a file's mtime ('t')
 MTIME_ATTRIBUTE = 0x74
@@ -1149,8 +1144,6 @@ class Filesystem:
             raise _error(errno.ENOENT, path)
         if "\0" in path:
             raise ValueError("embedded null character in path")
-        if len(path) >= PATH_MAX // 4 and len(path.encode(_ENCODING, "surrogatepass")) >= PATH_MAX:
-            raise _error(errno.ENAMETOOLONG, path)
         # a trailing slash stays: littlefs then insists on a directory (ENOTDIR otherwise)
         trailing = path.endswith("/") and path.strip("/") != ""
         path = posixpath.normpath("/" + path)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import errno
 import os
 
-from ipuos.blockdev import PATH_MAX
-
 __all__ = ["normalize", "checked", "parent_and_name", "is_within"]
+
+#: bytes of the longest path, as Linux counts them (with the terminating NUL)
+PATH_MAX = 4096
 
 
 def checked(path) -> str:
