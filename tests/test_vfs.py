@@ -659,6 +659,17 @@ def test_mtime_is_set_by_writes_and_visible_at_once(vfs):
     assert vfs.stat("/d").st_mtime_ns > 0
 
 
+def test_a_path_over_path_max_is_enametoolong(vfs):
+    # (the VFS is where a path string is handed in, as the kernel's getname(): littlefs
+    # below holds trees deeper than that, reached with shorter relative paths)
+    vfs.makedirs("/d/d")
+    for path in ("d/" * 2048, "/" + "d/" * 2047 + "x", "é" * 2048):
+        with pytest.raises(OSError) as excinfo:
+            vfs.stat(path)
+        assert excinfo.value.errno == errno.ENAMETOOLONG and excinfo.value.filename == path
+    assert vfs.stat("d/d").st_size == 0  # a short one still resolves
+
+
 @pytest.mark.parametrize("kwargs, error", [
     (dict(times=(0, "x" * 100)), TypeError),  # (was multiplied by 10**9 first: a 100 GB str)
     (dict(times=(0, [1])), TypeError),
