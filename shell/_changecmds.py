@@ -13,6 +13,8 @@ import errno
 import os
 import re
 
+from ipuos.vfs import is_within
+
 from ._table import Usage, command, options
 
 #: bytes per read when copying
@@ -40,7 +42,7 @@ def _protected(sh, path: str) -> str | None:
         return "a tile's files are not removed wholesale (remove what is inside it instead)"
     if sh.fs.ismount(full):
         return "is a mount point (umount it first)"
-    below = [m.path for m in sh.fs.vfs.mount_points() if m.path.startswith(full.rstrip("/") + "/")]
+    below = [m.path for m in sh.fs.vfs.mount_points() if m.path != full and is_within(m.path, full)]
     if below:  # (rm -r would empty that filesystem, then fail on its mount point)
         return f"a filesystem is mounted at {below[0]} inside it (umount it first)"
     return None
@@ -191,9 +193,9 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
             continue
         # into itself: inside it on its filesystem (by any spelling: /tiles/0/a is /a), or
         # below it in tile 0's tree, whose listing of a directory shows what is mounted there
-        below = src_fs == dst_fs and dst_inner.startswith(src_inner.rstrip("/") + "/")
-        full_src, full_dst = sh.fs.abspath(source), sh.fs.abspath(target)
-        if below or full_dst.startswith(full_src.rstrip("/") + "/"):
+        # (the same file by both names was refused above: within is below here)
+        below = src_fs == dst_fs and is_within(dst_inner, src_inner)
+        if below or is_within(sh.fs.abspath(target), sh.fs.abspath(source)):
             sh.error(f"cannot copy or move {source} into itself ({target})")
             continue
         pairs.append((source, target))

@@ -14,6 +14,8 @@ import os
 import re
 import time
 
+from ipuos.vfs import is_within
+
 from ._table import Usage, command, human_size, options
 
 #: bytes per read when printing files
@@ -254,8 +256,7 @@ def _stat(sh, args):
             sh.oserror(exc)
             continue
         full = sh.fs.abspath(path)
-        mount = max((m for m in mounts if full == m.path or full.startswith(m.path.rstrip("/") + "/")),
-                    key=lambda m: len(m.path))
+        mount = max((m for m in mounts if is_within(full, m.path)), key=lambda m: len(m.path))
         where = f"{mount.path} ({mount.kind}: {mount.source})"
         match = re.match(r"^/tiles/(\d+)", full)
         if match and mount.path == "/tiles":

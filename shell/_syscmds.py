@@ -13,7 +13,7 @@ import re
 
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 from ipuos.blockdev import MemoryDevice
-from ipuos.vfs import mount_device
+from ipuos.vfs import is_within, mount_device
 
 from ._table import COMMANDS, Usage, command, human_size, options, parse_size
 
@@ -242,8 +242,7 @@ def _umount(sh, args):
             return sh.error(f"{args[0]}: the machine's own mounts stay (only RAM disks made "
                             "with mount --ram can be unmounted)")
         return sh.error(f"{args[0]}: not a mount point")
-    inside = full.rstrip("/") + "/"
-    if any(other.cwd == full or other.cwd.startswith(inside) for other in sh.server.sessions.values()):
+    if any(is_within(other.cwd, full) for other in sh.server.sessions.values()):
         # (umount(8) says "target is busy": a shell left in a vanished directory is lost)
         return sh.error(f"{args[0]}: target is busy (a shell's working directory is in it; cd out first)")
     sh.fs.vfs.umount(full)

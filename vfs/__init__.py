@@ -24,10 +24,12 @@ from ._services import MAX_HANDLES, SERVICE_NAMES
 from ._session import TileSession
 from ._storage import CHIP_DISK_MOUNT, DISK_REGION, TILES_MOUNT, Storage, mount_device
 from ._tilesfs import TilesBackend
+from ._paths import is_within
 from ._vfs import HostOwner, MountInfo, Vfs, existing_vfs
 
 __all__ = [
     "Vfs",
+    "is_within",
     "existing_vfs",
     "HostOwner",
     "MountInfo",
