@@ -333,7 +333,7 @@ def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None)
 
 def _geometry(info: dict) -> str:
     ipus = info["ipus"]
-    return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['tiles']} tiles"
+    return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['ntiles']} tiles"
 
 
 def _budget(value: float | None) -> float | None:

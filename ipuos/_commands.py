@@ -199,7 +199,7 @@ def _identity(host: MachineHost) -> dict:
         "pid": host.pid,
         "preset": machine.preset.name,
         "ipus": machine.ipus,
-        "tiles": machine.ntiles,
+        "ntiles": machine.ntiles,
     }
 
 
@@ -230,7 +230,7 @@ def _status(call: Call):
         "supersteps_with_traffic": stats["supersteps_with_traffic"],
         "bytes_exchanged": stats["bytes_exchanged"],
         "simulated_exchange_seconds": stats["simulated_exchange_seconds"],
-        "jobs": len(host.jobs()),
+        "njobs": len(host.jobs()),
         "mounts": [active.mountpoint for active in host.mounts.mounts()],
         "socket": str(host.paths.socket),
         "log": str(host.paths.log),

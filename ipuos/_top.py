@@ -115,7 +115,7 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
     header = Text.assemble(
         ("ipuos top", "bold"),
         f"  machine {status['name']!r}  {status['preset']} x{status['ipus']}  "
-        f"{status['tiles']} tiles  up {human_duration(status['uptime_seconds'])}\n",
+        f"{status['ntiles']} tiles  up {human_duration(status['uptime_seconds'])}\n",
         f"superstep {status['supersteps']}  exchanged {human_bytes(status['bytes_exchanged'])}  "
         f"exchange time {simulated_time(status['simulated_exchange_seconds'])} ",
         ("(simulated)", "italic"),

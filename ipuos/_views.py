@@ -62,7 +62,7 @@ def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
 
 
 def ps_json(name: str, ps: dict, tiles: list[int] | None = None) -> dict:
-    document = {"machine": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
+    document = {"name": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
     for key in ("stale_seconds", "stale_reason"):  # (scripts must know it is old news)
         if key in ps:
             document[key] = ps[key]
@@ -129,10 +129,10 @@ def format_status(status: dict) -> str:
     rows = [
         ("machine", f"{status['name']} (pid {status['pid']})"),
         ("preset", f"{status['preset']}: {ipus} IPU{'s' if ipus != 1 else ''} x "
-                   f"{status['tiles_per_chip']} tiles = {status['tiles']} tiles, "
+                   f"{status['tiles_per_chip']} tiles = {status['ntiles']} tiles, "
                    f"{human_bytes(status['sram_per_tile'])} SRAM per tile"),
         ("uptime", f"{human_duration(status['uptime_seconds'])} (booted in {status['boot_seconds']:.3f} s)"),
-        ("jobs", f"{status['jobs']} running"),
+        ("jobs", f"{status['njobs']} running"),
         ("supersteps", f"{status['supersteps']} ({status['supersteps_with_traffic']} with exchange traffic)"),
         ("exchanged", human_bytes(status["bytes_exchanged"])),
         ("exchange time", f"{simulated_time(status['simulated_exchange_seconds'])} SIMULATED "

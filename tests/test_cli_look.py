@@ -60,7 +60,7 @@ def test_ps_json_has_every_tile(busy):
     booted, job = busy
     result = invoke(booted, "ps", "--json")
     doc = json.loads(result.output)
-    assert doc["machine"] == booted.name
+    assert doc["name"] == booted.name
     assert len(doc["tiles"]) == 16
     first = doc["tiles"][0]
     assert set(first) == {"tile", "state", "job", "sram_used", "sram_total", "waiting"}
@@ -92,7 +92,7 @@ def test_status_labels_simulated_time(machine):
     assert "SIMULATED (modelled chip time, not host wall time)" in result.output
     doc = json.loads(invoke(machine, "status", "--json").output)
     assert doc["bytes_exchanged"] > 16 * 1000 and doc["simulated_exchange_seconds"] > 0
-    assert doc["supersteps"] >= 1 and doc["tiles"] == 16 and doc["preset"] == "tiny"
+    assert doc["supersteps"] >= 1 and doc["ntiles"] == 16 and doc["njobs"] == 0 and doc["preset"] == "tiny"
     assert set(doc) >= {"uptime_seconds", "pid", "socket", "log", "protocol"}
 
 
@@ -172,6 +172,23 @@ def test_machines_lists_running_machines(machine):
     assert f"{machine.name}  tiny, 1 IPU, 16 tiles  pid {machine.pid}" in result.output.splitlines()
     listed = json.loads(CliRunner().invoke(main, ["machines", "--json"]).output)
     assert [m["answering"] for m in listed if m["name"] == machine.name] == [True]
+
+
+def test_json_documents_spell_the_same_thing_the_same_way(machine):
+    """A script reading several commands' --json meets one vocabulary: the machine is
+    ``name``, a count of tiles or jobs is ``ntiles``/``njobs``, and ``tiles``/``jobs`` are
+    always lists (never a count in one document and a list in the next)."""
+    ps = json.loads(invoke(machine, "ps", "--json").output)
+    status = json.loads(invoke(machine, "status", "--json").output)
+    top = json.loads(invoke(machine, "top", "--json").output)
+    (listed,) = [m for m in json.loads(invoke(machine, "machines", "--json").output)
+                 if m["name"] == machine.name]
+    assert ps["name"] == status["name"] == top["name"] == top["status"]["name"] == machine.name
+    assert status["ntiles"] == listed["ntiles"] == len(ps["tiles"]) == 16
+    assert status["njobs"] == len(ps["jobs"]) == 0
+    for doc in (ps, status, top, top["status"], listed):
+        assert not isinstance(doc.get("tiles", []), int) and not isinstance(doc.get("jobs", []), int)
+        assert "machine" not in doc
 
 
 def test_machines_lists_a_machine_that_does_not_answer(machine):

@@ -21,7 +21,7 @@ def snapshot(ntiles: int, states: str | None = None, used: list[int] | None = No
     }
 
 
-STATUS = {"name": "m", "preset": "mk2", "ipus": 32, "tiles": 47104, "uptime_seconds": 5.0, "supersteps": 9,
+STATUS = {"name": "m", "preset": "mk2", "ipus": 32, "ntiles": 47104, "uptime_seconds": 5.0, "supersteps": 9,
           "bytes_exchanged": 2048, "simulated_exchange_seconds": 1.5e-6}
 
 
@@ -74,5 +74,5 @@ def test_the_frame_says_when_cells_hold_many_tiles_and_counts_all_tiles():
 
 def test_a_stale_snapshot_is_called_out():
     ps = snapshot(16) | {"stale_reason": "this is the machine as it was 3.0 s ago: busy"}
-    lines = render(render_frame(STATUS | {"tiles": 16}, ps, STATE_VIEW, 80, 10))
+    lines = render(render_frame(STATUS | {"ntiles": 16}, ps, STATE_VIEW, 80, 10))
     assert "this is the machine as it was 3.0 s ago: busy" in lines

@@ -400,7 +400,7 @@ def test_a_hundred_concurrent_clients(machine):
                     source = b"print('on', __physical_tile)"
                     ran = client.call("run", {"filename": f"p{i}.py", "source_len": len(source),
                                               "tiles": str(i)}, source, wait=60)
-                results[i] = (status["tiles"], len(ps["states"]), ran)
+                results[i] = (status["ntiles"], len(ps["states"]), ran)
         except Exception as exc:  # noqa: BLE001 - collected and reported below
             errors.append(f"client {i}: {exc!r}")
 
