@@ -20,7 +20,7 @@ import threading
 import click
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
-from ._protocol import BUSY
+from ._protocol import BUSY, REQUEST_LIMITS
 from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
@@ -222,6 +222,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     """
     source = file.read()
     data = data_file.read() if data_file is not None else None
+    _check_run_request(source, data, program_args)  # (before a machine is started for it)
     paths, _ = attach_machine(name, preset, ipus)
     args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
@@ -243,6 +244,26 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     result = run_result_from_json(doc)
     _print_result(result, as_json, show_stats)
     sys.exit(result.exit_status)
+
+
+def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
+    """Refuse what the daemon could not take, saying which part is at fault."""
+    size = len(source) + len(data or b"")
+    if size > REQUEST_LIMITS.max_payload:
+        parts = f"FILE ({_mib(len(source))}) and --data ({_mib(len(data))})" if data else f"FILE ({_mib(size)})"
+        raise click.UsageError(f"{parts} exceed the {_mib(REQUEST_LIMITS.max_payload)} one run "
+                               "request carries; split the data or read it from a tile disk")
+    for position, arg in enumerate(program_args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:  # (click hands over undecodable bytes surrogate-escaped)
+            shown = os.fsencode(arg)
+            raise click.UsageError(f"argument {position} ({shown!r}) is not UTF-8 text; tile "
+                                   "programs get their arguments as text") from None
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 #: seconds a job may take to start before its client says why it waits

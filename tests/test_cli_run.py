@@ -73,6 +73,25 @@ def test_a_data_file_that_is_not_utf8_names_the_byte_in_the_file(runner, program
     assert "is not UTF-8 text (byte 503: invalid continuation byte)" in result.output
 
 
+@pytest.mark.parametrize("case", ["data too big", "argument not UTF-8"])
+def test_a_request_the_daemon_cannot_take_is_refused_before_a_machine_starts(runtime_dir, program, tmp_path, case):
+    name = unique_name("nostart")
+    args = ["run", program("pass"), "--tiles", "0", "--preset", "tiny"]
+    if case == "data too big":
+        data = tmp_path / "big.txt"
+        with open(data, "wb") as f:
+            f.truncate(65 * 2**20)
+        args += ["--data", str(data)]
+        expected = "FILE (0.0 MiB) and --data (65.0 MiB) exceed the 64.0 MiB one run request carries"
+    else:
+        args += ["ok", b"caf\xe9".decode("utf-8", "surrogateescape")]
+        expected = "argument 2 (b'caf\\xe9') is not UTF-8 text"
+    result = CliRunner(env={"IPUOS_MACHINE": name}).invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.output
+    assert lock_holder(machine_paths(name).lock) is None  # nothing was started for it
+
+
 def test_run_exit_status_reflects_errors(runner, program):
     result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0"])
     assert result.exit_code == 1
