@@ -283,11 +283,18 @@ class TileAPI:
         """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``); the result is on rank 0.
 
         A flat gather would need every value in one tile's SRAM: 47,104 tiles' worth does
-        not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values,
-        few enough that any value small enough to send fits beside the others.
+        not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values
+        in one, few enough that any value small enough to send fits beside the others.
+
+        That holds only if every value goes up in its level's superstep. A leader at the
+        end of the job may have no children at a level (rank 3 of 4, fan-in 3): it would
+        send up at once, and its value land on the next leader beside that leader's
+        children of the level below. So it waits out the level instead, one exchange,
+        by a message to itself.
         """
-        rank, n = self._tile.rank, self._job.nranks
-        fanin = self._tile.sched.reduce_fanin
+        tile = self._tile
+        rank, n = tile.rank, self._job.nranks
+        fanin = tile.sched.reduce_fanin
         value = obj
         stride = 1
         while stride < n:
@@ -295,10 +302,14 @@ class TileAPI:
             if rank % span:
                 self._send(rank - rank % span, value, REDUCE_CHANNEL)
                 return None
-            children = range(rank + stride, min(rank + span, n), stride)
-            values = [value]
-            values.extend(self._recv((REDUCE_CHANNEL, c), c, label) for c in children)
-            value = combine(values)
+            if rank + stride >= n:  # no children at this level
+                self._send(rank, None, REDUCE_CHANNEL)
+                self._recv((REDUCE_CHANNEL, rank), rank, label)
+            else:
+                children = range(rank + stride, min(rank + span, n), stride)
+                values = [value]
+                values.extend(self._recv((REDUCE_CHANNEL, c), c, label) for c in children)
+                value = combine(values)
             stride = span
         return value
 

@@ -406,16 +406,20 @@ def test_reduce_and_allreduce_ops(sched, op, expected):
     assert all(r == (None, expected) for r in got[1:])
 
 
-def test_reductions_of_values_near_the_outgoing_buffer_size(sched):
-    # the tree's fan-in keeps every leader's incoming values inside its buffer
+@pytest.mark.parametrize("ntiles", range(1, NTILES + 1))
+def test_reductions_of_values_near_the_outgoing_buffer_size(sched, ntiles):
+    # the tree's fan-in keeps every leader's incoming values inside its buffer, whatever
+    # the job's size: a leader with no children of its own (rank 3 of 4 here, fan-in 3)
+    # must not send up the tree early, beside the values of the level below
     def prog(api):
-        value = [api.tileid] * 200  # ~1.8 KiB pickled, under the 2 KiB outgoing buffer
+        value = bytes([api.tileid]) * 2000  # under the 2 KiB outgoing buffer
         def add(a, b):
-            return [x + y for x, y in zip(a, b)]
-        return api.allreduce(value, add)[0], (api.reduce(value, add, root=5) or [None])[0]
+            return bytes(x + y for x, y in zip(a, b))
+        return api.allreduce(value, add)[0], (api.reduce(value, add, root=ntiles - 1) or [None])[0]
 
-    total = sum(range(NTILES))
-    assert values(run(sched, prog)) == [(total, total if rank == 5 else None) for rank in range(NTILES)]
+    total = sum(range(ntiles))
+    assert values(run(sched, prog, tiles=range(ntiles))) == [
+        (total, total if rank == ntiles - 1 else None) for rank in range(ntiles)]
 
 
 def test_allreduce_against_a_bcast_from_0_is_a_mismatch(sched):
