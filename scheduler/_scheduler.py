@@ -593,10 +593,17 @@ class Scheduler:
                     continue  # a tile serves a request from inside its wait: that is under way
                 if self._fail_hopeless_recvs(job):
                     continue  # the more specific report: those tiles fail, and the job with them
-                error = DeadlockError(
-                    f"deadlock in job {job.id}: every live tile waits and nothing in flight "
-                    f"can wake them: {job.waiting_report()}"
-                )
+                waits = {tile.waiting or "sync()" for tile in job.live.values()}
+                if len(waits) > 1 and all(what.endswith(")") for what in waits):
+                    # every tile is in a collective, not all the same one: a reduction's
+                    # tree waits in recv, so this is where such a mismatch shows
+                    error = CollectiveMismatchError(f"collective mismatch in job {job.id}: "
+                                                    f"{job.waiting_report()}")
+                else:
+                    error = DeadlockError(
+                        f"deadlock in job {job.id}: every live tile waits and nothing in "
+                        f"flight can wake them: {job.waiting_report()}"
+                    )
                 job.abort(error)
 
     def _fail_hopeless_recvs(self, job: Job) -> bool:

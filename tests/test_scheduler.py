@@ -422,6 +422,24 @@ def test_reductions_of_values_near_the_outgoing_buffer_size(sched, ntiles):
         (total, total if rank == ntiles - 1 else None) for rank in range(ntiles)]
 
 
+@pytest.mark.parametrize("first, others, report", [
+    ("allreduce", "sync", "tile 0 waits in allreduce(); tiles 1-3 wait in sync()"),
+    ("reduce", "sync", "tile 0 waits in reduce(); tiles 1-3 wait in sync()"),
+    ("allreduce", "gather", "tile 0 waits in allreduce(); tiles 1-3 wait in gather(root=0)"),
+])
+def test_a_reduction_against_another_collective_is_a_mismatch_not_a_deadlock(sched, first, others, report):
+    # rank 0 waits for its children in the reduction's tree, not at the collective
+    # itself, so only the deadlock detector sees the tiles disagree
+    def prog(api):
+        if api.tileid == 0:
+            return getattr(api, first)(1)
+        return api.sync() if others == "sync" else api.gather(1)
+
+    results = run(sched, prog, tiles=[0, 1, 2, 3]).results
+    assert all(isinstance(r.error, CollectiveMismatchError) for r in results), [r.error for r in results]
+    assert "collective mismatch in job" in str(results[0].error) and report in str(results[0].error)
+
+
 def test_allreduce_against_a_bcast_from_0_is_a_mismatch(sched):
     # allreduce ends in a broadcast from rank 0: it must not pass for the user's own bcast
     def prog(api):
