@@ -16,7 +16,7 @@ import operator
 from typing import TYPE_CHECKING, Callable
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
-from ._errors import CollectiveMismatchError
+from ._errors import CollectiveMismatchError, describe_tiles
 from ._exchange import KIND_USER
 from ._job import OK, REDUCE_CHANNEL, USER_CHANNEL
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
@@ -141,6 +141,22 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
     return job.coll_result.value_for(tile)
 
 
+def _rank(value, nranks: int, what: str) -> int:
+    """``value`` as a tile of a job of ``nranks`` (``what``: ``"send()"``, ``"bcast(): root"``).
+
+    Any integer will do, as for a list index or mpi4py's ranks (an IntEnum of
+    neighbours, numpy's integers); a bool is refused, being a slip far more often than
+    a tile number. Not an integer: TypeError; not a tile of the job: ValueError.
+    """
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise TypeError(f"{what}: a tile number is an int, not {type(value).__name__} ({value!r})")
+        value = operator.index(value)
+    if not 0 <= value < nranks:
+        raise ValueError(f"{what}: no tile {value} in this job ({describe_tiles(range(nranks))})")
+    return value
+
+
 def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     """A collective reached after some tiles finished: a mismatch if one of them ended
     normally; if they all failed, the job is stopping and the tile stops with it."""
@@ -195,14 +211,14 @@ class TileAPI:
     def send(self, dst: int, obj) -> None:
         """Queue ``obj`` for tile ``dst`` of this job; it arrives after the next sync."""
         if type(dst) is not int or not 0 <= dst < self._job.nranks:
-            raise ValueError(f"send(): no tile {dst!r} in this job (tiles 0-{self._job.nranks - 1})")
+            dst = _rank(dst, self._job.nranks, "send()")
         self._send(dst, obj, USER_CHANNEL)
 
     def recv(self, src: int):
         """Wait for the next message from tile ``src`` of this job and return it."""
         if type(src) is not int or not self._tile.inbox.get(src):
             if type(src) is not int or not 0 <= src < self._job.nranks:
-                raise ValueError(f"recv(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
+                src = _rank(src, self._job.nranks, "recv()")
         return self._recv(src, src, f"recv from tile {src}")
 
     def _send(self, dst: int, obj, channel: int) -> None:
@@ -240,20 +256,20 @@ class TileAPI:
         It never waits itself: a loop around it must call ``sync()`` (or the program
         computes without reaching an exchange point, and no message can arrive)."""
         if type(src) is not int or not 0 <= src < self._job.nranks:
-            raise ValueError(f"poll(): no tile {src!r} in this job (tiles 0-{self._job.nranks - 1})")
+            src = _rank(src, self._job.nranks, "poll()")
         return bool(self._tile.inbox.get(src))
 
     # -- collectives ---------------------------------------------------------------------
 
     def bcast(self, obj, root: int = 0):
         """Every tile gets the ``obj`` of tile ``root`` (other tiles' ``obj`` is ignored)."""
-        self._check_root(root, "bcast")
+        root = self._check_root(root, "bcast")
         payload = obj if self._tile.rank == root else None
         return self._collective((BCAST, root), payload, send=self._tile.rank == root)
 
     def gather(self, obj, root: int = 0):
         """Tile ``root`` gets the list of every tile's ``obj``; the others get None."""
-        self._check_root(root, "gather")
+        root = self._check_root(root, "gather")
         return self._collective((GATHER, root), obj)
 
     def reduce(self, obj, op="sum", root: int = 0):
@@ -263,7 +279,7 @@ class TileAPI:
         like MPI's, it must be associative (values are combined along a tree, in rank
         order).
         """
-        self._check_root(root, "reduce")
+        root = self._check_root(root, "reduce")
         if self._job.nlive < self._job.nranks:  # (the tree would wait for them forever)
             _refuse_finished(self._job, ("reduce", root), self._tile)
         combine = self._reducer(op)
@@ -326,9 +342,10 @@ class TileAPI:
             job.coll_len[tile.rank] = len(payload)
         return _arrive(job, tile, key, _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})")
 
-    def _check_root(self, root, name: str) -> None:
+    def _check_root(self, root, name: str) -> int:
         if type(root) is not int or not 0 <= root < self._job.nranks:
-            raise ValueError(f"{name}(): root {root!r} is not a tile of this job (0-{self._job.nranks - 1})")
+            root = _rank(root, self._job.nranks, f"{name}(): root")
+        return root
 
     @staticmethod
     def _reducer(op) -> Callable:

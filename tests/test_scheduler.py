@@ -588,21 +588,37 @@ def test_a_reduction_after_a_tile_finished_says_so_rather_than_deadlock(sched, c
         assert "tile 3 already finished" in str(result.error)
 
 
-def test_tile_numbers_are_ints_not_bools_or_floats(sched):
+def test_tile_numbers_are_integers_not_bools_or_floats(sched):
+    import enum
+
+    class Side(enum.IntEnum):
+        LEFT = 0
+        RIGHT = 1
+
     def prog(api):
-        api.send((api.tileid + 1) % 2, "hello")
+        api.send(Side.RIGHT if api.tileid == 0 else Side.LEFT, "hello")  # any integer will do
         api.sync()
         got = []
         for call in (lambda: api.send(True, 1), lambda: api.recv(1.0), lambda: api.recv([1]),
-                     lambda: api.poll(0.0), lambda: api.bcast(1, root=False)):
+                     lambda: api.poll(0.0), lambda: api.bcast(1, root=False),
+                     lambda: api.send(2, 1), lambda: api.gather(1, root=-1)):
             try:
                 call()
-            except ValueError as exc:
-                got.append(str(exc).split(":")[0])
-        return got, api.recv((api.tileid + 1) % 2)
+            except (TypeError, ValueError) as exc:
+                got.append(f"{type(exc).__name__}: {exc}")
+        return got, api.recv(Side(1 - api.tileid)), api.bcast(api.tileid, root=Side.RIGHT)
 
-    assert values(run(sched, prog, tiles=[0, 1])) == [
-        (["send()", "recv()", "recv()", "poll()", "bcast()"], "hello")] * 2
+    assert values(run(sched, prog, tiles=[0, 1])) == [([
+        "TypeError: send(): a tile number is an int, not bool (True)",
+        "TypeError: recv(): a tile number is an int, not float (1.0)",
+        "TypeError: recv(): a tile number is an int, not list ([1])",
+        "TypeError: poll(): a tile number is an int, not float (0.0)",
+        "TypeError: bcast(): root: a tile number is an int, not bool (False)",
+        "ValueError: send(): no tile 2 in this job (tiles 0-1)",
+        "ValueError: gather(): root: no tile -1 in this job (tiles 0-1)",
+    ], "hello", 1)] * 2
+    report = run(sched, lambda api: api.send(1, "x"), tiles=[0])
+    assert str(report.results[0].error) == "send(): no tile 1 in this job (tile 0)"
 
 
 # -- deadlocks, failures, interrupts -----------------------------------------------------
