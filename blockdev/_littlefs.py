@@ -89,8 +89,9 @@ _LFS_APPEND = 0x0800
 _LFS_TYPE_DIR = 2
 #: errors with which littlefs abandons a commit half-way, possibly leaving its program
 #: cache dirty: NOSPC, NAMETOOLONG (an entry that does not fit in a metadata block; names
-#: longer than name_max never reach littlefs), FBIG, NOMEM
-_COMMIT_FAILURES = frozenset({-28, -36, -27, -12})
+#: longer than name_max never reach littlefs), NOMEM. Not FBIG: a write past the largest
+#: file is refused before anything is written, and must not cost other files their writes
+_COMMIT_FAILURES = frozenset({-28, -36, -12})
 _LFS_ERR_NAMETOOLONG = -36
 _LFS_ERR_IO = -5
 

@@ -304,6 +304,29 @@ def test_errno_table(mm):
         os.unlink(mm.tile(0) / "z")
 
 
+def test_positions_past_the_largest_file_read_as_its_end_and_refuse_writes(mm):
+    """littlefs files stop at 2 GiB - 1: reading past that is end of file and writing
+    there EFBIG, as on any filesystem with a size limit, and refusing one write costs
+    nobody anything (a remount would lose other files' uncommitted writes)."""
+    path, other = mm.tile(13) / "edge", mm.tile(13) / "other"
+    pending = os.open(other, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(pending, b"not committed yet")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+    try:
+        os.write(fd, b"data")
+        for offset in (2**31 - 1, 2**31, 3 * 2**30, 2**40):
+            assert os.pread(fd, 10, offset) == b""
+            assert errno_of(lambda: os.pwrite(fd, b"Z", offset)) == errno.EFBIG, offset
+        assert os.pread(fd, 10, 0) == b"data"
+        os.write(pending, b", and more")
+    finally:
+        os.close(fd)
+        os.close(pending)
+    assert other.read_bytes() == b"not committed yet, and more" and path.read_bytes() == b"data"
+    os.unlink(path)
+    os.unlink(other)
+
+
 def test_what_does_work_without_owners_or_permissions(mm):
     path = mm.tile(10) / "p"
     path.write_bytes(b"p")

@@ -739,6 +739,26 @@ def test_after_enospc_only_uncommitted_writes_are_lost_and_the_filesystem_goes_o
         assert f.read() == b"still writable"
 
 
+def test_a_write_past_the_largest_file_is_efbig_for_that_call_alone():
+    # littlefs refuses it before touching anything: no remount, unlike ENOSPC
+    fs = formatted(MemoryDevice.new(512, 32))
+    pending = fs.open("/pending", "w")
+    pending.write(b"not synced yet")
+    big = fs.open("/big", "w+")
+    big.write(b"start")
+    big.seek(2**31 - 1)
+    with pytest.raises(OSError) as info:
+        big.write(b"Z")
+    assert info.value.errno == errno.EFBIG
+    big.seek(0)
+    assert big.read() == b"start"  # the handle goes on
+    big.close()
+    pending.write(b", and more")
+    pending.close()
+    with fs.open("/pending") as f:
+        assert f.read() == b"not synced yet, and more"
+
+
 def test_a_reader_at_the_end_sees_what_another_handle_wrote_since():
     # littlefs gives each handle the file as it was when opened: tail -f would wait forever
     fs = formatted(MemoryDevice.new(512, 64))

@@ -41,6 +41,7 @@ import errno
 from typing import Callable
 
 from ._backend import fs_error
+from ._files import FILE_SIZE_MAX
 
 __all__ = ["register_services", "HandleTable", "SERVICE_NAMES", "MAX_HANDLES"]
 
@@ -136,6 +137,8 @@ def _open(tile, vfs, path, flags):
 def _read(tile, vfs, handle, offset, size):
     file = _handles(tile).get(handle)
     if offset is not None:
+        if offset > FILE_SIZE_MAX:  # no file reaches there: its end, as pread(2) says
+            return b""
         file.seek(offset)
     return file.read(size)
 
@@ -143,6 +146,8 @@ def _read(tile, vfs, handle, offset, size):
 def _write(tile, vfs, handle, offset, data):
     file = _handles(tile).get(handle)
     if offset is not None:
+        if offset > FILE_SIZE_MAX:  # (the seek's EINVAL would be the wrong error)
+            raise fs_error(errno.EFBIG, file.name)
         file.seek(offset)
     file.write(data)
     return file.tell()
