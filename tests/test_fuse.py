@@ -142,6 +142,24 @@ def test_modification_times(mm):
     assert time.gmtime(os.stat(mm.tile(2) / "touched").st_mtime)[:3] == (2001, 2, 3)
 
 
+def test_a_write_moves_the_mtime_its_writer_sees_before_the_commit(mm):
+    path = mm.tile(2) / "written"
+    path.write_bytes(b"old")
+    os.utime(path, ns=(1, 1_000_000_000_000_000_000))
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        before = time.time_ns()
+        os.write(fd, b"new")
+        for seen in (os.fstat(fd).st_mtime_ns, os.stat(path).st_mtime_ns):
+            assert before <= seen <= time.time_ns()
+        os.ftruncate(fd, 1)
+        assert os.fstat(fd).st_mtime_ns >= seen
+    finally:
+        os.close(fd)
+    assert os.stat(path).st_mtime_ns >= seen
+    os.unlink(path)
+
+
 def test_tile_and_chip_roots_have_their_filesystems_times(mm, tmp_path):
     """/tiles/N is tile N's root: its time is the tile's, moves when an entry comes or
     goes, and can be set (tar x, cp -a and rsync -t set it, and failed)."""

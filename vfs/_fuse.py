@@ -226,7 +226,7 @@ class _Place:
 class _Open:
     """An open file: the owner tile's handle, and what the mount remembers about it."""
 
-    __slots__ = ("tile", "handle", "inner", "append", "dirty", "fresh")
+    __slots__ = ("tile", "handle", "inner", "append", "dirty", "fresh", "written_ns")
 
     def __init__(self, tile: int, handle: int, inner: str, append: bool):
         self.tile = tile
@@ -238,6 +238,14 @@ class _Open:
         self.dirty = False
         #: created empty by this open and not changed since: its attributes are known
         self.fresh = False
+        #: when it was last written or truncated (its mtime as its writer sees it until
+        #: the tile commits, as POSIX marks mtime at the write)
+        self.written_ns = 0
+
+    def changed(self) -> None:
+        self.dirty = True
+        self.fresh = False
+        self.written_ns = time.time_ns()
 
 
 _FUSE_NOTIFY_INVAL_ENTRY = 3
@@ -730,6 +738,8 @@ class ChipFilesystem:
                 mtime_ns = stat_future.result(self.timeout)[3]
             except FileNotFoundError:
                 pass  # unlinked, or renamed by someone else, while open: the handle still works
+        if opened.dirty:  # written since the tile's commit: modified then
+            mtime_ns = max(mtime_ns, opened.written_ns)
         return self._attrs(False, size, mtime_ns)
 
     @_callback
@@ -877,8 +887,7 @@ class ChipFilesystem:
         self._refuse_if_readonly()
         opened = self._opens.get(fh) if fh else None
         if opened is not None:  # ftruncate: through the handle, so its own writes agree
-            opened.dirty = True
-            opened.fresh = False
+            opened.changed()
             self._call(opened.tile, "fs.ftruncate", opened.handle, length)
             return 0
         place = self._file_place(path)
@@ -1015,7 +1024,7 @@ class ChipFilesystem:
         opened.fresh = False
         if opened.append and opened.inner is not None:
             return self._append(opened, data)
-        opened.dirty = True
+        opened.changed()
         # (an unlinked O_APPEND file has no name to append by: its handle appends)
         self._call(opened.tile, "fs.write", opened.handle, None if opened.append else offset, data)
         return len(data)
