@@ -372,7 +372,7 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     if show_stats:
         s = result.stats
         click.echo(
-            f"-- {len(result.tiles)} tiles, {s.supersteps} supersteps, {s.wall_seconds:.3f} s wall, "
+            f"-- {len(result.tiles)} tile{'s' if len(result.tiles) != 1 else ''}, {s.supersteps} supersteps, {s.wall_seconds:.3f} s wall, "
             f"{s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )

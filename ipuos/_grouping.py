@@ -70,10 +70,12 @@ def format_groups(
     limit = len(shown) if max_groups is None else max_groups
     for group in shown[:limit]:
         lines.append(group.header())
-        body = group.text if group.text.endswith("\n") or not group.text else group.text + "\n"
-        lines.append(body.rstrip("\n"))
+        # the newline ending the text ends its last line here; blank lines it printed
+        # after that stay
+        lines.append(group.text[:-1] if group.text.endswith("\n") else group.text)
     hidden = len(shown) - limit
     if hidden > 0:
         tiles = sum(g.count for g in shown[limit:])
-        lines.append(f"... {hidden} more distinct outputs from {tiles} tiles")
+        lines.append(f"... {hidden} more distinct output{'s' if hidden != 1 else ''} from "
+                     f"{tiles} tile{'s' if tiles != 1 else ''}")
     return "\n".join(lines) + ("\n" if lines else "")

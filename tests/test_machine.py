@@ -128,6 +128,11 @@ def test_grouping_caps_distinct_outputs():
     assert text.endswith("... 25 more distinct outputs from 25 tiles\n")
 
 
+def test_grouped_output_keeps_blank_lines_and_counts_in_the_singular():
+    text = format_groups(group_texts({0: "a\n\n", 1: "a\n", 2: "b", 3: ""}), max_groups=2)
+    assert text == "[1 tile: 0]\na\n\n[1 tile: 1]\na\n... 1 more distinct output from 1 tile\n"
+
+
 def test_a_group_header_keeps_to_two_lines_however_scattered_its_tiles():
     from ipuos._grouping import HEADER_RANGES_MAX, OutputGroup
 
