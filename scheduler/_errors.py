@@ -26,9 +26,11 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def describe_syntax_error(filename: str, exc: SyntaxError) -> str:
-    """``"prog.py: syntax error at line 3: ..."`` (no line for errors of the whole text,
-    such as a NUL byte in it)."""
-    where = f" at line {exc.lineno}" if exc.lineno else ""
+    """``"prog.py: syntax error at line 3, column 7: ..."`` on one line (no place for
+    errors of the whole text, such as a NUL byte in it)."""
+    where = ""
+    if exc.lineno:
+        where = f" at line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
     return f"{filename}: syntax error{where}: {exc.msg}"
 
 

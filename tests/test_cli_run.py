@@ -123,7 +123,7 @@ def test_missing_program_file(runner, tmp_path):
 def test_syntax_error_is_one_clear_line(runner, program):
     result = runner.invoke(main, ["run", program("def f(:\n"), "--tiles", "0"])
     assert result.exit_code == 1
-    assert "syntax error at line 1" in result.output
+    assert "syntax error at line 1, column 7: invalid syntax" in result.output
     assert "Traceback" not in result.output
 
 

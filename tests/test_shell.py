@@ -399,7 +399,7 @@ def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_pat
     assert shell(shared_machine, "run /chip/p/bom.py --tiles 0").stdout == "[1 tile: 0]\nbom\n"
     done = shell(shared_machine, "run /chip/p/bad.py; run /chip/p/prog.py --tiles 0-99")
     assert done.stderr.splitlines() == [
-        "run: /chip/p/bad.py: syntax error at line 1: invalid syntax",
+        "run: /chip/p/bad.py: syntax error at line 1, column 5: invalid syntax",
         "run: --tiles: bad tile specification '0-99': no tile 99 on this machine (it has tiles 0-15)",
     ]
 
