@@ -89,7 +89,7 @@ def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[T
     """The tile map as rich Text, and the number of tiles per cell."""
     ntiles = ps["ntiles"]
     label_width = len(str(max(0, ntiles - 1)))
-    columns = max(8, width - label_width - 1)
+    columns = max(1, width - label_width - 1)  # (more would be cropped: tiles would go unseen)
     per_cell = cell_size(ntiles, columns, max_rows)
     cells = _cells(ps, view, per_cell)
     text = Text(no_wrap=True, overflow="crop")

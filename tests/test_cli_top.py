@@ -54,6 +54,14 @@ def test_47104_tiles_aggregate_to_fit_and_show_the_busiest():
     assert cells[0] == "R" and cells[47000 // 11] == "X" and cells.count(".") == len(cells) - 2
 
 
+def test_a_narrow_terminal_still_shows_every_tile():
+    states = "i" * 7 + "r" + "i" * 40
+    text, per_cell = render_map(snapshot(48, states), STATE_VIEW, width=10, max_rows=None)
+    rows = text.plain.splitlines()
+    assert per_cell == 1 and all(len(row) <= 10 for row in rows)
+    assert "".join(row[3:] for row in rows) == "." * 7 + "R" + "." * 40
+
+
 def test_sram_view_shows_the_fullest_tile_of_a_cell():
     used = [0] * 64
     used[9] = 1000
