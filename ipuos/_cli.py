@@ -18,6 +18,7 @@ import sys
 import threading
 
 import click
+from click.core import ParameterSource
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
 from ._protocol import BUSY, REQUEST_LIMITS
@@ -29,6 +30,7 @@ from ._rundir import (
     MachineLocked,
     MachinePaths,
     RuntimeDirError,
+    check_name,
     hint,
     lock_holder,
     machine_paths,
@@ -101,8 +103,19 @@ def main() -> None:
     """
 
 
+def _machine_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Check the name where click still knows where it came from: a bad one set in the
+    environment is not the fault of a --name nobody typed."""
+    try:
+        return check_name(value)
+    except ValueError as exc:
+        came_from = ctx.get_parameter_source(param.name)
+        where = f" (from ${MACHINE_ENV})" if came_from is ParameterSource.ENVIRONMENT else ""
+        raise click.BadParameter(f"{exc}{where}", ctx, param) from None
+
+
 name_option = click.option(
-    "--name", envvar=MACHINE_ENV, default=DEFAULT_MACHINE, show_default=True,
+    "--name", envvar=MACHINE_ENV, default=DEFAULT_MACHINE, show_default=True, callback=_machine_name,
     help=f"which machine (also ${MACHINE_ENV})",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")

@@ -160,10 +160,15 @@ def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
         sock.close()
 
 
-def test_a_bad_name_is_a_usage_error(runtime_dir):
+def test_a_bad_name_is_a_usage_error_that_says_where_it_came_from(runtime_dir):
     result = CliRunner().invoke(main, ["status", "--name", "../up"])
     assert result.exit_code == 2
-    assert "bad machine name '../up'" in result.output
+    assert "Invalid value for '--name': bad machine name '../up'" in result.output
+    assert "IPUOS_MACHINE" not in result.output
+    result = CliRunner(env={"IPUOS_MACHINE": "../env"}).invoke(main, ["status"])
+    assert result.exit_code == 2
+    assert "bad machine name '../env': use up to 64 letters" in result.output
+    assert "starting with a letter or digit (from $IPUOS_MACHINE)" in result.output
 
 
 def test_machines_lists_running_machines(machine):
