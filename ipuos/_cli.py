@@ -21,7 +21,7 @@ import click
 from click.core import ParameterSource
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
-from ._protocol import BUSY, REQUEST_LIMITS
+from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
@@ -180,6 +180,12 @@ def halt(name, if_saved, backup) -> None:
         try:
             reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
         except DaemonError as exc:
+            if exc.code == BAD_VERSION and not (backup or if_saved):
+                # a daemon of another ipuos release: the way to the one this client speaks
+                # is to stop it, and SIGTERM halts a daemon as cleanly as asking does
+                client.close()
+                _halt_by_signal(paths, lock_holder(paths.lock), False, "it runs another ipuos release")
+                return
             # another halt got there first: the daemon refuses new requests, or drops the
             # connection as it goes. A plain halt has what it asked for once it is gone.
             if backup or if_saved or exc.code not in (BUSY, "disconnected") or not wait_halted(paths):
@@ -194,9 +200,10 @@ def halt(name, if_saved, backup) -> None:
     click.echo(f"halted machine {name!r}{saved}{note}")
 
 
-def _halt_by_signal(paths, pid: int, saving: bool) -> None:
-    """Halt a daemon nothing can reach (its socket is gone) the way SIGTERM halts it. Not
-    when asked to save first: that needs the daemon's answer."""
+def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket") -> None:
+    """Halt a daemon nothing can talk to (its socket is gone, or it speaks another
+    protocol) the way SIGTERM halts it. Not when asked to save first: that needs the
+    daemon's answer."""
     if saving:
         _fail(f"machine {paths.name!r} (pid {pid}) has no socket, so it cannot back up or say "
               "whether it is saved; `ipuos halt` without --if-saved or --backup stops it")
@@ -208,7 +215,7 @@ def _halt_by_signal(paths, pid: int, saving: bool) -> None:
         pass  # it has just ended
     if not wait_halted(paths):
         _fail(f"machine {paths.name!r} (pid {pid}) was sent SIGTERM but still runs; see {paths.log}")
-    click.echo(f"halted machine {paths.name!r} (it had no socket: stopped by signal)")
+    click.echo(f"halted machine {paths.name!r} ({why}: stopped by signal)")
 
 
 # -- programs ---------------------------------------------------------------------------------

@@ -39,8 +39,9 @@ import time
 from dataclasses import dataclass, field
 
 MAGIC = b"iP"
-VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+#: 2: status and hello count tiles and jobs as ntiles/njobs (see the --json vocabulary)
+VERSION = 2
+SUPPORTED_VERSIONS = (2,)
 PREFIX = struct.Struct("!2sBBII")
 
 #: request ids are JSON numbers: keep them exact in every JSON implementation

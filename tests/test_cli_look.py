@@ -209,6 +209,24 @@ def test_machines_lists_a_machine_that_does_not_answer(machine):
     assert "did not answer" in mine["problem"]
 
 
+def test_a_machine_of_another_release_says_so_and_halt_stops_it(machine, monkeypatch):
+    """After an upgrade, the running daemon speaks the old protocol: every command says
+    to halt it and start again, and halt must then be able to (it cannot ask)."""
+    import ipuos._protocol
+
+    # this client reads replies of a protocol the running daemon does not speak
+    monkeypatch.setattr(ipuos._protocol, "SUPPORTED_VERSIONS", (ipuos._protocol.VERSION + 1,))
+    result = invoke(machine, "status")
+    assert result.exit_code != 0
+    assert "use client and daemon from the same ipuos release" in result.output
+    refused = invoke(machine, "halt", "--if-saved")
+    assert refused.exit_code != 0 and lock_holder(machine.paths.lock) == machine.pid
+    result = invoke(machine, "halt")
+    assert result.exit_code == 0, result.output
+    assert f"halted machine {machine.name!r} (it runs another ipuos release: stopped by signal)" in result.output
+    assert lock_holder(machine.paths.lock) is None
+
+
 def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine):
     machine.paths.socket.unlink()
     result = CliRunner().invoke(main, ["status", "--name", machine.name])

@@ -29,7 +29,7 @@ from daemon_harness import (  # noqa: F401  (fixtures)
 )
 
 from ipuos._client import Client, DaemonError
-from ipuos._protocol import MAGIC, PREFIX, encode_frame
+from ipuos._protocol import MAGIC, PREFIX, VERSION, encode_frame
 from ipuos._rundir import RuntimeDirError, machine_paths, private_dir
 
 
@@ -181,8 +181,8 @@ def error_of(frame) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("wire, code", [
-    (PREFIX.pack(MAGIC, 1, 0, 10 * 1024 * 1024, 0), "too_large"),
-    (PREFIX.pack(MAGIC, 1, 0, 20, 512 * 1024 * 1024), "too_large"),
+    (PREFIX.pack(MAGIC, VERSION, 0, 10 * 1024 * 1024, 0), "too_large"),
+    (PREFIX.pack(MAGIC, VERSION, 0, 20, 512 * 1024 * 1024), "too_large"),
     (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "bad_frame"),
     (encode_frame({"id": 1, "cmd": "ps"}, flags=1), "bad_frame"),
 ])
@@ -196,9 +196,9 @@ def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, w
 
 
 @pytest.mark.parametrize("wire, code, message", [
-    (PREFIX.pack(MAGIC, 1, 0, 5, 0) + b"{nope", "bad_json", "not valid UTF-8 JSON"),
-    (PREFIX.pack(MAGIC, 1, 0, 3, 0) + b"[1]", "bad_json", "must be a JSON object"),
-    (PREFIX.pack(MAGIC, 1, 0, 60000, 0) + b"[" * 60000, "bad_json", "not valid UTF-8 JSON"),
+    (PREFIX.pack(MAGIC, VERSION, 0, 5, 0) + b"{nope", "bad_json", "not valid UTF-8 JSON"),
+    (PREFIX.pack(MAGIC, VERSION, 0, 3, 0) + b"[1]", "bad_json", "must be a JSON object"),
+    (PREFIX.pack(MAGIC, VERSION, 0, 60000, 0) + b"[" * 60000, "bad_json", "not valid UTF-8 JSON"),
     (encode_frame({"id": 1, "cmd": "ps"}, version=7), "bad_version", "version 7 is not supported"),
     (encode_frame({"id": "one", "cmd": "ps"}), "bad_request", "integer 'id'"),
     (encode_frame({"id": 1, "cmd": ["ps"]}), "bad_request", "command name"),
@@ -233,9 +233,9 @@ def test_malformed_requests_get_an_error_and_the_connection_goes_on(shared_machi
 
 def test_a_bad_version_reply_names_the_supported_versions(shared_machine):
     sock = raw_socket(shared_machine.paths)
-    sock.sendall(encode_frame({"id": 1, "cmd": "hello"}, version=2))
+    sock.sendall(encode_frame({"id": 1, "cmd": "hello"}, version=1))
     frame = read_frame(sock)
-    assert frame.version == 1 and frame.header["error"]["supported"] == [1]
+    assert frame.version == 2 and frame.header["error"]["supported"] == [2]
     sock.close()
 
 

@@ -18,6 +18,7 @@ from ipuos._protocol import (
     PREFIX,
     REQUEST_LIMITS,
     TOO_LARGE,
+    VERSION,
     Frame,
     FrameReader,
     Limits,
@@ -52,7 +53,7 @@ def read_all(reader: FrameReader, count: int = 1):
 def test_frame_layout_is_the_documented_one():
     frame = encode_frame({"id": 1}, b"\x00\x01")
     header = b'{"id":1}'
-    assert frame == MAGIC + bytes([1, 0]) + struct.pack("!II", len(header), 2) + header + b"\x00\x01"
+    assert frame == MAGIC + bytes([VERSION, 0]) + struct.pack("!II", len(header), 2) + header + b"\x00\x01"
     assert PREFIX.size == 12
 
 
@@ -84,7 +85,7 @@ def test_bad_magic_is_fatal(pair):
 @pytest.mark.parametrize("header_len, payload_len", [(64 * 1024 + 1, 0), (10, 64 * 1024 * 1024 + 1), (2**32 - 1, 2**32 - 1)])
 def test_oversized_lengths_are_refused_before_reading_the_body(pair, header_len, payload_len):
     a, b = pair
-    a.sendall(PREFIX.pack(MAGIC, 1, 0, header_len, payload_len))  # and nothing else
+    a.sendall(PREFIX.pack(MAGIC, VERSION, 0, header_len, payload_len))  # and nothing else
     with pytest.raises(ProtocolError) as err:
         FrameReader(b, REQUEST_LIMITS).poll(1)
     assert err.value.code == TOO_LARGE and err.value.fatal
@@ -98,7 +99,7 @@ def test_unknown_version_consumes_the_frame_and_the_next_one_parses(pair):
     with pytest.raises(ProtocolError) as err:
         read_all(reader)
     assert err.value.code == BAD_VERSION and not err.value.fatal
-    assert err.value.details["supported"] == [1]
+    assert err.value.details["supported"] == [2]
     assert parse_request(read_all(reader)[0]).id == 5
 
 
@@ -113,7 +114,7 @@ def test_undefined_flags_are_refused(pair):
 @pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe", b"[1, 2]", b'"text"'])
 def test_bad_json_headers_are_not_fatal(pair, raw):
     a, b = pair
-    a.sendall(PREFIX.pack(MAGIC, 1, 0, len(raw), 0) + raw + request_frame(2, "ps"))
+    a.sendall(PREFIX.pack(MAGIC, VERSION, 0, len(raw), 0) + raw + request_frame(2, "ps"))
     reader = FrameReader(b, REQUEST_LIMITS)
     with pytest.raises(ProtocolError) as err:
         read_all(reader)
