@@ -270,7 +270,7 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
     """Refuse what the daemon could not take, saying which part is at fault."""
     size = len(source) + len(data or b"")
     if size > REQUEST_LIMITS.max_payload:
-        parts = f"FILE ({_mib(len(source))}) and --data ({_mib(len(data))})" if data else f"FILE ({_mib(size)})"
+        parts = f"FILE ({_mib(len(source))})" + (f" and --data ({_mib(len(data))})" if data else "")
         raise click.UsageError(f"{parts} exceed the {_mib(REQUEST_LIMITS.max_payload)} one run "
                                "request carries; split the data or read it from a tile disk")
     for position, arg in enumerate(program_args, 1):
@@ -391,9 +391,10 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     click.echo(result.format(), nl=False, color=True)  # the tiles' bytes: ANSI codes too, piped or not
     if show_stats:
         s = result.stats
+        ntiles = len(result.tiles)
         click.echo(
-            f"-- {len(result.tiles)} tile{'s' if len(result.tiles) != 1 else ''}, {s.supersteps} supersteps, {s.wall_seconds:.3f} s wall, "
-            f"{s.sim_seconds * 1e6:.1f} us simulated exchange",
+            f"-- {ntiles} tile{'s' if ntiles != 1 else ''}, {s.supersteps} supersteps, "
+            f"{s.wall_seconds:.3f} s wall, {s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )
         if s.bytes_sent:
