@@ -594,7 +594,7 @@ class Scheduler:
                 if self._fail_hopeless_recvs(job):
                     continue  # the more specific report: those tiles fail, and the job with them
                 waits = {tile.waiting or "sync()" for tile in job.live.values()}
-                if len(waits) > 1 and all(what.endswith(")") for what in waits):
+                if len(waits) > 1 and all(map(_in_collective, waits)):
                     # every tile is in a collective, not all the same one: a reduction's
                     # tree waits in recv, so this is where such a mismatch shows
                     error = CollectiveMismatchError(f"collective mismatch in job {job.id}: "
@@ -612,7 +612,7 @@ class Scheduler:
         for tile in job.live.values():
             src = tile.recv_src
             if src >= 0 and job.results[src] is not None and not _has_mail_from(tile, src) and tile.signal is None:
-                if (tile.waiting or "").endswith("()"):  # inside a collective (a reduction tree)
+                if _in_collective(tile.waiting or ""):  # (a reduction's tree waits in recv)
                     tile.signal = CollectiveMismatchError(
                         f"{tile.waiting} needs every tile of the job, but tile {src} already finished")
                 else:
@@ -762,6 +762,13 @@ def _refuse(future: Future, error: BaseException) -> None:
         future.set_exception(error)
     except InvalidStateError:
         pass
+
+
+def _in_collective(wait: str) -> bool:
+    """Whether a tile's wait label is a collective's: ``sync()``, ``allreduce()``,
+    ``bcast(root=0)`` (a reduction's tree recv carries its collective's label), not
+    ``recv from tile 3`` or any other wait."""
+    return wait.endswith(")")
 
 
 def _has_mail_from(tile: Tile, rank: int) -> bool:
