@@ -37,10 +37,11 @@ from ipuos.scheduler import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, Til
 TILE_MODULES = frozenset(
     """
     __future__ abc array base64 binascii bisect calendar cmath collections colorsys
-    contextlib copy csv
-    dataclasses datetime decimal difflib enum errno fractions functools graphlib hashlib heapq
-    hmac itertools json keyword math numbers operator pickle pprint random re reprlib
-    secrets stat statistics string struct textwrap types typing unicodedata zlib
+    contextlib copy copyreg csv
+    dataclasses datetime decimal difflib enum errno fnmatch fractions functools graphlib
+    hashlib heapq hmac html ipaddress itertools json keyword math numbers operator pickle
+    pprint random re reprlib secrets stat statistics string struct textwrap types typing
+    unicodedata weakref zlib
     """.split()
 )
 
@@ -143,6 +144,8 @@ class TileContext:
             if not isinstance(value, str):  # (in print's own words)
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
         (self.output if file is None else file).write(sep.join(map(str, args)) + end)
+        if flush and file is not None:  # (the tile's own output is never held back)
+            file.flush()
 
 
 def _tile_random(ctx: TileContext) -> types.ModuleType:
@@ -421,6 +424,8 @@ class TileProgram:
             namespace = make_namespace(api, ctx, share)
             namespace[TILE_SOURCE_LINES] = {self.filename: self._lines}
             namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
+            if not self.filename.startswith("<"):  # a file's name, not "<program>" (as -c)
+                namespace["__file__"] = self.filename
             tile.resolve_global = _global_resolver(namespace, ctx)
             try:
                 exec(self.code, namespace)

@@ -34,7 +34,8 @@ def test_namespace_has_ids_and_primitives(machine):
 
 @pytest.mark.parametrize("module", ["math", "random", "json", "re", "collections", "itertools",
                                     "functools", "struct", "heapq", "bisect", "statistics",
-                                    "errno", "stat", "csv", "types"])
+                                    "errno", "stat", "csv", "types", "fnmatch", "weakref",
+                                    "copyreg", "ipaddress", "html", "html.parser"])
 def test_pure_compute_modules_import(machine, module):
     result = run(machine, f"import {module}\nprint({module}.__name__)", tiles="0")
     assert result.ok and result.tiles[0].output == f"{module}\n"
@@ -244,6 +245,35 @@ def test_every_tile_sending_too_much_reports_as_one_group(machine):
     result = run(machine, "send((__tileid + 1) % __numtiles, lambda: 1)", tiles="0-2")  # (its address)
     assert result.format().count("cannot send an object of type function") == 1
     assert result.format().startswith("[3 tiles: 0-2]\n")
+
+
+def test_print_flush_flushes_the_file_it_writes_to(machine):
+    result = run(machine, """
+        class Stream:
+            def __init__(self):
+                self.flushes = 0
+            def write(self, text):
+                return len(text)
+            def flush(self):
+                self.flushes += 1
+        s = Stream()
+        print("a", file=s)
+        print("b", file=s, flush=True)
+        with open("/flushed.txt", "w") as f:
+            print("kept", file=f, flush=True)
+            print(open("/flushed.txt").read() == "kept\\n", s.flushes)
+        print("to the tile", flush=True)
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "True 1\nto the tile\n"
+
+
+def test_a_program_run_from_a_file_knows_its_name(machine):
+    result = run(machine, "print(__file__)", tiles="0-1", filename="/chip/prog.py")
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == ["/chip/prog.py\n"] * 2
+    result = run(machine, "print('__file__' in globals())", tiles="0")  # (a string, like -c)
+    assert result.tiles[0].output == "False\n"
 
 
 def test_print_refuses_a_separator_that_is_not_a_string_as_python_does(machine):
