@@ -307,7 +307,7 @@ def module_namespace(ctx: TileContext, name: str, filename: str) -> dict:
 
 #: the TileAPI methods tile code calls by name to synchronise and exchange
 PRIMITIVES = ("sync", "barrier", "send", "recv", "poll", "alltoall", "allgather", "bcast",
-              "gather", "reduce", "allreduce")
+              "gather", "scatter", "reduce", "allreduce")
 
 
 def bind_primitives(namespace: dict, ctx: TileContext, api: TileAPI) -> None:

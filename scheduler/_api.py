@@ -15,10 +15,10 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Callable
 
-from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SYNC
+from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SCATTER, SYNC
 from ._errors import CollectiveMismatchError, describe_tiles
-from ._exchange import KIND_USER
-from ._job import OK, REDUCE_CHANNEL, USER_CHANNEL
+from ._exchange import KIND_USER, pad8
+from ._job import OK, REDUCE_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
 if TYPE_CHECKING:
@@ -222,8 +222,10 @@ class TileAPI:
         return self._recv(src, src, f"recv from tile {src}")
 
     def _send(self, dst: int, obj, channel: int) -> None:
+        self._post(dst, encode(obj, by_name=True), channel)
+
+    def _post(self, dst: int, payload: bytes, channel: int) -> None:
         job = self._job
-        payload = encode(obj, by_name=True)
         tile = self._tile
         off = self._engine.write_out(tile, payload)
         key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
@@ -271,6 +273,39 @@ class TileAPI:
         """Tile ``root`` gets the list of every tile's ``obj``; the others get None."""
         root = self._check_root(root, "gather")
         return self._collective((GATHER, root), obj)
+
+    def scatter(self, objs, root: int = 0):
+        """Tile ``root`` passes a sequence of one object per tile; tile i gets item i
+        (the other tiles' ``objs`` is ignored, as in mpi4py).
+
+        The root sends every item point to point, all of them or none (a sequence too
+        big for its outgoing buffer is a ValueError before anything is sent), and the
+        collective ends the superstep they travel in, so a tile calling something else
+        is a mismatch, not a hang.
+        """
+        root = self._check_root(root, "scatter")
+        tile = self._tile
+        n = self._job.nranks
+        if tile.rank == root:
+            try:
+                items = list(objs)
+            except TypeError:
+                raise TypeError(f"scatter(): root passes a sequence of one object per tile, "
+                                f"not {type(objs).__name__}") from None
+            if len(items) != n:
+                raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
+                                 f"{n} tile{'s' if n != 1 else ''} (one each)")
+            payloads = [encode(item, by_name=True) for item in items]
+            need = sum(pad8(len(p)) for p in payloads)
+            room = tile.xout.size - tile.out_used
+            if need > room:
+                raise ValueError(
+                    f"scatter() payload of {need} B does not fit in the outgoing buffer ({room} B "
+                    f"of {tile.xout.size} B left this superstep); scatter smaller objects")
+            for rank, payload in enumerate(payloads):
+                self._post(rank, payload, SCATTER_CHANNEL)
+        self._collective((SCATTER, root), None, send=False)
+        return self._recv((SCATTER_CHANNEL, root), root, f"scatter(root={root})")
 
     def reduce(self, obj, op="sum", root: int = 0):
         """Combine every tile's ``obj`` with ``op`` on tile ``root``; the others get None.

@@ -37,6 +37,9 @@ REDUCE = "reduce"
 #: the last step of allreduce(): rank 0 hands the result to every tile. A bcast from 0,
 #: but a kind of its own: a user's bcast(x, 0) against it is a mismatch
 ALLREDUCE = "allreduce"
+#: the root sends each tile its item point to point; the collective only ends the
+#: superstep in which they travel (and catches tiles that call something else)
+SCATTER = "scatter"
 
 _ALL_RECEIVE = (ALLTOALL, ALLGATHER, BCAST, ALLREDUCE)
 _TO_ROOT = (GATHER, REDUCE)
@@ -99,7 +102,7 @@ def complete(job: "Job") -> None:
             f"{kind}() needs every tile of job {job.id}, but {job.describe(finished)} "
             "already finished"
         )
-    elif kind == "sync" or (kind == REDUCE and root == 0):  # (the result is on the root)
+    elif kind == "sync" or kind == SCATTER or (kind == REDUCE and root == 0):  # (nothing to move)
         error = None
         job.coll_result = _SYNC_RESULT
     else:

@@ -14,10 +14,12 @@ if TYPE_CHECKING:
     from ._scheduler import Scheduler
     from ._tile import Tile
 
-#: channels of point-to-point traffic: the user's, and the reduction tree's own (a
-#: tile's inbox keys the user's by sender rank, the others by (channel, sender rank))
+#: channels of point-to-point traffic: the user's, and the collectives' own: the
+#: reduction tree's and scatter's (a tile's inbox keys the user's by sender rank, the
+#: others by (channel, sender rank))
 USER_CHANNEL = 0
 REDUCE_CHANNEL = 1
+SCATTER_CHANNEL = 2
 
 # how a tile's part of a job ended
 OK = "ok"
@@ -168,7 +170,7 @@ class Job:
                 # a fresh instance per tile: each raise writes its own traceback into it
                 tile.signal = type(signal)(*signal.args)
             self.sched.wake(tile)
-            _drop_reduction_values(tile)
+            _drop_collective_values(tile)
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         self.interrupted = reason
@@ -235,11 +237,11 @@ class JobReport:
         return all(r.status == OK for r in self.results)
 
 
-def _drop_reduction_values(tile: "Tile") -> None:
-    """Free the reduction values queued for ``tile``: a reduction the abort cut short left
-    them there, and a program that catches the error and reduces again would take them
-    for its new reduction's."""
+def _drop_collective_values(tile: "Tile") -> None:
+    """Free the values queued for ``tile`` by a reduction or scatter the abort cut short:
+    a program that catches the error and calls it again would take them for its new
+    call's. (Only collectives' channels are keyed by tuples.)"""
     inbox = tile.inbox
-    for key in [key for key in inbox if type(key) is tuple and key[0] == REDUCE_CHANNEL]:
+    for key in [key for key in inbox if type(key) is tuple]:
         for msg in inbox.pop(key):
             tile.consume(msg)

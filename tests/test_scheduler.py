@@ -393,6 +393,67 @@ def test_bcast_and_gather(sched):
     assert all(g is None for rank, (_, g) in enumerate(got) if rank != 1)
 
 
+def test_scatter_gives_each_tile_its_item_of_the_roots_sequence(sched):
+    def prog(api):
+        items = [{"rank": r, "data": [r] * r} for r in range(api.numtiles)]
+        first = api.scatter(items if api.tileid == 2 else "ignored", root=2)
+        second = api.scatter(range(10, 10 + api.numtiles) if api.tileid == 0 else None)
+        return first, second
+
+    got = values(run(sched, prog))
+    assert got == [({"rank": r, "data": [r] * r}, 10 + r) for r in range(NTILES)]
+
+
+def test_scatter_items_are_each_tiles_own_objects(sched):
+    def prog(api):
+        shared = [0]
+        mine = api.scatter([shared] * api.numtiles if api.tileid == 0 else None)
+        mine.append(api.tileid)
+        api.sync()
+        return mine
+
+    assert values(run(sched, prog)) == [[0, r] for r in range(NTILES)]
+
+
+@pytest.mark.parametrize("items, error", [
+    ([1, 2, 3], "ValueError: scatter(): root's sequence has 3 items; the job has 4 tiles (one each)"),
+    (7, "TypeError: scatter(): root passes a sequence of one object per tile, not int"),
+])
+def test_scatter_refuses_a_root_sequence_of_the_wrong_size(sched, items, error):
+    def prog(api):
+        return api.scatter(items if api.tileid == 0 else None)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert f"{error}" in report.results[0].traceback
+    assert all(r.status == ABORTED for r in report.results[1:]), [r.status for r in report.results]
+
+
+def test_a_scatter_too_big_for_the_outgoing_buffer_sends_nothing(sched):
+    def prog(api):
+        if api.tileid == 0:
+            with pytest.raises(ValueError, match="does not fit in the outgoing buffer"):
+                api.scatter([b"x" * 600] * api.numtiles)  # 2400 B > 2 KiB
+        return api.scatter([b"y"] * api.numtiles if api.tileid == 0 else None)
+
+    assert values(run(sched, prog, tiles=[0, 1, 2, 3])) == [b"y"] * 4
+
+
+@pytest.mark.parametrize("other", ["sync", "bcast", "scatter from 3"])
+def test_scatter_against_another_collective_is_a_mismatch(sched, other):
+    def prog(api):
+        if api.tileid == 3:
+            if other == "sync":
+                return api.sync()
+            if other == "bcast":
+                return api.bcast(1)
+            return api.scatter([0] * api.numtiles, root=3)
+        return api.scatter([0] * api.numtiles if api.tileid == 0 else None)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert all(isinstance(r.error, CollectiveMismatchError) for r in report.results), [r.error for r in report.results]
+    assert "tiles 0-2 wait in scatter(root=0)" in str(report.results[0].error)
+
+
 @pytest.mark.parametrize(
     "op, expected",
     [("sum", sum(range(1, 9))), ("prod", 40320), ("min", 1), ("max", 8)],
