@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from ._protocol import (
+    BAD_VERSION,
     PREFIX,
     REPLY_LIMITS,
     REQUEST_LIMITS,
@@ -26,7 +27,7 @@ from ._protocol import (
     reply_result,
     request_frame,
 )
-from ._rundir import DEFAULT_MACHINE, MachinePaths, lock_holder
+from ._rundir import MachinePaths, hint, lock_holder
 
 CONNECT_SECONDS = 5.0
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
@@ -38,8 +39,7 @@ class MachineNotRunning(Exception):
     def __init__(self, name: str, stale: bool = False):
         self.name = name
         self.stale = stale
-        boot = "ipuos boot" if name == DEFAULT_MACHINE else f"ipuos boot --name {name}"
-        message = f"no machine named {name!r} is running; start one with `{boot}`"
+        message = f"no machine named {name!r} is running; start one with {hint('boot', name)}"
         if stale:
             message += " (its last daemon died without cleaning up; booting removes what it left)"
         super().__init__(message)
@@ -65,11 +65,10 @@ class SocketMissing(MachineNotRunning):
         self.name = paths.name
         self.stale = False
         self.pid = pid
-        option = "" if paths.name == DEFAULT_MACHINE else f" --name {paths.name}"
         Exception.__init__(self, (
             f"machine {paths.name!r} runs (pid {pid or 'unknown'}) but has no socket at {paths.socket}: "
             f"it is starting or halting, or its socket was deleted; if this lasts, "
-            f"`ipuos halt{option}` stops it by signal"))
+            f"{hint('halt', paths.name)} stops it by signal"))
 
 
 class Client:
@@ -169,7 +168,7 @@ class Client:
                 header = frame.header
                 if header.get("id") != request_id:
                     if header.get("type") == "error" and header.get("id") is None:
-                        _raise_error(header)  # about the connection itself
+                        self._raise_error(header)  # about the connection itself
                     continue  # e.g. the reply to our cancel
                 kind = header.get("type")
                 if kind == "event":
@@ -178,7 +177,7 @@ class Client:
                 elif kind == "result":
                     return reply_result(frame), (b"" if header.get("result_in_payload") else frame.payload)
                 elif kind == "error":
-                    _raise_error(header)
+                    self._raise_error(header)
         finally:
             if interrupts is not None:
                 interrupts.uninstall()
@@ -193,9 +192,26 @@ class Client:
         try:
             return self.reader.poll(POLL_SECONDS)
         except ProtocolError as exc:
+            if exc.code == BAD_VERSION:
+                raise self._other_release(exc.message) from None
             raise DaemonError(exc.code, f"the daemon sent a bad reply: {exc.message}") from None
         except (EOFError, ConnectionError, OSError) as exc:
             raise self._gone(exc) from None
+
+    def _raise_error(self, header: dict):
+        error = header.get("error") or {}
+        code = str(error.get("code", "error"))
+        message = str(error.get("message", "the daemon reported an error"))
+        if code == BAD_VERSION:
+            raise self._other_release(message)
+        details = {k: v for k, v in error.items() if k not in ("code", "message")}
+        raise DaemonError(code, message, details)
+
+    def _other_release(self, message: str) -> DaemonError:
+        """Client and daemon speak different protocol versions (either side noticed):
+        the machine must be halted and started by this release."""
+        return DaemonError(BAD_VERSION, f"machine {self.paths.name!r}: {message} "
+                           f"({hint('halt', self.paths.name)}, then start the machine again)")
 
     def _gone(self, exc: BaseException) -> DaemonError:
         return DaemonError(
@@ -205,12 +221,6 @@ class Client:
         )
 
 
-def _raise_error(header: dict):
-    error = header.get("error") or {}
-    code = str(error.get("code", "error"))
-    message = str(error.get("message", "the daemon reported an error"))
-    details = {k: v for k, v in error.items() if k not in ("code", "message")}
-    raise DaemonError(code, message, details)
 
 
 class _InterruptFlag:

@@ -313,7 +313,7 @@ class FrameReader:
                 BAD_VERSION,
                 f"protocol version {version} is not supported; this ipuos speaks "
                 f"version {', '.join(map(str, SUPPORTED_VERSIONS))}: use client and daemon "
-                "from the same ipuos release (`ipuos halt`, then start the machine again)",
+                "from the same ipuos release",
                 supported=list(SUPPORTED_VERSIONS),
             )
         return Frame(version, _decode_header(raw_header), payload)

@@ -219,6 +219,8 @@ def test_a_machine_of_another_release_says_so_and_halt_stops_it(machine, monkeyp
     result = invoke(machine, "status")
     assert result.exit_code != 0
     assert "use client and daemon from the same ipuos release" in result.output
+    # (the machine's own name in the command to type)
+    assert f"`ipuos halt --name {machine.name}`, then start the machine again" in result.output
     refused = invoke(machine, "halt", "--if-saved")
     assert refused.exit_code != 0 and lock_holder(machine.paths.lock) == machine.pid
     result = invoke(machine, "halt")
