@@ -47,9 +47,20 @@ CHROME_LINES = 10
 
 def cell_size(ntiles: int, columns: int, max_rows: int | None) -> int:
     """How many tiles one cell stands for so the map fits in ``max_rows`` rows."""
-    if max_rows is None or ntiles <= columns * max_rows:
+    if max_rows is None or ntiles <= columns * max(1, max_rows):
         return 1
     return math.ceil(ntiles / (columns * max(1, max_rows)))
+
+
+def chip_cell_size(ipus: int, tiles_per_chip: int, columns: int, max_rows: int | None) -> int | None:
+    """Tiles per cell when every chip starts a row of its own, or None if the chips
+    cannot each have a row."""
+    if max_rows is None:
+        return 1
+    rows_per_chip = max_rows // ipus
+    if rows_per_chip < 1:
+        return None
+    return cell_size(tiles_per_chip, columns, rows_per_chip)
 
 
 def _sram_style(fraction: float) -> str:
@@ -62,50 +73,64 @@ def _sram_style(fraction: float) -> str:
     return "bold red"
 
 
-def _cells(ps: dict, view: str, per_cell: int) -> list[tuple[str, str]]:
-    """(glyph, style) for every cell of the map."""
+def _cells(ps: dict, view: str, per_cell: int, start: int, stop: int) -> list[tuple[str, str]]:
+    """(glyph, style) for every cell of tiles ``start``..``stop - 1``."""
     states = ps["states"]
     names = ps["state_codes"]
-    ntiles = ps["ntiles"]
     cells = []
     if view == STATE_VIEW:
         codes = {state: code for code, state in names.items()}
         order = [codes[s] for s in BUSIEST_FIRST if s in codes]
-        for start in range(0, ntiles, per_cell):
-            block = states[start : start + per_cell]
+        for first in range(start, stop, per_cell):
+            block = states[first : min(first + per_cell, stop)]
             code = block if per_cell == 1 else next((c for c in order if c in block), block[0])
             cells.append(STATE_STYLES.get(names.get(code, ""), ("?", "magenta")))
     else:
         total = ps["sram_per_tile"]
         used = ps["sram_used"]
-        for start in range(0, ntiles, per_cell):
-            fraction = max(used[start : start + per_cell]) / total
+        for first in range(start, stop, per_cell):
+            fraction = max(used[first : min(first + per_cell, stop)]) / total
             glyph = SRAM_GLYPHS[min(len(SRAM_GLYPHS) - 1, int(fraction * len(SRAM_GLYPHS)))]
             cells.append((glyph, _sram_style(fraction)))
     return cells
 
 
 def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[Text, int]:
-    """The tile map as rich Text, and the number of tiles per cell."""
+    """The tile map as rich Text, and the number of tiles per cell.
+
+    On a machine of several chips each chip starts a row, labelled ``IPU n``, when the
+    rows allow it (a chip is one physical die: where it ends matters to a user placing a
+    job); otherwise the map runs on across chips as on one."""
     ntiles = ps["ntiles"]
-    label_width = len(str(max(0, ntiles - 1)))
-    columns = max(1, width - label_width - 1)  # (more would be cropped: tiles would go unseen)
-    per_cell = cell_size(ntiles, columns, max_rows)
-    cells = _cells(ps, view, per_cell)
+    per_chip = ps.get("tiles_per_chip") or ntiles
+    ipus = max(1, ntiles // per_chip)
+    tile_width = len(str(max(0, ntiles - 1)))
+    chip_width = len(f"IPU {ipus - 1} ") if ipus > 1 else 0
+    columns = max(1, width - chip_width - tile_width - 1)  # (more would be cropped: tiles unseen)
+    per_cell = chip_cell_size(ipus, per_chip, columns, max_rows) if ipus > 1 else None
+    if per_cell is None:  # one chip, or too few rows for a row per chip
+        chip_width, ipus, per_chip = 0, 1, ntiles
+        columns = max(1, width - tile_width - 1)
+        per_cell = cell_size(ntiles, columns, max_rows)
     text = Text(no_wrap=True, overflow="crop")
-    for row_start in range(0, len(cells), columns):
-        if row_start:
-            text.append("\n")
-        text.append(f"{row_start * per_cell:>{label_width}} ", style="dim")
-        run_glyphs, run_style = [], None
-        for glyph, style in cells[row_start : row_start + columns]:
-            if style != run_style and run_glyphs:
+    for chip in range(ipus):
+        start = chip * per_chip
+        cells = _cells(ps, view, per_cell, start, min(start + per_chip, ntiles))
+        for row_start in range(0, len(cells), columns):
+            if text:
+                text.append("\n")
+            if chip_width:
+                text.append((f"IPU {chip}" if not row_start else "").ljust(chip_width), style="bold")
+            text.append(f"{start + row_start * per_cell:>{tile_width}} ", style="dim")
+            run_glyphs, run_style = [], None
+            for glyph, style in cells[row_start : row_start + columns]:
+                if style != run_style and run_glyphs:
+                    text.append("".join(run_glyphs), style=run_style)
+                    run_glyphs = []
+                run_style = style
+                run_glyphs.append(glyph)
+            if run_glyphs:
                 text.append("".join(run_glyphs), style=run_style)
-                run_glyphs = []
-            run_style = style
-            run_glyphs.append(glyph)
-        if run_glyphs:
-            text.append("".join(run_glyphs), style=run_style)
     return text, per_cell
 
 

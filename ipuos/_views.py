@@ -47,10 +47,12 @@ def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
     codes = ps["state_codes"]
     total = ps["sram_per_tile"]
     waiting = ps["waiting"]
+    per_chip = ps["tiles_per_chip"]
     chosen = range(ps["ntiles"]) if tiles is None else tiles
     return [
         {
             "tile": t,
+            "ipu": t // per_chip,
             "state": codes.get(ps["states"][t], "unknown"),
             "job": ps["jobs_of_tiles"][t],
             "sram_used": ps["sram_used"][t],
@@ -77,26 +79,32 @@ def state_counts(ps: dict) -> dict[str, int]:
 
 
 def format_ps(name: str, ps: dict, tiles: list[int] | None = None) -> str:
-    """Tiles grouped by state and job (or listed one by one when ``tiles`` is given), then jobs."""
+    """Tiles grouped by chip, state and job (or listed one by one when ``tiles`` is
+    given), then jobs. A machine of several chips has an IPU column: a group never spans
+    two chips (a job may, and its tiles on each show apart)."""
     total = human_bytes(ps["sram_per_tile"])
-    rows = [("TILES", "STATE", "JOB", "SRAM USED", "WAITING FOR")]
+    ipus = ps["ntiles"] // ps["tiles_per_chip"]
+    rows = [("IPU", "TILES", "STATE", "JOB", "SRAM USED", "WAITING FOR")]
     if tiles is None:
         groups: dict[tuple, list[int]] = {}
         for record in tile_records(ps):
-            groups.setdefault((record["state"], record["job"]), []).append(record["tile"])
+            groups.setdefault((record["ipu"], record["state"], record["job"]), []).append(record["tile"])
         used = ps["sram_used"]
-        for (state, job), members in sorted(groups.items(), key=lambda g: g[1][0]):
+        for (ipu, state, job), members in sorted(groups.items(), key=lambda g: g[1][0]):
             low, high = min(used[t] for t in members), max(used[t] for t in members)
             span = human_bytes(low) if low == high else f"{human_bytes(low)}-{human_bytes(high)}"
             reasons = sorted({ps["waiting"][str(t)] for t in members if str(t) in ps["waiting"]})
             wait = ", ".join(reasons[:2]) + (f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else "")
-            rows.append((format_tiles(members), state, _job(job), f"{span} of {total}", wait))
+            rows.append((str(ipu), format_tiles(members), state, _job(job), f"{span} of {total}", wait))
     else:
         for record in tile_records(ps, tiles):
-            rows.append((str(record["tile"]), record["state"], _job(record["job"]),
+            rows.append((str(record["ipu"]), str(record["tile"]), record["state"], _job(record["job"]),
                          f"{human_bytes(record['sram_used'])} of {total}", record["waiting"] or ""))
+    if ipus == 1:  # (one chip: the column says nothing)
+        rows = [row[1:] for row in rows]
     counts = ", ".join(f"{n} {state}" for state, n in state_counts(ps).items() if n)
-    lines = [f"machine {name!r}: {ps['ntiles']} tiles ({counts})", *_table(rows)]
+    chips = f" on {ipus} IPUs" if ipus > 1 else ""
+    lines = [f"machine {name!r}: {ps['ntiles']} tiles{chips} ({counts})", *_table(rows)]
     if ps.get("stale_reason"):
         lines.insert(0, f"note: {ps['stale_reason']}")
     if ps["jobs"]:

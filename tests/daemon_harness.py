@@ -66,9 +66,10 @@ class Booted:
             _kill(self.paths)
 
 
-def boot_machine(preset: str = "tiny", name: str | None = None, daemon_options: tuple[str, ...] = ()) -> Booted:
+def boot_machine(preset: str = "tiny", name: str | None = None, daemon_options: tuple[str, ...] = (),
+                 ipus: int = 1) -> Booted:
     paths = machine_paths(name or unique_name())
-    info = boot(paths, preset, 1, daemon_options=daemon_options)
+    info = boot(paths, preset, ipus, daemon_options=daemon_options)
     return Booted(paths.name, paths, info["pid"])
 
 

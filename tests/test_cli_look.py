@@ -11,6 +11,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from daemon_harness import (  # noqa: F401  (fixtures)
+    boot_machine,
     machine,
     raw_socket,
     read_frame,
@@ -63,7 +64,7 @@ def test_ps_json_has_every_tile(busy):
     assert doc["name"] == booted.name
     assert len(doc["tiles"]) == 16
     first = doc["tiles"][0]
-    assert set(first) == {"tile", "state", "job", "sram_used", "sram_total", "waiting"}
+    assert set(first) == {"tile", "ipu", "state", "job", "sram_used", "sram_total", "waiting"}
     assert (first["tile"], first["job"], first["sram_total"]) == (0, job, 65536)
     assert first["state"] in ("running", "waiting") and 0 < first["sram_used"] <= 65536
     assert [t["state"] for t in doc["tiles"][4:]] == ["idle"] * 12
@@ -194,6 +195,38 @@ def test_json_documents_spell_the_same_thing_the_same_way(machine):
     for doc in (ps, status, top, top["status"], listed):
         assert not isinstance(doc.get("tiles", []), int) and not isinstance(doc.get("jobs", []), int)
         assert "machine" not in doc
+
+
+def test_ps_of_a_machine_of_two_chips_says_which_chip_each_tile_is_on(runtime_dir):
+    booted = boot_machine(ipus=2)
+    try:
+        sock = raw_socket(booted.paths)
+        sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(SPIN), "tiles": "14-17"},
+                             SPIN))
+        read_frame(sock)  # started
+        result = invoke(booted, "ps")
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        assert lines[0].startswith(f"machine {booted.name!r}: 32 tiles on 2 IPUs (")
+        assert lines[1].split() == ["IPU", "TILES", "STATE", "JOB", "SRAM", "USED", "WAITING", "FOR"]
+        # a group never spans two chips: the job's tiles are on both
+        assert [line.split()[:3] for line in lines[2:6]] == [
+            ["0", "0-13", "idle"], ["0", "14-15", "running"], ["1", "16-17", "running"], ["1", "18-31", "idle"]]
+        one_by_one = invoke(booted, "ps", "--tiles", "15-16").output.splitlines()
+        assert [line.split()[:3] for line in one_by_one[2:4]] == [["0", "15", "running"], ["1", "16", "running"]]
+        tiles = json.loads(invoke(booted, "ps", "--json").output)["tiles"]
+        assert [t["ipu"] for t in tiles] == [0] * 16 + [1] * 16
+        sock.close()
+    finally:
+        booted.halt()
+
+
+def test_ps_of_one_chip_has_no_ipu_column(busy):
+    booted, _job = busy
+    lines = invoke(booted, "ps").output.splitlines()
+    assert lines[0].startswith(f"machine {booted.name!r}: 16 tiles (")
+    assert lines[1].startswith("TILES ")
+    assert {t["ipu"] for t in json.loads(invoke(booted, "ps", "--json").output)["tiles"]} == {0}
 
 
 def test_machines_lists_a_machine_that_does_not_answer(machine):

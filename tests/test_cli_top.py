@@ -47,11 +47,29 @@ def test_47104_tiles_aggregate_to_fit_and_show_the_busiest():
     states[5] = "r"
     text, per_cell = render_map(snapshot(47104, "".join(states)), STATE_VIEW, width=120, max_rows=40)
     rows = text.plain.splitlines()
-    assert per_cell == cell_size(47104, 114, 40) == 11
-    assert len(rows) <= 40
-    cells = "".join(row[6:] for row in rows)
-    assert len(cells) == -(-47104 // 11)
-    assert cells[0] == "R" and cells[47000 // 11] == "X" and cells.count(".") == len(cells) - 2
+    # a row per chip (32 of them), 107 columns after "IPU 31 47104 ": 14 tiles a cell
+    assert per_cell == cell_size(1472, 107, 1) == 14
+    assert len(rows) == 32
+    assert rows[0].startswith("IPU 0      0 R") and rows[31].startswith("IPU 31 45632 ")
+    cells = [row[13:] for row in rows]
+    assert all(len(chip) == -(-1472 // 14) for chip in cells)
+    assert cells[0][0] == "R" and cells[31][(47000 - 45632) // 14] == "X"
+    assert "".join(cells).count(".") == 32 * 106 - 2
+
+
+def test_every_chip_starts_a_row_of_its_own_when_the_rows_allow():
+    states = "i" * 15 + "r" + "w" + "i" * 15  # the last tile of chip 0, the first of chip 1
+    text, per_cell = render_map(snapshot(32, states) | {"tiles_per_chip": 16}, STATE_VIEW,
+                                width=17, max_rows=8)
+    assert per_cell == 1
+    assert text.plain.splitlines() == ["IPU 0  0 ........",
+                                       "       8 .......R",
+                                       "IPU 1 16 w.......",
+                                       "      24 ........"]
+    # fewer rows than chips: the map runs on across them
+    text, per_cell = render_map(snapshot(32, states) | {"tiles_per_chip": 4}, STATE_VIEW,
+                                width=19, max_rows=2)
+    assert text.plain.splitlines() == [" 0 " + "." * 15 + "R", "16 w" + "." * 15]
 
 
 def test_a_narrow_terminal_still_shows_every_tile():
