@@ -54,7 +54,7 @@ from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
 __all__ = ["BackupError", "Cancelled", "DIGEST", "backup", "restore", "unsaved", "unsaved_state",
-           "image_geometry_problems", "check_destination"]
+           "image_geometry_problems", "check_destination", "image_destination"]
 
 #: the digest backups are written with: blake3 hashes ~4x faster than sha256 here
 DIGEST = "blake3"
@@ -149,9 +149,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
     """Write an image of the devices of ``tiles`` (default all; see the module doc) to
     ``path`` atomically; return the image's summary. Raises BackupError (Cancelled if
     ``cancelled`` is set before the image is complete: the old file at ``path`` stays)."""
-    path = os.path.abspath(os.fspath(path))
-    if os.path.islink(path):  # the image replaces the file the link names, as cp writes it
-        path = os.path.realpath(path)
+    path = image_destination(path)
     check_destination(path)
     tile_ids, devices = _select(machine, tiles)
     started = time.perf_counter()
@@ -196,6 +194,13 @@ def _snapshot(device: Device, state: str, residency) -> DeviceSnapshot:
 
 _FILE_KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
                stat.S_IFBLK: "a block device"}
+
+
+def image_destination(path) -> str:
+    """The file a backup to ``path`` writes: absolute, and if ``path`` is a symbolic link,
+    the file it names (the image replaces that file, as cp writes it)."""
+    path = os.path.abspath(os.fspath(path))
+    return os.path.realpath(path) if os.path.islink(path) else path
 
 
 def check_destination(path: str) -> None:

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 
-from ._backup import BackupError, Cancelled, backup, check_destination, restore, unsaved
+from ._backup import BackupError, Cancelled, backup, check_destination, image_destination, restore, unsaved
 from ._commands import Arg, Call, CommandError, command
 from ._protocol import BAD_REQUEST
 from ._tilespec import TileSpecError
@@ -63,6 +63,7 @@ def check_not_own_mount(host, path: str) -> None:
     """CommandError if ``path`` is on one of this machine's own FUSE mounts: a backup
     freezes the tiles, and then none could serve the image's writes (they waited out the
     request timeout, with every tile frozen meanwhile)."""
+    path = image_destination(path)  # (a link to a file on the mount is on the mount)
     try:
         mount = host.mounts.holding(os.path.dirname(path))
     except OSError:

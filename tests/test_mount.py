@@ -259,11 +259,18 @@ def test_a_backup_into_the_machines_own_mount_is_refused_at_once(machine, mountp
     writes: the backup waited out the request timeout, every tile stopped meanwhile."""
     assert cli(machine, "mount", mountpoint).returncode == 0
     image = os.path.join(mountpoint, "tiles", "3", "self.img")
-    for args in (["backup", image], ["halt", "--backup", image]):
-        done = cli(machine, *args, timeout=20)
-        assert done.returncode == 1, done
-        assert f"is on machine {machine.name!r}'s own mount {mountpoint}" in done.stderr
-        assert "choose a path on a host disk" in done.stderr
+    # a link to a file in it (the image replaces the file a link names) is the same place
+    link = os.path.join(os.path.dirname(mountpoint), f"link-{os.path.basename(mountpoint)}.img")
+    os.symlink(image, link)
+    try:
+        for target in (image, link):
+            for args in (["backup", target], ["halt", "--backup", target]):
+                done = cli(machine, *args, timeout=20)
+                assert done.returncode == 1, done
+                assert f"is on machine {machine.name!r}'s own mount {mountpoint}" in done.stderr
+                assert "choose a path on a host disk" in done.stderr
+    finally:
+        os.unlink(link)
     assert "not halted" in done.stderr
     assert os.listdir(os.path.join(mountpoint, "tiles", "3")) == []  # nothing half-written
     assert cli(machine, "status").returncode == 0  # still up and answering
