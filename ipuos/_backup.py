@@ -128,6 +128,11 @@ def _describe(devices: list[Device]) -> str:
     return " and ".join(parts) or "no devices"
 
 
+def _why(exc: Exception) -> str:
+    """`` (reason)`` of a FreezeCancelled, or nothing when the user cancelled (Ctrl-C)."""
+    return f" ({exc})" if str(exc) else ""
+
+
 def _waiting_note(progress: Progress | None):
     """Tells the progress display how many tiles have yet to reach an exchange point."""
     if progress is None:
@@ -158,7 +163,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
         try:
             freeze.hold(cancelled, _waiting_note(progress))
         except FreezeCancelled as exc:
-            raise Cancelled(f"backup cancelled ({exc}); {path} was not written") from None
+            raise Cancelled(f"backup cancelled{_why(exc)}; {path} was not written") from None
         except FreezeRefused as exc:
             raise BackupError(f"cannot back up: {exc}; {path} was not written") from None
         frozen_at = time.time()
@@ -326,7 +331,7 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     try:
         freeze.hold(cancelled, _waiting_note(progress))
     except FreezeCancelled as exc:
-        raise Cancelled(f"restore cancelled ({exc}); nothing was restored") from None
+        raise Cancelled(f"restore cancelled{_why(exc)}; nothing was restored") from None
     except FreezeRefused as exc:
         raise BackupError(f"cannot restore while tiles are in use: {exc}; nothing was restored") from None
     try:

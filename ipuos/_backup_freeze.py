@@ -110,7 +110,7 @@ class Freeze:
             ticks += 1
             if cancelled is not None and cancelled.is_set():
                 self.release()
-                raise FreezeCancelled(f"the {self.purpose} was cancelled")
+                raise FreezeCancelled()  # (the caller says what was cancelled)
             if not self._scheduler.running:
                 self.release()
                 raise FreezeCancelled("the machine stopped")
@@ -125,7 +125,7 @@ class Freeze:
                 raise FreezeRefused({t: (exc.strerror if isinstance(exc, OSError) and exc.strerror
                                          else str(exc)) for t, exc in failed.items()})
             if waiting is not None and ticks % 5 == 0:
-                waiting(self.pending())
+                waiting(self.blocking())
         if self.refusals:
             self.release()
             raise FreezeRefused(self.refusals)
@@ -135,6 +135,14 @@ class Freeze:
         with self._lock:
             answered = set(self.states) | set(self.refusals)
         return [t for t in self.tiles if t not in answered]
+
+    def blocking(self) -> list[int]:
+        """The tiles the freeze waits for: those running a program among the pending (a
+        tile computing without an exchange point holds up the scheduler, so every other
+        tile is pending behind it), or all the pending if none runs one."""
+        pending = self.pending()
+        tiles = self._scheduler.tiles
+        return [t for t in pending if tiles[t].job is not None] or pending
 
     def release(self, commit: bool = False) -> None:
         """Let every owner go; ``commit`` runs ``after`` on each first (idempotent)."""
