@@ -233,6 +233,13 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
     directory that is kept as it is: a mount point, someone's cwd, its mode), files with
     their mtimes. All or nothing."""
     dest = os.path.abspath(os.fspath(dest))
+    if os.path.islink(dest):  # a link to a directory is that directory (as for tar -C, cp)
+        target = os.path.realpath(dest)
+        if not os.path.isdir(target):
+            missing = not os.path.lexists(target)
+            raise OfflineError(f"cannot extract to {dest}: it is a symbolic link to {target}, which "
+                               f"{'does not exist' if missing else 'is not a directory'}")
+        dest = target
     top = _inner(top)
     try:
         if not fs.stat(top).is_dir:

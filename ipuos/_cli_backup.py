@@ -129,7 +129,7 @@ def _mib(n: int) -> str:
 
 
 @main.command()
-@click.argument("image", type=click.Path(dir_okay=False))
+@click.argument("image", type=click.Path(dir_okay=False, readable=False))
 @click.option("--tiles", "tile_spec", default="all", show_default=True,
               help="tiles whose disks to back up, e.g. 0-15; tile 0 brings the chip disk")
 @name_option
@@ -152,7 +152,7 @@ def backup(image, tile_spec, name, as_json) -> None:
 
 
 @main.command()
-@click.argument("image", type=click.Path(dir_okay=False))
+@click.argument("image", type=click.Path(dir_okay=False, readable=False))
 @click.option("--tiles", "tile_spec", default=None,
               help="restore only these tiles' disks from IMAGE (default: all it holds)")
 @name_option
@@ -232,13 +232,17 @@ class _ImageErrors:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, (ImageError, OfflineError)):
-            _fail(str(exc))
         if isinstance(exc, BrokenPipeError):
             _quiet_broken_pipe()
-        if isinstance(exc, OSError):
-            _fail(f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}")
+        if isinstance(exc, (ImageError, OfflineError, OSError)):
+            _fail(_error_line(exc))
         return False
+
+
+def _error_line(exc: Exception) -> str:
+    if isinstance(exc, (ImageError, OfflineError)):
+        return str(exc)
+    return f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
 
 
 def _quiet_broken_pipe():
@@ -252,8 +256,9 @@ def _quiet_broken_pipe():
 
 
 def _open(path: str, verify: bool = False):
+    path = os.path.abspath(path)  # (reported as backup and restore report theirs)
     if not os.path.exists(path):
-        _fail(f"image {path}: no such file")
+        raise ImageError(f"image {path}: no such file")
     if not verify:
         return open_image(path, verify=False)
     with _Progress(_stderr_is_terminal()) as progress:
@@ -271,7 +276,7 @@ def _local_time(seconds: float) -> str:
 
 
 @image.command("info")
-@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False, readable=False))
 @json_option
 def image_info(path, as_json) -> None:
     """The image's machine, devices and sizes (its structure is checked, not every byte)."""
@@ -296,13 +301,20 @@ def image_info(path, as_json) -> None:
 
 
 @image.command("verify")
-@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False, readable=False))
 @json_option
 def image_verify(path, as_json) -> None:
     """Check every byte of the image: chunks, device digests, the image digest."""
     started = time.perf_counter()
-    with _ImageErrors(), _open(path, verify=True) as img:
-        info = img.info()
+    try:
+        with _open(path, verify=True) as img:
+            info = img.info()
+    except (ImageError, OSError) as exc:
+        message = _error_line(exc)
+        if as_json:  # (scripts read the verdict from stdout either way)
+            click.echo(json.dumps({"path": os.path.abspath(path), "ok": False, "error": message},
+                                  indent=1))
+        _fail(message)
     seconds = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps({"path": info["path"], "ok": True, "image_digest": info["image_digest"],
@@ -313,7 +325,7 @@ def image_verify(path, as_json) -> None:
 
 
 @image.command("ls")
-@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False, readable=False))
 @click.argument("device", required=False)
 @click.argument("inner", metavar="[PATH]", required=False, default="/")
 @json_option
@@ -354,13 +366,15 @@ def _taken_at(taken) -> str:
 def _shown(name: str) -> str:
     """A name from an image (untrusted) as a listing line may show it: characters that
     are not printable (escape sequences, newlines) spelled out, like ``\\x1b``."""
-    if name.isprintable():
+    if name.isprintable() and "\\" not in name:
         return name
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)
+    # (a backslash is doubled, so that "a\\nb" and "a<newline>b" cannot look alike)
+    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii")
+                   for c in name)
 
 
 @image.command("cat")
-@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False, readable=False))
 @click.argument("device")
 @click.argument("inner", metavar="PATH")
 def image_cat(path, device, inner) -> None:
@@ -377,7 +391,7 @@ def image_cat(path, device, inner) -> None:
 
 
 @image.command("extract")
-@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False))
+@click.argument("path", metavar="IMAGE", type=click.Path(dir_okay=False, readable=False))
 @click.argument("device")
 @click.argument("dest", type=click.Path(file_okay=False))
 @click.option("--path", "inner", default="/", show_default=True, help="the directory of DEVICE to extract")

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import time
 
 import pytest
 from click.testing import CliRunner
 
+from daemon_harness import IPUOS
 from backup_craft import TINY_META, littlefs_device, point_directories_at_root, rename_entry, write_tiny_image
 from ipuos._image import DeviceSnapshot, write_image
 from ipuos._cli import main
@@ -271,6 +273,52 @@ def test_ls_spells_out_what_a_name_would_do_to_a_terminal(tmp_path):
     result = ipuos("image", "ls", image, "2")
     assert result.exit_code == 0, result.output
     assert result.output.endswith("  two\\nlines\\x1b[2J\n"), result.output  # one line, no escape
+
+
+def test_ls_tells_a_backslash_in_a_name_from_an_escape(tmp_path):
+    image = hostile_image(tmp_path, False, b"a\\nb")  # a backslash, then n: not a newline
+    result = ipuos("image", "ls", image, "2")
+    assert result.exit_code == 0, result.output
+    assert "  a\\\\nb\n" in result.output, result.output
+
+
+def test_verify_json_reports_a_damaged_image_as_not_ok(good, tmp_path):
+    raw = bytearray(good.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    bad = tmp_path / "bad.img"
+    bad.write_bytes(raw)
+    result = CliRunner().invoke(main, ["image", "verify", str(bad), "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["path"] == str(bad) and "damaged" in doc["error"]
+    doc = json.loads(ipuos("image", "verify", str(good), "--json").output)
+    assert doc["ok"] is True and "error" not in doc
+
+
+def test_an_unreadable_image_is_an_error_not_a_usage_mistake(good, tmp_path):
+    unreadable = tmp_path / "locked.img"
+    unreadable.write_bytes(good.read_bytes())
+    unreadable.chmod(0)
+    # root reads anything: without the capabilities that let it, root is refused too
+    done = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", IPUOS,
+                           "image", "info", str(unreadable)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done
+    assert f"image {unreadable}: cannot open it: Permission denied" in done.stderr
+    assert "Usage:" not in done.stderr
+
+
+def test_extract_through_a_link_to_an_empty_directory_fills_that_directory(good, tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    result = ipuos("image", "extract", str(good), "2", str(tmp_path / "link"))
+    assert result.exit_code == 0, result.output
+    assert sorted(os.listdir(tmp_path / "real")) == ["d", "hello.txt"]
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    result = ipuos("image", "extract", str(good), "2", str(tmp_path / "dangling"))
+    assert result.exit_code == 1
+    assert "it is a symbolic link to " + str(tmp_path / "nowhere") in result.output
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_a_device_number_is_ascii_digits(good):
