@@ -144,6 +144,15 @@ def test_full_replacement(tmp_path):
     _assert_untouched(tmp_path, path, new)
 
 
+def test_a_new_image_is_private_and_a_replaced_one_keeps_its_mode(tmp_path):
+    path = tmp_path / "m.img"
+    write_image(path, META, _devices(1))
+    assert path.stat().st_mode & 0o7777 == 0o600  # what it holds is the machine's files
+    path.chmod(0o640)  # its owner chose to share it: a new backup over it stays shared
+    write_image(path, META, _devices(2))
+    assert path.stat().st_mode & 0o7777 == 0o640
+
+
 def test_destination_is_a_directory(tmp_path):
     (tmp_path / "d.img").mkdir()
     with pytest.raises(OSError):
