@@ -165,7 +165,8 @@ def boot(ctx, preset, ipus, name, restore) -> None:
 @click.option("--if-saved", is_flag=True,
               help="refuse to halt if files changed since the last backup (they would be lost)")
 @click.option("--backup", metavar="IMG", type=click.Path(dir_okay=False),
-              help="back up the machine to IMG first; if that fails it keeps running")
+              help="stop its programs, back the machine up to IMG, then halt; if the backup "
+                   "fails the machine keeps running (its programs stay stopped)")
 def halt(name, if_saved, backup) -> None:
     """Stop a machine: interrupt its programs and drop its memory."""
     paths = _paths(name)
