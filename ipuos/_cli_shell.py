@@ -263,7 +263,12 @@ def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_li
             if terminal.mode == "shell":  # the repl did not start; the error is printed
                 return terminal.status or 1
         if command_text is not None:
-            return terminal.run_script(command_text.splitlines())
+            # lines end at newlines only, as the shell splits piped input (splitlines
+            # would also break at a form feed or U+2028 inside quotes)
+            lines = command_text.split("\n")
+            while lines and not lines[-1]:
+                lines.pop()
+            return terminal.run_script(lines)
         if interactive:
             if first_line is None:
                 click.echo(f"ipuos shell on machine {name!r} ({_geometry(info)}): `help` lists "

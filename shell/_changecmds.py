@@ -50,9 +50,10 @@ def _protected(sh, path: str) -> str | None:
 
 @command("touch", "touch FILE...", "create empty files, or update their time")
 def _touch(sh, args):
-    if not args:
+    _opts, paths = options(args, "")  # (none, but ``--`` ends them and -x is no file name)
+    if not paths:
         raise Usage("missing file operand")
-    for path in args:
+    for path in paths:
         try:
             if path.endswith("/") or sh.fs.exists(path):
                 sh.fs.utime(path)  # (a name ending in / can only be a directory that exists)
@@ -81,10 +82,13 @@ def _mkdir(sh, args):
 
 @command("rmdir", "rmdir DIR...", "remove empty directories")
 def _rmdir(sh, args):
-    if not args:
+    _opts, paths = options(args, "")
+    if not paths:
         raise Usage("missing operand")
-    for path in args:
+    for path in paths:
         try:
+            if path.rstrip("/").rpartition("/")[2] in (".", ".."):  # (as rmdir(2) refuses)
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
             sh.fs.rmdir(path)
         except OSError as exc:
             sh.oserror(exc)

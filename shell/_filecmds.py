@@ -103,6 +103,7 @@ def _listing(sh, entries, long_format: bool) -> str:
 
 @command("cd", "cd [DIR]", "change the current directory (default /; cd - goes back)")
 def _cd(sh, args):
+    _opts, args = options(args, "")  # ("-" is no option: it goes back)
     if len(args) > 1:
         raise Usage("too many arguments")
     target = args[0] if args else "/"
@@ -126,6 +127,7 @@ def _pwd(sh, args):
 
 @command("cat", "cat FILE...", "print files")
 def _cat(sh, args):
+    _opts, args = options(args, "")
     if not args:
         raise Usage("missing file operand")
     for path in args:
@@ -246,6 +248,7 @@ def _echo(sh, args):
 
 @command("stat", "stat PATH...", "show a file's type, size, time and filesystem")
 def _stat(sh, args):
+    _opts, args = options(args, "")
     if not args:
         raise Usage("missing operand")
     mounts = sh.fs.vfs.mount_points()

@@ -99,7 +99,8 @@ class Terminal:
         try:
             for line in lines:
                 self.feed(line.rstrip("\n"))
-                if self._done:
+                # (Ctrl-C stops the script, as it stops a bash script, not just its command)
+                if self._done or self.status == EXIT_INTERRUPTED:
                     return self.status
             if self.block:
                 self._run_block()

@@ -86,6 +86,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("touch /chip/e10", "mount --ram 8K /chip/e10", "mount: /chip/e10: Not a directory", 1),
     ("touch /chip/e11", "touch /chip/e11/", "touch: /chip/e11/: Not a directory", 1),
     ("", "put /x", "put: x: this command is carried out", None),
+    ("mkdir -p /chip/e12/d", "cd /chip/e12/d; rmdir .", "rmdir: .: Invalid argument", 1),
+    ("", "touch -x", "touch: option -x not recognized\nusage: touch FILE...", 2),
 ])
 def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, message, status):
     if setup:
@@ -135,6 +137,41 @@ def test_ctrl_c_while_printing_a_finished_commands_output_keeps_its_result(share
         assert written[-1] == ("err", "^C\n")
     finally:
         transport.close()
+
+
+def test_a_double_dash_ends_the_options_of_every_command(shared_machine):
+    done = shell(shared_machine, "mkdir /chip/dd; cd /chip/dd; touch -- -x; ls; cat -- -x; stat -- -x; "
+                                 "mkdir -- -d; rmdir -- -d; cd -- /chip/dd; ls; rm -- -x")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("-x\n") and "Path: /chip/dd/-x" in done.stdout
+    assert done.stdout.endswith("-x\n") and "--" not in done.stdout.split()
+
+
+def test_c_lines_split_at_newlines_only(shared_machine):
+    # (a form feed or U+2028 inside quotes is part of the word, as it is when piped)
+    done = shell(shared_machine, 'echo "a\u2028b" > /chip/ls1; echo "c\x0cd"; cat /chip/ls1')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "c\x0cd\na\u2028b\n"
+    done = shell(shared_machine, "false_command\n\n")  # (trailing blank lines keep the status)
+    assert done.returncode == 127
+
+
+def test_ctrl_c_stops_a_script_not_just_its_command(shared_machine, tmp_path):
+    assert shell(shared_machine, "echo 'while True: sync()' > /chip/syncloop.py").returncode == 0
+    for how in ("-c", "stdin"):
+        args = [IPUOS, "shell"] + (["-c", "run /chip/syncloop.py --tiles 2\necho after"] if how == "-c" else [])
+        script = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=shared_machine.env())
+        if how == "stdin":
+            script.stdin.write("run /chip/syncloop.py --tiles 2\necho after\n")
+            script.stdin.flush()
+        wait_for(lambda: "syncloop.py" in subprocess.run([IPUOS, "ps"], env=shared_machine.env(),
+                                                         capture_output=True, text=True).stdout,
+                 timeout=30, what="the looping program")
+        script.send_signal(signal.SIGINT)
+        out, err = script.communicate(timeout=30)
+        assert script.returncode == 130, (how, out, err)
+        assert "after" not in out, how
 
 
 def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):
