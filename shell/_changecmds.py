@@ -87,8 +87,6 @@ def _rmdir(sh, args):
         raise Usage("missing operand")
     for path in paths:
         try:
-            if path.rstrip("/").rpartition("/")[2] in (".", ".."):  # (as rmdir(2) refuses)
-                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
             sh.fs.rmdir(path)
         except OSError as exc:
             sh.oserror(exc)

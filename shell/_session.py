@@ -151,9 +151,12 @@ class SessionFs:
         return absolute(path, self.session.cwd)
 
     def _as_given(self, path: str) -> str:
-        """The absolute path for the VFS, keeping a trailing slash: ``f/`` of a file is
-        ENOTDIR, as on the host, not ``f``."""
+        """The absolute path for the VFS, keeping a trailing slash (``f/`` of a file is
+        ENOTDIR, as on the host, not ``f``) and a final ``.`` (the VFS refuses ``rmdir .``
+        as rmdir(2) does: it must see the ``.``, not the directory it names)."""
         full = self.abspath(path)
+        if path.rstrip("/").rpartition("/")[2] == ".":
+            return full.rstrip("/") + "/."
         return full + "/" if path.endswith("/") and full != "/" else full
 
     def place(self, path: str) -> tuple[str, str]:
