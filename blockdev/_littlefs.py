@@ -678,6 +678,11 @@ class Filesystem:
     def open_files(self) -> int:
         return len(self._open)
 
+    def uncommitted(self) -> list[str]:
+        """Paths of open files holding writes littlefs has not committed yet: they are on
+        no device until flushed or closed (a snapshot of the device lacks them)."""
+        return sorted({f.path for f in self._open if f._unsynced and f._can & _LFS_WRONLY})
+
     @property
     def config(self) -> dict:
         """The littlefs configuration in use."""

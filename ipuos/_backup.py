@@ -32,7 +32,9 @@ Unsaved state (``halt --if-saved``): each machine remembers the digest of every 
 of the last backup or restore that covered it. :func:`unsaved` freezes the machine's
 owners, hashes the devices of tiles whose storage is up (no other device can have changed:
 only a tile whose storage is up writes its devices) and names those that differ, or, for
-a device no backup or restore ever covered, those that hold any file.
+a device no backup or restore ever covered, those that hold any file. A file open with
+writes littlefs has not committed (they are in the open file, on no device) makes its
+device unsaved too, and a backup lists such files: the image holds them as last committed.
 """
 
 from __future__ import annotations
@@ -184,7 +186,10 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
                                   stable=True, progress=writing)
         except OSError as exc:
             raise BackupError(f"cannot write {path}: {exc.strerror or exc}") from None
+        uncommitted = _uncommitted(devices, freeze)
     _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
+    summary["uncommitted"] = [{"tile": tile, "path": path}
+                              for tile, paths in open_with_writes(uncommitted).items() for path in paths]
     summary["description"] = _describe(devices)  # ("devices" is image info's list)
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -389,8 +394,19 @@ def _mount_in_scratch(path: str, d: Device, data) -> None:
 # -- unsaved state -----------------------------------------------------------------------------
 
 
+def _uncommitted(devices: list[Device], freeze: Freeze) -> dict[Device, list[str]]:
+    """The devices (of ``devices``) that have files open with writes not committed yet,
+    and those files' paths, as their owners reported them while freezing."""
+    return {d: freeze.uncommitted[d.owner, d.mount] for d in devices if (d.owner, d.mount) in freeze.uncommitted}
+
+
 def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
     """Names of the devices whose contents halting would lose (see the module doc)."""
+    changed, uncommitted = _unsaved(machine, cancelled)
+    return sorted(set(changed) | {d.name for d in uncommitted})
+
+
+def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]]]:
     devices = machine_devices(machine)
     baseline = _baseline(machine)
     owners = sorted({d.owner for d in devices})
@@ -414,7 +430,8 @@ def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
                 # never saved, or saved blank: a tile formats its disk when it first uses
                 # it (a listing will do), so only files make it unsaved
                 changed.append(d.name)
-    return changed
+        uncommitted = _uncommitted(devices, freeze)
+    return changed, uncommitted
 
 
 @functools.lru_cache(maxsize=8)
@@ -441,9 +458,8 @@ def _holds_files(device: Device, data) -> bool:
 
 def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | None:
     """What halting ``machine`` would lose, in words, or None."""
-    names = unsaved(machine, cancelled)
-    if not names:
-        return None
+    names, uncommitted = _unsaved(machine, cancelled)
+    reasons = []
     disks = [n for n in names if n != CHIP]
     parts = []
     if disks:
@@ -452,5 +468,20 @@ def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | No
                      f"{format_tiles(tiles)}")
     if CHIP in names:
         parts.append("the chip disk")
-    return f"{' and '.join(parts)} changed since the last backup"
+    if parts:
+        reasons.append(f"{' and '.join(parts)} changed since the last backup")
+    for tile, paths in open_with_writes(uncommitted).items():
+        reasons.append(f"tile {tile} holds {len(paths)} file{'s' if len(paths) > 1 else ''} open with writes "
+                       f"not yet on its disk ({', '.join(paths)})")
+    if uncommitted:
+        reasons[-1] += " (a program commits a file's writes when it flushes or closes it)"
+    return "; ".join(reasons) or None
+
+
+def open_with_writes(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:
+    """Tile id -> the paths of its open files with uncommitted writes, in tile order."""
+    by_tile: dict[int, list[str]] = {}
+    for d in sorted(uncommitted, key=lambda d: (d.owner, d.mount)):
+        by_tile.setdefault(d.owner, []).extend(uncommitted[d])
+    return by_tile
 

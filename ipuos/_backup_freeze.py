@@ -23,6 +23,7 @@ writing (``after``), so the new bytes are mounted on next use. A release that co
 
 from __future__ import annotations
 
+import posixpath
 import threading
 import time
 from typing import Callable
@@ -79,6 +80,9 @@ class Freeze:
         self.commit = False
         #: tile id -> the error ``after`` raised there
         self.after_errors: dict[int, str] = {}
+        #: (tile id, mount) -> paths of files open there with writes not yet committed
+        #: (littlefs holds them in the file, not on the device: a copy lacks them)
+        self.uncommitted: dict[tuple[int, str], list[str]] = {}
 
     def __enter__(self) -> "Freeze":
         return self
@@ -182,6 +186,7 @@ class Freeze:
         except Exception as exc:  # e.g. the chip disk's cache cannot reach its stripes
             reason = f"its storage could not be made ready ({type(exc).__name__}: {exc})"
         state = storage.state(tile)
+        uncommitted = _uncommitted_files(tile, storage) if state == "up" and not reason else {}
         with self._lock:
             if self.released:
                 return
@@ -190,6 +195,7 @@ class Freeze:
                 self._arrive()
                 return
             self.states[tile.id] = state
+            self.uncommitted.update(uncommitted)
             self._held.append(tile)
             self._arrive()
         tile.fs_depth += 1  # no requests, no signals, no filesystem operation meanwhile
@@ -227,6 +233,16 @@ def _littlefs_mounts(tile, storage):
             continue  # e.g. /chip failed to mount at bring-up
         if isinstance(backend, LittlefsBackend):
             found.append((vfs, path, backend))
+    return found
+
+
+def _uncommitted_files(tile, storage) -> dict[tuple[int, str], list[str]]:
+    found = {}
+    for _, mount, backend in _littlefs_mounts(tile, storage):
+        if backend.fs.mounted:
+            paths = backend.fs.uncommitted()
+            if paths:
+                found[tile.id, mount] = [posixpath.join(mount, path.lstrip("/")) for path in paths]
     return found
 
 

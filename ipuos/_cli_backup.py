@@ -149,6 +149,13 @@ def backup(image, tile_spec, name, as_json) -> None:
     click.echo(f"backed up {summary['description']} of machine {name!r} to {summary['path']}: "
                f"{_mib(summary['device_bytes'])} of disks in a {_mib(summary['file_size'])} image "
                f"({summary['seconds']:.2f} s)")
+    uncommitted = summary.get("uncommitted") or []
+    if uncommitted:
+        files = "; ".join(f"tile {item['tile']}: {item['path']}" for item in uncommitted)
+        click.echo(f"ipuos: note: {len(uncommitted)} file{'s were' if len(uncommitted) > 1 else ' was'} open "
+                   f"with writes not yet committed, and the image holds {'them' if len(uncommitted) > 1 else 'it'} "
+                   f"as last committed ({files}); a program commits a file's writes when it flushes or "
+                   "closes it", err=True)
 
 
 @main.command()

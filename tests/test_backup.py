@@ -208,6 +208,58 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     assert "halted machine" in result.stdout
 
 
+def test_writes_held_in_an_open_file_are_unsaved_and_named(tmp_path):
+    """littlefs commits a file's writes when it is flushed or closed; until then they are
+    in no image. A backup says which files it could not take whole, and ``halt
+    --if-saved`` does not call such a machine saved."""
+    with ipuos.Machine("tiny") as machine:
+        repl = machine.repl("3")
+        assert repl.run("log = open('/log', 'w')\nlog.write('first')\nlog.flush()\n").ok
+        chip = machine.repl("0")
+        assert chip.run("out = open('/chip/out', 'wb')\nout.write(b'x')\nout.flush()\n").ok
+        summary = _backup.backup(machine, tmp_path / "m.img")
+        assert summary["uncommitted"] == []
+        assert _backup.unsaved(machine) == []
+        assert repl.run("log.write('second')\n").ok
+        assert chip.run("out.write(b'y')\n").ok
+        assert _backup.unsaved(machine) == ["chip", "tile/3/disk"]
+        text = _backup.unsaved_state(machine)
+        assert "tile 0 holds 1 file open with writes not yet on its disk (/chip/out)" in text
+        assert "tile 3 holds 1 file open with writes not yet on its disk (/log)" in text
+        summary = _backup.backup(machine, tmp_path / "m.img")
+        assert summary["uncommitted"] == [{"tile": 0, "path": "/chip/out"}, {"tile": 3, "path": "/log"}]
+        assert b"firstsecond" not in run_cli("image", "cat", str(tmp_path / "m.img"), "3", "/log").stdout.encode()
+        assert _backup.unsaved(machine) == ["chip", "tile/3/disk"]  # still: the image lacks them
+        assert repl.run("log.close()\n").ok and chip.run("out.close()\n").ok
+        assert _backup.unsaved(machine) == ["chip", "tile/3/disk"]  # now on disk, not in the image
+        summary = _backup.backup(machine, tmp_path / "m.img")
+        assert summary["uncommitted"] == [] and _backup.unsaved(machine) == []
+        assert run_cli("image", "cat", str(tmp_path / "m.img"), "3", "/log").stdout == "firstsecond"
+
+
+def test_a_backup_names_files_whose_writes_it_could_not_take(machine, tmp_path):
+    program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
+                               "while True:\n    sync()\n")
+    spin = subprocess.Popen([IPUOS, "run", "--tiles", "5", program], env=machine.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: "5 " in cli(machine, "ps").stdout.split("JOB")[-1], what="the spinning job")
+        result = cli(machine, "backup", str(tmp_path / "m.img"))
+        assert "backed up" in result.stdout
+        assert ("note: 1 file was open with writes not yet committed, and the image holds it as last "
+                "committed (tile 5: /log)") in result.stderr
+        assert run_cli("image", "cat", str(tmp_path / "m.img"), "5", "/log").stdout == "a"
+        refused = cli(machine, "halt", "--if-saved", check=False)
+        assert refused.returncode == 1
+        assert "tile 5 holds 1 file open with writes not yet on its disk (/log)" in refused.stderr
+    finally:
+        spin.send_signal(signal.SIGINT)
+        spin.communicate(timeout=30)
+    cli(machine, "backup", str(tmp_path / "m.img"))  # the program's end closed the file
+    assert run_cli("image", "cat", str(tmp_path / "m.img"), "5", "/log").stdout == "ab"
+    assert "halted machine" in cli(machine, "halt", "--if-saved").stdout
+
+
 def test_a_disk_backed_up_blank_and_then_only_read_is_saved(machine, tmp_path):
     """A tile formats its disk the first time it uses it, reading included: that changes
     its bytes, not its files."""
