@@ -71,13 +71,31 @@ class SocketMissing(MachineNotRunning):
             f"{hint('halt', paths.name)} stops it by signal"))
 
 
+def _connect(sock, paths: MachinePaths, timeout: float) -> None:
+    """Connect, waiting up to ``timeout`` for room in the daemon's queue: a Unix socket
+    with a timeout fails at once (EAGAIN) while the queue is full, where a blocking connect
+    would wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(str(paths.socket))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise DaemonError("connect", (
+                    f"machine {paths.name!r} accepts no connection: its queue at {paths.socket} stayed "
+                    f"full for {timeout:g} s, so it is overloaded or stuck; see {paths.log}, or "
+                    f"{hint('halt', paths.name)} stops it by signal")) from None
+            time.sleep(0.02)
+
+
 class Client:
     def __init__(self, paths: MachinePaths, connect_timeout: float = CONNECT_SECONDS):
         self.paths = paths
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(connect_timeout)
         try:
-            sock.connect(str(paths.socket))
+            _connect(sock, paths, connect_timeout)
         except FileNotFoundError:
             sock.close()
             pid = lock_holder(paths.lock)
@@ -91,6 +109,9 @@ class Client:
             sock.close()
             raise DaemonError("permission_denied", f"permission denied connecting to {paths.socket}; "
                               "is it another user's machine?") from None
+        except DaemonError:
+            sock.close()
+            raise
         except OSError as exc:
             sock.close()
             raise DaemonError("connect", f"cannot connect to machine {paths.name!r} at {paths.socket}: "

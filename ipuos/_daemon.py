@@ -222,6 +222,8 @@ def _remove_stale_socket(path: Path) -> None:
         return
     except FileNotFoundError:
         return
+    except BlockingIOError:
+        pass  # EAGAIN: a listener whose queue is full answers all the same
     except OSError as exc:
         raise StartupError(f"cannot tell whether {path} is still in use ({exc.strerror}); "
                            "remove it if no daemon runs, and boot again") from None

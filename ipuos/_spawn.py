@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._client import Client, DaemonError, MachineNotRunning
+from ._client import CONNECT_SECONDS, Client, DaemonError, MachineNotRunning
 from ._daemon import ERROR_PREFIX, EXIT_ALREADY_RUNNING
 from ._memtune import tuned_environ
 from ._rundir import MachineLocked, MachinePaths, lock_holder, open_runtime_file
@@ -76,7 +76,7 @@ def ensure_running(paths: MachinePaths, preset: str, ipus: int) -> tuple[dict, b
 
 
 def hello(paths: MachinePaths, wait: float = 20.0) -> dict:
-    with Client(paths) as client:
+    with Client(paths, connect_timeout=min(wait, CONNECT_SECONDS)) as client:
         return client.call("hello", timeout=wait, wait=wait)
 
 
@@ -142,7 +142,8 @@ def _wait_until_answering(paths: MachinePaths, process: subprocess.Popen, log_st
         except MachineNotRunning:
             pass
         except DaemonError as exc:
-            if exc.code not in ("disconnected", "timeout"):
+            # ("connect": whatever holds the socket is not answering: ours exits saying why)
+            if exc.code not in ("disconnected", "timeout", "connect"):
                 raise BootFailed(f"the new daemon answered with an error: {exc.message}") from None
         else:
             if info.get("pid") == process.pid:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
+import time
 
 import pytest
 from daemon_harness import (  # noqa: F401  (fixtures)
@@ -161,6 +163,53 @@ def test_a_socket_that_is_not_stale_is_never_removed(machine, runtime_dir):
     finally:
         impostor.close()
         other.socket.unlink()
+
+
+@contextlib.contextmanager
+def _listener_with_a_full_queue(paths):
+    """A socket at ``paths.socket`` that listens and accepts nothing, its queue full: a
+    connect to it fails with EAGAIN, not ECONNREFUSED."""
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(paths.socket))
+    listener.listen(0)
+    queued = []
+    try:
+        while True:
+            client = socket.socket(socket.AF_UNIX)
+            client.setblocking(False)
+            queued.append(client)
+            try:
+                client.connect(str(paths.socket))
+            except BlockingIOError:
+                break
+        yield
+    finally:
+        for client in queued:
+            client.close()
+        listener.close()
+        paths.socket.unlink()
+
+
+def test_a_listener_with_a_full_queue_is_not_stale(runtime_dir):
+    other = machine_paths(unique_name("full"))
+    with _listener_with_a_full_queue(other):
+        done = run_cli("boot", "--preset", "tiny", "--name", other.name)
+        assert done.returncode == 1
+        assert "something already answers on" in done.stderr, done.stderr
+        assert other.socket.exists()
+
+
+def test_a_client_waits_for_a_full_queue_and_says_so(runtime_dir):
+    other = machine_paths(unique_name("full"))
+    with _listener_with_a_full_queue(other):
+        started = time.monotonic()
+        with pytest.raises(DaemonError) as info:
+            Client(other, connect_timeout=0.5)
+        assert time.monotonic() - started >= 0.5  # it waited for room, as a blocking connect would
+        assert f"machine {other.name!r} accepts no connection" in info.value.message
+        assert "overloaded or stuck" in info.value.message
 
 
 def test_racing_starts_share_one_daemon(runtime_dir):
