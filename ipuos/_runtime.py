@@ -24,6 +24,7 @@ import linecache
 import pickle
 import pprint
 import random
+import re
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -296,13 +297,17 @@ def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
     return namespace
 
 
-def module_namespace(ctx: TileContext, name: str, filename: str) -> dict:
-    """The namespace of a module a tile imports from its own files: tile code like the
-    program, under its own name. ``print``, ``open`` and the primitives come from the
-    tile's builtins, not its globals: they are always the running job's (a multirepl
-    block's, not the one that imported the module), and ``from module import *`` copies
-    only the module's own names, as on the host."""
-    return {"__name__": name, "__file__": filename, "__builtins__": ctx.builtins, TILE_GLOBALS_MARKER: ctx}
+def module_namespace(ctx: TileContext, name: str, filename: str, code) -> dict:
+    """The namespace of a module a tile imports from its own files (``code``, compiled):
+    tile code like the program, under its own name. ``print``, ``open`` and the primitives
+    come from the tile's builtins, not its globals: they are always the running job's (a
+    multirepl block's, not the one that imported the module), and ``from module import *``
+    copies only the module's own names, as on the host."""
+    namespace = {"__name__": name, "__file__": filename, "__builtins__": ctx.builtins, TILE_GLOBALS_MARKER: ctx}
+    mangled = mangled_tile_names(code)
+    if mangled:
+        bind_mangled(mangled, namespace, ctx.builtins)
+    return namespace
 
 
 #: the TileAPI methods tile code calls by name to synchronise and exchange
@@ -319,6 +324,41 @@ def bind_primitives(namespace: dict, ctx: TileContext, api: TileAPI) -> None:
     ctx.builtins.update(primitives)
 
 
+#: the tile's names that start with two underscores (see mangled_tile_names)
+_DUNDER_TILE_NAMES = ("__tileid", "__numtiles", "__physical_tile", "__tiledata", "__args")
+
+
+def mangled_tile_names(*codes) -> dict[str, str]:
+    """``{mangled: name}`` for the tile's names as ``codes`` (and the code nested in them)
+    look them up inside a class. Python rewrites a name that starts with two underscores
+    in a class body or method (``__tileid`` in ``class Worker`` is ``_Worker__tileid``);
+    binding those spellings too lets a program's classes use the tile's names as its
+    functions do. Computed once per compiled program, applied per tile by bind_mangled."""
+    found = {}
+    pending = [code for code in codes if code is not None]
+    while pending:
+        code = pending.pop()
+        for name in code.co_names:
+            if name[:1] == "_" and name[1:2] != "_":
+                for tile_name in _DUNDER_TILE_NAMES:
+                    if name.endswith(tile_name) and len(name) > len(tile_name) + 1:
+                        found[name] = tile_name
+        pending.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return found
+
+
+def bind_mangled(mangled: dict[str, str], namespace: dict, builtins: dict) -> None:
+    """Bind each mangled spelling in ``namespace`` to what its name is there (or in the
+    tile's ``builtins``, where a module finds the ids)."""
+    for alias, name in mangled.items():
+        value = namespace.get(name, builtins.get(name, _MISSING))
+        if value is not _MISSING:
+            namespace[alias] = value
+
+
+_MISSING = object()
+
+
 def preview_namespace(tiledata: str = "") -> dict:
     """The names a tile's namespace starts with, before any block has run there (name
     completion needs them before the tile has made the real one): the ids are 0, the
@@ -330,11 +370,33 @@ def preview_namespace(tiledata: str = "") -> dict:
 
 
 def user_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` with only tile-program frames (runtime frames are noise),
+    """The traceback of ``exc`` as Python prints it (chained causes and contexts,
+    exception groups), but with only tile-program frames (runtime frames are noise),
     each line from the source that frame's code came from (see TILE_SOURCE_LINES)."""
-    frames = []
-    for (frame, lineno), summary in zip(traceback.walk_tb(exc.__traceback__),
-                                        traceback.extract_tb(exc.__traceback__)):
+    report = traceback.TracebackException(type(exc), exc, exc.__traceback__, lookup_lines=False)
+    pending, seen = [(report, exc)], set()
+    while pending:  # (the report mirrors the exceptions' graph: walk both together)
+        part, error = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        part.stack = _program_frames(error.__traceback__)
+        for linked, linked_error in ((part.__cause__, error.__cause__), (part.__context__, error.__context__)):
+            if linked is not None and linked_error is not None:
+                pending.append((linked, linked_error))
+        pending.extend(zip(getattr(part, "exceptions", None) or (), getattr(error, "exceptions", ())))
+    # exchange errors read as DeadlockError: ..., not ipuos.scheduler.DeadlockError
+    return _SCHEDULER_PREFIX.sub(r"\1", "".join(report.format()))
+
+
+#: the module of the exchange's errors where an exception's type starts a line (or a line
+#: of an exception group's tree)
+_SCHEDULER_PREFIX = re.compile(r"^([ |+]*)ipuos\.scheduler\.", re.MULTILINE)
+
+
+def _program_frames(tb) -> traceback.StackSummary:
+    frames = traceback.StackSummary()
+    for (frame, _), summary in zip(traceback.walk_tb(tb), traceback.extract_tb(tb)):
         if TILE_GLOBALS_MARKER not in frame.f_globals:
             continue
         lines = (frame.f_globals.get(TILE_SOURCE_LINES) or {}).get(summary.filename)
@@ -343,14 +405,7 @@ def user_traceback(exc: BaseException) -> str:
                 summary.filename, summary.lineno, summary.name, line=lines[summary.lineno - 1],
                 end_lineno=summary.end_lineno, colno=summary.colno, end_colno=summary.end_colno)
         frames.append(summary)
-    lines = []
-    if frames:
-        lines.append("Traceback (most recent call last):\n")
-        lines.extend(traceback.format_list(frames))
-    for line in traceback.format_exception_only(type(exc), exc):
-        # exchange errors read as DeadlockError: ..., not ipuos.scheduler.DeadlockError
-        lines.append(line[len("ipuos.scheduler."):] if line.startswith("ipuos.scheduler.") else line)
-    return "".join(lines)
+    return frames
 
 
 def source_text(source) -> str:
@@ -399,6 +454,7 @@ class TileProgram:
     def __post_init__(self):
         self.source = source_text(self.source)  # (TypeError for what is not a program's text)
         self.code = compile_program(self.source, self.filename)
+        self.mangled = mangled_tile_names(self.code)
         self._text = self.source.encode("utf-8")
         self._lines = self.source.splitlines()
 
@@ -426,6 +482,8 @@ class TileProgram:
             namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
             if not self.filename.startswith("<"):  # a file's name, not "<program>" (as -c)
                 namespace["__file__"] = self.filename
+            if self.mangled:
+                bind_mangled(self.mangled, namespace, ctx.builtins)
             tile.resolve_global = _global_resolver(namespace, ctx)
             try:
                 exec(self.code, namespace)
@@ -573,6 +631,7 @@ class ReplBlock:
         self.expression = expression
         self.filename = filename
         self.lines = lines or []
+        self.mangled = mangled_tile_names(body, expression)
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
         self.exit_codes: dict[int, int] = {}
@@ -614,6 +673,8 @@ class ReplBlock:
                 resume()
         api.tile.resolve_global = _global_resolver(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
+        if self.mangled:
+            bind_mangled(self.mangled, namespace, ctx.builtins)
         code = 0
         try:
             exec(self.body, namespace)

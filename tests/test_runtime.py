@@ -446,6 +446,52 @@ def test_traceback_shows_only_program_frames(machine):
     assert "ipuos" not in error and "scheduler" not in error
 
 
+def test_tracebacks_show_chained_exceptions_as_python_does(machine):
+    result = run(machine, """
+        def load():
+            try:
+                {}["key"]
+            except KeyError as e:
+                raise RuntimeError("config broken") from e
+        def handle():
+            try:
+                1 / 0
+            except ZeroDivisionError:
+                raise ValueError("while handling")
+        def quiet():
+            try:
+                1 / 0
+            except ZeroDivisionError:
+                raise ValueError("nothing before me") from None
+        for f in (load, handle, quiet):
+            try:
+                f()
+            except Exception as exc:
+                failure = exc
+                print(f.__name__, "ok")
+        if __tileid == 0:
+            load()
+        elif __tileid == 1:
+            handle()
+        elif __tileid == 2:
+            quiet()
+        else:
+            raise ExceptionGroup("several", [KeyError("k"), TypeError("t")])
+    """, tiles="0-3", filename="prog.py")
+    load, handle, quiet, group = (t.error for t in result.tiles)
+    assert load.index("KeyError: 'key'") < load.index(
+        "The above exception was the direct cause of the following exception:") < load.index(
+        "RuntimeError: config broken")
+    assert 'File "prog.py", line 4, in load' in load and '{}["key"]' in load
+    assert handle.index("ZeroDivisionError: division by zero") < handle.index(
+        "During handling of the above exception, another exception occurred:") < handle.index(
+        "ValueError: while handling")
+    assert "ZeroDivisionError" not in quiet and "ValueError: nothing before me" in quiet
+    assert "ExceptionGroup: several (2 sub-exceptions)" in group
+    assert "KeyError: 'k'" in group and "TypeError: t" in group
+    assert all("ipuos" not in error and "scheduler" not in error for error in (load, handle, quiet, group))
+
+
 def test_syntax_errors_are_reported_before_anything_runs(machine):
     with pytest.raises(SyntaxError):
         machine.launch("x = (", tiles="0")
@@ -504,3 +550,29 @@ def test_each_line_goes_to_the_tile_its_start_falls_in(data, n):
 def test_non_utf8_data_is_refused_clearly(machine):
     with pytest.raises(ValueError, match="not UTF-8 text"):
         machine.launch("pass", tiles="0-1", data=b"\xff\xfe\n\x00")
+
+
+def test_the_tiles_names_are_found_inside_classes(machine):
+    """Python mangles a name that starts with two underscores inside a class
+    (``__tileid`` -> ``_Worker__tileid``): the tile's names are found all the same, in a
+    program, a multirepl block and a module imported from the tile's disk."""
+    result = run(machine, """
+        class Worker:
+            me = (__tileid, __numtiles, __physical_tile, __tiledata.strip(), __args)
+            def run(self):
+                return f"tile {__tileid} of {__numtiles}"
+        class _Private:
+            def who(self):
+                return __tileid
+        print(Worker.me, Worker().run(), _Private().who())
+    """, tiles="3-4", data="a\nb\n")
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == [
+        "(0, 2, 3, 'a', ['<program>']) tile 0 of 2 0\n", "(1, 2, 4, 'b', ['<program>']) tile 1 of 2 1\n"]
+    repl = machine.repl("5-6")
+    block = repl.run("class R:\n    def rank(self):\n        return __tileid\nprint(R().rank())\n")
+    assert [t.output for t in block.tiles] == ["0\n", "1\n"]
+    machine.fs.makedirs(5, "/lib", exist_ok=True)
+    machine.fs.write_file(5, "/lib/ranked.py", b"class K:\n    def rank(self):\n        return __tileid\n")
+    result = run(machine, "import ranked\nprint(ranked.K().rank())\n", tiles="5")
+    assert result.ok and result.tiles[0].output == "0\n", result.format()

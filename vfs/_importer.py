@@ -32,11 +32,11 @@ class TileImporter:
     """``__find_module__`` for the runtime: ``finder(name, fromlist)`` returns what
     ``__import__`` would, or None if no file provides the top-level module.
 
-    ``vfs()`` gives the tile's Vfs; ``new_globals(name, filename)`` a fresh namespace
+    ``vfs()`` gives the tile's Vfs; ``new_globals(name, filename, code)`` a fresh namespace
     for a module's code.
     """
 
-    def __init__(self, vfs: Callable, new_globals: Callable[[str, str], dict]):
+    def __init__(self, vfs: Callable, new_globals: Callable[[str, str, types.CodeType], dict]):
         self._vfs = vfs
         self._new_globals = new_globals
         #: modules loaded by this program run, by dotted name
@@ -99,7 +99,7 @@ class TileImporter:
         text = decode_source(source)
         linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
         module = types.ModuleType(fullname)
-        module.__dict__.update(self._new_globals(fullname, filename))
+        module.__dict__.update(self._new_globals(fullname, filename, code))
         module.__dict__[TILE_SOURCE_LINES] = {filename: text.splitlines()}  # (this tile's copy)
         module.__file__ = filename
         if package_dir is not None:

@@ -35,10 +35,10 @@ class TileSession:
                  "_new_globals", "_cwd")
 
     def __init__(self, tile, vfs_of: Callable,
-                 new_globals: Callable[[str, str], dict] | None = None):
+                 new_globals: Callable[[str, str, types.CodeType], dict] | None = None):
         self._tile = tile
         self._vfs_of = vfs_of
-        #: ``new_globals(name, filename)``: a namespace for a module imported from the tile
+        #: ``new_globals(name, filename, code)``: a namespace for a module imported from the tile
         self._new_globals = new_globals
         self._vfs = tile.kernel_data.get(VFS_KEY)
         self._cwd = "/"
