@@ -222,9 +222,9 @@ def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket"
 # -- programs ---------------------------------------------------------------------------------
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})  # (those are the program's)
 @click.argument("file", type=click.File("rb"))
-@click.argument("program_args", metavar="[ARGS]...", nargs=-1)
+@click.argument("program_args", metavar="[ARGS]...", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")
 @click.option("--data", "data_file", type=click.File("rb"), help="host file split over the tiles as __tiledata")
 @click.option("--budget", type=float, callback=lambda ctx, param, value: _budget(value),
@@ -237,8 +237,8 @@ def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket"
 def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, preset, ipus, name) -> None:
     """Run a Python FILE on tiles of the machine and print their output, grouped.
 
-    ARGS reach the program as __args, after FILE's name (put `--` before any that
-    start with a dash). Starts the machine if it is not running. Ctrl-C interrupts the
+    ARGS reach the program as __args, after FILE's name; options ipuos does not know
+    are the program's too (after `--`, every argument is). Starts the machine if it is not running. Ctrl-C interrupts the
     program and still prints what its tiles printed.
     """
     source = file.read()

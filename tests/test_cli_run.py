@@ -63,6 +63,10 @@ def test_run_passes_arguments_to_the_program(runner, program):
     result = runner.invoke(main, ["run", path, "--tiles", "0-1", "one", "two words", "--", "--three"])
     assert result.exit_code == 0, result.output
     assert result.output == f"[2 tiles: 0-1]\n{[path, 'one', 'two words', '--three']}\n"
+    # options ipuos does not know are the program's, as the shell's run and python have it
+    result = runner.invoke(main, ["run", path, "x", "-v", "--tiles", "0", "--level=3"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"[1 tile: 0]\n{[path, 'x', '-v', '--level=3']}\n"
 
 
 def test_a_data_file_that_is_not_utf8_names_the_byte_in_the_file(runner, program, tmp_path):
