@@ -53,13 +53,18 @@ def encode(obj, *, by_name: bool = False) -> bytes:
         out.write(b"P")
         _TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         return out.getvalue()
-    except Exception as exc:
-        # (an object's address differs on every tile: without it, the same failure on
-        # many tiles groups as one in a report)
-        reason = _ADDRESS.sub("", str(exc))
-        raise TypeError(
-            f"cannot send an object of type {type(obj).__name__} through the exchange: {reason}"
-        ) from None
+    except RecursionError as exc:  # (nested deeper than pickle can go: as pickle says)
+        raise RecursionError(_cannot_send(obj, exc)) from None
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:  # pickle's own refusals
+        raise TypeError(_cannot_send(obj, exc)) from None
+    # anything else was raised by the object's own code (a __reduce__ or __getstate__):
+    # it reaches the program as raised
+
+
+def _cannot_send(obj, exc: BaseException) -> str:
+    # (an object's address differs on every tile: without it, the same failure on many
+    # tiles groups as one in a report)
+    return f"cannot send an object of type {type(obj).__name__} through the exchange: {_ADDRESS.sub('', str(exc))}"
 
 
 #: ``resolve(module, qualname)``: what a name sent by :func:`encode` is on the receiver
@@ -82,10 +87,15 @@ def decode(buf, resolve: Resolver | None = None) -> object:
 
 class _TilePickler(pickle.Pickler):
     def persistent_id(self, obj):
-        if isinstance(obj, (type, types.FunctionType)) and _program_defined(obj):
-            name = getattr(obj, "__qualname__", "")
-            if "<" not in name:  # a lambda or a local one has no name to find: pickle says so
-                return (_BY_NAME, obj.__module__, name)
+        if isinstance(obj, (type, types.FunctionType, types.MethodType)):
+            if type(obj) is not type and (getattr(obj, "__module__", None) or "").startswith("ipuos."):
+                # open, print, os's functions, the primitives: bound to this tile's files,
+                # output and exchange (pickle would only say what they hold is unpicklable)
+                raise TypeError(f"{obj.__name__}() is part of this tile's runtime, which stays on its tile")
+            if type(obj) is not types.MethodType and _program_defined(obj):
+                name = getattr(obj, "__qualname__", "")
+                if "<" not in name:  # a lambda or a local one has no name to find: pickle says so
+                    return (_BY_NAME, obj.__module__, name)
         return None
 
 

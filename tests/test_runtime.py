@@ -235,6 +235,32 @@ def test_a_class_the_receiver_lacks_is_a_clear_error(machine):
     assert "received an object of __main__.Secret, which this tile does not define" in result.tiles[1].error
 
 
+def test_what_cannot_be_sent_fails_with_the_error_that_says_why(machine):
+    result = run(machine, """
+        import os
+        class Touchy:
+            def __getstate__(self):
+                raise KeyError("custom")
+        deep = []
+        for _ in range(5000):
+            deep = [deep]
+        for what in (Touchy(), deep, os.listdir, open, print, allreduce, sync, [1, os.remove]):
+            try:
+                bcast(what, 0)
+            except Exception as exc:
+                print(type(exc).__name__, exc)
+    """, tiles="0")
+    assert result.ok, result.format()
+    lines = result.tiles[0].output.splitlines()
+    assert lines[0] == "KeyError 'custom'"  # the program's own error, as pickle lets it through
+    assert lines[1].startswith("RecursionError cannot send an object of type list through the exchange")
+    for line, name in zip(lines[2:7], ("listdir", "open", "print", "allreduce", "sync")):
+        assert line.startswith("TypeError cannot send an object of type"), line
+        assert f"{name}() is part of this tile's runtime" in line, line
+        assert "mmap" not in line and "local object" not in line, line
+    assert lines[7].startswith("TypeError") and "remove() is part of this tile's runtime" in lines[7]
+
+
 def test_print_is_captured_per_tile_with_sep_and_end(machine):
     result = run(machine, "print('a', __tileid, sep='-', end='|')\nprint()", tiles="2-3")
     assert [t.output for t in result.tiles] == ["a-0|\n", "a-1|\n"]
