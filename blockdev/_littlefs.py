@@ -870,6 +870,7 @@ class Filesystem:
     def remove(self, path: str) -> None:
         """Delete a file (EISDIR for a directory: use :meth:`rmdir`)."""
         path = self._path(path)
+        self._refresh_before_losing_name("remove", path)
         self._run("remove", path, None, _remove_typed, path, False)
         self._detach(path)
 
@@ -891,6 +892,8 @@ class Filesystem:
                   and (file.path == base or file.path.startswith(base + "/"))]
         replaced = [file for file in self._open
                     if file.path == dst.rstrip("/") and file not in moving and not file._detached]
+        if replaced:
+            self._refresh_before_losing_name("rename", dst.rstrip("/"))
         if moving:
             self._run("rename", src, dst, _rename_open, src, dst, inside, moving)
         else:
@@ -899,6 +902,14 @@ class Filesystem:
             file._detached = True
         if replaced:
             self._reshare()
+
+    def _refresh_before_losing_name(self, op: str, path: str) -> None:
+        """A stale handle reopens by its path (see File), which a remove or a replace is
+        about to take away: it takes the file as last committed now, or it would keep
+        seeing what it saw before the other handles' writes for as long as it is open."""
+        stale = [f for f in self._open if f._stale and f.path == path and not f._detached]
+        for file in stale:
+            self._run(op, path, None, _refresh, file)
 
     def _detach(self, path: str) -> None:
         """Files open at ``path`` no longer have a name: another file made there later is

@@ -246,6 +246,23 @@ class FilesystemTests:
             assert b.read(5) == b"01234"
             assert a.read(2) == b"34"
 
+    def test_a_handle_keeps_what_others_wrote_when_its_file_loses_its_name(self, fs):
+        """As on the host: a removed or replaced file is the file as last written, through
+        any handle, not what this handle saw when it last looked."""
+        for lose_name in (lambda: fs.remove("/f"), lambda: self.write_file(fs, "/other", b"other")
+                          or fs.rename("/other", "/f")):
+            self.write_file(fs, "/f", b"old-content")
+            with fs.open("/f", "r") as reader, fs.open("/f", "r+") as appender:
+                self.write_file(fs, "/f", b"NEW")  # a third handle rewrites it
+                lose_name()
+                assert reader.read() == b"NEW"
+                appender.seek(0, os.SEEK_END)
+                appender.write(b"+")
+                appender.seek(0)
+                assert appender.read() == b"NEW+"
+            if fs.exists("/f"):
+                fs.remove("/f")
+
     def test_unmount_commits_open_files(self, fs):
         f = fs.open("/f", "w")
         f.write(b"not closed by its user")
