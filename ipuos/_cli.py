@@ -23,7 +23,7 @@ from click.core import ParameterSource
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._machine import EXIT_INTERRUPTED, RunResult
-from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
+from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
 from ._rundir import (
     DEFAULT_MACHINE,
     MACHINE_ENV,
@@ -94,7 +94,16 @@ def _paths(name: str) -> MachinePaths:
             raise click.BadParameter(str(exc), param_hint="--name") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # (click would say "Aborted!" and exit 1: an error)
+            click.echo("\nipuos: interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ipuos")
 def main() -> None:
     """A simulated many-core chip running a small Python operating system.
@@ -238,14 +247,18 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     """Run a Python FILE on tiles of the machine and print their output, grouped.
 
     ARGS reach the program as __args, after FILE's name; options ipuos does not know
-    are the program's too (after `--`, every argument is). Starts the machine if it is not running. Ctrl-C interrupts the
-    program and still prints what its tiles printed.
+    are the program's too (after `--`, every argument is). Starts the machine if it is
+    not running. Ctrl-C interrupts the program and still prints what its tiles printed.
     """
+    filename = getattr(file, "name", "<stdin>")  # ("-" is stdin, named so by Python)
+    if data_file is not None and getattr(data_file, "name", "<stdin>") == filename == "<stdin>":
+        raise click.UsageError("FILE and --data cannot both be read from standard input (-); "
+                               "give one of them as a file")
     source = file.read()
     data = data_file.read() if data_file is not None else None
     _check_run_request(source, data, program_args)  # (before a machine is started for it)
-    paths, _ = attach_machine(name, preset, ipus)
-    args = {"filename": file.name, "source_len": len(source), "tiles": tile_spec,
+    paths, _ = attach_machine(name, preset, ipus, tile_spec)
+    args = {"filename": filename, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
     progress = _RunProgress(not as_json and _stderr_is_terminal(), paths.name)
     with _Errors(), Client(paths) as client, progress:
@@ -346,11 +359,14 @@ def _stderr_is_terminal() -> bool:
         return False
 
 
-def attach_machine(name: str, preset: str | None = None,
-                   ipus: int | None = None) -> tuple[MachinePaths, dict]:
+def attach_machine(name: str, preset: str | None = None, ipus: int | None = None,
+                   tile_spec: str | None = None) -> tuple[MachinePaths, dict]:
     """The paths of machine ``name`` and its ``hello`` answer, started (like tmux) if it is
-    not running; a ``--preset``/``--ipus`` the running machine does not have is refused."""
+    not running; a ``--preset``/``--ipus`` the running machine does not have is refused.
+    A ``--tiles`` spec is checked first: a typo must not leave a machine started for it."""
     paths = _paths(name)
+    if tile_spec is not None:
+        _check_tile_spec(tile_spec, paths, preset, ipus)
     with _Errors():
         info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
     if booted:
@@ -359,6 +375,20 @@ def attach_machine(name: str, preset: str | None = None,
     else:
         _check_geometry(name, info, preset, ipus)
     return paths, info
+
+
+def _check_tile_spec(tile_spec: str, paths: MachinePaths, preset: str | None, ipus: int | None) -> None:
+    """BadParameter for a spec that is malformed, or, when no machine runs, that names
+    tiles the machine about to be started would not have. (A running machine checks the
+    range itself.)"""
+    if lock_holder(paths.lock) is None:
+        ntiles = PRESETS[preset or DEFAULT_PRESET].tiles_per_chip * (ipus or 1)
+    else:
+        ntiles = largest_machine_tiles()
+    try:
+        parse_tiles(tile_spec, ntiles)
+    except TileSpecError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tiles") from None
 
 
 def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None) -> None:

@@ -18,13 +18,11 @@ import signal
 
 import click
 
-from ._cli import _Errors, _fail, _paths, attach_machine, json_option, main, name_option
+from ._cli import _Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED
 from ._mount import already_mounted, canonical_mountpoint, mount_at, remove_mount
-from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
-from ._tilespec import TileSpecError, parse_tiles
 
 #: seconds a background mount or an unmount may take in the daemon
 MOUNT_SECONDS = 30.0
@@ -37,9 +35,11 @@ MOUNT_SECONDS = 30.0
               help="tiles to show under /tiles, e.g. 0-15")
 @click.option("--foreground", is_flag=True,
               help="stay attached; Ctrl-C or SIGTERM unmounts (lazily if a file is still open)")
+@preset_option(None)
+@ipus_option(None)
 @name_option
 @json_option
-def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
+def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_json) -> None:
     """Mount the machine's files at MOUNTPOINT: /tiles/<id>/... and /chip/...
 
     Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`.
@@ -57,11 +57,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, name, as_json) -> None:
                                  param_hint="MOUNTPOINT")
     if entry is not None:
         _fail(already_mounted(where, entry))
-    try:
-        parse_tiles(tile_spec, largest_machine_tiles())  # the syntax; the machine checks its range
-    except TileSpecError as exc:
-        raise click.BadParameter(str(exc), param_hint="--tiles") from None
-    attach_machine(name)
+    attach_machine(name, preset, ipus, tile_spec)
     args = {"mountpoint": where, "read_only": read_only,
             "tiles": tile_spec, "foreground": foreground}
     with _Errors(), Client(paths) as client:

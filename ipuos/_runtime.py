@@ -480,7 +480,8 @@ class TileProgram:
             namespace = make_namespace(api, ctx, share)
             namespace[TILE_SOURCE_LINES] = {self.filename: self._lines}
             namespace["__args"] = list(self.argv) if self.argv is not None else [self.filename]
-            if not self.filename.startswith("<"):  # a file's name, not "<program>" (as -c)
+            # a file's name, or "<stdin>" as for `python -`; not "<program>" (as -c)
+            if not self.filename.startswith("<") or self.filename == "<stdin>":
                 namespace["__file__"] = self.filename
             if self.mangled:
                 bind_mangled(self.mangled, namespace, ctx.builtins)

@@ -11,6 +11,7 @@ import time
 import pytest
 from click.testing import CliRunner
 from daemon_harness import (  # noqa: F401  (fixtures)
+    IPUOS,
     boot_machine,
     machine,
     raw_socket,
@@ -274,3 +275,24 @@ def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine):
     assert result.exit_code == 0, result.output
     assert "stopped by signal" in result.output
     assert lock_holder(machine.paths.lock) is None
+
+
+def test_ctrl_c_while_waiting_for_the_daemon_is_status_130(machine):
+    """A daemon that does not answer (stopped here) keeps a command waiting; Ctrl-C then
+    ends it as an interruption (130), not as click's 'Aborted!' error (1)."""
+    import subprocess
+
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        for command in (["ps"], ["status", "--json"], ["kill", "3"]):
+            client = subprocess.Popen([IPUOS, *command, "--name", machine.name], env=machine.env(),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            time.sleep(1.0)
+            client.send_signal(signal.SIGINT)
+            out, err = client.communicate(timeout=30)
+            assert client.returncode == 130, (command, err)
+            assert err.strip() == "ipuos: interrupted", err
+            assert "Aborted" not in err and out == ""
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+    assert invoke(machine, "ps").exit_code == 0

@@ -63,6 +63,11 @@ def test_run_passes_arguments_to_the_program(runner, program):
     result = runner.invoke(main, ["run", path, "--tiles", "0-1", "one", "two words", "--", "--three"])
     assert result.exit_code == 0, result.output
     assert result.output == f"[2 tiles: 0-1]\n{[path, 'one', 'two words', '--three']}\n"
+    # a program read from stdin is "<stdin>", as for `python -`; stdin cannot be the data too
+    result = runner.invoke(main, ["run", "-", "--tiles", "0", "x"], input="print(__file__, __args)\n")
+    assert result.output == "[1 tile: 0]\n<stdin> ['<stdin>', 'x']\n", result.output
+    result = runner.invoke(main, ["run", "-", "--tiles", "0", "--data", "-"], input="print(1)\n")
+    assert result.exit_code == 2 and "cannot both be read from standard input" in result.output
     # options ipuos does not know are the program's, as the shell's run and python have it
     result = runner.invoke(main, ["run", path, "x", "-v", "--tiles", "0", "--level=3"])
     assert result.exit_code == 0, result.output

@@ -122,6 +122,14 @@ def test_refused_mount_requests_start_no_machine(runtime_dir, tmp_path):
     done = run_cli("mount", str(tmp_path / "here"), "--tiles", "abc", env=env)
     assert done.returncode == 2 and "'abc' is not a tile id" in done.stderr
     assert done.stderr.count("started machine") == 0
+    # a range the machine it would start lacks: tiny has 16 tiles, two of them 32
+    done = run_cli("mount", str(tmp_path / "here"), "--preset", "tiny", "--tiles", "16", env=env)
+    assert done.returncode == 2 and "no tile 16 on this machine" in done.stderr, done.stderr
+    assert "never-started" not in run_cli("machines", env=env).stdout
+    done = run_cli("run", __file__, "--preset", "tiny", "--ipus", "2", "--tiles", "0-32", env=env)
+    assert done.returncode == 2 and "no tile 32" in done.stderr and "started machine" not in done.stderr
+    done = run_cli("run", __file__, "--preset", "tiny", "--tiles", "x1", env=env)
+    assert done.returncode == 2 and "'x1' is not a tile id" in done.stderr
     assert "never-started" not in run_cli("machines", env=env).stdout
 
 
