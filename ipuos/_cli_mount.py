@@ -22,7 +22,9 @@ from ._cli import _Errors, _fail, _paths, attach_machine, ipus_option, json_opti
 from ._client import Client, DaemonError, MachineNotRunning
 from ._machine import EXIT_INTERRUPTED
 from ._mount import already_mounted, canonical_mountpoint, mount_at, remove_mount
+from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
+from ._tilespec import parse_tiles
 
 #: seconds a background mount or an unmount may take in the daemon
 MOUNT_SECONDS = 30.0
@@ -115,7 +117,8 @@ def _list_mounts(paths, as_json: bool) -> None:
     with _Errors(), Client(paths) as client:
         mounts = client.call("mounts")["mounts"]
     if as_json:
-        click.echo(json.dumps(mounts, indent=1))
+        listed = [{**item, "tiles": parse_tiles(item["tiles"], largest_machine_tiles())} for item in mounts]
+        click.echo(json.dumps({"name": paths.name, "mounts": listed}, indent=1))
         return
     if not mounts:
         click.echo(f"machine {paths.name!r} has no mounts; `ipuos mount DIR` adds one")

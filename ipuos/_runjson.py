@@ -19,7 +19,7 @@ _STATS_FIELDS = tuple(f.name for f in dataclasses.fields(JobStats))
 def run_result_to_json(result: RunResult) -> dict:
     return {
         "job": result.job_id,
-        "name": result.name,
+        "program": result.name,  # ("name" is the machine in every document)
         "exit_status": result.exit_status,
         "tiles": [dataclasses.asdict(tile) for tile in result.tiles],
         "stats": dataclasses.asdict(result.stats),
@@ -31,6 +31,6 @@ def run_result_from_json(doc: dict) -> RunResult:
     try:
         tiles = [TileRun(**{name: tile[name] for name in _TILE_FIELDS}) for tile in doc["tiles"]]
         stats = JobStats(**{name: doc["stats"][name] for name in _STATS_FIELDS if name in doc["stats"]})
-        return RunResult(doc["job"], doc.get("name", ""), tiles, stats)
+        return RunResult(doc["job"], doc.get("program", ""), tiles, stats)
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a run result: missing or malformed {exc}") from None

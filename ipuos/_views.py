@@ -7,7 +7,7 @@ expands it into one object per tile, which is what scripts want.
 
 from __future__ import annotations
 
-from ._tilespec import format_tiles
+from ._tilespec import format_tiles, parse_tiles
 
 
 def human_bytes(n: float) -> str:
@@ -64,7 +64,12 @@ def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
 
 
 def ps_json(name: str, ps: dict, tiles: list[int] | None = None) -> dict:
-    document = {"name": name, "tiles": tile_records(ps, tiles), "jobs": ps["jobs"]}
+    """``ps --json``: the vocabulary of every document (the machine is ``name``, counts
+    are ``ntiles``/``njobs``, ``tiles`` and ``jobs`` lists; a job's program is ``program``)."""
+    jobs = [{"job": job["job"], "program": job["name"], "tiles": parse_tiles(job["tiles"] or [], ps["ntiles"]),
+             **{key: job[key] for key in ("ntiles", "elapsed_seconds", "client_pid")}} for job in ps["jobs"]]
+    document = {"name": name, "ntiles": ps["ntiles"], "njobs": len(jobs),
+                "tiles": tile_records(ps, tiles), "jobs": jobs}
     for key in ("stale_seconds", "stale_reason"):  # (scripts must know it is old news)
         if key in ps:
             document[key] = ps[key]

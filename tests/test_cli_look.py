@@ -70,6 +70,10 @@ def test_ps_json_has_every_tile(busy):
     assert first["state"] in ("running", "waiting") and 0 < first["sram_used"] <= 65536
     assert [t["state"] for t in doc["tiles"][4:]] == ["idle"] * 12
     assert [j["job"] for j in doc["jobs"]] == [job]
+    assert (doc["ntiles"], doc["njobs"]) == (16, 1)
+    (entry,) = doc["jobs"]
+    assert (entry["tiles"], entry["ntiles"], entry["program"]) == ([0, 1, 2, 3], 4, "spin.py")
+    assert "name" not in entry
 
 
 def test_ps_lists_chosen_tiles_one_by_one(busy):

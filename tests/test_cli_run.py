@@ -156,11 +156,14 @@ def test_output_keeps_terminal_escapes_when_piped(runner, program):
 
 
 def test_json_output(runner, program):
-    result = runner.invoke(main, ["run", program("print(__tileid)"), "--tiles", "2-3", "--json"])
+    path = program("print(__tileid)")
+    result = runner.invoke(main, ["run", path, "--tiles", "2-3", "--json"])
     assert result.exit_code == 0
     doc = json.loads(result.output)
     assert [(t["tile"], t["output"], t["status"]) for t in doc["tiles"]] == [(2, "0\n", "ok"), (3, "1\n", "ok")]
     assert doc["stats"]["supersteps"] >= 1 and doc["exit_status"] == 0
+    # "name" is the machine in every document: the program is "program"
+    assert doc["program"] == path and "name" not in doc
 
 
 def test_a_tile_printing_a_lone_surrogate_costs_nobody_their_output(runner, program):

@@ -56,8 +56,11 @@ def test_mount_list_and_umount(machine, mountpoint):
 
     listed = cli(machine, "mount")
     assert listed.returncode == 0 and mountpoint in listed.stdout and "tiles 0-15" in listed.stdout
-    (item,) = json.loads(cli(machine, "mount", "--json").stdout)
+    listed = json.loads(cli(machine, "mount", "--json").stdout)
+    assert listed["name"] == machine.name
+    (item,) = listed["mounts"]
     assert item["mountpoint"] == mountpoint and item["readonly"] is False and item["foreground"] is False
+    assert item["tiles"] == list(range(16))
     assert json.loads(cli(machine, "status", "--json").stdout)["mounts"] == [mountpoint]
 
     done = cli(machine, "umount", mountpoint)
@@ -219,7 +222,7 @@ def _foreground(machine, path: str, *args) -> subprocess.Popen:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_foreground_mount_ends_with_its_command(machine, mountpoint, signum):
     process = _foreground(machine, mountpoint)
-    (item,) = json.loads(cli(machine, "mount", "--json").stdout)
+    (item,) = json.loads(cli(machine, "mount", "--json").stdout)["mounts"]
     assert item["foreground"] is True and item["client_pid"] == process.pid
     Path(mountpoint, "tiles", "3", "f").write_text("while mounted")
     process.send_signal(signum)
