@@ -23,6 +23,7 @@ import ipuos
 from daemon_harness import IPUOS, Booted, boot_machine, machine, run_cli, runtime_dir, unique_name, wait_for  # noqa: F401
 from ipuos._rundir import machine_paths
 from ipuos import _backup
+from ipuos._image import MAGIC
 
 KiB = 1024
 
@@ -341,6 +342,20 @@ def test_a_read_only_destination_is_named_as_such(host_tmpfs):
         _backup.check_destination(str(readonly / "m.img"))
 
 
+def test_a_backup_replaces_an_image_or_an_empty_file_and_nothing_else(machine, tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text("print('precious')\n")
+    result = cli(machine, "backup", str(program), check=False)
+    assert result.returncode == 1
+    assert f"cannot write {program}: it exists and is not an ipuos image" in result.stderr
+    assert program.read_text() == "print('precious')\n"
+    empty = tmp_path / "new.img"
+    empty.touch()
+    cli(machine, "backup", str(empty))
+    cli(machine, "backup", str(empty))  # (now an image: replaced again)
+    assert run_cli("image", "verify", str(empty)).returncode == 0
+
+
 def test_cli_errors_and_exit_codes(machine, tmp_path):
     image = tmp_path / "m.img"
     cli(machine, "backup", str(image))
@@ -375,7 +390,7 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
         assert stat.S_ISSOCK(os.lstat(tmp_path / "sock").st_mode)
     finally:
         listener.close()
-    (tmp_path / "target.img").write_bytes(b"old")
+    (tmp_path / "target.img").write_bytes(b"")
     os.symlink("target.img", tmp_path / "link.img")
     cli(machine, "backup", str(tmp_path / "link.img"))
     assert os.readlink(tmp_path / "link.img") == "target.img"
@@ -427,7 +442,7 @@ def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
 
 def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path):
     image = tmp_path / "m.img"
-    image.write_bytes(b"the old image")
+    image.write_bytes(MAGIC + b"the old image")
     busy = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, """
 x = 0
 for i in range(80_000_000):  # seconds of pure compute: no exchange point to freeze at
@@ -448,7 +463,7 @@ print(x)
     assert backup.returncode == 130, (out, err)
     assert f"backup cancelled; {image} was not written" in err, err
     busy.communicate(timeout=60)
-    assert image.read_bytes() == b"the old image"
+    assert image.read_bytes() == MAGIC + b"the old image"
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in tmp_path.iterdir())
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     cli(machine, "backup", str(image))  # the machine is fine
