@@ -326,12 +326,15 @@ class Machine:
         self._closed = False
         # a machine dropped without close() must not keep its threads and SRAM for ever
         self._finalizer = weakref.finalize(self, _stop_abandoned, self.scheduler, self.storage)
-        if storage == "eager":
-            try:
-                self.storage.bring_up()
-            except BaseException:
-                self.close()
-                raise
+        try:
+            # eager: every tile now. Otherwise tiles bring their storage up on first use,
+            # except the chip tile: its /chip is striped over the other tiles, so bringing
+            # it up takes the exchange, and inside a program that would end the program's
+            # superstep at its first import or file operation
+            self.storage.bring_up(None if storage == "eager" else [self.storage.chip_tile])
+        except BaseException:
+            self.close()
+            raise
         self.boot_seconds = time.perf_counter() - started
 
     # -- programs ------------------------------------------------------------------------

@@ -431,3 +431,25 @@ def test_a_repl_block_over_its_budget_reports_the_programs_frames(machine):
     assert "_scheduler.py" not in text and "ipuos.scheduler." not in text
     assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
     repl.close()
+
+
+def test_a_first_file_operation_on_tile_0_does_not_end_its_superstep():
+    """Tile 0's storage includes /chip, striped over the other tiles: bringing it up takes
+    the exchange. It is up before any program runs, so a program's first import or file
+    operation there is no exchange point (messages sent this superstep stay in flight)."""
+    with Machine("tiny") as machine:
+        result = machine.run("""
+if __tileid == 1:
+    send(0, "hello")
+    sync()
+else:
+    before = poll(1)
+    import os
+    os.listdir("/")
+    open("/x", "w").close()
+    print(before, poll(1))
+    sync()
+    print(poll(1))
+""", tiles="0-1")
+        assert result.ok, result.format()
+        assert result.tiles[0].output == "False False\nTrue\n"

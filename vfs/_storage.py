@@ -7,7 +7,8 @@ of every tile's SRAM, so SRAM accounting shows it from the start, and registers 
 first use** (the first program that opens a file there, or the first request for it):
 a ``MemoryDevice`` over the region, a littlefs ``Filesystem``, formatted (SRAM is zero
 at boot, so there is nothing to mount yet) and mounted at ``/``. Tile 0 also mounts the
-chip disk at ``/chip`` (when a device for it is given) and ``/tiles``.
+chip disk at ``/chip`` (when a device for it is given) and ``/tiles``; the machine brings
+tile 0 up at boot (see ``Machine``), because mounting ``/chip`` takes the exchange.
 
 Why on first use: bringing a filesystem up costs 40-140 us and ~30 KiB of host memory per
 tile (littlefs caches, the SRAM pages formatting writes, the tile's greenlet waking); on
