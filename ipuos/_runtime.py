@@ -148,6 +148,8 @@ class TileContext:
         if flush and file is not None:  # (the tile's own output is never held back)
             file.flush()
 
+    print.__qualname__ = "print"  # (a wrong call's TypeError says print(), as Python's)
+
 
 def _tile_random(ctx: TileContext) -> types.ModuleType:
     """A private ``random`` module: tiles must not share one generator's state."""

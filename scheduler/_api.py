@@ -74,6 +74,7 @@ def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
                 return
         _wait_counted(job, tile, gen, "sync()")
 
+    sync.__qualname__ = "sync"  # (what a wrong call's TypeError names)
     return sync
 
 
@@ -111,6 +112,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
         lengths[rank] = len(payload)
         return _arrive(job, tile, key, label)
 
+    allgather.__name__ = allgather.__qualname__ = label[:-2]  # (what a wrong call's TypeError names)
     return allgather
 
 
@@ -392,3 +394,10 @@ class TileAPI:
             raise ValueError(
                 f"unknown reduction {op!r}: use 'sum', 'prod', 'min', 'max' or a function of two values"
             ) from None
+
+
+# a wrong call's TypeError names the primitive as the program called it ("reduce()"),
+# not the class behind it ("TileAPI.reduce()")
+for _name in ("send", "recv", "poll", "bcast", "gather", "scatter", "reduce", "allreduce"):
+    getattr(TileAPI, _name).__qualname__ = _name
+del _name

@@ -602,3 +602,31 @@ def test_the_tiles_names_are_found_inside_classes(machine):
     machine.fs.write_file(5, "/lib/ranked.py", b"class K:\n    def rank(self):\n        return __tileid\n")
     result = run(machine, "import ranked\nprint(ranked.K().rank())\n", tiles="5")
     assert result.ok and result.tiles[0].output == "0\n", result.format()
+
+
+def test_misused_builtins_are_named_as_the_program_calls_them(machine):
+    """A wrong call names what the program called (``print``, ``sync``), as Python's own
+    messages do, not the runtime's classes and closures behind them."""
+    result = run(machine, """
+        import os
+        for call in (lambda: print("x", bogus=1), lambda: sync(1), lambda: alltoall(),
+                     lambda: reduce(sendobj=1, op="sum", root=0), lambda: send(),
+                     lambda: os.environ.__setitem__("N", 1), lambda: os.environ.update(M=2)):
+            try:
+                call()
+            except TypeError as exc:
+                print(exc)
+        os.environ["K"] = "v"
+        print(os.environ["K"], os.getenv("K"), dict(os.environ))
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output.splitlines() == [
+        "print() got an unexpected keyword argument 'bogus'",
+        "sync() takes 0 positional arguments but 1 was given",
+        "alltoall() missing 1 required positional argument: 'obj'",
+        "reduce() got an unexpected keyword argument 'sendobj'",
+        "send() missing 2 required positional arguments: 'dst' and 'obj'",
+        "str expected, not int",
+        "str expected, not int",
+        "v v {'K': 'v'}",
+    ]

@@ -33,6 +33,36 @@ _VFS_FUNCTION_NAMES = (
 )
 
 
+class _Environ(dict):
+    """``os.environ`` of a program: str to str, as the host's refuses anything else
+    (a dict subclass, so that ``dict(os.environ)`` and printing it work as expected)."""
+
+    def __setitem__(self, key, value) -> None:
+        super().__setitem__(_str(key), _str(value))
+
+    def update(self, *args, **kwargs) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key, value=None):
+        if key not in self:
+            self[key] = value
+        return self[key]
+
+    def __ior__(self, other):
+        self.update(other)
+        return self
+
+    def copy(self) -> dict:
+        return dict(self)
+
+
+def _str(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"str expected, not {type(value).__name__}")
+    return value
+
+
 def make_os_module(vfs) -> types.ModuleType:
     """A fresh ``os`` module bound to ``vfs`` (one per program run: ``environ`` and the
     current directory are the program's own)."""
@@ -55,7 +85,7 @@ def make_os_module(vfs) -> types.ModuleType:
                 break
             head, tail = posixpath.split(head)
 
-    environ: dict[str, str] = {}
+    environ = _Environ()
 
     def getenv(key: str, default=None):
         return environ.get(key, default)
