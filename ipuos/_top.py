@@ -39,6 +39,8 @@ STATE_STYLES = {
 #: an aggregated cell shows the first of these states any of its tiles is in
 BUSIEST_FIRST = ("dead", "running", "waiting", "idle")
 SRAM_GLYPHS = "▁▂▃▄▅▆▇█"
+#: the same ramp for an output that cannot encode block characters (an ASCII locale)
+ASCII_SRAM_GLYPHS = ".:-=+*#@"
 #: rows the map may use when the output is not a terminal
 FILE_ROWS = 64
 #: lines around the map: header, legend, jobs, footer
@@ -73,7 +75,17 @@ def _sram_style(fraction: float) -> str:
     return "bold red"
 
 
-def _cells(ps: dict, view: str, per_cell: int, start: int, stop: int) -> list[tuple[str, str]]:
+def sram_glyphs(encoding: str | None) -> str:
+    """The SRAM ramp an output in ``encoding`` can show."""
+    try:
+        SRAM_GLYPHS.encode(encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return ASCII_SRAM_GLYPHS
+    return SRAM_GLYPHS
+
+
+def _cells(ps: dict, view: str, per_cell: int, start: int, stop: int,
+           glyphs: str = SRAM_GLYPHS) -> list[tuple[str, str]]:
     """(glyph, style) for every cell of tiles ``start``..``stop - 1``."""
     states = ps["states"]
     names = ps["state_codes"]
@@ -90,12 +102,13 @@ def _cells(ps: dict, view: str, per_cell: int, start: int, stop: int) -> list[tu
         used = ps["sram_used"]
         for first in range(start, stop, per_cell):
             fraction = max(used[first : min(first + per_cell, stop)]) / total
-            glyph = SRAM_GLYPHS[min(len(SRAM_GLYPHS) - 1, int(fraction * len(SRAM_GLYPHS)))]
+            glyph = glyphs[min(len(glyphs) - 1, int(fraction * len(glyphs)))]
             cells.append((glyph, _sram_style(fraction)))
     return cells
 
 
-def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[Text, int]:
+def render_map(ps: dict, view: str, width: int, max_rows: int | None,
+               glyphs: str = SRAM_GLYPHS) -> tuple[Text, int]:
     """The tile map as rich Text, and the number of tiles per cell.
 
     On a machine of several chips each chip starts a row, labelled ``IPU n``, when the
@@ -115,7 +128,7 @@ def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[T
     text = Text(no_wrap=True, overflow="crop")
     for chip in range(ipus):
         start = chip * per_chip
-        cells = _cells(ps, view, per_cell, start, min(start + per_chip, ntiles))
+        cells = _cells(ps, view, per_cell, start, min(start + per_chip, ntiles), glyphs)
         for row_start in range(0, len(cells), columns):
             if text:
                 text.append("\n")
@@ -135,7 +148,7 @@ def render_map(ps: dict, view: str, width: int, max_rows: int | None) -> tuple[T
 
 
 def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | None,
-                 message: str | None = None, keys_help: bool = False) -> Group:
+                 message: str | None = None, keys_help: bool = False, glyphs: str = SRAM_GLYPHS) -> Group:
     """One screenful: header, legend, the map, jobs."""
     header = Text.assemble(
         ("ipuos top", "bold"),
@@ -145,7 +158,7 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
         f"exchange time {simulated_time(status['simulated_exchange_seconds'])} ",
         ("(simulated)", "italic"),
     )
-    tile_map, per_cell = render_map(ps, view, width, max_rows)
+    tile_map, per_cell = render_map(ps, view, width, max_rows, glyphs)
     legend = Text()
     if view == STATE_VIEW:
         for state, count in state_counts(ps).items():
@@ -155,8 +168,8 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
         scope = "busiest"
     else:
         legend.append(f"SRAM used of {human_bytes(ps['sram_per_tile'])} per tile: ")
-        for i, glyph in enumerate(SRAM_GLYPHS):
-            legend.append(glyph, style=_sram_style(i / len(SRAM_GLYPHS)))
+        for i, glyph in enumerate(glyphs):
+            legend.append(glyph, style=_sram_style(i / len(glyphs)))
         legend.append(" 0-100%   ")
         scope = "fullest"
     legend.append(f"view: {view}")
@@ -182,7 +195,8 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
 
 
 def print_once(console: Console, status: dict, ps: dict, view: str, max_rows: int | None) -> None:
-    console.print(render_frame(status, ps, view, console.width, max_rows), soft_wrap=False)
+    console.print(render_frame(status, ps, view, console.width, max_rows, glyphs=sram_glyphs(console.encoding)),
+                  soft_wrap=False)
 
 
 def run_live(console: Console, fetch: Callable[[], tuple[dict, dict]], view: str, interval: float) -> None:
@@ -207,8 +221,8 @@ def run_live(console: Console, fetch: Callable[[], tuple[dict, dict]], view: str
                 message = exc.message
             if last is not None:
                 rows = max(1, console.height - CHROME_LINES)
-                live.update(render_frame(*last, view, console.width, rows, message, keys_help=True),
-                            refresh=True)
+                live.update(render_frame(*last, view, console.width, rows, message, keys_help=True,
+                                         glyphs=sram_glyphs(console.encoding)), refresh=True)
             key = read_key(interval)
             if key in ("q", "Q"):
                 return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ipuos._top import SRAM_VIEW, STATE_VIEW, cell_size, render_frame, render_map
+from ipuos._top import SRAM_VIEW, STATE_VIEW, cell_size, render_frame, render_map, sram_glyphs
 
 
 def snapshot(ntiles: int, states: str | None = None, used: list[int] | None = None) -> dict:
@@ -86,6 +86,10 @@ def test_sram_view_shows_the_fullest_tile_of_a_cell():
     text, per_cell = render_map(snapshot(64, used=used), SRAM_VIEW, width=12, max_rows=2)
     assert per_cell == 4
     assert text.plain.splitlines()[0] == " 0 ▁▁█▁▁▁▁▁▁"
+    # an output that cannot encode the blocks (an ASCII locale) gets an ASCII ramp
+    assert sram_glyphs("ascii") == ".:-=+*#@" and sram_glyphs("utf-8") == "▁▂▃▄▅▆▇█"
+    text, _ = render_map(snapshot(64, used=used), SRAM_VIEW, width=12, max_rows=2, glyphs=sram_glyphs("ascii"))
+    assert text.plain.splitlines()[0] == " 0 ..@......"
 
 
 def test_the_frame_says_when_cells_hold_many_tiles_and_counts_all_tiles():
