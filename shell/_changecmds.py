@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import secrets
 
 from ipuos.vfs import is_within
 
@@ -162,16 +163,50 @@ def _mv(sh, args):
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
-                is_dir = sh.fs.entry(source).is_dir
-                _check_replaceable(sh, is_dir, target)
-                copy_tree(sh, source, target, keep_times=True)
-                if is_dir:
-                    remove_tree(sh, source)
-                else:
-                    sh.fs.remove(source)
+                _move_across(sh, source, target)
         except OSError as exc:
             sh.oserror(exc)
     return sh.status
+
+
+def _move_across(sh, source: str, target: str) -> None:
+    """A move between filesystems, as near rename(2) as a copy gets: the copy goes to a
+    temporary name beside the target and replaces the target only once complete, so a
+    failure (out of space, Ctrl-C) leaves the source whole and the target as it was."""
+    is_dir = sh.fs.entry(source).is_dir
+    _check_replaceable(sh, is_dir, target)
+    parent = target.rstrip("/").rpartition("/")[0] or ("/" if target.startswith("/") else ".")
+    temporary = _join(parent, f".mv-{secrets.token_hex(4)}.part")
+    try:
+        copy_tree(sh, source, temporary, keep_times=True)
+        sh.fs.rename(temporary, target)
+    except BaseException as exc:
+        _discard(sh, temporary)
+        if isinstance(exc, OSError) and isinstance(exc.filename, str) and exc.filename.startswith(temporary):
+            exc.filename = target + exc.filename[len(temporary):]  # (the name the user gave)
+        raise
+    if is_dir:
+        remove_tree(sh, source)
+    else:
+        sh.fs.remove(source)
+
+
+def _discard(sh, path: str) -> None:
+    """Remove what a failed move copied, as far as it goes (no Ctrl-C check: this is the
+    clean-up after one)."""
+    try:
+        entry = sh.fs.entry(path)
+    except OSError:
+        return
+    try:
+        if entry.is_dir:
+            for child in sh.fs.entries(path):
+                _discard(sh, _join(path, child.name))
+            sh.fs.rmdir(path)
+        else:
+            sh.fs.remove(path)
+    except OSError:
+        pass
 
 
 def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:

@@ -376,6 +376,30 @@ def test_mv_between_filesystems_copies_then_removes(shared_machine):
     assert done.stdout == "d/\ng\n"
 
 
+def test_a_move_between_filesystems_that_fails_leaves_the_target_as_it_was(shared_machine, tmp_path):
+    """The copy goes to a temporary name beside the target and replaces it only once
+    complete: out of space, the source is whole and the target as it was (absent, or the
+    old file), with no partial copy left anywhere."""
+    big = tmp_path / "big.bin"
+    big.write_bytes(os.urandom(30_000))  # more than a tiny tile disk (16 KiB) holds
+    done = shell(shared_machine, f"put {big} /chip/mvf.bin; echo old > /tiles/6/mvf-kept; "
+                 "mv /chip/mvf.bin /tiles/5/mvf.bin; mv /chip/mvf.bin /tiles/6/mvf-kept; "
+                 "mkdir -p /chip/mvf/sub; cp /chip/mvf.bin /chip/mvf/sub/b; echo small > /chip/mvf/a; "
+                 "mv /chip/mvf /tiles/7/mvf")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["mv: /tiles/5/mvf.bin: No space left on device",
+                                        "mv: /tiles/6/mvf-kept: No space left on device",
+                                        "mv: /tiles/7/mvf/sub/b: No space left on device"]
+    done = shell(shared_machine, "ls -a /tiles/5 /tiles/6 /tiles/7")
+    left = [name for name in done.stdout.split() if name.startswith((".mv-", "mvf"))]
+    assert left == ["mvf-kept"], done.stdout
+    done = shell(shared_machine, f"cat /tiles/6/mvf-kept; get /chip/mvf.bin {tmp_path / 'back'}; "
+                 "ls /chip/mvf /chip/mvf/sub; rm -r /chip/mvf /chip/mvf.bin /tiles/6/mvf-kept")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "old\n/chip/mvf:\na\nsub/\n\n/chip/mvf/sub:\nb\n"
+    assert (tmp_path / "back").read_bytes() == big.read_bytes()
+
+
 def test_du_of_the_root_counts_tile_0s_disk_once(shared_machine):
     done = shell(shared_machine, "mkdir -p /du-once; du /; rmdir /du-once")
     names = [line.split("\t")[1] for line in done.stdout.splitlines()]
