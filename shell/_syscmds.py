@@ -218,6 +218,11 @@ def _mount_ram(sh, size_text: str, path: str) -> int:
         return sh.oserror(exc)
     memory = sh.tile.memory
     name = RAMDISK_PREFIX + full
+    if sh.fs.ismount(full):
+        mounted = next((tuple(info) for info in sh.fs.vfs.mount_points() if info[0] == full), None)
+        what = ("a RAM disk; umount it first" if name in memory
+                else _source_name(*mounted[:3]) if mounted else "something is mounted there")
+        return sh.error(f"{path}: already a mount point ({what})")
     try:
         region = memory.alloc(name, size)
     except (MemoryError, ValueError) as exc:
