@@ -84,8 +84,6 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
     ("", "mount --ram 8K /nosuch", "mount: /nosuch: No such file or directory", 1),
     ("touch /chip/e10", "mount --ram 8K /chip/e10", "mount: /chip/e10: Not a directory", 1),
-    ("mkdir /e13; mount --ram 8K /e13", "mount --ram 8K /e13",
-     "mount: /e13: already a mount point (a RAM disk; umount it first)", 1),
     ("", "mount --ram 8K /chip", "mount: /chip: already a mount point (chip disk)", 1),
     ("touch /chip/e11", "touch /chip/e11/", "touch: /chip/e11/: Not a directory", 1),
     ("", "put /x", "put: x: this command is carried out", None),
@@ -542,6 +540,12 @@ def test_df_free_and_mounts(shared_machine):
     assert any(line.split()[-1] == "/ram" for line in done.stdout.splitlines())
     assert done.stderr == "ls: /ram/f: No such file or directory\n"  # the directory is back
     assert done.returncode == 0
+
+
+def test_a_second_ram_disk_on_the_same_directory_is_refused(shared_machine):
+    done = shell(shared_machine, "mkdir /twice; mount --ram 8K /twice; mount --ram 8K /twice")
+    assert (done.returncode, done.stderr) == (1, "mount: /twice: already a mount point (a RAM disk; umount it first)\n")
+    assert shell(shared_machine, "umount /twice; rmdir /twice").returncode == 0
 
 
 def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine):
