@@ -83,9 +83,10 @@ class DaemonTransport:
                                         name="ipuos-shell-attach")
         self._thread.start()
         if not self._attached.wait(PATIENCE_SECONDS):
-            click.echo(f"ipuos: waiting for tile 0 of machine {paths.name!r}: it is busy (a program "
-                       f"may be computing without reaching an exchange point; {hint('ps', paths.name)} "
-                       f"shows jobs, {hint('kill JOB', paths.name)} stops one)", err=True)
+            click.echo(f"ipuos: waiting for tile 0 of machine {paths.name!r}, where the shell runs: the "
+                       "machine is busy (a program computing without reaching an exchange point holds "
+                       f"every tile; {hint('ps', paths.name)} shows jobs, {hint('kill JOB', paths.name)} "
+                       "stops one)", err=True)
         if not self._attached.wait(ATTACH_SECONDS - PATIENCE_SECONDS):
             self._holder.close()
             raise DaemonError("timeout", f"machine {paths.name!r} did not open a shell session "

@@ -30,10 +30,9 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from ._commands import Arg, Call, CommandError, Reply, command
+from ._commands import Arg, Call, CommandError, Reply, busy_why, command
 from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
-from ._rundir import hint
 from ._tilespec import format_tiles
 from .shell import ShellServer
 
@@ -157,9 +156,8 @@ def _ask(call: Call, service: str, *args, timeout: float | None = QUICK_SECONDS)
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
-        raise CommandError("timeout", f"tile {SHELL_TILE} did not answer within {timeout:g} s; "
-                           "a program may be computing on it without pause "
-                           f"({hint('ps', call.host.name)}, {hint('kill JOB', call.host.name)})") from None
+        raise CommandError("timeout", f"tile {SHELL_TILE} (the shell's) did not answer within {timeout:g} s: "
+                           f"{busy_why(call.host)}") from None
     except OSError as exc:
         raise CommandError("os_error", _os_message(exc)) from None
     except LookupError as exc:

@@ -297,7 +297,7 @@ def _ps(call: Call):
 def _look(host: MachineHost, kind: str):
     value, age = host.look(kind, LOOK_SECONDS)
     if value is None:
-        raise CommandError(TIMEOUT, f"machine {host.name!r} is busy and has not answered yet: {_busy_why(host.name)}")
+        raise CommandError(TIMEOUT, f"machine {host.name!r} is busy and has not answered yet: {busy_why(host)}")
     return value, age
 
 
@@ -307,13 +307,21 @@ def _staleness(host: MachineHost, age: float | None) -> dict:
         return {}
     return {"stale_seconds": age,
             "stale_reason": f"tile states are as they were {age:.1f} s ago (jobs are as they are "
-                            f"now): {_busy_why(host.name)}"}
+                            f"now): {busy_why(host)}"}
 
 
-def _busy_why(name: str) -> str:
-    return ("a tile has been computing without reaching an exchange point, so the machine "
-            f"cannot be looked at between supersteps ({hint('kill JOB', name)} stops a job; "
-            "--budget limits compute per superstep)")
+def busy_why(host: MachineHost) -> str:
+    """Why the machine serves nothing now, naming the tile and job that hold it when one
+    computes (without an exchange point it holds every tile, and every request)."""
+    tile = host.machine.scheduler.computing_tile()
+    job = tile.job if tile is not None else None
+    if job is None:
+        return ("a tile may be computing without reaching an exchange point, which holds the "
+                f"whole machine ({hint('ps', host.name)} shows jobs, {hint('kill JOB', host.name)} "
+                "stops one; --budget limits compute per superstep)")
+    return (f"tile {tile.id} (job {job.id}) is computing without reaching an exchange point, which "
+            f"holds the whole machine ({hint(f'kill {job.id}', host.name)} stops it; --budget limits "
+            "compute per superstep)")
 
 
 @command(

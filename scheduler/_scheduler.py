@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import sys
 import threading
 import time
 import traceback
@@ -38,7 +39,7 @@ from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
 from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, TileResult
 from ._payload import decode, encode
 from ._tile import Request, Tile
-from ._watchdog import Watchdog, budget_seconds
+from ._watchdog import Watchdog, budget_seconds, running_tile
 
 #: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
 STOP_GRACE_SECONDS = 5.0
@@ -140,6 +141,16 @@ class Scheduler:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stopping
+
+    def computing_tile(self) -> Tile | None:
+        """The tile whose program holds the scheduler's thread right now, or None. From
+        any thread, as a snapshot: a tile that computes without reaching an exchange
+        point holds every other tile and every request, so this is who to blame (and
+        ``ipuos kill`` its job) when the machine does not answer."""
+        if not self.in_compute:
+            return None
+        tile = running_tile(sys._current_frames().get(self.thread_ident))
+        return tile if self.in_compute else None
 
     def _thread_main(self) -> None:
         pin_thread()  # host requests hand off to this thread: see ipuos._affinity

@@ -88,7 +88,7 @@ def _safe_to_interrupt(frame) -> bool:
     return False
 
 
-def _running_tile(frame):
+def running_tile(frame):
     """The Tile whose greenlet owns ``frame``: the bottom frame is its kernel loop."""
     bottom = None
     while frame is not None:
@@ -155,7 +155,7 @@ class Watchdog:
     def _check(self) -> None:
         sched = self._sched
         frame = sys._current_frames().get(sched.thread_ident)
-        tile = _running_tile(frame) if sched.in_compute else None
+        tile = running_tile(frame) if sched.in_compute else None
         if tile is None:
             self._sample = None
             return

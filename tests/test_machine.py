@@ -453,3 +453,21 @@ else:
 """, tiles="0-1")
         assert result.ok, result.format()
         assert result.tiles[0].output == "False False\nTrue\n"
+
+
+def test_the_scheduler_names_the_tile_that_holds_it():
+    """A program computing without an exchange point holds every tile; the daemon's
+    'not answering' messages name it from this."""
+    with Machine("tiny") as machine:
+        assert machine.scheduler.computing_tile() is None
+        handle = machine.launch("while True:\n    pass\n", tiles="5")
+        try:
+            deadline = time.monotonic() + 10
+            while machine.scheduler.computing_tile() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            tile = machine.scheduler.computing_tile()
+            assert tile is not None and tile.id == 5 and tile.job is not None
+        finally:
+            handle.interrupt()
+            handle.wait(10)
+        assert machine.scheduler.computing_tile() is None
