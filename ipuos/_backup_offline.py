@@ -38,7 +38,8 @@ from ._image import DeviceEntry, Image
 from ._safepath import NAME_MAX, UnsafePathError, check_name, name_prefix, open_beneath
 from .blockdev import Filesystem, MemoryDevice
 
-__all__ = ["OfflineError", "Node", "device_entry", "mounted", "list_dir", "read_file", "walk", "extract"]
+__all__ = ["OfflineError", "Node", "device_entry", "mounted", "on_device", "list_dir", "read_file", "walk",
+           "extract"]
 
 
 class OfflineError(Exception):
@@ -160,6 +161,21 @@ def _inner(path: str) -> str:
         raise OfflineError("an empty path names nothing in the device; give one such as /")
     canonical = posixpath.normpath("/" + path.lstrip("/"))
     return canonical + "/" if path.endswith("/") and canonical != "/" else canonical
+
+
+def on_device(fs: Filesystem, entry: DeviceEntry, path: str) -> str:
+    """``path`` as the device holds it. The shell and the mount show the chip disk under
+    ``/chip`` and tile N's disk under ``/tiles/N``; a path copied from there, which the
+    device does not hold as given, is taken without that prefix."""
+    prefix = entry.mount if entry.tile is None else f"/tiles/{entry.tile}"
+    inner = _inner(path)
+    if not prefix or prefix == "/" or not (inner == prefix or inner.startswith(prefix + "/")):
+        return path
+    try:
+        fs.stat(inner)
+        return path  # (the device has a directory of that name itself)
+    except OSError:
+        return inner[len(prefix):] or "/"
 
 
 def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:

@@ -20,7 +20,7 @@ import time
 
 import click
 
-from ._backup_offline import OfflineError, device_entry, extract, list_dir, mounted, read_file
+from ._backup_offline import OfflineError, device_entry, extract, list_dir, mounted, on_device, read_file
 from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
 from ._client import Client, DaemonError
 from ._image import ImageError, open_image
@@ -350,7 +350,7 @@ def image_ls(path, device, inner, as_json) -> None:
             return
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
-            nodes = list_dir(fs, inner)
+            nodes = list_dir(fs, on_device(fs, entry, inner))
     if as_json:
         click.echo(json.dumps([{"name": n.path, "is_dir": n.is_dir, "size": n.size,
                                 "mtime_ns": n.mtime_ns} for n in nodes], indent=1))
@@ -389,7 +389,7 @@ def image_cat(path, device, inner) -> None:
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
-            data = read_file(fs, inner)
+            data = read_file(fs, on_device(fs, entry, inner))
     try:
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()

@@ -86,6 +86,18 @@ def test_cat_writes_the_bytes(good):
     assert ipuos("image", "cat", str(good), "chip", "/shared").stdout_bytes == b"on the chip disk"
 
 
+def test_paths_as_tile_0s_tree_shows_them_work_too(good):
+    """The shell and the mount show the chip disk under /chip and tile 2's under
+    /tiles/2: a path copied from there names the same file in the image."""
+    assert ipuos("image", "cat", str(good), "chip", "/chip/shared").stdout_bytes == b"on the chip disk"
+    assert ipuos("image", "cat", str(good), "2", "/tiles/2/hello.txt").stdout_bytes == b"hello from tile 2\n"
+    deep = json.loads(ipuos("image", "ls", str(good), "2", "/tiles/2/d", "--json").output)
+    assert [e["name"] for e in deep] == ["e", "empty", "void"]
+    assert [e["name"] for e in json.loads(ipuos("image", "ls", str(good), "chip", "/chip", "--json").output)] == ["shared"]
+    result = ipuos("image", "cat", str(good), "2", "/tiles/3/hello.txt")  # another tile's prefix: no
+    assert result.exit_code == 1 and "/tiles/3/hello.txt: No such file or directory" in result.output
+
+
 def test_extract_writes_the_tree_with_mtimes(good, tmp_path):
     dest = tmp_path / "out"
     result = ipuos("image", "extract", str(good), "2", str(dest))
