@@ -403,8 +403,9 @@ def _program_frames(tb) -> traceback.StackSummary:
             continue
         lines = (frame.f_globals.get(TILE_SOURCE_LINES) or {}).get(summary.filename)
         if lines is not None and 0 < summary.lineno <= len(lines):
+            # (with its newline, as linecache gives lines: traceback places carets by it)
             summary = traceback.FrameSummary(
-                summary.filename, summary.lineno, summary.name, line=lines[summary.lineno - 1],
+                summary.filename, summary.lineno, summary.name, line=lines[summary.lineno - 1] + "\n",
                 end_lineno=summary.end_lineno, colno=summary.colno, end_colno=summary.end_colno)
         frames.append(summary)
     return frames

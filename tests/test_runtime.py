@@ -470,6 +470,8 @@ def test_traceback_shows_only_program_frames(machine):
     assert 'File "prog.py", line 3, in f' in error and "return 1 / x" in error
     assert "ZeroDivisionError: division by zero" in error
     assert "ipuos" not in error and "scheduler" not in error
+    # the carets under the failing expression, where Python puts them
+    assert "\n    return 1 / x\n           ~~^~~\n" in error, error
 
 
 def test_tracebacks_show_chained_exceptions_as_python_does(machine):
