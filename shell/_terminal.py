@@ -160,7 +160,9 @@ class Terminal:
             except EOFError:
                 if self.mode == SHELL:
                     break
-                self.block = []
+                if self.block:  # Ctrl-D at "...": the block ends there and runs (as Python's)
+                    self._run_block()
+                    continue
                 self._execute("", eof=True)
                 continue
             self.feed(line)

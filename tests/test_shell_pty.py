@@ -222,6 +222,22 @@ def test_python_mode_runs_blocks_on_tile_0(terminal):
     assert term.run("python -c 'print(kept)'") == "100\n"  # the namespace lives on
 
 
+def test_ctrl_d_at_a_continuation_prompt_ends_the_block_as_python_does(terminal):
+    """Python's REPL runs a block whose end is Ctrl-D, and stays; only Ctrl-D at an empty
+    >>> leaves. (It used to throw the block away and leave python mode.)"""
+    term = in_python_mode(terminal)
+    term.child.sendline("for i in range(2):")
+    term.expect_prompt("...")
+    term.child.sendline("    print('ran', i)")
+    term.expect_prompt("...")
+    term.child.sendeof()
+    assert "ran 0\nran 1\n" in term.expect_prompt(">>>")
+    term.child.sendline("1 + 1")
+    assert "2\n" in term.expect_prompt(">>>")
+    term.child.sendeof()
+    term.prompt()
+
+
 def test_tab_in_python_mode_indents_at_the_start_and_completes_names_after(terminal):
     term = in_python_mode(terminal)
     term.child.sendline("import math; counter_of_things = 41")
