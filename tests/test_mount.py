@@ -205,6 +205,15 @@ def test_umount_of_a_busy_mount_refuses_unless_lazy(machine, mountpoint):
         assert cli(machine, "umount", mountpoint).returncode == 0
     wait_for(lambda: not children(machine.pid, "fusermount3"), what="the loop to end")
     assert "no mounts" in cli(machine, "mount").stdout
+    # the file the host held is closed on its tile too: nothing is left open there (a
+    # restore, which refuses tiles with open files, goes through)
+    listing = subprocess.run([IPUOS, "shell", "-c", "mount --tile 2"], env=machine.env(),
+                             capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "open" not in listing.stdout, listing.stdout
+    image = Path(mountpoint).parent / "after-lazy.img"
+    assert cli(machine, "backup", str(image)).returncode == 0
+    restored = cli(machine, "restore", str(image))
+    assert restored.returncode == 0, restored.stderr
 
 
 def _foreground(machine, path: str, *args) -> subprocess.Popen:

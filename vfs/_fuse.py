@@ -491,13 +491,23 @@ class ChipFilesystem:
         self.initialized = threading.Event()
 
     def close(self) -> None:
-        """The mount is over (its loop has returned): stop listening to change notices."""
+        """The mount is over (its loop has returned): stop listening to change notices,
+        and close on their tiles the files still open. (The kernel sends no release for
+        the last descriptor of a mount unmounted lazily: its connection ends first, and
+        the tile would hold the file, refusing a restore, until the machine halts.)"""
         if self._changes is not None:
             self._changes.unwatch(self._notice)
             self._changes = None
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             kernel.close()
+        with self._open_lock:
+            left = list(self._opens)
+        for fh in left:
+            try:
+                self._forget_open(fh)
+            except RuntimeError:
+                break  # the machine has stopped: its tiles hold nothing any more
 
     def init_with_config(self, conn, config) -> None:
         """libfuse has started: if change notices can reach the kernel, let it keep the
@@ -1069,10 +1079,15 @@ class ChipFilesystem:
         """The last descriptor is gone. The close is queued without waiting (release is
         asynchronous in the kernel anyway, and flush already reported errors); requests
         queued after it reach the tile after it."""
+        self._forget_open(fh)
+        return 0
+
+    def _forget_open(self, fh) -> None:
+        """Drop the open file ``fh`` and queue its close on its tile."""
         with self._open_lock:
             opened = self._opens.pop(fh, None)
             if opened is None:
-                return 0
+                return
             key = (opened.tile, opened.inner)
             opens = self._by_path.get(key)
             if opens is not None:
@@ -1083,7 +1098,6 @@ class ChipFilesystem:
                 hidden.discard(opened)
         future = self._submit(opened.tile, "fs.close", opened.handle)
         future.add_done_callback(_log_close_failure)
-        return 0
 
     def open_files(self) -> int:
         return len(self._opens)
