@@ -175,8 +175,7 @@ def _move_across(sh, source: str, target: str) -> None:
     failure (out of space, Ctrl-C) leaves the source whole and the target as it was."""
     is_dir = sh.fs.entry(source).is_dir
     _check_replaceable(sh, is_dir, target)
-    parent = target.rstrip("/").rpartition("/")[0] or ("/" if target.startswith("/") else ".")
-    temporary = _join(parent, f".mv-{secrets.token_hex(4)}.part")
+    temporary = _temporary_beside(target)
     try:
         copy_tree(sh, source, temporary, keep_times=True)
         sh.fs.rename(temporary, target)
@@ -189,6 +188,13 @@ def _move_across(sh, source: str, target: str) -> None:
         remove_tree(sh, source)
     else:
         sh.fs.remove(source)
+
+
+def _temporary_beside(target: str) -> str:
+    """A name for a copy in progress, in ``target``'s directory (so that renaming it over
+    ``target`` stays on one filesystem), short enough for any name limit."""
+    parent = target.rstrip("/").rpartition("/")[0] or ("/" if target.startswith("/") else ".")
+    return _join(parent, f".cp-{secrets.token_hex(4)}.part")
 
 
 def _discard(sh, path: str) -> None:
@@ -274,10 +280,13 @@ def copy_tree(sh, source: str, target: str, *, keep_times: bool = False) -> None
 
 
 def copy_file(sh, source: str, target: str) -> None:
-    """Copy one file a chunk at a time. An error names the file as the user wrote it,
+    """Copy one file a chunk at a time, into a temporary name beside ``target`` that
+    replaces it once complete: a copy cut short (out of space, Ctrl-C) leaves no partial
+    file, and an old ``target`` as it was. An error names the file as the user wrote it,
     not as the tile that raised it sees it (tile 3's ``/x`` is the user's ``/tiles/3/x``)."""
+    temporary = _temporary_beside(target)
     with sh.fs.open(source, "rb") as reader:
-        writer = sh.fs.open(target, "wb")
+        writer = _named(target, sh.fs.open, temporary, "wb")
         try:
             while True:
                 sh.check()
@@ -285,10 +294,12 @@ def copy_file(sh, source: str, target: str) -> None:
                 if not data:
                     break
                 _named(target, writer.write, data)
+            _named(target, writer.close)
+            _named(target, sh.fs.rename, temporary, target)
         except BaseException:
             close_after_failure(writer)
+            _discard(sh, temporary)
             raise
-        _named(target, writer.close)
 
 
 def close_after_failure(file) -> None:

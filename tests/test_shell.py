@@ -267,7 +267,9 @@ def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
     done = shell(shared_machine, "put blob.bin /chip/blob; cp /chip/blob /tiles/5/copy", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr == "cp: /tiles/5/copy: No space left on device\n"  # (a 16 KiB disk)
-    assert shell(shared_machine, "rm /chip/blob /tiles/5/copy").returncode == 0
+    # and no partial copy is left behind
+    gone = shell(shared_machine, "rm /chip/blob; ls /tiles/5/copy")
+    assert gone.stderr == "ls: /tiles/5/copy: No such file or directory\n"
 
 
 def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, tmp_path):
@@ -377,7 +379,7 @@ def test_mv_between_filesystems_copies_then_removes(shared_machine):
     assert done.stdout == "d/\ng\n"
 
 
-def test_a_move_between_filesystems_that_fails_leaves_the_target_as_it_was(shared_machine, tmp_path):
+def test_a_copy_or_move_that_fails_leaves_the_target_as_it_was(shared_machine, tmp_path):
     """The copy goes to a temporary name beside the target and replaces it only once
     complete: out of space, the source is whole and the target as it was (absent, or the
     old file), with no partial copy left anywhere."""
@@ -386,13 +388,15 @@ def test_a_move_between_filesystems_that_fails_leaves_the_target_as_it_was(share
     done = shell(shared_machine, f"put {big} /chip/mvf.bin; echo old > /tiles/6/mvf-kept; "
                  "mv /chip/mvf.bin /tiles/5/mvf.bin; mv /chip/mvf.bin /tiles/6/mvf-kept; "
                  "mkdir -p /chip/mvf/sub; cp /chip/mvf.bin /chip/mvf/sub/b; echo small > /chip/mvf/a; "
-                 "mv /chip/mvf /tiles/7/mvf")
+                 "mv /chip/mvf /tiles/7/mvf; cp /chip/mvf.bin /tiles/5/cpf.bin; cp /chip/mvf.bin /tiles/6/mvf-kept")
     assert done.returncode == 1
     assert done.stderr.splitlines() == ["mv: /tiles/5/mvf.bin: No space left on device",
                                         "mv: /tiles/6/mvf-kept: No space left on device",
-                                        "mv: /tiles/7/mvf/sub/b: No space left on device"]
+                                        "mv: /tiles/7/mvf/sub/b: No space left on device",
+                                        "cp: /tiles/5/cpf.bin: No space left on device",
+                                        "cp: /tiles/6/mvf-kept: No space left on device"]
     done = shell(shared_machine, "ls -a /tiles/5 /tiles/6 /tiles/7")
-    left = [name for name in done.stdout.split() if name.startswith((".mv-", "mvf"))]
+    left = [name for name in done.stdout.split() if name.startswith((".cp-", "mvf", "cpf"))]
     assert left == ["mvf-kept"], done.stdout
     done = shell(shared_machine, f"cat /tiles/6/mvf-kept; get /chip/mvf.bin {tmp_path / 'back'}; "
                  "ls /chip/mvf /chip/mvf/sub; rm -r /chip/mvf /chip/mvf.bin /tiles/6/mvf-kept")
