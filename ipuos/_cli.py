@@ -172,10 +172,12 @@ def boot(ctx, preset, ipus, name, restore) -> None:
 @main.command()
 @name_option
 @click.option("--if-saved", is_flag=True,
-              help="refuse to halt if files changed since the last backup (they would be lost)")
+              help="refuse to halt if files changed since the last backup, or open files hold "
+                   "unflushed writes (they would be lost)")
 @click.option("--backup", metavar="IMG", type=click.Path(dir_okay=False),
               help="stop its programs, back the machine up to IMG, then halt; if the backup "
-                   "fails the machine keeps running (its programs stay stopped)")
+                   "fails the machine keeps running (an IMG that cannot be written is found "
+                   "before the programs are stopped; one that fails later leaves them stopped)")
 def halt(name, if_saved, backup) -> None:
     """Stop a machine: interrupt its programs and drop its memory."""
     paths = _paths(name)
