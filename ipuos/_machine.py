@@ -168,12 +168,12 @@ class Repl:
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True) -> RunHandle:
         """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
-        busy with another job. ``echo``: print the value of a trailing expression, as at
-        Python's prompt (``python -c`` does not)."""
+        busy with another job. ``echo``: show the value of each expression statement, as
+        at Python's prompt (``python -c`` does not)."""
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
-        body, expression = compile_block(source, filename, echo=echo)
-        block = ReplBlock(self.state, body, expression, filename, source.splitlines())
+        body = compile_block(source, filename, echo=echo)
+        block = ReplBlock(self.state, body, filename, source.splitlines())
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
                                                budget=budget)

@@ -560,24 +560,53 @@ def _run_cleanups(ctx: TileContext) -> None:
 # -- interactive interpreters: the multirepl and the shell's python ----------------------------
 
 
-def compile_block(source: str, filename: str, *, echo: bool = True):
-    """Compile one interactive block: ``(statements, last_expression or None)``; with
-    ``echo`` false, all of it is statements (no value is shown).
+#: the name the interactive blocks call to show a value (in the tile's builtins)
+ECHO = "__ipuos_echo__"
 
-    The interactive interpreter shows the value of a bare expression through
-    ``sys.displayhook``, which prints on the *host*'s stdout (the daemon's log). So a
-    trailing expression statement is split off, evaluated separately, and its ``repr``
-    printed on the tile like any other output. SyntaxError is raised before anything runs.
-    (``source`` as :func:`source_text` gives it.)
-    """
+
+def compile_block(source: str, filename: str, *, echo: bool = True):
+    """Compile one interactive block; with ``echo``, the value of each expression statement
+    is shown, as at Python's prompt (``python -c`` shows none).
+
+    Python's REPL compiles each statement in ``single`` mode, where an expression statement
+    at the top level (in loops and ifs too, not in function or class bodies) is shown
+    through ``sys.displayhook``: that prints on the *host*'s stdout (the daemon's log). So
+    here such statements call the tile's own ``__ipuos_echo__`` instead (see
+    :func:`echo_value`). SyntaxError is raised before anything runs. (``source`` as
+    :func:`source_text` gives it.)"""
     tree = ast.parse(source, filename, "exec")
-    last = None
-    if echo and tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-    body = compile(tree, filename, "exec", dont_inherit=True)
-    expression = compile(last, filename, "eval", dont_inherit=True) if last is not None else None
+    if echo:
+        tree = ast.fix_missing_locations(_ShowExpressions().visit(tree))
+    code = compile(tree, filename, "exec", dont_inherit=True)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return body, expression
+    return code
+
+
+class _ShowExpressions(ast.NodeTransformer):
+    """``expr`` -> ``__ipuos_echo__(expr)`` for the statements ``single`` mode shows."""
+
+    def visit_Expr(self, node: ast.Expr) -> ast.Expr:
+        call = ast.Call(ast.Name(ECHO, ast.Load()), [node.value], [])
+        return ast.copy_location(ast.Expr(ast.copy_location(call, node.value)), node)
+
+    def _keep(self, node):
+        return node  # (a body that runs later, when called: nothing in it is shown)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _keep
+
+
+def echo_value(ctx: "TileContext"):
+    """The tile's ``__ipuos_echo__``: like ``sys.displayhook``, show ``repr(value)`` on the
+    tile's output (of the block running now) and keep it as ``_`` in the tile's builtins,
+    where a ``_`` the program assigns hides it."""
+
+    def echo(value) -> None:
+        if value is not None:
+            ctx.builtins["_"] = None  # (as displayhook: not itself while repr runs)
+            ctx.output.write(repr(value) + "\n")
+            ctx.builtins["_"] = value
+
+    return echo
 
 
 class ReplState:
@@ -628,14 +657,12 @@ class ReplBlock:
     the shape ``RunHandle`` reads.
     """
 
-    def __init__(self, state: ReplState, body, expression, filename: str = "<in>",
-                 lines: list[str] | None = None):
+    def __init__(self, state: ReplState, body, filename: str = "<in>", lines: list[str] | None = None):
         self.state = state
         self.body = body
-        self.expression = expression
         self.filename = filename
         self.lines = lines or []
-        self.mangled = mangled_tile_names(body, expression)
+        self.mangled = mangled_tile_names(body)
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
         self.exit_codes: dict[int, int] = {}
@@ -657,6 +684,7 @@ class ReplBlock:
                     self.exit_codes[rank] = 1
                     return 1
             ctx = TileContext(api, output)
+            ctx.builtins[ECHO] = echo_value(ctx)
             if state.setup is not None:
                 state.setup(api, ctx)
             namespace = make_namespace(api, ctx, share)
@@ -682,11 +710,6 @@ class ReplBlock:
         code = 0
         try:
             exec(self.body, namespace)
-            if self.expression is not None:
-                value = eval(self.expression, namespace)
-                if value is not None:
-                    namespace["_"] = value
-                    output.write(repr(value) + "\n")
         except SystemExit as exc:
             self.exited.add(rank)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

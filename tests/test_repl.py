@@ -34,6 +34,22 @@ def test_a_bare_expression_shows_its_value(machine):
     assert repl.run("print(_)").outputs() == {0: "40\n", 1: "41\n"}  # the last value shown
 
 
+def test_every_expression_statement_at_the_prompt_shows_its_value_as_in_python(machine):
+    """Python's REPL shows each expression statement of a block at top level, in loops
+    and ifs too (not in function bodies), and keeps ``_`` in builtins, where a name the
+    user assigns hides it."""
+    repl = machine.repl("0")
+    assert repl.run("1; 2").outputs() == {0: "1\n2\n"}
+    assert repl.run("for i in range(3):\n    i\n").outputs() == {0: "0\n1\n2\n"}
+    assert repl.run("def f():\n    7\n    return 8\nf()\n").outputs() == {0: "8\n"}
+    assert repl.run("print(_)").outputs() == {0: "8\n"}
+    assert repl.run("_ = 5\n3\n").outputs() == {0: "3\n"}
+    assert repl.run("_").outputs() == {0: "5\n"}  # the user's own _, as in Python
+    assert repl.run("del _\n_").outputs() == {0: "5\n"}  # (showing 5 kept it, as Python's does)
+    launched = repl.launch("1; 2", echo=False)  # (python -c shows nothing)
+    assert launched.wait(10).outputs() == {0: ""}
+
+
 def test_primitives_are_rebound_to_each_block(machine):
     repl = machine.repl("0-7")
     repl.run("def total():\n    return allreduce(__tileid)\n")
@@ -44,11 +60,11 @@ def test_primitives_are_rebound_to_each_block(machine):
 def test_modules_the_tiles_import_use_each_blocks_primitives(machine):
     repl = machine.repl("0-1")
     module = "def total(x):\n    return allreduce(x)\n"
-    assert repl.run(f"open('/rm_first.py', 'w').write({module!r})\nimport rm_first\nprint(rm_first.total(1))"
+    assert repl.run(f"n = open('/rm_first.py', 'w').write({module!r})\nimport rm_first\nprint(rm_first.total(1))"
                     ).format() == "[2 tiles: 0-1]\n2\n"
     # a later block is another job: a module imported before, or only now, uses its primitives
     assert repl.run("print(rm_first.total(2))").format() == "[2 tiles: 0-1]\n4\n"
-    assert repl.run(f"open('/rm_later.py', 'w').write({module!r})\nimport rm_later\nprint(rm_later.total(5))"
+    assert repl.run(f"n = open('/rm_later.py', 'w').write({module!r})\nimport rm_later\nprint(rm_later.total(5))"
                     ).format() == "[2 tiles: 0-1]\n10\n"
 
 
