@@ -198,8 +198,8 @@ def _temporary_beside(target: str) -> str:
 
 
 def _discard(sh, path: str) -> None:
-    """Remove what a failed move copied, as far as it goes (no Ctrl-C check: this is the
-    clean-up after one)."""
+    """Remove a copy cut short, as far as it goes (no Ctrl-C check: this is the clean-up
+    after one)."""
     try:
         entry = sh.fs.entry(path)
     except OSError:
