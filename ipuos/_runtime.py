@@ -313,7 +313,7 @@ def module_namespace(ctx: TileContext, name: str, filename: str, code) -> dict:
 
 
 #: the TileAPI methods tile code calls by name to synchronise and exchange
-PRIMITIVES = ("sync", "barrier", "send", "recv", "poll", "alltoall", "allgather", "bcast",
+PRIMITIVES = ("sync", "barrier", "send", "recv", "sendrecv", "poll", "alltoall", "allgather", "bcast",
               "gather", "scatter", "reduce", "allreduce")
 
 

@@ -50,6 +50,24 @@ def _note_kind(job: "Job", key: tuple) -> None:
         job.mismatch = True
 
 
+#: ``tile.recv_src`` of a tile waiting in ``recv()`` for a message from any tile (>= 0: a
+#: message landing wakes it, as one from the tile a ``recv(src)`` waits for does)
+ANY_SOURCE = 1 << 30
+
+
+def _first_arrived(inbox: dict):
+    """The sender rank whose oldest unreceived program message arrived first, or None.
+    (Program messages are filed under the sender's rank; other channels under tuples.
+    Earlier arrivals lie lower in the incoming buffer, which compaction keeps in order.)"""
+    first, first_off = None, None
+    for key, queue in inbox.items():
+        if queue and type(key) is int:
+            off = queue[0].off
+            if first_off is None or off < first_off:
+                first, first_off = key, off
+    return first
+
+
 def _make_sync(tile: "Tile", job: "Job") -> Callable[[], None]:
     """``sync`` for one tile of one job, as a closure over what it touches.
 
@@ -216,12 +234,37 @@ class TileAPI:
             dst = _rank(dst, self._job.nranks, "send()")
         self._send(dst, obj, USER_CHANNEL)
 
-    def recv(self, src: int):
-        """Wait for the next message from tile ``src`` of this job and return it."""
+    def recv(self, src: int | None = None):
+        """Wait for the next message from tile ``src`` of this job and return it; without
+        ``src``, the first message to arrive from any tile (mpi4py's ANY_SOURCE)."""
         if type(src) is not int or not self._tile.inbox.get(src):
+            if src is None:
+                return self._recv_any()
             if type(src) is not int or not 0 <= src < self._job.nranks:
                 src = _rank(src, self._job.nranks, "recv()")
         return self._recv(src, src, f"recv from tile {src}")
+
+    def sendrecv(self, obj, dst: int, src: int | None = None):
+        """``send(dst, obj)``, then ``recv(src)``: a ring shift or an exchange with a
+        partner in one call, as mpi4py's ``sendrecv`` (every tile can send first: a send
+        never waits)."""
+        self.send(dst, obj)
+        return self.recv(src)
+
+    def _recv_any(self):
+        tile = self._tile
+        key = _first_arrived(tile.inbox)
+        if key is None:
+            job = self._job
+            job.nrecv += 1
+            tile.recv_src = ANY_SOURCE
+            try:
+                tile.wait(lambda: _first_arrived(tile.inbox) is not None, "recv from any tile")
+            finally:
+                job.nrecv -= 1
+                tile.recv_src = -1
+            key = _first_arrived(tile.inbox)
+        return self._recv(key, key, "")
 
     def _send(self, dst: int, obj, channel: int) -> None:
         self._post(dst, encode(obj, by_name=True), channel)
@@ -398,6 +441,6 @@ class TileAPI:
 
 # a wrong call's TypeError names the primitive as the program called it ("reduce()"),
 # not the class behind it ("TileAPI.reduce()")
-for _name in ("send", "recv", "poll", "bcast", "gather", "scatter", "reduce", "allreduce"):
+for _name in ("send", "recv", "sendrecv", "poll", "bcast", "gather", "scatter", "reduce", "allreduce"):
     getattr(TileAPI, _name).__qualname__ = _name
 del _name

@@ -23,14 +23,14 @@ def run(machine, source, **kwargs):
 def test_namespace_has_ids_and_primitives(machine):
     result = run(machine, """
         print(__tileid, __numtiles, __physical_tile)
-        print(sorted(n for n in ('sync', 'barrier', 'send', 'recv', 'alltoall', 'bcast', 'gather',
+        print(sorted(n for n in ('sync', 'barrier', 'send', 'recv', 'sendrecv', 'alltoall', 'bcast', 'gather',
                                  'scatter', 'allgather', 'reduce', 'allreduce') if callable(globals()[n])))
         print(scatter([f"item {i}" for i in range(__numtiles)] if __tileid == 1 else None, 1))
     """, tiles="4-6")
     assert result.ok, result.format()
     lines = [t.output.splitlines() for t in result.tiles]
     assert [line[0] for line in lines] == ["0 3 4", "1 3 5", "2 3 6"]
-    assert all(len(eval(line[1])) == 11 for line in lines)
+    assert all(len(eval(line[1])) == 12 for line in lines)
     assert [line[2] for line in lines] == ["item 0", "item 1", "item 2"]
 
 
@@ -632,3 +632,17 @@ def test_misused_builtins_are_named_as_the_program_calls_them(machine):
         "str expected, not int",
         "v v {'K': 'v'}",
     ]
+
+
+def test_a_master_collects_from_any_worker_and_a_ring_shifts_with_sendrecv(machine):
+    result = run(machine, """
+        if __tileid == 0:
+            done = sorted(recv() for _ in range(__numtiles - 1))  # whichever finishes first
+            print(done)
+        else:
+            send(0, (__tileid, __tileid ** 2))
+        print(sendrecv(__tileid, (__tileid + 1) % __numtiles, (__tileid - 1) % __numtiles))
+    """, tiles="0-3")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "[(1, 1), (2, 4), (3, 9)]\n3\n"
+    assert [t.output for t in result.tiles[1:]] == ["0\n", "1\n", "2\n"]

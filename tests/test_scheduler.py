@@ -195,6 +195,44 @@ def test_recv_waits_across_supersteps_and_keeps_sender_order(sched):
     assert supersteps >= 6
 
 
+def test_recv_without_a_source_takes_the_first_message_from_any_tile(sched):
+    """mpi4py's default (source=ANY_SOURCE): a master collects from whichever worker
+    is done, in the order the messages arrived; each sender's own order is kept."""
+    def prog(api):
+        if api.tileid == 0:
+            return [api.recv() for _ in range(2 * (api.numtiles - 1))]
+        api.send(0, (api.tileid, "first"))
+        api.send(0, (api.tileid, "second"))
+        return None
+
+    got = values(run(sched, prog, tiles=[0, 1, 2, 3]))[0]
+    assert sorted(got) == sorted((t, w) for t in (1, 2, 3) for w in ("first", "second"))
+    for t in (1, 2, 3):
+        assert got.index((t, "first")) < got.index((t, "second"))
+
+
+def test_recv_from_any_tile_waits_across_supersteps_and_is_a_deadlock_if_none_will_send(sched):
+    def prog(api):
+        if api.tileid == 0:
+            got = api.recv()
+            return got, api.recv()  # tile 1 sends once only, tile 2 never
+        if api.tileid == 1:
+            api.send(0, "late")
+        return None
+
+    report = run(sched, prog, tiles=[0, 1, 2])
+    assert report.results[0].status == ERROR
+    assert "tile 0 waits in recv from any tile" in str(report.results[0].error)
+
+
+def test_sendrecv_sends_then_receives(sched):
+    def prog(api):
+        right, left = (api.tileid + 1) % api.numtiles, (api.tileid - 1) % api.numtiles
+        return api.sendrecv(api.tileid * 10, right, left), api.sendrecv("any", right)
+
+    assert values(run(sched, prog, tiles=[0, 1, 2])) == [(20, "any"), (0, "any"), (10, "any")]
+
+
 def test_messages_sent_together_arrive_together_in_order(sched):
     def prog(api):
         if api.tileid == 1:
