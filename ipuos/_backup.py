@@ -189,7 +189,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
         uncommitted = _uncommitted(devices, freeze)
     _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
     summary["uncommitted"] = [{"tile": tile, "path": path}
-                              for tile, paths in open_with_writes(uncommitted).items() for path in paths]
+                              for tile, paths in _open_files_by_tile(uncommitted).items() for path in paths]
     summary["description"] = _describe(devices)  # ("devices" is image info's list)
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -484,7 +484,7 @@ def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | No
         parts.append("the chip disk")
     if parts:
         reasons.append(f"{' and '.join(parts)} changed since the last backup")
-    for tile, paths in open_with_writes(uncommitted).items():
+    for tile, paths in _open_files_by_tile(uncommitted).items():
         reasons.append(f"tile {tile} holds {len(paths)} file{'s' if len(paths) > 1 else ''} open with writes "
                        f"not yet on its disk ({', '.join(paths)})")
     if uncommitted:
@@ -492,7 +492,7 @@ def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | No
     return "; ".join(reasons) or None
 
 
-def open_with_writes(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:
+def _open_files_by_tile(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:
     """Tile id -> the paths of its open files with uncommitted writes, in tile order."""
     by_tile: dict[int, list[str]] = {}
     for d in sorted(uncommitted, key=lambda d: (d.owner, d.mount)):

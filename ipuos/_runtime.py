@@ -592,7 +592,7 @@ class _ShowExpressions(ast.NodeTransformer):
     def _keep(self, node):
         return node  # (a body that runs later, when called: nothing in it is shown)
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _keep
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _keep
 
 
 def echo_value(ctx: "TileContext"):

@@ -121,13 +121,15 @@ def _rm(sh, args):
     return sh.status
 
 
-def remove_tree(sh, path: str) -> None:
-    """Remove ``path`` and everything below it (depth first)."""
-    sh.check()
+def remove_tree(sh, path: str, *, interruptible: bool = True) -> None:
+    """Remove ``path`` and everything below it (depth first). Not ``interruptible``: the
+    clean-up after a Ctrl-C, which must not stop at the next check."""
+    if interruptible:
+        sh.check()
     for entry in sh.fs.entries(path):
         child = _join(path, entry.name)
         if entry.is_dir:
-            remove_tree(sh, child)
+            remove_tree(sh, child, interruptible=interruptible)
         else:
             sh.fs.remove(child)
     sh.fs.rmdir(path)
@@ -170,11 +172,16 @@ def _mv(sh, args):
 
 
 def _move_across(sh, source: str, target: str) -> None:
-    """A move between filesystems, as near rename(2) as a copy gets: the copy goes to a
-    temporary name beside the target and replaces the target only once complete, so a
-    failure (out of space, Ctrl-C) leaves the source whole and the target as it was."""
+    """A move between filesystems, as near rename(2) as a copy gets: the copy replaces the
+    target only once complete (a file: see copy_file; a directory: copied whole under a
+    temporary name beside it), so a failure (out of space, Ctrl-C) leaves the source whole
+    and the target as it was."""
     is_dir = sh.fs.entry(source).is_dir
     _check_replaceable(sh, is_dir, target)
+    if not is_dir:
+        copy_tree(sh, source, target, keep_times=True)
+        sh.fs.remove(source)
+        return
     temporary = _temporary_beside(target)
     try:
         copy_tree(sh, source, temporary, keep_times=True)
@@ -184,10 +191,7 @@ def _move_across(sh, source: str, target: str) -> None:
         if isinstance(exc, OSError) and isinstance(exc.filename, str) and exc.filename.startswith(temporary):
             exc.filename = target + exc.filename[len(temporary):]  # (the name the user gave)
         raise
-    if is_dir:
-        remove_tree(sh, source)
-    else:
-        sh.fs.remove(source)
+    remove_tree(sh, source)
 
 
 def _temporary_beside(target: str) -> str:
@@ -198,17 +202,10 @@ def _temporary_beside(target: str) -> str:
 
 
 def _discard(sh, path: str) -> None:
-    """Remove a copy cut short, as far as it goes (no Ctrl-C check: this is the clean-up
-    after one)."""
+    """Remove a copy cut short, as far as it goes."""
     try:
-        entry = sh.fs.entry(path)
-    except OSError:
-        return
-    try:
-        if entry.is_dir:
-            for child in sh.fs.entries(path):
-                _discard(sh, _join(path, child.name))
-            sh.fs.rmdir(path)
+        if sh.fs.entry(path).is_dir:
+            remove_tree(sh, path, interruptible=False)
         else:
             sh.fs.remove(path)
     except OSError:
