@@ -31,11 +31,16 @@ reproduced on this project's machine; this module exists to make them unreachabl
 * After littlefs runs out of space part-way through a commit it can leave its program
   cache dirty (upstream issue #760); the next commit then trips an assertion and aborts the
   process. So every ENOSPC is followed, inside the same call, by an unmount and mount,
-  which resets the caches. An open file with nothing uncommitted is opened again where it
-  was; one with unsynced writes is marked lost and raises EIO saying why (closing it
-  reports, once, that those writes are gone). The file whose own write failed closes
-  quietly (its user has ENOSPC already) unless earlier writes to it were still
-  uncommitted: those are gone with it, so its sync and close report ENOSPC saying so.
+  which resets the caches. That would also drop every open file's uncommitted writes,
+  which on a host sit safely in the page cache: so each file keeps a journal of what it
+  wrote and truncated since it last committed (a commit is forced past 1 MiB), and the
+  remount opens every file again, applies its journal and commits it. The call that ran
+  out of space is tried once more (a rewrite frees the old blocks only at that commit),
+  and fails with ENOSPC alone if it still does not fit. Only a file whose journal no
+  longer fits is lost: it raises EIO saying why, and its sync and close say ENOSPC once.
+* littlefs keeps every open file in a list it walks (and asserts on). A handle dropped
+  without closing it must outlive that filesystem handle, or the walk reads freed
+  memory: such handles are kept until the next unmount (``_let_go``).
 * Smaller ones: the binding's mode "a" does not create a missing file (here it does, as in
   Python); it cannot store an empty custom attribute (IndexError; refused here with a
   clear message); it ignores an unknown ``whence`` (refused here with EINVAL).
@@ -805,6 +810,8 @@ class Filesystem:
         # littlefs commits a new file's name inside open, and nothing else open does
         # commits (barring a repair after power loss): an open that committed created
         file.created = commits[0] != before
+        if file.created:
+            file._journal = []  # (nothing to truncate)
         self._open[file] = None
         if others:  # shared from now on: see File
             file._shared = True
@@ -824,6 +831,7 @@ class Filesystem:
         """``file`` has just committed changes: every other handle on its path must look
         again before it next uses the file (littlefs gives each handle its own view)."""
         file._accepted = False
+        file._journal, file._journal_bytes = [], 0
         path = file.path
         for other in self._open:
             if other is not file and other.path == path:
@@ -999,27 +1007,40 @@ class Filesystem:
             try:
                 result = func(handle, *args)
             except BaseException as exc:
+                # returns only when the remount that follows ENOSPC committed what the
+                # file had pending and may have freed room: the call is tried once more
                 self._call_failed(op, path, path2, exc, args[0] if args else None)
+                try:
+                    result = func(self._lfs, *args)
+                except BaseException as again:
+                    self._call_failed(op, path, path2, again, args[0], retry=False)
             if self._callbacks.fault is not None:
                 self._raise_fault(op, path)
             return result
         finally:
             self._give(True)
 
-    def _call_failed(self, op: str, path, path2, exc: BaseException, culprit=None):
+    def _call_failed(self, op: str, path, path2, exc: BaseException, culprit=None, retry=True):
         """Raise what a littlefs call that raised ``exc`` amounts to. The caller holds the
-        filesystem; ``culprit`` is the littlefs file handle the call was about, if any.
+        filesystem; ``culprit`` is the :class:`File` (or littlefs file handle) the call
+        was about, if any.
 
         A device fault recorded by the callbacks wins (EIO naming it, or the
-        BaseException itself); ENOSPC-like errors remount (see ``_remount_after_nospc``);
-        every littlefs code becomes an ``OSError`` with its errno.
+        BaseException itself); ENOSPC-like errors remount (see ``_remount_after_nospc``),
+        and if that committed writes the culprit had pending, and ``retry``, this
+        returns so that the caller tries once more; every littlefs code becomes an
+        ``OSError`` with its errno.
         """
         callbacks = self._callbacks
         if isinstance(exc, LittleFSError):
             if callbacks.fault is not None:
                 self._raise_fault(op, path)
             if exc.code in _COMMIT_FAILURES:
-                self._remount_after_nospc(op, path, culprit=culprit)
+                replayed = self._remount_after_nospc(op, path, culprit=culprit)
+                # (retried with the same arguments: only a call given the File, which
+                # has a new littlefs handle now, not the old handle itself)
+                if replayed and retry and type(culprit) is File and exc.code != _LFS_ERR_NAMETOOLONG:
+                    return
                 if exc.code == _LFS_ERR_NAMETOOLONG:
                     raise _no_room_for_entry(path) from None
             raise translate_error(exc, path, path2) from None
@@ -1052,32 +1073,97 @@ class Filesystem:
                 raise cause
             raise OSError(errno.EIO, f"device error during {op}: {cause}") from cause
 
-    def _remount_after_nospc(self, op: str, path, culprit=None) -> None:
+    def _remount_after_nospc(self, op: str, path, culprit=None) -> bool:
         """Unmount and mount again after a failed commit, resetting littlefs' caches (see
-        the module doc). Caller holds the filesystem exclusively; open files are marked
-        lost. ``culprit`` is the littlefs handle of the file whose own call failed: its
-        user has the error already, so closing it stays quiet."""
+        the module doc), and carry every open file across. Caller holds the filesystem
+        exclusively; ``culprit`` is the :class:`File` (or littlefs handle) whose own call
+        failed.
+
+        A file with nothing uncommitted is opened again where it was. A file with writes
+        pending has them applied again from its journal and committed: on a host they
+        would sit in the page cache, and a write its user was told succeeded must not be
+        lost because another write ran out of space. Only a file whose journal does not
+        fit either is lost (EIO saying why, or, for the culprit, ENOSPC from its sync and
+        close), as is one removed while open, which has no name to be opened by.
+
+        Returns whether the culprit had writes pending that are committed now: its
+        failed call may fit once they are (a rewrite frees the old blocks only then).
+        """
         where = f" of {path!r}" if path else ""
         lost = (f"the filesystem ran out of space during {op}{where} and had to be remounted; "
                 "writes to this file since it was last synced are lost; open it again")
-        # a file with nothing uncommitted loses nothing: it is opened again afterwards
-        keep = []
+        carried = []  # (file, position to reopen it at)
+        culprit_file = None
         for file in self._open:
-            if file._handle is not culprit and not file._unsynced and not file._detached:
-                keep.append((file, lfs.file_tell(self._lfs, file._handle)))
-            else:
-                file.lost = lost
-                file._can = 0
-                if file._handle is culprit:
-                    if file._accepted:
-                        # earlier writes its user was told had succeeded are lost with
-                        # this one: sync and close say so, as a host's do after a failed
-                        # write-back, with the cause
-                        file.lost_errno = errno.ENOSPC
-                    else:  # its user has the error: syncing and closing report nothing more
-                        file.flags &= ~_LFS_WRONLY
-            file._handle = None
+            if culprit is not None and (file is culprit or file._handle is culprit):
+                culprit_file = file
+            position = file._resume_at
+            if file._detached or (file._handle is None and position is None):
+                continue  # (no name to open it by; or no longer littlefs' at all)
+            if position is None or (file is not culprit_file and file._handle is not None):
+                position = lfs.file_tell(self._lfs, file._handle)
+            file._resume_at = None
+            carried.append((file, position))
+        going_on = {file for file, _ in carried}
+        for file in self._open:
+            if file not in going_on:
+                _lose_after_nospc(file, lost, file is culprit_file)
+            self._let_go(file)
         self._open.clear()
+        replayed = False
+        while True:
+            handle = self._mount_afresh(op, path)
+            if handle is None:
+                for file, _ in carried:
+                    _lose_after_nospc(file, lost, file is culprit_file)
+                return False
+            restart = None
+            for index, (file, position) in enumerate(carried):
+                try:
+                    if file._journal:
+                        _replay(handle, file, position)
+                        self._committed(file)
+                        replayed = replayed or file is culprit_file
+                    else:
+                        _reopen(handle, file, file.path, position)
+                        # (a call that failed may have marked it: nothing is pending)
+                        file._unsynced = file._accepted = False
+                except LittleFSError as exc:
+                    _lose_after_nospc(file, lost, file is culprit_file)
+                    if exc.code in _COMMIT_FAILURES:  # the caches are dirty again
+                        restart = index
+                        break
+                    # otherwise removed while open: its name went with the old mount
+                else:
+                    self._open[file] = None
+            if self._callbacks.fault is not None:
+                self._fault = (op, path, self._callbacks.fault)
+                for file, _ in carried:
+                    _lose_after_nospc(file, lost, file is culprit_file)
+                self._open.clear()
+                return False
+            if restart is None:
+                break
+            # the files done so far have committed: carry them, and the rest, to a fresh mount
+            done = [(f, lfs.file_tell(handle, f._handle)) for f, _ in carried[:restart] if f in self._open]
+            for file, _ in done:
+                self._let_go(file)
+            self._open.clear()
+            carried = done + carried[restart + 1:]
+        self._reshare()
+        return replayed and culprit_file in self._open
+
+    def _let_go(self, file: "File") -> None:
+        """Drop ``file``'s littlefs handle without closing it (closing would commit). The
+        handle object stays alive until the next unmount: littlefs keeps every open file
+        in a list it walks, and freeing one still on that list is a use after free."""
+        if file._handle is not None:
+            self._abandoned.append(file._handle)
+            file._handle = None
+
+    def _mount_afresh(self, op: str, path):
+        """Let go of the mounted littlefs without writing anything, and mount the device
+        again; the new handle, or None (the filesystem is faulted) if that failed."""
         old, self._lfs = self._lfs, None
         callbacks = self._callbacks
         callbacks.refusing = True  # unmount only frees memory; nothing may be written
@@ -1085,30 +1171,19 @@ class Filesystem:
             lfs.unmount(old)
         except LittleFSError:
             pass
+        self._abandoned.clear()
         callbacks.reset()
-        handle = lfs.LFSFilesystem()
+        handle = self._lfs = lfs.LFSFilesystem()
         try:
             lfs.mount(handle, self._cfg)
         except LittleFSError as exc:
             # nothing left to use: report it like a device fault until someone remounts
-            self._lfs = handle
             self._fault = (op, path, OSError(errno.EIO, f"remount after ENOSPC failed: {exc}"))
-            return
+            return None
         if callbacks.fault is not None:
-            self._lfs = handle
             self._fault = (op, path, callbacks.fault)
-            for file, _ in keep:
-                file.lost, file._can = lost, 0
-            return
-        self._lfs = handle
-        for file, position in keep:
-            try:
-                _reopen(handle, file, file.path, position)
-            except LittleFSError:  # removed while open: its name is gone with the old mount
-                file._handle, file.lost, file._can = None, lost, 0
-            else:
-                self._open[file] = None
-        self._reshare()
+            return None
+        return handle
 
     def _raise_fault(self, op: str, path) -> None:
         cause = self._callbacks.fault
@@ -1196,9 +1271,9 @@ class Filesystem:
             try:
                 lfs.file_close(self._lfs, file._handle)
             except BaseException as exc:
-                if isinstance(exc, LittleFSError) and exc.code in _COMMIT_FAILURES:
-                    self._open.pop(file, None)  # gone from littlefs: not lost by the remount
-                self._call_failed("close", file.path, None, exc)
+                if not isinstance(exc, LittleFSError) or exc.code not in _COMMIT_FAILURES:
+                    self._call_failed("close", file.path, None, exc)
+                self._close_after_nospc(file, exc)
             if callbacks.fault is not None:
                 self._raise_fault("close", file.path)
             if file._unsynced:
@@ -1208,6 +1283,25 @@ class Filesystem:
             file._handle = None
             if file._shared:
                 self._reshare()
+
+
+    def _close_after_nospc(self, file: "File", exc: LittleFSError) -> None:
+        """The final commit of closing ``file`` ran out of space. littlefs has let go of
+        the handle, and with it what the file had pending: the remount carries the file
+        across like any open one (from its journal), and it is closed again from there."""
+        file._resume_at = 0
+        try:
+            self._call_failed("close", file.path, None, exc, file)  # returns if carried across
+            try:
+                lfs.file_close(self._lfs, file._handle)
+            except BaseException as again:
+                self._let_go(file)  # (littlefs has let go of it: keep the object till unmount)
+                self._call_failed("close", file.path, None, again, retry=False)
+            file._handle = None
+        finally:
+            if file._handle is not None:  # opened again, but nothing was replayed: let go
+                self._let_go(file)
+            self._open.pop(file, None)
 
 
 class _Exclusive:
@@ -1437,6 +1531,46 @@ def _lose(file: "File", why: str) -> None:
     file._fs._open.pop(file, None)
 
 
+def _lose_after_nospc(file: "File", why: str, culprit: bool) -> None:
+    """``file`` did not survive the remount after ENOSPC (see
+    ``Filesystem._remount_after_nospc``): every later call says ``why``."""
+    file._fs._let_go(file)
+    file.lost, file._can = why, 0
+    if culprit:
+        if file._accepted:
+            # earlier writes its user was told had succeeded are lost with this one: sync
+            # and close say so, as a host's do after a failed write-back, with the cause
+            file.lost_errno = errno.ENOSPC
+        else:  # its user has the error: syncing and closing report nothing more
+            file.flags &= ~_LFS_WRONLY
+
+
+def _replay(handle, file: "File", position: int) -> None:
+    """Open ``file`` again on a fresh mount and apply its journal (what it had written
+    and truncated since it last committed), committing it; then put it at ``position``.
+    (An appender's writes were recorded at the end they went to, so they replay alike.)
+
+    Writes are committed once, at the end: a commit part-way costs littlefs a copy of
+    the file's last block, which a disk filled by this very file may not have room for.
+    A truncate that shortens the file is committed at once, so that a file rewritten
+    from the start frees its old blocks before the new ones are needed."""
+    _reopen(handle, file, file.path, 0)
+    file_handle = file._handle
+    for offset, data in file._journal:
+        if data is None:
+            shrinks = lfs.file_size(handle, file_handle) > offset
+            lfs.file_truncate(handle, file_handle, offset)
+            if shrinks:
+                lfs.file_sync(handle, file_handle)
+        else:
+            lfs.file_seek(handle, file_handle, offset, os.SEEK_SET)
+            lfs.file_write(handle, file_handle, data)
+    lfs.file_sync(handle, file_handle)
+    lfs.file_seek(handle, file_handle, position, os.SEEK_SET)
+    file._journal, file._journal_bytes = [], 0
+    file._unsynced = file._accepted = False
+
+
 def _reopen(handle, file: "File", path: str, position: int) -> None:
     """Give ``file`` a new littlefs handle on ``path`` at ``position`` (what it was opened
     with, less creating or truncating: the file exists and holds what was committed)."""
@@ -1482,7 +1616,8 @@ class File:
     """
 
     __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "lost_errno", "created", "_can", "_unsynced",
-                 "_accepted", "_detached", "_shared", "_stale", "_seeked_appender", "__weakref__")
+                 "_accepted", "_journal", "_journal_bytes", "_resume_at", "_detached", "_shared", "_stale",
+                 "_seeked_appender", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1497,6 +1632,13 @@ class File:
         #: writes (or truncates) its user was told succeeded, not yet committed: if a write
         #: runs out of space they are lost with it, and sync and close must say so
         self._accepted = False
+        #: what was written and truncated since the last commit, as ``(offset, bytes)``
+        #: and ``(size, None)``: applied again if a remount after ENOSPC takes it away
+        #: (see ``Filesystem._remount_after_nospc``)
+        self._journal: list = [(0, None)] if flags & _LFS_TRUNC else []
+        self._journal_bytes = 0
+        #: the position before a write or truncate that failed: where it is reopened
+        self._resume_at: int | None = None
         #: removed, or replaced by a rename, while open: its path names another file now
         self._detached = False
         #: why the file was taken away from under its user (the filesystem was remounted)
@@ -1535,9 +1677,9 @@ class File:
         if self._stale:
             self._fs._run("read", self.path, None, _refresh, self)
         if self._can & _LFS_RDONLY and type(size) is int and size > 0:
-            data = self._fs._run("read", self.path, None, _read_clamped, self._handle, size)
+            data = self._fs._run("read", self.path, None, _read_clamped, self, size)
             if len(data) < size and not self._unsynced and self._fs._run("read", self.path, None, _catch_up, self):
-                data += self._fs._run("read", self.path, None, _read_clamped, self._handle, size - len(data))
+                data += self._fs._run("read", self.path, None, _read_clamped, self, size - len(data))
             return data
         self._check(_LFS_RDONLY, "read")
         if size is None or size < 0:
@@ -1546,7 +1688,7 @@ class File:
                 size = max(0, self._fs._run("read", self.path, None, _remaining, self._handle))
         if size == 0:
             return b""
-        return self._fs._run("read", self.path, None, lfs.file_read, self._handle, size)
+        return self._fs._run("read", self.path, None, _read_clamped, self, size)
 
     def write(self, data) -> int:
         """Write all of ``data`` (any bytes-like object); returns its length."""
@@ -1557,7 +1699,7 @@ class File:
         if self._stale or self._shared or self._seeked_appender:
             return self._write_coherently(data)
         self._unsynced = True
-        written = self._fs._run("write", self.path, None, lfs.file_write, self._handle, data)
+        written = self._fs._run("write", self.path, None, _write_logged, self, data)
         self._accepted = True
         return written
 
@@ -1571,12 +1713,13 @@ class File:
         if self._seeked_appender:
             # littlefs moves an appender's position to the end only from before it
             self._seeked_appender = False
-            fs._run("write", self.path, None, lfs.file_seek, self._handle, 0, os.SEEK_END)
+            fs._run("write", self.path, None, _seek, self, 0, os.SEEK_END)
         self._unsynced = True
-        written = fs._run("write", self.path, None, lfs.file_write, self._handle, data)
-        self._accepted = True
+        written = fs._run("write", self.path, None, _write_logged, self, data)
         if self._shared:
-            self.sync()
+            self.sync()  # (if this fails, so did the write: nothing was accepted)
+        else:
+            self._accepted = True
         return written
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
@@ -1592,7 +1735,7 @@ class File:
             self._seeked_appender = True  # the next write goes to the end (see _write_coherently)
         if whence == os.SEEK_END and not self._unsynced:
             self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
-        return self._fs._run("seek", self.path, None, lfs.file_seek, self._handle, offset, whence)
+        return self._fs._run("seek", self.path, None, _seek, self, offset, whence)
 
     def tell(self) -> int:
         self._check(0, "tell")
@@ -1609,8 +1752,10 @@ class File:
         if size < 0:
             raise _error(errno.EINVAL, self.path, "negative size")
         self._unsynced = True
-        self._fs._run("truncate", self.path, None, lfs.file_truncate, self._handle, size)
+        self._fs._run("truncate", self.path, None, _truncate_logged, self, size)
         self._accepted = True
+        if self.flags & _LFS_APPEND:
+            self._seeked_appender = True  # the end may be below its position now
         if self._shared:
             self.sync()
         return size
@@ -1628,7 +1773,7 @@ class File:
         if self.lost is not None and not self.flags & _LFS_WRONLY:
             return
         self._check(0, "sync")
-        self._fs._run("sync", self.path, None, lfs.file_sync, self._handle)
+        self._fs._run("sync", self.path, None, _sync, self)
         if self._unsynced:
             self._unsynced = False
             self._fs._committed(self)
@@ -1669,16 +1814,71 @@ class File:
             raise wrong_mode_error(self.path, need == _LFS_RDONLY)
 
 
+#: a file with more than this many bytes written since it last committed commits before
+#: writing more: its journal (see File) stays bounded, as a host's dirty pages do
+_JOURNAL_LIMIT = 1 << 20
+
+
+def _write_logged(handle, file: File, data) -> int:
+    """Write ``data`` at ``file``'s position, and note it in the file's journal."""
+    file_handle = file._handle
+    position = file._resume_at = lfs.file_tell(handle, file_handle)  # (if this fails)
+    if file._journal_bytes > _JOURNAL_LIMIT:
+        lfs.file_sync(handle, file_handle)
+        file._fs._committed(file)
+    if type(data) is bytearray:
+        data = bytes(data)  # (the journal keeps what was written, not what it becomes)
+    written = lfs.file_write(handle, file_handle, data)
+    file._resume_at = None
+    if file.flags & _LFS_APPEND:  # it went to the end, wherever the position was
+        position = lfs.file_tell(handle, file_handle) - written
+    file._journal.append((position, data))
+    file._journal_bytes += written
+    file._unsynced = True  # (again, if a remount before a retry committed what was pending)
+    return written
+
+
+def _truncate_logged(handle, file: File, size: int) -> None:
+    file_handle = file._handle
+    file._resume_at = lfs.file_tell(handle, file_handle)
+    lfs.file_truncate(handle, file_handle, size)
+    file._resume_at = None
+    file._journal.append((size, None))
+    file._unsynced = True  # (see _write_logged)
+
+
+def _seek(handle, file: File, offset: int, whence: int) -> int:
+    file._resume_at = lfs.file_tell(handle, file._handle)  # (see _read_clamped)
+    position = lfs.file_seek(handle, file._handle, offset, whence)
+    file._resume_at = None
+    return position
+
+
+def _sync(handle, file: File) -> None:
+    file._resume_at = lfs.file_tell(handle, file._handle)  # (see _read_clamped)
+    lfs.file_sync(handle, file._handle)
+    file._resume_at = None
+
+
 #: reads asking for more than this many bytes are first cut to what the file holds
 _READ_CLAMP = 64 * 1024
 
 
-def _read_clamped(handle, file_handle, size: int) -> bytes:
+def _read_clamped(handle, file: File, size: int) -> bytes:
+    # (the File, not its littlefs handle: a read first writes out what the handle has
+    # cached, which may run out of space, and the retry after that needs the new handle)
+    file_handle = file._handle
     if size > _READ_CLAMP:
         # the binding allocates (and zeroes) ``size`` bytes, twice over, whatever the
         # file holds: ask for no more than is there
         size = min(size, max(0, _remaining(handle, file_handle)))
-    return lfs.file_read(handle, file_handle, size) if size else b""
+    if not size:
+        return b""
+    if file._unsynced:  # (the write-out that fails leaves littlefs' position astray)
+        file._resume_at = lfs.file_tell(handle, file_handle)
+    data = lfs.file_read(handle, file_handle, size)
+    file._resume_at = None
+    return data
 
 
 def _catch_up(handle, file: File) -> bool:
@@ -1717,14 +1917,17 @@ def _refresh(handle, file: File) -> None:
 
 
 def _reopen_in_place(handle, file: File, why: str) -> None:
-    position = lfs.file_tell(handle, file._handle)
-    lfs.file_close(handle, file._handle)
-    file._handle = None
+    position = file._resume_at = lfs.file_tell(handle, file._handle)
+    closing, file._handle = file._handle, None
+    # littlefs lets go of the handle even if closing fails; then (ENOSPC) the remount
+    # opens the file again at ``_resume_at``
+    lfs.file_close(handle, closing)
     try:
         _reopen(handle, file, file.path, position)
     except BaseException:
         _lose(file, why)
         raise
+    file._resume_at = None
 
 
 def _remaining(handle, file_handle) -> int:

@@ -423,6 +423,11 @@ class RemoteFile(VfsFile):
             return
         self._unsent = None
         offset = None if self._append else self._unsent_at
-        position = self._client.pwrite(self._tile, self._handle, offset, unsent)
+        try:
+            position = self._client.pwrite(self._tile, self._handle, offset, unsent)
+        except OSError:
+            if offset is not None:  # none of it was written: the file goes on from before it
+                self._position = offset
+            raise
         self._position = position
 
