@@ -1284,7 +1284,6 @@ class Filesystem:
             if file._shared:
                 self._reshare()
 
-
     def _close_after_nospc(self, file: "File", exc: LittleFSError) -> None:
         """The final commit of closing ``file`` ran out of space. littlefs has let go of
         the handle, and with it what the file had pending: the remount carries the file
@@ -1534,8 +1533,8 @@ def _lose(file: "File", why: str) -> None:
 def _lose_after_nospc(file: "File", why: str, culprit: bool) -> None:
     """``file`` did not survive the remount after ENOSPC (see
     ``Filesystem._remount_after_nospc``): every later call says ``why``."""
-    file._fs._let_go(file)
-    file.lost, file._can = why, 0
+    file._fs._let_go(file)  # (before _lose drops it: see Filesystem._let_go)
+    _lose(file, why)
     if culprit:
         if file._accepted:
             # earlier writes its user was told had succeeded are lost with this one: sync
@@ -1567,8 +1566,7 @@ def _replay(handle, file: "File", position: int) -> None:
             lfs.file_write(handle, file_handle, data)
     lfs.file_sync(handle, file_handle)
     lfs.file_seek(handle, file_handle, position, os.SEEK_SET)
-    file._journal, file._journal_bytes = [], 0
-    file._unsynced = file._accepted = False
+    file._unsynced = False  # (the caller marks it committed)
 
 
 def _reopen(handle, file: "File", path: str, position: int) -> None:
@@ -1698,7 +1696,6 @@ class File:
             data = memoryview(data).cast("B").tobytes()
         if self._stale or self._shared or self._seeked_appender:
             return self._write_coherently(data)
-        self._unsynced = True
         written = self._fs._run("write", self.path, None, _write_logged, self, data)
         self._accepted = True
         return written
@@ -1714,7 +1711,6 @@ class File:
             # littlefs moves an appender's position to the end only from before it
             self._seeked_appender = False
             fs._run("write", self.path, None, _seek, self, 0, os.SEEK_END)
-        self._unsynced = True
         written = fs._run("write", self.path, None, _write_logged, self, data)
         if self._shared:
             self.sync()  # (if this fails, so did the write: nothing was accepted)
@@ -1751,7 +1747,6 @@ class File:
             size = self.tell()
         if size < 0:
             raise _error(errno.EINVAL, self.path, "negative size")
-        self._unsynced = True
         self._fs._run("truncate", self.path, None, _truncate_logged, self, size)
         self._accepted = True
         if self.flags & _LFS_APPEND:
@@ -1834,7 +1829,7 @@ def _write_logged(handle, file: File, data) -> int:
         position = lfs.file_tell(handle, file_handle) - written
     file._journal.append((position, data))
     file._journal_bytes += written
-    file._unsynced = True  # (again, if a remount before a retry committed what was pending)
+    file._unsynced = True
     return written
 
 
@@ -1844,11 +1839,12 @@ def _truncate_logged(handle, file: File, size: int) -> None:
     lfs.file_truncate(handle, file_handle, size)
     file._resume_at = None
     file._journal.append((size, None))
-    file._unsynced = True  # (see _write_logged)
+    file._unsynced = True
 
 
 def _seek(handle, file: File, offset: int, whence: int) -> int:
-    file._resume_at = lfs.file_tell(handle, file._handle)  # (see _read_clamped)
+    if file._unsynced:  # (see _read_clamped)
+        file._resume_at = lfs.file_tell(handle, file._handle)
     position = lfs.file_seek(handle, file._handle, offset, whence)
     file._resume_at = None
     return position
