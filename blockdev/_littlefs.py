@@ -1694,6 +1694,8 @@ class File:
             self._check(_LFS_WRONLY, "write")
         if type(data) is not bytes and type(data) is not bytearray:
             data = memoryview(data).cast("B").tobytes()
+        if not data:
+            return 0  # littlefs would fill a gap up to a position past the end
         if self._stale or self._shared or self._seeked_appender:
             return self._write_coherently(data)
         written = self._fs._run("write", self.path, None, _write_logged, self, data)

@@ -127,6 +127,16 @@ class FilesystemTests:
             assert f.size() == 604
         assert self.read_file(fs, "/f") == b"head" + bytes(596) + b"tail"
 
+    def test_empty_write_past_end_leaves_the_file_alone(self, fs):
+        # As on a host: writing nothing writes nothing, not even the gap
+        with fs.open("/f", "w+") as f:
+            f.write(b"head")
+            f.seek(600)
+            assert f.write(b"") == 0
+            assert f.size() == 4
+            assert f.tell() == 600
+        assert self.read_file(fs, "/f") == b"head"
+
     def test_overwrite_in_the_middle(self, fs):
         self.write_file(fs, "/f", pattern(2000))
         with fs.open("/f", "r+") as f:
