@@ -35,6 +35,10 @@ only a tile whose storage is up writes its devices) and names those that differ,
 a device no backup or restore ever covered, those that hold any file. A file open with
 writes littlefs has not committed (they are in the open file, on no device) makes its
 device unsaved too, and a backup lists such files: the image holds them as last committed.
+
+RAM disks (``mount --ram``) are scratch space, none of the machine's devices: no image
+holds them, and a backup says so. Files on one count as unsaved, since halting loses them;
+a restore leaves them mounted as they are (``Storage.forget``).
 """
 
 from __future__ import annotations
@@ -190,6 +194,8 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
     _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
     summary["uncommitted"] = [{"tile": tile, "path": path}
                               for tile, paths in _open_files_by_tile(uncommitted).items() for path in paths]
+    summary["left_out"] = [{"tile": tile, "path": mount, "kind": kind}
+                           for (tile, mount), (kind, _) in sorted(freeze.unimaged.items())]
     summary["description"] = _describe(devices)  # ("devices" is image info's list)
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -416,11 +422,13 @@ def _uncommitted(devices: list[Device], freeze: Freeze) -> dict[Device, list[str
 
 def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
     """Names of the devices whose contents halting would lose (see the module doc)."""
-    changed, uncommitted = _unsaved(machine, cancelled)
+    changed, uncommitted, _ = _unsaved(machine, cancelled)
     return sorted(set(changed) | {d.name for d in uncommitted})
 
 
-def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]]]:
+def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]], list[str]]:
+    """(changed devices, open files with uncommitted writes by device, descriptions of
+    the filesystems in no image that hold files)."""
     devices = machine_devices(machine)
     baseline = _baseline(machine)
     owners = sorted({d.owner for d in devices})
@@ -445,7 +453,9 @@ def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]]]:
                 # it (a listing will do), so only files make it unsaved
                 changed.append(d.name)
         uncommitted = _uncommitted(devices, freeze)
-    return changed, uncommitted
+    unimaged = [f"the {kind} on {mount} of tile {tile}"
+                for (tile, mount), (kind, holds_files) in sorted(freeze.unimaged.items()) if holds_files]
+    return changed, uncommitted, unimaged
 
 
 @functools.lru_cache(maxsize=8)
@@ -472,7 +482,7 @@ def _holds_files(device: Device, data) -> bool:
 
 def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | None:
     """What halting ``machine`` would lose, in words, or None."""
-    names, uncommitted = _unsaved(machine, cancelled)
+    names, uncommitted, unimaged = _unsaved(machine, cancelled)
     reasons = []
     disks = [n for n in names if n != CHIP]
     parts = []
@@ -489,6 +499,9 @@ def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | No
                        f"not yet on its disk ({', '.join(paths)})")
     if uncommitted:
         reasons[-1] += " (a program commits a file's writes when it flushes or closes it)"
+    if unimaged:
+        reasons.append(f"{' and '.join(unimaged)} hold{'' if len(unimaged) > 1 else 's'} files, "
+                       "which no backup takes")
     return "; ".join(reasons) or None
 
 

@@ -29,6 +29,7 @@ import time
 from typing import Callable
 
 from ._tilespec import format_tiles
+from .blockdev import MemoryDevice
 from .vfs import CHIP_DISK_MOUNT, LittlefsBackend
 
 __all__ = ["SERVICE", "Freeze", "FreezeRefused", "FreezeCancelled", "prepare_backup", "prepare_restore"]
@@ -83,6 +84,9 @@ class Freeze:
         #: (tile id, mount) -> paths of files open there with writes not yet committed
         #: (littlefs holds them in the file, not on the device: a copy lacks them)
         self.uncommitted: dict[tuple[int, str], list[str]] = {}
+        #: (tile id, mount) -> (what, whether it holds files) of the filesystems mounted
+        #: on no device of the machine (RAM disks), which no image holds
+        self.unimaged: dict[tuple[int, str], tuple[str, bool]] = {}
 
     def __enter__(self) -> "Freeze":
         return self
@@ -186,7 +190,9 @@ class Freeze:
         except Exception as exc:  # e.g. the chip disk's cache cannot reach its stripes
             reason = f"its storage could not be made ready ({type(exc).__name__}: {exc})"
         state = storage.state(tile)
-        uncommitted = _uncommitted_files(tile, storage) if state == "up" and not reason else {}
+        up = state == "up" and not reason
+        uncommitted = _uncommitted_files(tile, storage) if up else {}
+        unimaged = _unimaged_mounts(tile, storage) if up else {}
         with self._lock:
             if self.released:
                 return
@@ -196,6 +202,7 @@ class Freeze:
                 return
             self.states[tile.id] = state
             self.uncommitted.update(uncommitted)
+            self.unimaged.update(unimaged)
             self._held.append(tile)
             self._arrive()
         tile.fs_depth += 1  # no requests, no signals, no filesystem operation meanwhile
@@ -218,15 +225,19 @@ def _serve(tile, freeze: Freeze) -> None:
 # -- what owners do before they hold ---------------------------------------------------------
 
 
+def _device_mounts(tile, storage) -> list[str]:
+    """Where the tile mounts the machine's devices it owns: ``/`` and, on the chip tile,
+    ``/chip`` (other mounts are not devices of the machine, and in no image)."""
+    return ["/"] + ([CHIP_DISK_MOUNT] if tile.id == storage.chip_tile else [])
+
+
 def _littlefs_mounts(tile, storage):
-    """The tile's mounted littlefs backends a backup holds: ``/`` and, on the chip tile,
-    ``/chip`` (other mounts are not SRAM devices of this tile)."""
+    """The tile's mounted littlefs backends a backup holds (see ``_device_mounts``)."""
     vfs = storage.vfs(tile)  # only called for tiles that are up: nothing is brought up
     if vfs.pending:
         vfs.close_pending()
-    paths = ["/"] + ([CHIP_DISK_MOUNT] if tile.id == storage.chip_tile else [])
     found = []
-    for path in paths:
+    for path in _device_mounts(tile, storage):
         try:
             backend = vfs.backend(path)
         except OSError:
@@ -279,3 +290,18 @@ def prepare_restore(tile, storage) -> str | None:
 
 def describe_tiles(tiles: list[int]) -> str:
     return f"tile{'s' if len(tiles) != 1 else ''} {format_tiles(tiles)}" if tiles else "no tile"
+
+
+def _unimaged_mounts(tile, storage) -> dict[tuple[int, str], tuple[str, bool]]:
+    """The littlefs filesystems the tile mounts on no device of the machine (``mount
+    --ram``'s RAM disks): what each is and whether it holds any file."""
+    vfs = storage.vfs(tile)
+    devices = _device_mounts(tile, storage)
+    found = {}
+    for info in vfs.mount_points():
+        backend = vfs.backend(info.path)
+        if info.path in devices or not isinstance(backend, LittlefsBackend) or not backend.fs.mounted:
+            continue
+        what = "RAM disk" if isinstance(backend.device, MemoryDevice) else "filesystem"
+        found[tile.id, info.path] = (what, bool(backend.fs.scandir("/")))
+    return found

@@ -210,6 +210,8 @@ def halt(name, if_saved, backup) -> None:
     note = f" (interrupted job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})" if jobs else ""
     saved = f" after backing it up to {reply['backup']['path']}" if reply.get("backup") else ""
     click.echo(f"halted machine {name!r}{saved}{note}")
+    if reply.get("backup"):
+        _cli_backup.echo_backup_notes(reply["backup"])
 
 
 def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket") -> None:

@@ -149,6 +149,11 @@ def backup(image, tile_spec, name, as_json) -> None:
     click.echo(f"backed up {summary['description']} of machine {name!r} to {summary['path']}: "
                f"{_mib(summary['device_bytes'])} of disks in a {_mib(summary['file_size'])} image "
                f"({summary['seconds']:.2f} s)")
+    echo_backup_notes(summary)
+
+
+def echo_backup_notes(summary: dict) -> None:
+    """What a backup's image lacks, on stderr: writes not yet committed, RAM disks."""
     uncommitted = summary.get("uncommitted") or []
     if uncommitted:
         files = "; ".join(f"tile {item['tile']}: {item['path']}" for item in uncommitted)
@@ -156,6 +161,12 @@ def backup(image, tile_spec, name, as_json) -> None:
                    f"with writes not yet committed, and the image holds {'them' if len(uncommitted) > 1 else 'it'} "
                    f"as last committed ({files}); a program commits a file's writes when it flushes or "
                    "closes it", err=True)
+    left_out = summary.get("left_out") or []
+    if left_out:
+        kinds = sorted({item["kind"] for item in left_out})
+        mounts = " and ".join(f"the {item['kind']} on {item['path']} of tile {item['tile']}" for item in left_out)
+        click.echo(f"ipuos: note: not in the image: {mounts} (no backup takes "
+                   f"{' or '.join(kind + 's' for kind in kinds)})", err=True)
 
 
 @main.command()

@@ -330,6 +330,31 @@ def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):
         run_cli("halt", "--name", name)
 
 
+def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
+    """A RAM disk (``mount --ram``) is scratch space in tile 0's SRAM, not one of the
+    machine's devices: a backup says it left it out, ``halt --if-saved`` counts its files
+    as unsaved, and a restore of tile 0 leaves it mounted with its files."""
+    image = tmp_path / "m.img"
+    result = cli(machine, "backup", str(image))  # before /ram exists
+    assert "RAM disk" not in result.stdout + result.stderr
+    cli(machine, "shell", "-c", "mkdir /ram; mount --ram 16K /ram; echo kept > /ram/f")
+    result = cli(machine, "backup", str(tmp_path / "with-ram.img"))
+    assert "note: not in the image: the RAM disk on /ram of tile 0 (no backup takes RAM disks)" in result.stderr
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1
+    assert "the RAM disk on /ram of tile 0 holds files, which no backup takes" in result.stderr
+    assert "changed since the last backup" not in result.stderr
+    cli(machine, "restore", str(image))  # (its / has no /ram: the mount point needs none)
+    assert cli(machine, "shell", "-c", "cat /ram/f; ls /").stdout == "kept\nchip/\nram/\ntiles/\n"
+    cli(machine, "shell", "-c", "umount /ram")
+    assert "/ram" not in cli(machine, "shell", "-c", "mount; ls /").stdout
+    mounted = cli(machine, "shell", "-c", "mkdir /ram; mount --ram 16K /ram")  # its SRAM was freed
+    assert "mounted a 16K RAM disk" in mounted.stdout
+    result = cli(machine, "halt", "--backup", str(image))
+    assert "halted machine" in result.stdout
+    assert "note: not in the image: the RAM disk on /ram of tile 0" in result.stderr
+
+
 def _write(tmp_path, text: str) -> str:
     path = tmp_path / f"p{abs(hash(text))}.py"
     path.write_text(text)

@@ -46,6 +46,8 @@ __all__ = ["Storage", "mount_device", "DISK_REGION", "CHIP_DISK_MOUNT", "TILES_M
 
 #: the SRAM region holding a tile's own disk
 DISK_REGION = "disk"
+#: ``kernel_data`` key: the mounts a restore carries over to the tile's next VFS
+_CARRIED_KEY = "vfs.carried"
 CHIP_DISK_MOUNT = "/chip"
 TILES_MOUNT = "/tiles"
 
@@ -154,13 +156,19 @@ class Storage:
         """On ``tile``'s own greenlet, with no file open: drop its mounts without writing a
         byte to their devices (a restore has just replaced those bytes), so the next use
         brings its storage up again as at boot: mounting the new bytes (``restored``) or
-        formatting a blank disk."""
+        formatting a blank disk. Mounts made after boot (RAM disks) are on no restored
+        device: they stay as they are, mounted again in the new VFS."""
         vfs = tile.kernel_data.pop(VFS_KEY, None)
         if vfs is not None:
-            for info in reversed(vfs.mount_points()):  # the deepest first
-                backend = vfs.backend(info.path)
-                if isinstance(backend, LittlefsBackend):
-                    backend.abandon()
+            made_here = {"/"} | ({CHIP_DISK_MOUNT, TILES_MOUNT} if tile.id == self.chip_tile else set())
+            carried = []
+            for mount in reversed(vfs.mounts()):  # the deepest first
+                if mount.path not in made_here:
+                    carried.append(mount)  # a RAM disk: not restored, so nothing changed it
+                elif isinstance(mount.backend, LittlefsBackend):
+                    mount.backend.abandon()
+            if carried:
+                tile.kernel_data[_CARRIED_KEY] = carried[::-1]
         self.changes.reset(tile.id)  # its files are whatever the new bytes hold
         if restored:
             self._existing.add(tile.id)
@@ -198,6 +206,8 @@ class Storage:
         tile.kernel_data[VFS_KEY] = vfs
         if tile.id == self.chip_tile:
             self._mount_chip_tile_extras(tile, vfs, fresh)
+        for mount in tile.kernel_data.pop(_CARRIED_KEY, ()):  # outermost first
+            vfs.mount(mount.path, mount.backend, readonly=mount.readonly, owns=mount.owns, covering=True)
         return vfs
 
     def _mount_chip_tile_extras(self, tile, vfs: Vfs, fresh: bool) -> None:

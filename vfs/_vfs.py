@@ -26,7 +26,7 @@ from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
 from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, parse_mode, raise_pending_signal,
                      wrap_text)
 from ._local import LittlefsBackend
-from ._mounts import MountTable
+from ._mounts import Mount, MountTable
 from ._paths import checked, normalize, parent_and_name
 
 __all__ = ["Vfs", "MountInfo", "HostOwner", "VFS_KEY", "existing_vfs"]
@@ -80,15 +80,18 @@ class Vfs:
 
     # -- the mount table ---------------------------------------------------------------------
 
-    def mount(self, path, target, *, readonly: bool = False, owns: bool = False) -> None:
+    def mount(self, path, target, *, readonly: bool = False, owns: bool = False,
+              covering: bool = False) -> None:
         """Mount ``target`` at ``path``: a backend, or a mounted blockdev ``Filesystem``.
 
         ``owns``: the mount owns the backend (unmounting also unmounts littlefs).
-        EBUSY if something is mounted there already; ENOTDIR if ``path`` is a file.
+        EBUSY if something is mounted there already; ENOTDIR if ``path`` is a file, unless
+        ``covering``: a mount carried over from before the filesystem under it changed
+        (a restore) covers whatever is there now, as a POSIX mount covers its directory.
         """
         vpath = self._canonical(path)
         backend = target if isinstance(target, Backend) else LittlefsBackend(target, self.owner)
-        if len(self._mounts):
+        if len(self._mounts) and not covering:
             mount, inner = self._mounts.resolve(vpath)
             if mount.path != vpath:
                 try:
@@ -132,6 +135,10 @@ class Vfs:
             mount.backend.detach()
         if self.changes is not None:
             self.changes.reset(self.owner.id, vpath)
+
+    def mounts(self) -> list[Mount]:
+        """Every mount itself, sorted by path (for storage: what a restore carries over)."""
+        return list(self._mounts)
 
     def mount_points(self) -> list[MountInfo]:
         """Every mount, sorted by path."""
