@@ -801,7 +801,7 @@ class Filesystem:
         others = self._handles_on(path) if self._open else ()
         for other in others:
             if other._unsynced:  # the new handle must see what the others wrote
-                lfs.file_sync(handle, other._handle)
+                _sync(handle, other)  # (notes its position: a failed commit moves it)
                 other._unsynced = False
                 self._committed(other)
         commits = self._callbacks.commits
@@ -1043,6 +1043,8 @@ class Filesystem:
                     return
                 if exc.code == _LFS_ERR_NAMETOOLONG:
                     raise _no_room_for_entry(path) from None
+            elif type(culprit) is File:  # (no remount: where it was is where it is)
+                culprit._resume_at = None
             raise translate_error(exc, path, path2) from None
         if callbacks.fault is not None:
             self._fault = (op, path, callbacks.fault)
@@ -1100,7 +1102,7 @@ class Filesystem:
             position = file._resume_at
             if file._detached or (file._handle is None and position is None):
                 continue  # (no name to open it by; or no longer littlefs' at all)
-            if position is None or (file is not culprit_file and file._handle is not None):
+            if position is None:
                 position = lfs.file_tell(self._lfs, file._handle)
             file._resume_at = None
             carried.append((file, position))
@@ -1770,6 +1772,10 @@ class File:
         if self.lost is not None and not self.flags & _LFS_WRONLY:
             return
         self._check(0, "sync")
+        if self._stale:
+            # littlefs keeps the blocks of a view another handle has committed over only
+            # until that view is synced: they would be reused while it points at them
+            self._fs._run("sync", self.path, None, _refresh, self)
         self._fs._run("sync", self.path, None, _sync, self)
         if self._unsynced:
             self._unsynced = False
