@@ -52,10 +52,15 @@ def _fail(message: str, status: int = 1):
 
 
 def image_path(image: str) -> str:
-    """An IMAGE argument as an absolute path. A trailing slash names a directory, as for
-    ``cp``: refused, since ``abspath`` would drop it and a file of that name be written."""
+    """An IMAGE argument as the absolute path of a file, resolved here: the daemon would
+    read ``/proc/self/...`` or ``/dev/stdout`` as its own. A trailing slash names a
+    directory, as for ``cp``: refused, since resolving would drop it and a file of that
+    name be written."""
     if not image:
         _fail("an empty image path names no file; give the image's file name")
+    if image == "-":
+        _fail("'-': an image is a file, not standard input or output (a backup replaces its "
+              "file once the image is complete); give the image's file name")
     if image.endswith(os.sep):
         _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
               f"e.g. {os.path.join(image, 'machine.img')}")
@@ -65,7 +70,7 @@ def image_path(image: str) -> str:
         shown = os.fsencode(image).decode("utf-8", "backslashreplace")
         _fail(f"{shown}: this image path is not UTF-8 text, and the daemon takes UTF-8 paths only; "
               "rename the file or give a link with a UTF-8 name")
-    return os.path.abspath(image)
+    return os.path.realpath(image)
 
 
 class _Errors:
@@ -160,6 +165,7 @@ def boot(ctx, preset, ipus, name, restore) -> None:
     """Start a machine in the background."""
     paths = _paths(name)
     if restore is not None:
+        restore = image_path(restore)
         preset, ipus = _cli_backup.boot_geometry(ctx, restore, preset, ipus)
     with _Errors():
         try:

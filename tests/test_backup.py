@@ -402,6 +402,18 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
     for args in (["backup", ""], ["restore", ""], ["halt", "--backup", ""]):
         result = cli(machine, *args, check=False)
         assert result.returncode == 1 and "an empty image path names no file" in result.stderr, result
+    # "-" is no file: an image cannot be streamed (a backup replaces its file once complete)
+    for args in (["backup", "-"], ["restore", "-"], ["halt", "--backup", "-"], ["boot", "--restore", "-"]):
+        done = subprocess.run([IPUOS, *args], capture_output=True, text=True, env=machine.env(),
+                              cwd=tmp_path, timeout=60)
+        assert done.returncode == 1 and "'-': an image is a file, not standard input or output" in done.stderr, done
+        assert not (tmp_path / "-").exists()
+    # paths mean what they mean where the command runs, not in the daemon
+    done = subprocess.run([IPUOS, "backup", "/proc/self/cwd/here.img"], capture_output=True, text=True,
+                          env=machine.env(), cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done
+    assert f"to {tmp_path / 'here.img'}:" in done.stdout
+    assert cli(machine, "image", "verify", str(tmp_path / "here.img")).returncode == 0
     # an image replaces a file, nothing else; through a link, the file it names
     os.mkfifo(tmp_path / "pipe")
     listener = socket.socket(socket.AF_UNIX)
