@@ -13,6 +13,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ._costmodel import CostModel
 from ._grouping import OutputGroup, format_groups, group_texts
@@ -166,23 +167,27 @@ class Repl:
         self.state = ReplState(shares, machine._program_setup, output_limit)
         self._blocks = itertools.count(1)
 
-    def launch(self, source: str, *, budget: float | None = None, echo: bool = True) -> RunHandle:
+    def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
+               start_timeout: float | None = None) -> RunHandle:
         """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
-        busy with another job. ``echo``: show the value of each expression statement, as
-        at Python's prompt (``python -c`` does not)."""
+        busy with another job, TimeoutError as :meth:`Machine.launch`. ``echo``: show
+        the value of each expression statement, as at Python's prompt (``python -c``
+        does not)."""
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
         body = compile_block(source, filename, echo=echo)
         block = ReplBlock(self.state, body, filename, source.splitlines())
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
-                                               budget=budget)
+                                               budget=budget, timeout=start_timeout)
         return RunHandle(self.machine, job, block)
 
     def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
-        """Run one block on every tile of the session and wait for its result; names it
-        defines stay for the next block."""
-        return _wait_or_stop(self.launch(source, budget=budget), timeout)
+        """Run one block on every tile of the session and wait for its result (within
+        ``timeout`` seconds of the call, as :meth:`Machine.run`); names it defines stay
+        for the next block."""
+        return _run_within(lambda start_timeout: self.launch(source, budget=budget, start_timeout=start_timeout),
+                           timeout)
 
     def namespace(self, rank: int = 0) -> dict:
         """The names the blocks have defined on the session's ``rank``-th tile (before
@@ -209,11 +214,21 @@ def _check_output_limit(limit) -> None:
 _STOP_WAIT_SECONDS = 5.0
 
 
-def _wait_or_stop(handle: RunHandle, timeout: float | None) -> RunResult:
-    """Wait for ``handle``; if the wait ends first (``timeout``, Ctrl-C), interrupt the
-    program: nobody else holds its handle to do it (``launch`` keeps one running)."""
+def _run_within(launch: Callable[[float | None], RunHandle], timeout: float | None) -> RunResult:
+    """``launch(start_timeout)`` and wait for the program, all within ``timeout``."""
+    if timeout is None:
+        return _wait_or_stop(launch(None), None)
+    deadline = time.monotonic() + timeout
+    handle = launch(timeout)
+    return _wait_or_stop(handle, timeout, max(0.0, deadline - time.monotonic()))
+
+
+def _wait_or_stop(handle: RunHandle, timeout: float | None, left: float | None = None) -> RunResult:
+    """Wait for ``handle`` (``left`` of ``timeout`` seconds); if the wait ends first
+    (``timeout``, Ctrl-C), interrupt the program: nobody else holds its handle to do it
+    (``launch`` keeps one running)."""
     try:
-        return handle.wait(timeout)
+        return handle.wait(timeout if left is None else left)
     except TimeoutError:
         _stop(handle, f"interrupted: it ran longer than the {timeout} s run() waits")
         try:  # (so that its tiles take the next program at once)
@@ -349,13 +364,16 @@ class Machine:
         budget: float | None = None,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         argv: list[str] | None = None,
+        start_timeout: float | None = None,
     ) -> RunHandle:
         """Start ``source`` on ``tiles`` (a spec like ``"0-99,200"``, ids, or None for all).
 
         ``data`` is split on line boundaries into each tile's ``__tiledata``. ``budget``
         caps the seconds a tile may compute in one superstep. ``argv`` is the program's
         ``__args`` (default ``[filename]``). Raises SyntaxError before anything runs,
-        TileSpecError for bad tile specs, TileBusyError if a tile is busy.
+        TileSpecError for bad tile specs, TileBusyError if a tile is busy, TimeoutError
+        if the machine has not taken the program after ``start_timeout`` seconds (it
+        takes programs between supersteps; then, as on Ctrl-C, it never starts).
         """
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
@@ -364,14 +382,17 @@ class Machine:
             raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")
         program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup,
                               argv=argv)
-        job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget)
+        job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget,
+                                       timeout=start_timeout)
         return RunHandle(self, job, program)
 
     def run(self, source: str | bytes, tiles=None, data=None, *, timeout: float | None = None, **kwargs) -> RunResult:
-        """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`). If the wait
-        ends first (``timeout``, Ctrl-C), the program is interrupted: nobody else holds
-        its handle to do it (use :meth:`launch` to keep a program running)."""
-        return _wait_or_stop(self.launch(source, tiles, data, **kwargs), timeout)
+        """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`): ``timeout``
+        counts from the call, start included. If the wait ends first (``timeout``,
+        Ctrl-C), the program is interrupted or never starts: nobody else holds its
+        handle to stop it (use :meth:`launch` to keep a program running)."""
+        return _run_within(lambda start_timeout: self.launch(source, tiles, data, start_timeout=start_timeout,
+                                                             **kwargs), timeout)
 
     def repl(self, tiles=None, data: bytes | str | None = None, *,
              output_limit: int = DEFAULT_OUTPUT_LIMIT) -> "Repl":

@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import TimeoutError as _FutureTimeout
 from typing import Callable, Iterable
 
 import greenlet
@@ -199,16 +200,39 @@ class Scheduler:
         target: Callable[[TileAPI], object],
         name: str = "job",
         budget: float | None = None,
+        timeout: float | None = None,
     ) -> Job:
         """Launch ``target(api)`` on every tile in ``tile_ids`` (rank order = list order).
 
         Thread-safe. Returns the Job; ``job.future`` resolves to a :class:`JobReport`.
         TileBusyError if any tile already runs a job; ValueError for a ``budget`` that is
         not a positive, finite number of seconds.
+
+        Jobs start between supersteps, so a tile computing without an exchange point
+        holds the start up. TimeoutError if that takes over ``timeout`` seconds; then,
+        as when the wait is given up any other way (Ctrl-C), the job never starts: only
+        the caller would have had its handle to stop it.
         """
         if budget is not None:
             budget = budget_seconds(budget)
-        return self.call_wait(self._start_job, list(tile_ids), target, name, budget)
+        ids = list(tile_ids)
+        if threading.get_ident() == self.thread_ident:
+            return self._start_job(ids, target, name, budget)
+        future = self.call(self._start_job, ids, target, name, budget)
+        try:
+            return future.result(timeout)
+        except BaseException as exc:
+            if not future.cancel():  # (taken meanwhile: it started, or failed to)
+                try:
+                    job = future.result()
+                except BaseException:
+                    raise exc from None
+                self.interrupt_job(job, "interrupted: the caller stopped waiting for it to start")
+            if isinstance(exc, _FutureTimeout):
+                raise TimeoutError(f"{name} did not start within {timeout:g} s: the machine "
+                                   "takes a job between supersteps, and a tile is computing "
+                                   "without reaching an exchange point") from None
+            raise
 
     def interrupt_job(self, job: Job, reason: str = "interrupted by the user") -> None:
         """Stop every tile of ``job`` (thread-safe; works on tiles stuck in pure compute).
@@ -259,6 +283,8 @@ class Scheduler:
         calls = self._calls
         while calls:
             future, fn, args = calls.popleft()
+            if future is not None and not future.set_running_or_notify_cancel():
+                continue  # its caller gave up waiting (see start_job)
             try:
                 result = fn(*args)
             except BaseException as exc:

@@ -231,6 +231,46 @@ def test_run_that_times_out_interrupts_its_program(machine):
     assert machine.run("print('free')", tiles="2-3", timeout=10).format() == "[2 tiles: 2-3]\nfree\n"
 
 
+def _busy_machine(machine, seconds: float):
+    """A program computing on tile 0 for ``seconds`` without an exchange point: the
+    scheduler takes no new job meanwhile."""
+    busy = machine.launch("while True:\n    pass\n", tiles="0")
+    threading.Timer(seconds, busy.interrupt).start()
+    time.sleep(0.2)  # (well inside its compute)
+    return busy
+
+
+def _never_ran(machine, tile: int) -> bool:
+    result = machine.run("import os\nprint(os.path.exists('/ran'))", tiles=str(tile), timeout=10)
+    return result.tiles[0].output == "False\n"
+
+
+def test_run_timeout_bounds_the_wait_for_a_busy_machine_to_take_the_program(machine):
+    busy = _busy_machine(machine, 2.0)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not start within 0.3 s"):
+        machine.run("open('/ran', 'w').close()", tiles="5", timeout=0.3)
+    assert time.monotonic() - started < 1.5
+    busy.wait(10)
+    assert _never_ran(machine, 5)
+
+
+def test_ctrl_c_while_a_busy_machine_has_not_taken_the_program_starts_nothing(machine):
+    import os
+    import signal
+
+    busy = _busy_machine(machine, 1.5)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))  # (a real Ctrl-C)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            machine.run("open('/ran', 'w').close()", tiles="6")
+    finally:
+        timer.cancel()
+    busy.wait(10)
+    assert _never_ran(machine, 6)
+
+
 def test_interrupting_a_finished_job_keeps_nothing(machine):
     handle = machine.launch("x = bytes(1000)", tiles="4")
     handle.wait(10)
