@@ -27,7 +27,7 @@ from ._protocol import (
     reply_result,
     request_frame,
 )
-from ._rundir import MachinePaths, hint, lock_holder
+from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state
 
 CONNECT_SECONDS = 5.0
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
@@ -61,14 +61,20 @@ class SocketMissing(MachineNotRunning):
     unknown). A MachineNotRunning, since nothing can reach it; ``ipuos halt`` stops it by
     signal."""
 
-    def __init__(self, paths: MachinePaths, pid: int):
+    def __init__(self, paths: MachinePaths, pid: int, deleted: bool = False):
         self.name = paths.name
         self.stale = False
         self.pid = pid
-        Exception.__init__(self, (
-            f"machine {paths.name!r} runs (pid {pid or 'unknown'}) but has no socket at {paths.socket}: "
-            f"it is starting or halting, or its socket was deleted; if this lasts, "
-            f"{hint('halt', paths.name)} stops it by signal"))
+        #: the daemon serves (its lock says so): the socket was deleted, and stays so
+        self.deleted = deleted
+        if deleted:
+            message = (f"machine {paths.name!r} runs (pid {pid or 'unknown'}), but its socket {paths.socket} "
+                       f"was deleted: nothing can reach it; {hint('halt', paths.name)} stops it by signal")
+        else:
+            message = (f"machine {paths.name!r} runs (pid {pid or 'unknown'}) but has no socket at {paths.socket}: "
+                       f"it is starting or halting, or its socket was deleted; if this lasts, "
+                       f"{hint('halt', paths.name)} stops it by signal")
+        Exception.__init__(self, message)
 
 
 def _connect(sock, paths: MachinePaths, timeout: float) -> None:
@@ -100,7 +106,7 @@ class Client:
             sock.close()
             pid = lock_holder(paths.lock)
             if pid is not None:
-                raise SocketMissing(paths, pid) from None
+                raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
             raise MachineNotRunning(paths.name) from None
         except ConnectionRefusedError:
             sock.close()

@@ -39,7 +39,8 @@ from ._host import MachineHost
 from ._machine import Machine
 from ._presets import PRESETS
 from ._protocol import BUSY, PERMISSION_DENIED, error_frame
-from ._rundir import MachineLocked, MachinePaths, RuntimeDirError, acquire_lock, machine_paths, release_lock
+from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, RuntimeDirError, acquire_lock,
+                      machine_paths, mark_lock, release_lock)
 
 #: connections served at once; more get a ``busy`` error
 MAX_CLIENTS = 128
@@ -103,12 +104,15 @@ class Daemon:
                 self.host.look(kind, wait=30.0)
             try:
                 listener = _bind_private(self.paths.socket)
+                mark_lock(lock_fd, LOCK_SERVING)
                 self._install_signals()
                 log.info("machine %r booted: %s x%d, %d tiles in %.3f s; pid %d, socket %s",
                          self.paths.name, machine.preset.name, self.ipus, machine.ntiles,
                          machine.boot_seconds, os.getpid(), self.paths.socket)
                 self._accept_loop(listener)
             finally:
+                if listener is not None:
+                    mark_lock(lock_fd, LOCK_HALTING)  # (before the socket goes)
                 self._shutdown(listener)
         finally:
             release_lock(lock_fd, self.paths.lock)

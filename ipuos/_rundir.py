@@ -215,6 +215,35 @@ def open_runtime_file(path: Path, flags: int, what: str) -> int:
                               "it and boot again") from None
 
 
+#: what the daemon holding a lock is doing, on the line after its pid: clients tell a
+#: socket deleted from under a serving daemon (nothing will bring it back) from one not
+#: bound yet or already gone with a halt (wait for those)
+LOCK_SERVING = "serving"
+LOCK_HALTING = "halting"
+
+
+def mark_lock(fd: int, state: str) -> None:
+    """Write ``state`` (``LOCK_SERVING``, ``LOCK_HALTING``) after the pid in a held lock."""
+    text = f"{os.getpid()}\n{state}\n".encode()
+    os.pwrite(fd, text, 0)  # (the pid stays where it was: a reader never sees it torn)
+    os.ftruncate(fd, len(text))
+
+
+def lock_state(path: Path) -> str:
+    """What the lock's holder says it is doing (``""``: starting, or it does not say)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    try:
+        lines = os.pread(fd, 64, 0).decode("ascii", "replace").splitlines()
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return lines[1].strip() if len(lines) > 1 else ""
+
+
 def release_lock(fd: int, path: Path) -> None:
     """Remove the lock file while still holding it, then let go."""
     try:
@@ -256,7 +285,7 @@ def _holder_pid(fd: int) -> int | None:
 
 def _read_pid(fd: int) -> int | None:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").partition("\n")[0].strip()
     except OSError:
         return None
     return int(text) if text.isdigit() else None

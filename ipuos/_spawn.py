@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._client import CONNECT_SECONDS, Client, DaemonError, MachineNotRunning
+from ._client import CONNECT_SECONDS, Client, DaemonError, MachineNotRunning, SocketMissing
 from ._daemon import ERROR_PREFIX, EXIT_ALREADY_RUNNING
 from ._memtune import tuned_environ
 from ._rundir import MachineLocked, MachinePaths, lock_holder, open_runtime_file
@@ -60,6 +60,9 @@ def ensure_running(paths: MachinePaths, preset: str, ipus: int) -> tuple[dict, b
     while True:
         try:
             return hello(paths), False
+        except SocketMissing as exc:
+            if exc.deleted:
+                raise  # (waiting would not bring it back)
         except MachineNotRunning:
             pass
         try:
