@@ -203,6 +203,12 @@ class Repl:
         except RuntimeError:  # the machine has stopped: its SRAM went with it
             self.state.tiles = {}
 
+    def __enter__(self) -> "Repl":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()  # (the tiles' data stays in SRAM until then)
+
 
 def _check_output_limit(limit) -> None:
     if limit is not None and (type(limit) is not int or limit < 0):

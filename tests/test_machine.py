@@ -271,6 +271,18 @@ def test_ctrl_c_while_a_busy_machine_has_not_taken_the_program_starts_nothing(ma
     assert _never_ran(machine, 6)
 
 
+def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
+    def regions() -> list[str]:
+        return [r["name"] for r in machine.sram_usage(9)["regions"]]
+
+    with pytest.raises(ZeroDivisionError):
+        with machine.repl(tiles="9", data="payload") as repl:
+            assert repl.run("print(__tiledata)").tiles[0].output == "payload\n"
+            assert any(name.endswith(".tiledata") for name in regions())
+            1 / 0
+    assert not any(name.endswith(".tiledata") for name in regions())
+
+
 def test_interrupting_a_finished_job_keeps_nothing(machine):
     handle = machine.launch("x = bytes(1000)", tiles="4")
     handle.wait(10)
