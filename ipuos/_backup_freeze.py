@@ -30,7 +30,7 @@ from typing import Callable
 
 from ._tilespec import format_tiles
 from .blockdev import MemoryDevice
-from .vfs import CHIP_DISK_MOUNT, LittlefsBackend
+from .vfs import LittlefsBackend
 
 __all__ = ["SERVICE", "Freeze", "FreezeRefused", "FreezeCancelled", "prepare_backup", "prepare_restore"]
 
@@ -225,19 +225,14 @@ def _serve(tile, freeze: Freeze) -> None:
 # -- what owners do before they hold ---------------------------------------------------------
 
 
-def _device_mounts(tile, storage) -> list[str]:
-    """Where the tile mounts the machine's devices it owns: ``/`` and, on the chip tile,
-    ``/chip`` (other mounts are not devices of the machine, and in no image)."""
-    return ["/"] + ([CHIP_DISK_MOUNT] if tile.id == storage.chip_tile else [])
-
-
 def _littlefs_mounts(tile, storage):
-    """The tile's mounted littlefs backends a backup holds (see ``_device_mounts``)."""
+    """The tile's mounted littlefs backends a backup holds: those its storage mounts at
+    boot (``/`` and, on the chip tile, ``/chip``; ``/tiles`` is no filesystem of its own)."""
     vfs = storage.vfs(tile)  # only called for tiles that are up: nothing is brought up
     if vfs.pending:
         vfs.close_pending()
     found = []
-    for path in _device_mounts(tile, storage):
+    for path in storage.boot_mounts(tile):
         try:
             backend = vfs.backend(path)
         except OSError:
@@ -296,7 +291,7 @@ def _unimaged_mounts(tile, storage) -> dict[tuple[int, str], tuple[str, bool]]:
     """The littlefs filesystems the tile mounts on no device of the machine (``mount
     --ram``'s RAM disks): what each is and whether it holds any file."""
     vfs = storage.vfs(tile)
-    devices = _device_mounts(tile, storage)
+    devices = storage.boot_mounts(tile)
     found = {}
     for info in vfs.mount_points():
         backend = vfs.backend(info.path)

@@ -221,20 +221,13 @@ _STOP_WAIT_SECONDS = 5.0
 
 
 def _run_within(launch: Callable[[float | None], RunHandle], timeout: float | None) -> RunResult:
-    """``launch(start_timeout)`` and wait for the program, all within ``timeout``."""
-    if timeout is None:
-        return _wait_or_stop(launch(None), None)
-    deadline = time.monotonic() + timeout
+    """``launch(start_timeout)`` and wait for the program, start and run within
+    ``timeout``; if the wait ends first (``timeout``, Ctrl-C), interrupt the program:
+    nobody else holds its handle to do it (``launch`` keeps one running)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     handle = launch(timeout)
-    return _wait_or_stop(handle, timeout, max(0.0, deadline - time.monotonic()))
-
-
-def _wait_or_stop(handle: RunHandle, timeout: float | None, left: float | None = None) -> RunResult:
-    """Wait for ``handle`` (``left`` of ``timeout`` seconds); if the wait ends first
-    (``timeout``, Ctrl-C), interrupt the program: nobody else holds its handle to do it
-    (``launch`` keeps one running)."""
     try:
-        return handle.wait(timeout if left is None else left)
+        return handle.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
     except TimeoutError:
         _stop(handle, f"interrupted: it ran longer than the {timeout} s run() waits")
         try:  # (so that its tiles take the next program at once)

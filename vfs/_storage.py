@@ -152,6 +152,12 @@ class Storage:
             return "up"
         return "restored" if tile.id in self._existing else "blank"
 
+    def boot_mounts(self, tile) -> list[str]:
+        """The mount points the tile's storage makes when it comes up: ``/`` (its disk)
+        and, on the chip tile, ``/chip`` and ``/tiles``. Any other was made later (a RAM
+        disk) and is on none of the machine's devices."""
+        return ["/", CHIP_DISK_MOUNT, TILES_MOUNT] if tile.id == self.chip_tile else ["/"]
+
     def forget(self, tile, *, restored: bool) -> None:
         """On ``tile``'s own greenlet, with no file open: drop its mounts without writing a
         byte to their devices (a restore has just replaced those bytes), so the next use
@@ -160,7 +166,7 @@ class Storage:
         device: they stay as they are, mounted again in the new VFS."""
         vfs = tile.kernel_data.pop(VFS_KEY, None)
         if vfs is not None:
-            made_here = {"/"} | ({CHIP_DISK_MOUNT, TILES_MOUNT} if tile.id == self.chip_tile else set())
+            made_here = self.boot_mounts(tile)
             carried = []
             for mount in reversed(vfs.mounts()):  # the deepest first
                 if mount.path not in made_here:
