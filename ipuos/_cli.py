@@ -204,9 +204,17 @@ def halt(name, if_saved, backup) -> None:
                 client.close()
                 _halt_by_signal(paths, lock_holder(paths.lock), False, "it runs another ipuos release")
                 return
+            plain = not (backup or if_saved)
+            if plain and exc.code == BUSY and not exc.details.get("halting"):
+                # every client slot or handler is taken: SIGTERM halts it just as cleanly,
+                # and a user must always be able to stop a machine
+                client.close()
+                _halt_by_signal(paths, lock_holder(paths.lock), False,
+                                "every client slot or request handler was taken")
+                return
             # another halt got there first: the daemon refuses new requests, or drops the
             # connection as it goes. A plain halt has what it asked for once it is gone.
-            if backup or if_saved or exc.code not in (BUSY, "disconnected") or not wait_halted(paths):
+            if not plain or exc.code not in (BUSY, "disconnected") or not wait_halted(paths):
                 raise
             click.echo(f"halted machine {name!r} (another halt was stopping it)")
             return

@@ -176,7 +176,7 @@ class Connection:
                                    "on one connection; wait for a reply"))
             return
         if self.stopping.is_set():
-            self._send(error_frame(request.id, BUSY, f"machine {self.host.name!r} is halting"))
+            self._send(error_frame(request.id, BUSY, f"machine {self.host.name!r} is halting", halting=True))
             return
         seconds = command.deadline_seconds(request.timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
