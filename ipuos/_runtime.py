@@ -722,6 +722,7 @@ class ReplBlock:
             raise
         except BaseException as exc:  # the program's own, KeyboardInterrupt included
             output.write(user_traceback(exc))
+            api.job.ended_raising(rank, exc)  # the others' collectives say so
             code = 1
         finally:
             self.outputs[rank] = output.getvalue()

@@ -16,7 +16,7 @@ import operator
 from typing import TYPE_CHECKING, Callable
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SCATTER, SYNC
-from ._errors import CollectiveMismatchError, describe_tiles
+from ._errors import describe_tiles
 from ._exchange import KIND_USER, pad8
 from ._job import OK, REDUCE_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
@@ -184,10 +184,8 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     ended_well = [r for r in finished if job.results[r] is not None and job.results[r].status == OK]
     if not ended_well and tile.signal is not None:
         tile.raise_signal()
-    raise CollectiveMismatchError(
-        f"{key[0]}() needs every tile of the job, but {job.describe(ended_well or finished)} "
-        f"already {'finished' if ended_well else 'stopped'}"
-    )
+    raise job.missing_tiles([tile.rank], ended_well or finished, f"{key[0]}()",
+                            "finished" if ended_well else "stopped")
 
 
 class TileAPI:

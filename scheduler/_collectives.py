@@ -98,10 +98,7 @@ def complete(job: "Job") -> None:
         error = CollectiveMismatchError(f"collective mismatch in job {job.id}: {job.waiting_report()}")
     elif kind != "sync" and job.nlive < job.nranks:
         finished = [r for r in range(job.nranks) if r not in job.live]
-        error = CollectiveMismatchError(
-            f"{kind}() needs every tile of job {job.id}, but {job.describe(finished)} "
-            "already finished"
-        )
+        error = job.missing_tiles(job.live, finished, f"{kind}()")
     elif kind == "sync" or kind == SCATTER or (kind == REDUCE and root == 0):  # (nothing to move)
         error = None
         job.coll_result = _SYNC_RESULT

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._errors import JobAborted, TileInterrupt, describe_exception, describe_tiles
+from ._errors import CollectiveMismatchError, JobAborted, TileInterrupt, describe_exception, describe_tiles
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
@@ -97,6 +97,10 @@ class Job:
         #: a tile finished since the last exchange (recv waits may have become hopeless)
         self.finished_changed = False
         self.results: list[TileResult | None] = [None] * self.nranks
+        #: rank -> the ranks whose early end failed its collective (see missing_tiles)
+        self._blamed: dict[int, tuple[int, ...]] = {}
+        #: rank -> how a tile ended that the others may miss ("it raised ValueError: boom")
+        self.endings: dict[int, str] = {}
         self.first_failure: TileResult | None = None
         self.interrupted: str | None = None
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
@@ -188,6 +192,28 @@ class Job:
         if ids != ranks:
             text += f" (machine {describe_tiles(ids)})"
         return text
+
+    def ended_raising(self, rank: int, exc: BaseException) -> None:
+        """Rank ``rank`` ended because its code raised ``exc``, caught by the job's own
+        target (a repl prints it as the tile's output): the others' errors name it."""
+        self.endings[rank] = f"it raised {describe_exception(exc)}"
+
+    def missing_tiles(self, waiting, finished, waits_in: str, ended: str = "finished") -> CollectiveMismatchError:
+        """The error of the ``waiting`` ranks, whose collective ``waits_in`` needs the
+        ``finished`` ranks (which ``ended``: finished, or stopped by a failure).
+
+        It names the tiles whose own end started it, never tiles that failed only because
+        of them: a reduction's tree fails tile by tile, and every tile of the job then
+        reports one cause, which groups as one output.
+        """
+        roots = sorted({root for rank in finished for root in self._blamed.get(rank, (rank,))})
+        for rank in waiting:
+            self._blamed[rank] = tuple(roots)
+        text = f"{waits_in} needs every tile of the job, but {self.describe(roots)} already {ended}"
+        endings = [self.endings[rank] for rank in roots if rank in self.endings]
+        if len(roots) == 1 and endings:
+            text += f" ({endings[0]})"
+        return CollectiveMismatchError(text)
 
     def waiting_report(self) -> str:
         """``tiles 0-5 wait in sync(); tile 6 waits in recv from tile 7``."""

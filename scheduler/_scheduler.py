@@ -652,8 +652,7 @@ class Scheduler:
                 continue  # (hopeless only when no live tile could send: the deadlock check's case)
             if src >= 0 and job.results[src] is not None and not _has_mail_from(tile, src) and tile.signal is None:
                 if _in_collective(tile.waiting or ""):  # (a reduction's tree waits in recv)
-                    tile.signal = CollectiveMismatchError(
-                        f"{tile.waiting} needs every tile of the job, but tile {src} already finished")
+                    tile.signal = job.missing_tiles([tile.rank], [src], tile.waiting)
                 else:
                     tile.signal = DeadlockError(
                         f"{job.describe([tile.rank])} waits to recv from tile {src}, which has "

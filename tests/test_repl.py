@@ -89,6 +89,22 @@ def test_one_tiles_exception_is_grouped_output_not_an_abort(machine):
     assert repl.run("print('still here')").ok  # the failure left every namespace intact
 
 
+
+@pytest.mark.parametrize("collective", ["allreduce(__tileid)", "reduce(1, 'sum', 0)", "alltoall(1)", "sync()"])
+def test_a_collective_missing_a_tile_that_raised_says_why_in_one_group(machine, collective):
+    with machine.repl("0-15") as repl:
+        result = repl.run(f"if __tileid == 3: raise ValueError('boom')\nx = {collective}\n")
+    groups = result.grouped()
+    assert [g.tiles for g in groups] == [tuple(t for t in range(16) if t != 3), (3,)]
+    if collective == "sync()":  # a barrier of the live tiles: the others carry on
+        assert groups[0].text == ""
+        return
+    name = collective.partition("(")[0]
+    assert groups[0].text.endswith(
+        f"CollectiveMismatchError: {name}() needs every tile of the job, but tile 3 already "
+        "finished (it raised ValueError: boom)\n")
+    assert groups[1].text.endswith("ValueError: boom\n")
+
 def test_tiledata_is_split_once_and_kept(machine):
     repl = machine.repl("0-3", data="a\nb\nc\nd\n")
     assert repl.run("print(__tiledata.strip())").outputs() == {0: "a\n", 1: "b\n", 2: "c\n", 3: "d\n"}

@@ -687,6 +687,23 @@ def test_a_reduction_after_a_tile_finished_says_so_rather_than_deadlock(sched, c
         assert "tile 3 already finished" in str(result.error)
 
 
+def test_a_reduction_tree_failing_tile_by_tile_blames_the_tile_that_ended(sched):
+    """The tree's tiles fail one after another, each missing its partner; every error
+    names the tile whose end started it, so that they group as one."""
+    def prog(api):
+        if api.tileid == 3:
+            return None
+        try:
+            api.allreduce(1)
+        except CollectiveMismatchError as exc:
+            return str(exc)
+
+    report = run(sched, prog)
+    assert NTILES >= 8  # a tree some levels deep
+    messages = {r.value for r in report.results if r.rank != 3}
+    assert messages == {"allreduce() needs every tile of the job, but tile 3 already finished"}
+
+
 def test_tile_numbers_are_integers_not_bools_or_floats(sched):
     import enum
 
