@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 
@@ -17,13 +18,14 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
     """
     if spec is None:
         return list(range(ntiles))
-    if type(spec) is int:
-        tiles = [spec]
+    one = _tile_id(spec)
+    if one is not None:
+        tiles = [one]
     elif isinstance(spec, str):
         tiles = _parse_text(spec, ntiles)
     elif isinstance(spec, (bytes, bytearray, memoryview)):  # (iterating gives byte values)
         raise TileSpecError(f"tiles are a spec like '0-15' (a str), not {type(spec).__name__}")
-    elif isinstance(spec, range) and len(spec) and not (
+    elif isinstance(spec, range) and spec and not (  # (not len(): it may overflow)
             0 <= min(spec[0], spec[-1]) and max(spec[0], spec[-1]) < ntiles):
         # (checked by its ends, not listed first: it may be huge)
         low, high = min(spec[0], spec[-1]), max(spec[0], spec[-1])
@@ -33,8 +35,9 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
             tiles = list(spec)
         except TypeError:  # (True, 2.0: not a tile id, nor a set of them)
             raise TileSpecError(f"tiles are a spec like '0-15', a tile id or ids, not {spec!r}") from None
-        for tile in tiles:
-            if not isinstance(tile, int) or isinstance(tile, bool):
+        for i, tile in enumerate(tiles):
+            tiles[i] = _tile_id(tile)
+            if tiles[i] is None:
                 raise TileSpecError(f"tile ids must be integers, not {tile!r}")
     bad = [t for t in tiles if not 0 <= t < ntiles]
     if bad:
@@ -44,6 +47,20 @@ def parse_tiles(spec: str | Iterable[int] | None, ntiles: int) -> list[int]:
     if not tiles:
         raise TileSpecError("the tile specification selects no tiles")
     return sorted(set(tiles))
+
+
+def _tile_id(value) -> int | None:
+    """``value`` as a tile id, or None if it is not an integer. Any integer will do
+    (numpy's, from an array of ids; an IntEnum), as for a list index; a bool will not:
+    it is a slip far more often than a tile number."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:  # (not an integer; an array of them is iterated instead)
+        return None
 
 
 #: digits a number in a tile spec may have (beyond any machine; int() refuses 4300+)

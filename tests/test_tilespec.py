@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ipuos import TileSpecError, format_tiles, parse_tiles
@@ -18,6 +19,9 @@ from ipuos import TileSpecError, format_tiles, parse_tiles
         (None, list(range(16))),
         ([4, 2], [2, 4]),
         (9, [9]),
+        (np.int64(9), [9]),  # any integer, as for an index: numpy's ...
+        (np.arange(3, 6), [3, 4, 5]),
+        ([np.int32(4), 2], [2, 4]),
     ],
 )
 def test_parse(spec, expected):
@@ -40,6 +44,10 @@ def test_parse(spec, expected):
         ("9" * 5000, "far too big"),  # past int()'s own limit: still a spec error
         ("0-" + "9" * 19, "far too big"),
         ("0-8:" + "9" * 5000, "far too big"),
+        (range(10**20), "no tile 99999999999999999999"),  # checked by its ends, never listed
+        (True, "not True"),  # a slip, not tile 1
+        ([False], "must be integers"),
+        (np.array([1.5]), "must be integers"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, message):
