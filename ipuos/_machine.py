@@ -410,7 +410,7 @@ class Machine:
         ctx.extras["__names__"] = {"open": session.open}
         ctx.extras["__resume__"] = session.resume  # (a repl's later blocks)
         ctx.extras["__suspend__"] = session.suspend
-        ctx.extras["__modules__"] = {"os": session.provide_os}
+        ctx.extras["__modules__"] = dict.fromkeys(session.MODULES, session.provide)
         ctx.extras["__find_module__"] = session.find_module
         ctx.cleanups.append(session.close)
 

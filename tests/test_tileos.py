@@ -6,7 +6,10 @@ code on its tile's greenlet, against the tile's own littlefs disk.
 
 from __future__ import annotations
 
+import os
 import posixpath
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -486,3 +489,134 @@ def test_os_walk_from_tile_0_root_terminates_and_tiles_0_is_its_own_disk_only():
         )
         assert result.ok, result.format()
         assert result.tiles[0].output == "True ['mine.txt'] False\nFalse\n"
+
+
+#: glob, pathlib and shutil through their public API, printing what they return and
+#: raise with the root written as "@"; the test runs it on a tile and on the host
+_STDLIB_PARITY = r'''
+import glob, os, shutil
+from pathlib import Path
+
+
+def show(*values):
+    print(*[repr(v).replace(ROOT, "@") for v in values])
+
+
+def attempt(call):
+    try:
+        show(call())
+    except Exception as exc:  # noqa: BLE001
+        show(type(exc).__name__, getattr(exc, "errno", None), getattr(exc, "filename", None))
+
+
+os.makedirs(ROOT + "/d/sub/deep")
+os.makedirs(ROOT + "/d/.h")
+for name in ("a.txt", "b.py", ".hidden", "sub/c.txt", "sub/deep/e.txt", ".h/x.txt"):
+    with open(f"{ROOT}/d/{name}", "w") as f:
+        f.write(name * 3)
+os.chdir(ROOT + "/d")
+for pattern, options in [
+    ("*", {}), ("**/*.txt", {"recursive": True}), ("**", {"recursive": True}),
+    ("**/", {"recursive": True}), ("*/", {}), (".*", {}), ("[ab]*", {}), ("?.py", {}),
+    ("sub/*/e*", {}), ("sub/deep", {}), ("nothing", {}), ("", {}), ("a.txt/", {}),
+    ("**/*.txt", {"recursive": True, "include_hidden": True}), ("**/*.txt", {}),
+    (ROOT + "/d/s*/*", {}), ("*.txt", {"root_dir": ROOT + "/d/sub"}),
+    ("**", {"root_dir": ROOT + "/d", "recursive": True}),
+]:
+    show(pattern, sorted(glob.glob(pattern, **options)))
+show(glob.escape("a[b]*?.txt"), glob.has_magic("x[y"), sorted(glob.iglob("*.py")))
+
+here = Path(ROOT) / "d"
+show(sorted(str(p) for p in here.glob("**")), sorted(str(p) for p in here.glob("*/")))
+show(sorted(str(p) for p in here.rglob("*.txt")), sorted(str(p) for p in here.glob("sub/*")))
+show(sorted(p.name for p in here.iterdir()), (here / "a.txt").read_text(), (here / "b.py").read_bytes())
+show((here / "new.txt").write_text("fresh"), (here / "new.bin").write_bytes(b"\0\1"))
+show((here / "a.txt").exists(), (here / "no").exists(), here.is_dir(), (here / "a.txt").is_file(),
+     (here / "a.txt").is_symlink(), (here / "no").is_dir(), (here / "a.txt").stat().st_size)
+show(Path("sub/../x").resolve(), Path("sub").absolute(), Path.cwd(), (here / "b.py").samefile("b.py"))
+attempt(lambda: (here / "a.txt").touch(exist_ok=False))
+attempt(lambda: (here / "t1").touch())
+attempt(lambda: (here / "p/q").mkdir())
+attempt(lambda: (here / "p/q").mkdir(parents=True))
+attempt(lambda: (here / "p/q").mkdir(parents=True))
+attempt(lambda: (here / "p/q").mkdir(parents=True, exist_ok=True))
+attempt(lambda: (here / "a.txt").mkdir(exist_ok=True))
+attempt(lambda: (here / "gone").unlink())
+attempt(lambda: (here / "gone").unlink(missing_ok=True))
+attempt(lambda: (here / "t1").rename(here / "t2"))
+attempt(lambda: (here / "t2").replace(here / "new.bin"))
+attempt(lambda: (here / "p").rmdir())
+attempt(lambda: list(here.glob("")))
+attempt(lambda: list(here.glob("/abs")))
+attempt(lambda: (here / "b.py").write_text(b"bytes"))
+
+attempt(lambda: shutil.copytree(ROOT + "/d/sub", ROOT + "/copy"))
+show(sorted(glob.glob(ROOT + "/copy/**", recursive=True)))
+attempt(lambda: shutil.copytree(ROOT + "/d/sub", ROOT + "/copy"))
+attempt(lambda: shutil.copytree(ROOT + "/d", ROOT + "/copy", dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("*.py", ".h*", "p")))
+show(sorted(glob.glob(ROOT + "/copy/**", recursive=True, include_hidden=True)))
+attempt(lambda: shutil.copy(ROOT + "/d/a.txt", ROOT + "/copy"))
+attempt(lambda: shutil.copy2(ROOT + "/d/b.py", ROOT + "/copy/b2.py"))
+show(os.stat(ROOT + "/d/b.py").st_mtime == os.stat(ROOT + "/copy/b2.py").st_mtime)
+attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/a.txt"))
+attempt(lambda: shutil.copyfile(ROOT + "/d/missing", ROOT + "/d/x"))
+attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/sub"))
+attempt(lambda: shutil.move(ROOT + "/copy/b2.py", ROOT + "/d/sub"))
+attempt(lambda: shutil.move(ROOT + "/copy/a.txt", ROOT + "/d"))
+attempt(lambda: shutil.move(ROOT + "/copy", ROOT + "/moved"))
+show(sorted(glob.glob(ROOT + "/*")), open(ROOT + "/d/sub/b2.py").read())
+failures = []
+attempt(lambda: shutil.rmtree(ROOT + "/nothing"))
+attempt(lambda: shutil.rmtree(ROOT + "/nothing", ignore_errors=True))
+attempt(lambda: shutil.rmtree(ROOT + "/d/a.txt", onerror=lambda f, p, e: failures.append((p, e[0].__name__))))
+show(failures)
+attempt(lambda: shutil.rmtree(ROOT + "/moved"))
+show(sorted(os.listdir(ROOT)))
+'''
+
+
+@pytest.mark.parametrize("where, tile", [("/parity", "2"), ("/chip/parity", "0"), ("/tiles/5/parity", "0")])
+def test_glob_pathlib_and_shutil_do_on_a_tile_what_they_do_on_the_host(machine, where, tile, tmp_path):
+    host_root = str(tmp_path / "parity")
+    os.mkdir(host_root)
+    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + _STDLIB_PARITY],
+                          capture_output=True, text=True, timeout=60)
+    assert host.returncode == 0, host.stderr
+    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _STDLIB_PARITY,
+                         tiles=tile, timeout=60)
+    assert output(result).splitlines() == host.stdout.splitlines()
+
+
+def test_tile_pathlib_and_shutil_refuse_what_tiles_lack(machine):
+    result = run(machine, """
+        import pathlib, shutil, glob
+        for call in (lambda: pathlib.Path("/").chmod(0o700), lambda: pathlib.Path("/").owner(),
+                     lambda: pathlib.Path("/x").symlink_to("/"), lambda: pathlib.Path.home(),
+                     lambda: glob.glob("*", dir_fd=3), lambda: shutil.rmtree("/", dir_fd=3)):
+            try:
+                call()
+            except (NotImplementedError, RuntimeError) as exc:
+                print(type(exc).__name__, exc)
+        print(hasattr(shutil, "which"), hasattr(shutil, "unpack_archive"), hasattr(shutil, "copymode"))
+        print(pathlib.Path("~").expanduser(), isinstance(pathlib.Path("/"), pathlib.PurePosixPath))
+    """)
+    assert output(result).splitlines() == [
+        "NotImplementedError Path.chmod() is unsupported on a tile: its files have no permission bits",
+        "NotImplementedError Path.owner() is unsupported on a tile: its files have no owners",
+        "NotImplementedError Path.symlink_to() is unsupported on a tile: its files have no symbolic links",
+        "RuntimeError Could not determine home directory: tiles have none",
+        "NotImplementedError tiles have no file descriptors: pass root_dir instead of dir_fd",
+        "NotImplementedError tiles have no file descriptors: rmtree takes a path",
+        "False False False",
+        "~ True",
+    ]
+
+
+def test_each_program_gets_its_own_pathlib_bound_to_its_tile(machine):
+    result = run(machine, """
+        from pathlib import Path
+        Path(f"/mine{__tileid}").write_text(str(__physical_tile))
+        print(sorted(p.name for p in Path("/").glob("mine*")), Path(f"/mine{__tileid}").read_text())
+    """, tiles="6-7")
+    assert [t.output for t in result.tiles] == ["['mine0'] 6\n", "['mine1'] 7\n"]

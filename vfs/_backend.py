@@ -26,8 +26,14 @@ def fs_error(number: int, path=None, message: str | None = None, path2=None) -> 
     """``OSError(number)`` with the right subclass (FileNotFoundError ...) and file names."""
     message = message or os.strerror(number)
     if path2 is not None:
-        return OSError(number, message, path, None, path2)
-    return OSError(number, message, path)
+        return OSError(number, message, error_name(path), None, error_name(path2))
+    return OSError(number, message, error_name(path))
+
+
+def error_name(path):
+    """The file name an error gives for ``path``: as the caller wrote it, but a str, as
+    the host's errors name a ``pathlib.Path`` (None stays None)."""
+    return path if path is None or type(path) is str else os.fspath(path)
 
 
 class Backend:

@@ -20,7 +20,10 @@ import weakref
 from typing import Callable
 
 from ._importer import TileImporter
+from ._tileglob import make_glob_module
 from ._tileos import make_os_module
+from ._tilepathlib import make_pathlib_module
+from ._tileshutil import make_shutil_module
 from ._vfs import VFS_KEY
 
 __all__ = ["TileSession"]
@@ -31,8 +34,11 @@ _weakref = weakref.ref
 class TileSession:
     """What one program on one tile sees of the tile's files (see module doc)."""
 
-    __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_os", "_importer",
+    __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
                  "_new_globals", "_cwd")
+
+    #: the standard modules a program gets its own copy of, bound to its tile's files
+    MODULES = ("os", "glob", "shutil", "pathlib")
 
     def __init__(self, tile, vfs_of: Callable,
                  new_globals: Callable[[str, str, types.CodeType], dict] | None = None):
@@ -47,7 +53,8 @@ class TileSession:
         #: weak references to every binary file this program opened (pruned now and then)
         self._files: list = []
         self._prune_at = 64
-        self._os: types.ModuleType | None = None
+        #: the program's own os, glob, shutil and pathlib, made when first imported
+        self._modules: dict[str, types.ModuleType] = {}
         self._importer: TileImporter | None = None
 
     @property
@@ -73,16 +80,28 @@ class TileSession:
 
     # -- modules ---------------------------------------------------------------------------
 
-    def os_module(self) -> types.ModuleType:
-        if self._os is None:
-            self._os = make_os_module(self.vfs)
-        return self._os
+    def module(self, name: str) -> types.ModuleType:
+        """The program's ``name`` (one of :attr:`MODULES`), made on first use."""
+        module = self._modules.get(name)
+        if module is None:
+            if name == "os":
+                module = make_os_module(self.vfs)
+            elif name == "glob":
+                module = make_glob_module(self.module("os"))
+            elif name == "shutil":
+                module = make_shutil_module(self.module("os"), self.open)
+            else:
+                module = make_pathlib_module(self.module("os"), self.open)
+            self._modules[name] = module
+        return module
 
-    def provide_os(self, name: str, fromlist=()):
-        """The runtime's module provider for ``os`` (``import os``, ``import os.path``,
-        ``from os import path``, ``from os.path import join``)."""
-        module = self.os_module()
-        if name == "os":
+    def provide(self, name: str, fromlist=()):
+        """The runtime's module provider for :attr:`MODULES` (``import os``, ``import
+        os.path``, ``from os import path``, ``from os.path import join``, ``import glob``
+        ...)."""
+        top = name.partition(".")[0]
+        module = self.module(top)
+        if name == top:
             return module
         if name == "os.path":
             return module.path if fromlist else module

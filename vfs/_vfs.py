@@ -21,7 +21,7 @@ import os
 import time
 from typing import NamedTuple
 
-from ._backend import Backend, fs_error
+from ._backend import Backend, error_name, fs_error
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
 from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, parse_mode, raise_pending_signal,
                      wrap_text)
@@ -166,7 +166,7 @@ class Vfs:
         try:
             entry = mount.backend.entry(inner)
         except OSError as exc:
-            exc.filename = path
+            exc.filename = error_name(path)
             raise
         if not entry.is_dir:
             raise fs_error(errno.ENOTDIR, path)
@@ -233,7 +233,7 @@ class Vfs:
         try:
             return mount.backend.open(inner, spec, name, self.pending)
         except OSError as exc:
-            exc.filename = name
+            exc.filename = error_name(name)
             _refine_open_error(exc, mount, inner, name)
             raise
 
@@ -341,7 +341,7 @@ class Vfs:
                 self.mkdir(current)
             except FileExistsError as exc:
                 if last and (not exist_ok or not self.isdir(current)):
-                    exc.filename = name
+                    exc.filename = error_name(name)
                     raise
         if not parts and not exist_ok:
             raise fs_error(errno.EEXIST, name)
@@ -386,7 +386,7 @@ class Vfs:
         try:
             src_mount.backend.rename(src_inner, dst_inner)
         except OSError as exc:
-            exc.filename, exc.filename2 = src, dst
+            exc.filename, exc.filename2 = error_name(src), error_name(dst)
             raise
 
     replace = rename
@@ -409,7 +409,7 @@ class Vfs:
             mount.backend.entry(inner)
             block_size, block_count, blocks_free, name_max = mount.backend.statvfs(inner)
         except OSError as exc:
-            exc.filename = path
+            exc.filename = error_name(path)
             raise
         return make_statvfs(block_size, block_count, blocks_free, name_max, readonly=mount.readonly)
 
@@ -519,7 +519,7 @@ class Vfs:
         try:
             return call(*args)
         except OSError as exc:
-            exc.filename = path
+            exc.filename = error_name(path)
             raise
 
     def _refuse_write(self, mount, inner: str, path, exists_errno: int | None = None) -> None:
