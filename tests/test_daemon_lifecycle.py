@@ -318,34 +318,9 @@ def test_halt_of_a_machine_that_is_not_running(runtime_dir):
     assert "no machine named 'not-there' is running" in done.stderr
 
 
-def test_halt_gets_through_when_every_client_slot_is_taken(runtime_dir):
-    booted = boot_machine()
-    held = []
-    try:
-        # idle connections until the daemon turns the next one away as busy
-        for _ in range(MAX_CLIENTS + 1):
-            sock = raw_socket(booted.paths)
-            held.append(sock)
-            sock.sendall(request(1, "hello"))
-            frame = read_frame(sock)
-            if frame.header.get("type") == "error":
-                break
-        assert frame.header["error"]["code"] == "busy", frame
-        refused_for = run_cli("status", "--name", booted.name)
-        assert refused_for.returncode != 0 and "already serves" in refused_for.stderr
-        done = run_cli("halt", "--name", booted.name)
-        assert done.returncode == 0, done.stderr
-        assert f"halted machine {booted.name!r}" in done.stdout
-        assert "every client slot or request handler was taken" in done.stdout  # why by signal
-        assert wait_halted(booted.paths, timeout=15)
-        assert "SIGTERM: halting" in booted.paths.log.read_text()
-    finally:
-        for sock in held:
-            sock.close()
-        booted.halt()
-
-
-def test_halt_if_saved_of_a_full_daemon_says_try_again(runtime_dir):
+@contextlib.contextmanager
+def every_client_slot_taken():
+    """A booted machine holding as many idle clients as it serves (halted at the end)."""
     booted = boot_machine()
     held = []
     try:
@@ -354,14 +329,31 @@ def test_halt_if_saved_of_a_full_daemon_says_try_again(runtime_dir):
             held.append(sock)
             sock.sendall(request(1, "hello"))
             assert read_frame(sock).header["type"] == "result"
-        done = run_cli("halt", "--if-saved", "--name", booted.name)
-        assert done.returncode != 0
-        assert "already serves" in done.stderr
-        assert lock_holder(booted.paths.lock) == booted.pid  # still running: it could not ask
+        yield booted
     finally:
         for sock in held:
             sock.close()
         booted.halt()
+
+
+def test_halt_gets_through_when_every_client_slot_is_taken(runtime_dir):
+    with every_client_slot_taken() as booted:
+        refused_for = run_cli("status", "--name", booted.name)
+        assert refused_for.returncode != 0 and "already serves" in refused_for.stderr
+        done = run_cli("halt", "--name", booted.name)
+        assert done.returncode == 0, done.stderr
+        assert f"halted machine {booted.name!r}" in done.stdout
+        assert "every client slot or request handler was taken" in done.stdout  # why by signal
+        assert wait_halted(booted.paths, timeout=15)
+        assert "SIGTERM: halting" in booted.paths.log.read_text()
+
+
+def test_halt_if_saved_of_a_full_daemon_says_try_again(runtime_dir):
+    with every_client_slot_taken() as booted:
+        done = run_cli("halt", "--if-saved", "--name", booted.name)
+        assert done.returncode != 0
+        assert "already serves" in done.stderr
+        assert lock_holder(booted.paths.lock) == booted.pid  # still running: it could not ask
 
 
 def test_the_client_reports_a_daemon_that_goes_away(runtime_dir):
