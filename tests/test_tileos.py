@@ -620,3 +620,23 @@ def test_each_program_gets_its_own_pathlib_bound_to_its_tile(machine):
         print(sorted(p.name for p in Path("/").glob("mine*")), Path(f"/mine{__tileid}").read_text())
     """, tiles="6-7")
     assert [t.output for t in result.tiles] == ["['mine0'] 6\n", "['mine1'] 7\n"]
+
+
+def test_dotdot_climbs_out_of_a_removed_current_directory_as_on_the_host(machine):
+    result = run(machine, """
+        import os
+        os.makedirs("/gone/here/deeper")
+        os.chdir("/gone/here/deeper")
+        os.rmdir("/gone/here/deeper")
+        for path in ("../../here", "missing/..", "../missing/.."):
+            try:
+                os.stat(path)
+                print(path, "ok")
+            except OSError as exc:
+                print(path, type(exc).__name__)
+        os.chdir("..")
+        print(os.getcwd(), os.listdir("."))
+    """, tiles="3")
+    assert output(result).splitlines() == [
+        "../../here ok", "missing/.. FileNotFoundError", "../missing/.. FileNotFoundError", "/gone/here []"]
+

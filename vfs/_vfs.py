@@ -494,21 +494,25 @@ class Vfs:
 
     def _climb_checked(self, path: str) -> None:
         """A ``..`` climbs out of a directory, as the kernel walks it: ``file/..`` is
-        ENOTDIR and ``missing/..`` ENOENT, although lexically both name the parent."""
-        start = path if path[0] == "/" else self._cwd + "/" + path
-        names = [name for name in start.split("/") if name and name != "."]
-        current: list[str] = []
-        for name in names:
+        ENOTDIR and ``missing/..`` ENOENT, although lexically both name the parent. The
+        current directory and its parents are not checked: the kernel holds the cwd, so
+        ``..`` climbs out of it even after it was removed."""
+        current = [] if path[0] == "/" else [name for name in self._cwd.split("/") if name]
+        held = len(current)  # how many of current's directories are the cwd's own
+        for name in path.split("/"):
             if name != "..":
-                current.append(name)
+                if name and name != ".":
+                    current.append(name)
                 continue
-            if current:
+            if len(current) > held:
                 where = "/" + "/".join(current)
                 vpath, mount, inner = self._resolve(where)
                 entry = self._on_backend(path, mount, inner, mount.backend.entry, inner)
                 if not entry.is_dir:
                     raise fs_error(errno.ENOTDIR, path)
+            if current:
                 current.pop()
+                held = min(held, len(current))
 
     def _on_backend(self, path, mount, inner: str, call, *args, write: bool = False,
                     exists_errno: int | None = None):
