@@ -640,3 +640,33 @@ def test_dotdot_climbs_out_of_a_removed_current_directory_as_on_the_host(machine
     assert output(result).splitlines() == [
         "../../here ok", "missing/.. FileNotFoundError", "../missing/.. FileNotFoundError", "/gone/here []"]
 
+
+def test_os_access_and_renames(machine):
+    result = run(machine, """
+        import os
+        open("/acc", "w").close()
+        os.mkdir("/accdir")
+        print([os.access("/acc", m) for m in (os.F_OK, os.R_OK, os.W_OK, os.R_OK | os.W_OK, os.X_OK)],
+              os.access("/accdir", os.X_OK | os.W_OK), os.access("/none", os.F_OK))
+        os.renames("/acc", "/new/parents/acc")
+        os.makedirs("/old/empty/below")
+        open("/old/empty/below/f", "w").close()
+        os.renames("/old/empty/below/f", "/g")
+        print(os.listdir("/new/parents"), os.path.exists("/old"), os.path.exists("/g"))
+        for call in (lambda: os.access("/", "r"), lambda: os.access("/", os.F_OK, dir_fd=3)):
+            try:
+                call()
+            except (TypeError, NotImplementedError) as exc:
+                print(type(exc).__name__)
+    """, tiles="4")
+    assert output(result).splitlines() == [
+        "[True, True, True, True, False] True False",
+        "['acc'] False True",
+        "TypeError", "NotImplementedError",
+    ]
+
+
+def test_os_access_w_ok_is_false_on_a_read_only_mount():
+    with ipuos.Machine("tiny", disk_size=0) as bare:  # "/" is an empty read-only directory
+        result = bare.run("import os\nprint(os.access('/', os.R_OK), os.access('/', os.W_OK))", tiles="3")
+    assert result.tiles[0].output == "True False\n"

@@ -1,9 +1,9 @@
 """The ``os`` module a tile program imports: the host's API over the tile's own VFS.
 
 ``import os``, ``import os.path`` and ``from os import path`` give a module whose file
-functions act on the tile's files (never the host's): listdir, scandir, stat, mkdir,
-makedirs, remove/unlink, rmdir, removedirs, rename/replace, getcwd/chdir, walk, statvfs,
-truncate, utime, sync, plus the constants (sep, curdir, SEEK_*...). ``os.path`` is the host's
+functions act on the tile's files (never the host's): listdir, scandir, stat, access, mkdir,
+makedirs, remove/unlink, rmdir, removedirs, rename/replace/renames, getcwd/chdir, walk,
+statvfs, truncate, utime, sync, plus the constants (sep, curdir, SEEK_*...). ``os.path`` is the host's
 ``posixpath`` for pure path arithmetic, with everything that would look at a disk
 (exists, isdir, getsize, abspath, realpath, relpath, expanduser ...) rebound to the tile.
 
@@ -85,6 +85,36 @@ def make_os_module(vfs) -> types.ModuleType:
                 break
             head, tail = posixpath.split(head)
 
+    def access(path, mode, *, dir_fd=None, effective_ids=False, follow_symlinks=True) -> bool:
+        """``os.access``: whether ``path`` exists (``F_OK``) and allows ``mode`` (``R_OK``,
+        ``W_OK``, ``X_OK``) by its permission bits; writing also needs a writable mount."""
+        if dir_fd is not None:
+            raise NotImplementedError("tiles have no file descriptors: access takes a path")
+        if type(mode) is not int:
+            raise TypeError(f"mode must be an int, not {type(mode).__name__}")
+        try:
+            bits = vfs.stat(path).st_mode
+            if mode & os.W_OK and vfs.statvfs(path).f_flag & os.ST_RDONLY:
+                return False
+        except OSError:
+            return False
+        return all(bits & wanted for asked, wanted in ((os.R_OK, 0o400), (os.W_OK, 0o200), (os.X_OK, 0o100))
+                   if mode & asked)
+
+    def renames(old, new) -> None:
+        """``os.renames``: make ``new``'s missing parents, rename, then remove ``old``'s
+        parents that became empty."""
+        head = posixpath.dirname(os.fspath(new))
+        if head and not vfs.exists(head):
+            vfs.makedirs(head)
+        vfs.rename(old, new)
+        head = posixpath.dirname(os.fspath(old))
+        if head:
+            try:
+                removedirs(head)
+            except OSError:
+                pass
+
     environ = _Environ()
 
     def getenv(key: str, default=None):
@@ -92,6 +122,12 @@ def make_os_module(vfs) -> types.ModuleType:
 
     module.__dict__.update(
         removedirs=removedirs,
+        renames=renames,
+        access=access,
+        F_OK=os.F_OK,
+        R_OK=os.R_OK,
+        W_OK=os.W_OK,
+        X_OK=os.X_OK,
         environ=environ,
         getenv=getenv,
         fspath=os.fspath,
