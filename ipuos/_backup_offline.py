@@ -244,10 +244,17 @@ MAX_WALK_PATH = 64 * 1024
 _SMALLEST_ENTRY = 12
 
 
-def extract(fs: Filesystem, top: str, dest) -> dict:
+def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
     """Write the tree under ``top`` to the host directory ``dest`` (created, or an empty
     directory that is kept as it is: a mount point, someone's cwd, its mode), files with
-    their mtimes. All or nothing."""
+    their mtimes. All or nothing.
+
+    Files get the read and write permissions of ``like`` (the image file's mode: a
+    private image extracts private), directories those plus search where reading is
+    allowed; the umask applies as to any new file.
+    """
+    file_mode = like & 0o666
+    dir_mode = file_mode | (file_mode & 0o444) >> 2
     dest = os.path.abspath(os.fspath(dest))
     if os.path.islink(dest):  # a link to a directory is that directory (as for tar -C, cp)
         target = os.path.realpath(dest)
@@ -276,7 +283,7 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
     except OSError as exc:  # (the name of the staging directory would only puzzle)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
-        files = _write_tree(fs, top, staging, nodes)
+        files = _write_tree(fs, top, staging, nodes, file_mode, dir_mode)
         if existing:
             _move_into(staging, dest)
         else:
@@ -286,7 +293,7 @@ def extract(fs: Filesystem, top: str, dest) -> dict:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
                 raise
-            os.chmod(dest, 0o755 & ~_umask())
+            os.chmod(dest, dir_mode & ~_umask())
     except OSError as exc:  # a full or failing host disk, say: the user knows DEST, not staging
         shutil.rmtree(staging, ignore_errors=True)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}; nothing extracted") from None
@@ -336,16 +343,16 @@ def _umask() -> int:
     return mask
 
 
-def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node]) -> int:
+def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node], file_mode: int, dir_mode: int) -> int:
     files = 0
     dirs = []
     for node in nodes:
         if node.is_dir:
-            _mkdir_beneath(root, node.path)
+            os.close(_open_dir_beneath(root, node.path, create=dir_mode))
             dirs.append(node)
             continue
         data = read_file(fs, _join(top, node.path))
-        fd = open_beneath(root, node.path, mode=0o644)
+        fd = open_beneath(root, node.path, mode=file_mode, dir_mode=dir_mode)
         try:
             view = memoryview(data)
             while view:
@@ -368,14 +375,15 @@ def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node]) -> int:
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-def _open_dir_beneath(root: str, path: str, create: bool = False) -> int:
-    """An fd of directory ``path`` under ``root``, walked without following symlinks."""
+def _open_dir_beneath(root: str, path: str, create: int | None = None) -> int:
+    """An fd of directory ``path`` under ``root``, walked without following symlinks;
+    missing directories are made with mode ``create`` if given."""
     fd = os.open(root, _DIR_FLAGS)
     try:
         for part in check_name(path):
-            if create:
+            if create is not None:
                 try:
-                    os.mkdir(part, 0o755, dir_fd=fd)
+                    os.mkdir(part, create, dir_fd=fd)
                 except FileExistsError:
                     pass
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -386,7 +394,4 @@ def _open_dir_beneath(root: str, path: str, create: bool = False) -> int:
         raise
     return fd
 
-
-def _mkdir_beneath(root: str, path: str) -> None:
-    os.close(_open_dir_beneath(root, path, create=True))
 

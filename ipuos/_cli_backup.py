@@ -423,7 +423,7 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
-            result = extract(fs, inner, dest)
+            result = extract(fs, inner, dest, like=img.mode)
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return

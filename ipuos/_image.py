@@ -1088,6 +1088,11 @@ class Image:
             raise self._error("the image is closed")
         return self._fd
 
+    @property
+    def mode(self) -> int:
+        """The image file's mode (``st_mode``): its contents are as private as it is."""
+        return os.fstat(self._fileno()).st_mode
+
     def _short(self, offset: int) -> ImageError:
         return self._error(
             f"is truncated: reading at offset {offset} hit the end of the file (it changed "

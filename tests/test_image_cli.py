@@ -401,3 +401,21 @@ def test_paths_in_a_device_are_resolved_as_on_a_tile(good, tmp_path):
     result = ipuos("image", "extract", str(good), "2", str(tmp_path / "e"), "--path", "/d/e/..")
     assert result.exit_code == 0, result.output
     assert sorted(os.listdir(tmp_path / "e")) == ["e", "empty", "void"]
+
+
+@pytest.mark.parametrize("image_mode, file_mode, dir_mode", [(0o600, 0o600, 0o700), (0o640, 0o640, 0o750),
+                                                             (0o644, 0o644, 0o755)])
+def test_extract_is_as_private_as_the_image(good, tmp_path, image_mode, file_mode, dir_mode):
+    image = tmp_path / "copy.img"
+    image.write_bytes(good.read_bytes())
+    image.chmod(image_mode)
+    saved = os.umask(0o022)
+    try:
+        result = ipuos("image", "extract", str(image), "2", str(tmp_path / "out"))
+    finally:
+        os.umask(saved)
+    assert result.exit_code == 0, result.output
+    modes = {path: stat.S_IMODE(os.lstat(tmp_path / "out" / path).st_mode) for path in tree(tmp_path / "out")}
+    assert modes == {"hello.txt": file_mode, "d": dir_mode, "d/e": dir_mode, "d/e/deep.bin": file_mode,
+                     "d/empty": file_mode, "d/void": dir_mode}
+    assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == dir_mode
