@@ -55,7 +55,7 @@ import numpy as np
 
 from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
-from ._image import MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
+from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
@@ -235,24 +235,35 @@ def check_destination(path: str) -> None:
         # (a socket there may be a machine's own: replaced, its daemon could not be reached)
         raise BackupError(f"cannot write {path}: it exists and is not a regular file "
                           f"({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')}); an image only replaces a file")
-    if mode is not None and not _is_image_or_empty(path):
-        raise BackupError(f"cannot write {path}: it exists and is not an ipuos image (a backup "
-                          "replaces the file); remove it first or choose another name")
+    problem = _replacing_problem(path) if mode is not None else None
+    if problem:
+        raise BackupError(f"cannot write {path}: it exists and {problem} (a backup replaces the "
+                          "file); remove it first or choose another name")
     if os.statvfs(directory).f_flag & os.ST_RDONLY:
         raise BackupError(f"cannot write {path}: {directory} is on a read-only filesystem")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise BackupError(f"cannot write {path}: no permission to create files in {directory}")
 
 
-def _is_image_or_empty(path: str) -> bool:
-    """Whether the file at ``path`` may be replaced by a backup: empty, or an image (a
-    typo must not turn a program or a document into an image). Unreadable: cannot tell."""
+def _replacing_problem(path: str) -> str | None:
+    """Why the file at ``path`` must not be replaced by a backup, or None: it may be if it
+    is empty or an image this ipuos writes (a typo must not turn a program or a document
+    into an image, nor lose a newer ipuos's backup this one cannot even read).
+    Unreadable: cannot tell."""
     try:
         with open(path, "rb") as f:
-            start = f.read(len(MAGIC))
+            start = f.read(len(MAGIC) + 2)
     except OSError:
-        return True
-    return not start or start == MAGIC
+        return None
+    if not start:
+        return None
+    if not start.startswith(MAGIC):
+        return "is not an ipuos image"
+    version = int.from_bytes(start[len(MAGIC):], "little") if len(start) == len(MAGIC) + 2 else None
+    if version is not None and version > FORMAT_VERSION:
+        return (f"is an image of format version {version}, written by a newer ipuos (this one "
+                f"reads and writes version {FORMAT_VERSION})")
+    return None
 
 
 # -- restore -----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import ipuos
 from daemon_harness import IPUOS, Booted, boot_machine, machine, run_cli, runtime_dir, unique_name, wait_for  # noqa: F401
 from ipuos._rundir import machine_paths
 from ipuos import _backup
-from ipuos._image import MAGIC
+from ipuos._image import FORMAT_VERSION, MAGIC
 
 KiB = 1024
 
@@ -379,6 +379,15 @@ def test_a_backup_replaces_an_image_or_an_empty_file_and_nothing_else(machine, t
     cli(machine, "backup", str(empty))
     cli(machine, "backup", str(empty))  # (now an image: replaced again)
     assert run_cli("image", "verify", str(empty)).returncode == 0
+    newer = tmp_path / "newer.img"  # a newer ipuos's backup: this one cannot read it, so keeps it
+    raw = bytearray(empty.read_bytes())
+    raw[8:10] = (FORMAT_VERSION + 1).to_bytes(2, "little")
+    newer.write_bytes(raw)
+    result = cli(machine, "backup", str(newer), check=False)
+    assert result.returncode == 1
+    assert (f"cannot write {newer}: it exists and is an image of format version {FORMAT_VERSION + 1}, "
+            "written by a newer ipuos") in result.stderr
+    assert newer.read_bytes() == raw
 
 
 def test_cli_errors_and_exit_codes(machine, tmp_path):
