@@ -226,8 +226,8 @@ def halt_with_backup(client: Client, args: dict) -> dict:
                                on_interrupt=progress.interrupted)
         except DaemonError as exc:
             progress.close()
-            if exc.code == "cancelled":
-                _fail(f"{exc.message}; the machine was not halted", EXIT_INTERRUPTED)
+            if exc.code == "cancelled":  # (the daemon's message says it was not halted)
+                _fail(exc.message, EXIT_INTERRUPTED)
             raise
         except KeyboardInterrupt:
             progress.close()
