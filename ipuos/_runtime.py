@@ -314,7 +314,7 @@ def module_namespace(ctx: TileContext, name: str, filename: str, code) -> dict:
 
 #: the TileAPI methods tile code calls by name to synchronise and exchange
 PRIMITIVES = ("sync", "barrier", "send", "recv", "sendrecv", "poll", "alltoall", "allgather", "bcast",
-              "gather", "scatter", "reduce", "allreduce")
+              "gather", "scatter", "reduce", "allreduce", "scan", "exscan")
 
 
 def bind_primitives(namespace: dict, ctx: TileContext, api: TileAPI) -> None:

@@ -15,10 +15,10 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Callable
 
-from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, GATHER, REDUCE, SCATTER, SYNC
+from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
 from ._errors import describe_tiles
 from ._exchange import KIND_USER, pad8
-from ._job import OK, REDUCE_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
+from ._job import OK, REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
 if TYPE_CHECKING:
@@ -39,7 +39,10 @@ REDUCE_FANIN = 16
 _ALLTOALL_KEY = (ALLTOALL, None)
 _ALLGATHER_KEY = (ALLGATHER, None)
 _ALLREDUCE_KEY = (ALLREDUCE, 0)
-_WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()", _ALLREDUCE_KEY: "allreduce()"}
+_SCAN_KEY = (SCAN, None)
+_EXSCAN_KEY = (EXSCAN, None)
+_WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()", _ALLREDUCE_KEY: "allreduce()",
+                _SCAN_KEY: "scan()", _EXSCAN_KEY: "exscan()"}
 
 
 def _note_kind(job: "Job", key: tuple) -> None:
@@ -373,6 +376,43 @@ class TileAPI:
         value = self._tree_reduce(obj, self._reducer(op), "allreduce()")
         return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0)
 
+    def scan(self, obj, op="sum"):
+        """Tile i gets the ``obj`` of tiles 0 to i combined with ``op``: a prefix
+        reduction (MPI's scan). ``op`` as for :meth:`reduce`; combined in rank order."""
+        return self._prefix(obj, op, _SCAN_KEY)
+
+    def exscan(self, obj, op="sum"):
+        """Tile i gets the ``obj`` of tiles 0 to i-1 combined with ``op``; tile 0 gets
+        None (MPI's exscan)."""
+        return self._prefix(obj, op, _EXSCAN_KEY)
+
+    def _prefix(self, obj, op, key: tuple):
+        """scan/exscan by recursive doubling: after the round at ``distance`` d, tile r
+        holds tiles r-2d+1 to r combined, so log2(n) supersteps of one message per tile
+        (never a whole row of values in one tile's SRAM). A last collective makes a
+        tile that called something else a mismatch rather than a hang."""
+        job = self._job
+        if job.nlive < job.nranks:  # (a tile would wait for a finished one forever)
+            _refuse_finished(job, key, self._tile)
+        combine = self._reducer(op)
+        label = _WAIT_LABELS[key]
+        rank, n = self._tile.rank, job.nranks
+        value = obj
+        distance = 1
+        while distance < n:
+            if rank + distance < n:
+                self._send(rank + distance, value, SCAN_CHANNEL)
+            if rank >= distance:
+                earlier = self._recv((SCAN_CHANNEL, rank - distance), rank - distance, label)
+                value = combine([earlier, value])
+            distance *= 2
+        if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
+            if rank + 1 < n:
+                self._send(rank + 1, value, SCAN_CHANNEL)
+            value = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label) if rank else None
+        self._collective(key, None, send=False)
+        return value
+
     def _tree_reduce(self, obj, combine, label: str):
         """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``); the result is on rank 0.
 
@@ -439,6 +479,7 @@ class TileAPI:
 
 # a wrong call's TypeError names the primitive as the program called it ("reduce()"),
 # not the class behind it ("TileAPI.reduce()")
-for _name in ("send", "recv", "sendrecv", "poll", "bcast", "gather", "scatter", "reduce", "allreduce"):
+for _name in ("send", "recv", "sendrecv", "poll", "bcast", "gather", "scatter", "reduce", "allreduce", "scan",
+              "exscan"):
     getattr(TileAPI, _name).__qualname__ = _name
 del _name

@@ -40,8 +40,13 @@ ALLREDUCE = "allreduce"
 #: the root sends each tile its item point to point; the collective only ends the
 #: superstep in which they travel (and catches tiles that call something else)
 SCATTER = "scatter"
+#: the last step of scan() and exscan(): the values travelled point to point; the
+#: collective only checks that every tile called the same one
+SCAN = "scan"
+EXSCAN = "exscan"
 
 _ALL_RECEIVE = (ALLTOALL, ALLGATHER, BCAST, ALLREDUCE)
+_NOTHING_TO_MOVE = ("sync", SCATTER, SCAN, EXSCAN)
 _TO_ROOT = (GATHER, REDUCE)
 _ONE_VALUE = (BCAST, REDUCE, ALLREDUCE)
 
@@ -99,7 +104,7 @@ def complete(job: "Job") -> None:
     elif kind != "sync" and job.nlive < job.nranks:
         finished = [r for r in range(job.nranks) if r not in job.live]
         error = job.missing_tiles(job.live, finished, f"{kind}()")
-    elif kind == "sync" or kind == SCATTER or (kind == REDUCE and root == 0):  # (nothing to move)
+    elif kind in _NOTHING_TO_MOVE or (kind == REDUCE and root == 0):
         error = None
         job.coll_result = _SYNC_RESULT
     else:

@@ -15,11 +15,12 @@ if TYPE_CHECKING:
     from ._tile import Tile
 
 #: channels of point-to-point traffic: the user's, and the collectives' own: the
-#: reduction tree's and scatter's (a tile's inbox keys the user's by sender rank, the
-#: others by (channel, sender rank))
+#: reduction tree's, scatter's and the prefix reductions' (a tile's inbox keys the
+#: user's by sender rank, the others by (channel, sender rank))
 USER_CHANNEL = 0
 REDUCE_CHANNEL = 1
 SCATTER_CHANNEL = 2
+SCAN_CHANNEL = 3
 
 # how a tile's part of a job ended
 OK = "ok"

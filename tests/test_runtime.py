@@ -24,13 +24,14 @@ def test_namespace_has_ids_and_primitives(machine):
     result = run(machine, """
         print(__tileid, __numtiles, __physical_tile)
         print(sorted(n for n in ('sync', 'barrier', 'send', 'recv', 'sendrecv', 'alltoall', 'bcast', 'gather',
-                                 'scatter', 'allgather', 'reduce', 'allreduce') if callable(globals()[n])))
+                                 'scatter', 'allgather', 'reduce', 'allreduce', 'scan', 'exscan')
+                     if callable(globals()[n])))
         print(scatter([f"item {i}" for i in range(__numtiles)] if __tileid == 1 else None, 1))
     """, tiles="4-6")
     assert result.ok, result.format()
     lines = [t.output.splitlines() for t in result.tiles]
     assert [line[0] for line in lines] == ["0 3 4", "1 3 5", "2 3 6"]
-    assert all(len(eval(line[1])) == 12 for line in lines)
+    assert all(len(eval(line[1])) == 14 for line in lines)
     assert [line[2] for line in lines] == ["item 0", "item 1", "item 2"]
 
 

@@ -614,6 +614,55 @@ def test_reduce_with_a_callable(sched):
     assert values(run(sched, prog)) == [set(range(NTILES))] * NTILES
 
 
+@pytest.mark.parametrize("ntiles", [1, 2, 5, NTILES])
+def test_scan_and_exscan_are_prefix_reductions_in_rank_order(sched, ntiles):
+    def prog(api):
+        mine = str(api.tileid)
+        return (api.scan(api.tileid + 1), api.exscan(api.tileid + 1), api.scan(mine, lambda a, b: a + b),
+                api.exscan(mine, lambda a, b: a + b), api.scan(-api.tileid, "min"))
+
+    got = values(run(sched, prog, tiles=range(ntiles)))
+    for rank, (total, before, text, text_before, low) in enumerate(got):
+        assert total == (rank + 1) * (rank + 2) // 2
+        assert before == (None if rank == 0 else rank * (rank + 1) // 2)
+        assert text == "".join(map(str, range(rank + 1)))  # order kept: the op need not commute
+        assert text_before == (None if rank == 0 else "".join(map(str, range(rank))))
+        assert low == -rank
+
+
+def test_scan_takes_log2_supersteps_of_one_message_each(sched):
+    def prog(api):
+        return api.scan(1)
+
+    report = run(sched, prog)
+    assert [r.value for r in report.results] == list(range(1, NTILES + 1))
+    assert report.stats.supersteps <= (NTILES - 1).bit_length() + 2
+
+
+@pytest.mark.parametrize("other", ["sync", "exscan", "allreduce"])
+def test_scan_against_another_collective_is_a_mismatch(sched, other):
+    def prog(api):
+        if api.tileid == 2:
+            return getattr(api, other)() if other == "sync" else getattr(api, other)(1)
+        return api.scan(1)
+
+    report = run(sched, prog)
+    assert all(r.status in (ERROR, ABORTED) for r in report.results)
+    assert isinstance(report.results[2].error, CollectiveMismatchError), report.results[2].error
+    assert "scan()" in str(report.results[2].error)
+
+
+def test_scan_after_a_tile_finished_says_so(sched):
+    def prog(api):
+        if api.tileid == 6:
+            return None
+        return api.scan(1)
+
+    report = run(sched, prog)
+    for result in report.results[:6]:
+        assert "scan() needs every tile of the job, but tile 6 already finished" in str(result.error)
+
+
 def test_unknown_reduction_is_a_clear_error(sched):
     def prog(api):
         api.allreduce(1, "average")

@@ -347,7 +347,7 @@ def test_star_imports_and_packages_as_on_the_host(machine):
         print(reduce(lambda a, b: a + b, [1, 2, 3]), double(4), json.dumps(1))
         print(sorted(n for n in dir() if not n.startswith("_") and n not in (
             "reduce", "double", "json", "sync", "barrier", "send", "recv", "sendrecv", "poll", "alltoall",
-            "allgather", "bcast", "gather", "scatter", "allreduce", "print", "open")))
+            "allgather", "bcast", "gather", "scatter", "allreduce", "scan", "exscan", "print", "open")))
         from spkg import *               # __all__ names a submodule not imported yet
         print(sub.Z, Y)
         for statement in ("import plain.sub", "from plain.x import y", "import spkg.nothing",
