@@ -32,7 +32,7 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt
+from ipuos.scheduler import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt, TilePickler, TileUnpickler
 
 #: standard modules that only compute: importable on a tile
 TILE_MODULES = frozenset(
@@ -214,7 +214,48 @@ def _tile_io(ctx: TileContext) -> types.ModuleType:
     return module
 
 
+def _tile_pickle(ctx: TileContext) -> types.ModuleType:
+    """``pickle`` that knows the program's own classes and functions: the host's looks
+    for them in the host's ``__main__`` and fails. They are written by name and found
+    again in the loading tile's program, as the exchange sends them (so a file pickled by
+    one run loads in another run of the same program, on any tile)."""
+    module = types.ModuleType("pickle", pickle.__doc__)
+    for name in ("PickleError", "PicklingError", "UnpicklingError", "PickleBuffer", "HIGHEST_PROTOCOL",
+                 "DEFAULT_PROTOCOL"):
+        setattr(module, name, getattr(pickle, name))
+
+    def resolve(module_name: str, qualname: str):
+        return ctx.api.tile.resolve_global(module_name, qualname)
+
+    class Pickler(TilePickler):
+        pass
+
+    class Unpickler(TileUnpickler):
+        def __init__(self, file, **options):
+            super().__init__(file, resolve, **options)
+
+    def dump(obj, file, protocol=None, **options) -> None:
+        Pickler(file, protocol, **options).dump(obj)
+
+    def dumps(obj, protocol=None, **options) -> bytes:
+        out = io.BytesIO()
+        dump(obj, out, protocol, **options)
+        return out.getvalue()
+
+    def load(file, **options):
+        return Unpickler(file, **options).load()
+
+    def loads(data, /, **options):
+        return load(io.BytesIO(data), **options)
+
+    Pickler.__qualname__, Unpickler.__qualname__ = "Pickler", "Unpickler"
+    module.__dict__.update(Pickler=Pickler, Unpickler=Unpickler, dump=dump, dumps=dumps, load=load,
+                           loads=loads)
+    return module
+
+
 _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
+    "pickle": _tile_pickle,
     "random": _tile_random,
     "pprint": _tile_pprint,
     "io": _tile_io,

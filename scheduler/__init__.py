@@ -16,7 +16,7 @@ from ._errors import (
     describe_syntax_error,
 )
 from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, TileResult
-from ._payload import decode, encode
+from ._payload import TilePickler, TileUnpickler, decode, encode
 from ._scheduler import Scheduler
 from ._tile import Tile
 from ._watchdog import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, budget_seconds
@@ -42,7 +42,9 @@ __all__ = [
     "TileBusyError",
     "TileFailed",
     "TileInterrupt",
+    "TilePickler",
     "TileResult",
+    "TileUnpickler",
     "budget_seconds",
     "decode",
     "describe_syntax_error",

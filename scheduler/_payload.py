@@ -51,7 +51,7 @@ def encode(obj, *, by_name: bool = False) -> bytes:
             return b"P" + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         out = io.BytesIO()
         out.write(b"P")
-        _TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
         return out.getvalue()
     except RecursionError as exc:  # (nested deeper than pickle can go: as pickle says)
         raise RecursionError(_cannot_send(obj, exc)) from None
@@ -81,11 +81,14 @@ def decode(buf, resolve: Resolver | None = None) -> object:
     if tag == _MARSHAL:
         return marshal.loads(buf[1:])
     if tag == _PICKLE:
-        return _TileUnpickler(io.BytesIO(buf[1:]), resolve).load()
+        return TileUnpickler(io.BytesIO(buf[1:]), resolve).load()
     raise ValueError(f"corrupt exchange payload (tag byte {tag:#x})")
 
 
-class _TilePickler(pickle.Pickler):
+class TilePickler(pickle.Pickler):
+    """A pickler that writes a tile program's own classes and functions by name (see the
+    module doc); TileUnpickler finds them in the loading tile's program."""
+
     def persistent_id(self, obj):
         if isinstance(obj, (type, types.FunctionType, types.MethodType)):
             if type(obj) is not type and (getattr(obj, "__module__", None) or "").startswith("ipuos."):
@@ -99,9 +102,9 @@ class _TilePickler(pickle.Pickler):
         return None
 
 
-class _TileUnpickler(pickle.Unpickler):
-    def __init__(self, file, resolve: Resolver | None):
-        super().__init__(file)
+class TileUnpickler(pickle.Unpickler):
+    def __init__(self, file, resolve: Resolver | None, **options):
+        super().__init__(file, **options)
         self._resolve = resolve
 
     def persistent_load(self, pid):

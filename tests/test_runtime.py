@@ -647,3 +647,35 @@ def test_a_master_collects_from_any_worker_and_a_ring_shifts_with_sendrecv(machi
     assert result.ok, result.format()
     assert result.tiles[0].output == "[(1, 1), (2, 4), (3, 9)]\n3\n"
     assert [t.output for t in result.tiles[1:]] == ["0\n", "1\n", "2\n"]
+
+
+def test_pickle_knows_the_programs_own_classes_and_functions(machine):
+    """The host's pickle looks for them in the host's __main__ and fails; the tile's
+    writes them by name, found again in the loading tile's program, as send() does."""
+    result = run(machine, """
+        import pickle
+        class Point:
+            def __init__(self, x):
+                self.x = x
+        def double(v):
+            return 2 * v
+        back = pickle.loads(pickle.dumps({"p": Point(3), "f": double}))
+        print(type(back["p"]) is Point, back["p"].x, back["f"](4))
+        with open(f"/pickled{__tileid}", "wb") as f:
+            pickle.dump(Point(7), f, protocol=4)
+        try:
+            pickle.dumps(open)
+        except TypeError as exc:
+            print(exc)
+    """, tiles="3-4")
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == [
+        "True 3 8\nopen() is part of this tile's runtime, which stays on its tile\n"] * 2
+    later = run(machine, """
+        import pickle
+        class Point:
+            pass
+        p = pickle.load(open(f"/pickled{__tileid}", "rb"))
+        print(type(p).__name__, p.x, isinstance(p, Point))
+    """, tiles="3")
+    assert later.tiles[0].output == "Point 7 True\n"
