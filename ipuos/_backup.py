@@ -245,6 +245,10 @@ def check_destination(path: str) -> None:
         raise BackupError(f"cannot write {path}: no permission to create files in {directory}")
 
 
+#: the highest header version taken for a newer ipuos's image rather than for damage
+_NEWER_VERSIONS_MAX = 255
+
+
 def _replacing_problem(path: str) -> str | None:
     """Why the file at ``path`` must not be replaced by a backup, or None: it may be if it
     is empty or an image this ipuos writes (a typo must not turn a program or a document
@@ -259,8 +263,10 @@ def _replacing_problem(path: str) -> str | None:
         return None
     if not start.startswith(MAGIC):
         return "is not an ipuos image"
-    version = int.from_bytes(start[len(MAGIC):], "little") if len(start) == len(MAGIC) + 2 else None
-    if version is not None and version > FORMAT_VERSION:
+    version = int.from_bytes(start[len(MAGIC):], "little") if len(start) == len(MAGIC) + 2 else 0
+    # (format versions count up one at a time: a huge one is damage, and a damaged image
+    # is worth nothing to keep)
+    if FORMAT_VERSION < version <= _NEWER_VERSIONS_MAX:
         return (f"is an image of format version {version}, written by a newer ipuos (this one "
                 f"reads and writes version {FORMAT_VERSION})")
     return None
