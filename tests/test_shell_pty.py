@@ -31,6 +31,12 @@ def plain(text: str) -> str:
     return _ESCAPES.sub("", text)
 
 
+def drawn(text: str) -> str:
+    """A regex for ``text`` as a terminal draws it: escape sequences may come between
+    any two of its characters."""
+    return "(?:\x1b\\[[0-9;?]*[A-Za-z])*".join(map(re.escape, text))
+
+
 class Terminal:
     """``ipuos shell`` (or ``ipuos repl``) on a pty, with a private home for its history."""
 
@@ -51,13 +57,17 @@ class Terminal:
         out = self.prompt(cwd)
         return out.split("\n", 1)[1] if "\n" in out else ""  # the first line: the redrawn input
 
-    def expect(self, pattern: str) -> str:
-        self.child.expect(pattern)
+    def expect(self, text: str) -> str:
+        """Wait until ``text`` has been drawn; returns what came before, plain. The screen
+        may be drawn in pieces (typed characters first, then what Tab completed, when
+        they arrive apart on a busy machine), with escape sequences between them."""
+        self.child.expect(drawn(text))
         return plain(self.child.before)
 
     def expect_prompt(self, text: str) -> str:
         """Wait for a new prompt ``text`` (``>>>``, ``...``); returns what came before."""
-        return self.expect(new_prompt(text))
+        self.child.expect(new_prompt(text))
+        return plain(self.child.before)
 
     def finish(self) -> int:
         self.child.expect(pexpect.EOF)
@@ -330,7 +340,8 @@ def _halt_and_see_the_shell_end(term: Terminal, machine) -> str:
     """Halt the machine; the shell says so and exits 1 by itself. Returns what it printed."""
     halted = run_cli("halt", env=machine.env())
     assert halted.returncode == 0, halted.stderr
-    out = term.expect(pexpect.EOF)
+    term.child.expect(pexpect.EOF)
+    out = plain(term.child.before)
     assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
     assert "Traceback" not in out
     term.child.close()
