@@ -37,8 +37,15 @@ class TileSession:
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
                  "_new_globals", "_cwd")
 
-    #: the standard modules a program gets its own copy of, bound to its tile's files
-    MODULES = ("os", "glob", "shutil", "pathlib")
+    #: the standard modules a program gets its own copy of, bound to its tile's files:
+    #: name -> how to make it for a session
+    _MAKERS: dict[str, Callable] = {
+        "os": lambda session: make_os_module(session.vfs),
+        "glob": lambda session: make_glob_module(session.module("os")),
+        "shutil": lambda session: make_shutil_module(session.module("os"), session.open),
+        "pathlib": lambda session: make_pathlib_module(session.module("os"), session.open),
+    }
+    MODULES = tuple(_MAKERS)
 
     def __init__(self, tile, vfs_of: Callable,
                  new_globals: Callable[[str, str, types.CodeType], dict] | None = None):
@@ -84,15 +91,7 @@ class TileSession:
         """The program's ``name`` (one of :attr:`MODULES`), made on first use."""
         module = self._modules.get(name)
         if module is None:
-            if name == "os":
-                module = make_os_module(self.vfs)
-            elif name == "glob":
-                module = make_glob_module(self.module("os"))
-            elif name == "shutil":
-                module = make_shutil_module(self.module("os"), self.open)
-            else:
-                module = make_pathlib_module(self.module("os"), self.open)
-            self._modules[name] = module
+            module = self._modules[name] = self._MAKERS[name](self)
         return module
 
     def provide(self, name: str, fromlist=()):

@@ -27,6 +27,9 @@ _PURE_PATH_NAMES = (
     "altsep", "pathsep", "supports_unicode_filenames",
 )
 
+#: the host's constants that mean the same on a tile
+_HOST_CONSTANTS = ("SEEK_SET", "SEEK_CUR", "SEEK_END", "F_OK", "R_OK", "W_OK", "X_OK")
+
 _VFS_FUNCTION_NAMES = (
     "listdir", "scandir", "stat", "lstat", "mkdir", "makedirs", "remove", "unlink", "rmdir",
     "rename", "replace", "getcwd", "chdir", "walk", "statvfs", "truncate", "utime", "sync",
@@ -124,10 +127,6 @@ def make_os_module(vfs) -> types.ModuleType:
         removedirs=removedirs,
         renames=renames,
         access=access,
-        F_OK=os.F_OK,
-        R_OK=os.R_OK,
-        W_OK=os.W_OK,
-        X_OK=os.X_OK,
         environ=environ,
         getenv=getenv,
         fspath=os.fspath,
@@ -148,9 +147,7 @@ def make_os_module(vfs) -> types.ModuleType:
         pardir="..",
         linesep="\n",
         defpath="/lib",
-        SEEK_SET=os.SEEK_SET,
-        SEEK_CUR=os.SEEK_CUR,
-        SEEK_END=os.SEEK_END,
+        **{name: getattr(os, name) for name in _HOST_CONSTANTS},
     )
     module.path = _make_path_module(vfs)
     return module
