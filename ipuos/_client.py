@@ -57,7 +57,7 @@ class DaemonError(Exception):
 
 class SocketMissing(MachineNotRunning):
     """The machine's daemon holds its lock but has no socket to reach it by: it is starting
-    or halting, or the socket was deleted from under it. ``pid``: the daemon's (0 if
+    or halting, or the socket was deleted or replaced from under it. ``pid``: the daemon's (0 if
     unknown). A MachineNotRunning, since nothing can reach it; ``ipuos halt`` stops it by
     signal."""
 
@@ -65,11 +65,12 @@ class SocketMissing(MachineNotRunning):
         self.name = paths.name
         self.stale = False
         self.pid = pid
-        #: the daemon serves (its lock says so): the socket was deleted, and stays so
+        #: the daemon serves (its lock says so): the socket was deleted or replaced, and stays so
         self.deleted = deleted
         if deleted:
             message = (f"machine {paths.name!r} runs (pid {pid or 'unknown'}), but its socket {paths.socket} "
-                       f"was deleted: nothing can reach it; {hint('halt', paths.name)} stops it by signal")
+                       f"was deleted or replaced: nothing can reach it; {hint('halt', paths.name)} stops it "
+                       "by signal")
         else:
             message = (f"machine {paths.name!r} runs (pid {pid or 'unknown'}) but has no socket at {paths.socket}: "
                        f"it is starting or halting, or its socket was deleted; if this lasts, "
@@ -102,15 +103,14 @@ class Client:
         sock.settimeout(connect_timeout)
         try:
             _connect(sock, paths, connect_timeout)
-        except FileNotFoundError:
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            # (refused: a socket file nobody listens on, which a serving daemon's is not:
+            # its last daemon died, or it was replaced from under a running one)
             sock.close()
             pid = lock_holder(paths.lock)
             if pid is not None:
                 raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
-            raise MachineNotRunning(paths.name) from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise MachineNotRunning(paths.name, stale=True) from None
+            raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError)) from None
         except PermissionError:
             sock.close()
             raise DaemonError("permission_denied", f"permission denied connecting to {paths.socket}; "

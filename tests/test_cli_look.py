@@ -267,8 +267,13 @@ def test_a_machine_of_another_release_says_so_and_halt_stops_it(machine, monkeyp
     assert lock_holder(machine.paths.lock) is None
 
 
-def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine):
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine, how):
     machine.paths.socket.unlink()
+    if how == "replaced":  # a socket file at its path that nobody listens on
+        stray = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stray.bind(str(machine.paths.socket))
+        stray.close()
     # a serving daemon's lock says so: no command waits for the socket to come back
     for command in (["status"], ["shell", "-c", "ls /"], ["ps"]):
         started = time.monotonic()
@@ -276,7 +281,8 @@ def test_a_machine_whose_socket_was_deleted_says_so_and_halt_stops_it(machine):
         assert time.monotonic() - started < 5, command
         assert result.exit_code == 3, (command, result.output)
         assert (f"machine {machine.name!r} runs (pid {machine.pid}), but its socket "
-                f"{machine.paths.socket} was deleted: nothing can reach it; `ipuos halt --name") in result.output
+                f"{machine.paths.socket} was deleted or replaced: nothing can reach it; `ipuos halt --name") \
+            in result.output
     refused = CliRunner().invoke(main, ["halt", "--name", machine.name, "--if-saved"])
     assert refused.exit_code != 0 and "cannot back up or say whether it is saved" in refused.output
     result = CliRunner().invoke(main, ["halt", "--name", machine.name])
