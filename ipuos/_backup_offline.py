@@ -393,5 +393,3 @@ def _open_dir_beneath(root: str, path: str, create: int | None = None) -> int:
         os.close(fd)
         raise
     return fd
-
-

@@ -32,7 +32,8 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt, TilePickler, TileUnpickler
+from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt, TilePickler,
+                             TileUnpickler)
 
 #: standard modules that only compute: importable on a tile
 TILE_MODULES = frozenset(

@@ -199,7 +199,8 @@ class Job:
         target (a repl prints it as the tile's output): the others' errors name it."""
         self.endings[rank] = f"it raised {describe_exception(exc)}"
 
-    def missing_tiles(self, waiting, finished, waits_in: str, ended: str = "finished") -> CollectiveMismatchError:
+    def missing_tiles(self, waiting, finished, waits_in: str,
+                      ended: str = "finished") -> CollectiveMismatchError:
         """The error of the ``waiting`` ranks, whose collective ``waits_in`` needs the
         ``finished`` ranks (which ``ended``: finished, or stopped by a failure).
 
