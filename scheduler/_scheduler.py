@@ -39,7 +39,7 @@ from ._errors import (
 from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
 from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, TileResult
 from ._payload import decode, encode
-from ._tile import Request, Tile
+from ._tile import Request, Tile, parker
 from ._watchdog import Watchdog, budget_seconds, running_tile
 
 #: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
@@ -87,7 +87,9 @@ class Scheduler:
         #: the resume (greenlet switch) methods of the tiles to run next superstep
         self._runnable: list[Callable] = []
         #: those of this superstep still to run (see Tile.start)
-        self._runq: collections.deque = collections.deque()
+        self.runq: collections.deque = collections.deque()
+        #: switches to the scheduler's loop (set on its thread)
+        self.to_main: Callable | None = None
         self._ready_jobs: list[Job] = []
         self._finished_jobs: list[Job] = []
         self._host_replies: list[tuple[Future, bool, object]] = []
@@ -156,8 +158,10 @@ class Scheduler:
     def _thread_main(self) -> None:
         pin_thread()  # host requests hand off to this thread: see ipuos._affinity
         main = greenlet.getcurrent()
+        self.to_main = main.switch
+        park = parker(main, self.runq)
         for tile in self.tiles:
-            tile.start(main, self._runq)
+            tile.start(main, self.runq, park)
         self.thread_ident = threading.get_ident()
         self._started.set()
         try:
@@ -270,7 +274,7 @@ class Scheduler:
     def _superstep(self) -> None:
         # written like a bare greenlet loop: per-tile work here costs 1472x per superstep
         runnable, self._runnable = self._runnable, []
-        runq = self._runq
+        runq = self.runq
         runq.extend(runnable)
         popleft = runq.popleft
         self.in_compute = True

@@ -45,6 +45,24 @@ class Request:
         self.begin = begin
 
 
+def parker(main: greenlet.greenlet, runq: collections.deque) -> Callable[[], None]:
+    """``park`` for every tile of a scheduler: give the thread to the next tile to run
+    this superstep, or, after the last, back to the scheduler's loop (``main``). One
+    greenlet switch per tile instead of two (empty supersteps at 1472 tiles: ~1,100/s
+    against ~965/s), and one function all tiles share, so it stays in the cache.
+    """
+    to_main = main.switch
+    next_tile = runq.popleft
+
+    def park() -> None:
+        if runq:
+            next_tile()()
+        else:
+            to_main()
+
+    return park
+
+
 class Tile:
     """Scheduler-side state of one tile. Tile programs never see this object directly."""
 
@@ -113,34 +131,26 @@ class Tile:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def start(self, main: greenlet.greenlet, runq: collections.deque) -> None:
+    def start(self, main: greenlet.greenlet, runq: collections.deque, park: Callable[[], None]) -> None:
         """Create the tile's greenlet (in the scheduler thread; it runs on first wake).
-
-        ``runq`` holds the rest of this superstep's runnable tiles. A parking tile hands
-        the thread straight to the next of them, and only the last goes back to the
-        scheduler's loop (``main``): one greenlet switch per tile instead of two
-        (empty supersteps at 1472 tiles: ~1,100/s against ~965/s).
-        """
-        glet = self.glet = greenlet.greenlet(self._kernel_main, parent=main)
-        to_main = main.switch
-        popleft = runq.popleft
-
-        def park() -> None:
-            if runq:
-                popleft()()
-            else:
-                to_main()
+        ``park`` (see :func:`parker`) is how it gives the thread to the next tile."""
+        # the plain function, given the tile at its first switch: a bound method would
+        # add a C frame to the stack greenlet copies at every switch of this tile
+        glet = self.glet = greenlet.greenlet(Tile._kernel_main, parent=main)
 
         def first_resume() -> None:
             # a greenlet's stack begins where it is first switched to. Started from a
             # parking tile, it would begin inside that tile's stack, the next one inside
             # its, and so on down the C stack: tiles start from the scheduler's loop only
-            if glet or greenlet.getcurrent() is main:
+            if glet:
                 self.resume = glet.switch
                 glet.switch()
+            elif greenlet.getcurrent() is main:
+                self.resume = glet.switch
+                glet.switch(self)
             else:
                 runq.appendleft(first_resume)
-                to_main()
+                main.switch()
 
         self.resume = first_resume
         self.park = park
