@@ -532,7 +532,7 @@ class TileProgram:
                 bind_mangled(self.mangled, namespace, ctx.builtins)
             tile.resolve_global = _global_resolver(namespace, ctx)
             try:
-                exec(self.code, namespace)
+                run_module_code(self.code, namespace)
             except SystemExit as exc:
                 code = exc.code
                 self.exit_codes[rank] = code if isinstance(code, int) else (0 if code is None else 1)
@@ -552,6 +552,15 @@ class TileProgram:
             self.outputs[rank] = output.getvalue()
             for name in region_names:
                 memory.free(name)
+
+
+def run_module_code(code: types.CodeType, namespace: dict) -> None:
+    """Run a program's (or a block's) module-level code in ``namespace``, as ``exec``
+    does, but as a call of a function made of it: Python runs a call made from Python
+    code in the same C frame, while ``exec`` starts a new one, and every greenlet switch
+    of the tile copies its C stack out and back in (see Job.target). Module code, not
+    optimised, runs with the globals as its locals either way."""
+    types.FunctionType(code, namespace)()
 
 
 def _machine_ending(api: TileAPI):
@@ -751,7 +760,7 @@ class ReplBlock:
             bind_mangled(self.mangled, namespace, ctx.builtins)
         code = 0
         try:
-            exec(self.body, namespace)
+            run_module_code(self.body, namespace)
         except SystemExit as exc:
             self.exited.add(rank)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

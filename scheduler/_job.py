@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import types
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -76,7 +77,10 @@ class Job:
         self.tiles = tiles
         self.ids = [t.id for t in tiles]
         self.nranks = len(tiles)
-        self.target = target
+        #: what each tile runs. A callable object, called as is, goes through C
+        #: (``slot_tp_call``) into a new C frame of the interpreter, which every greenlet
+        #: switch of its tiles then copies; its bound ``__call__`` runs in the caller's
+        self.target = target if isinstance(target, (types.FunctionType, types.MethodType)) else target.__call__
         #: seconds a tile may compute in one superstep before it is interrupted (None: no limit)
         self.budget = budget
         #: tiles whose program still runs, by rank
