@@ -18,13 +18,26 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def best_time(fn: Callable[[], object], repeat: int) -> float:
-    """The fastest of ``repeat`` runs of ``fn``, in seconds."""
-    best = float("inf")
-    for _ in range(max(1, repeat)):
+def elapsed(fn: Callable[[], object]) -> Callable[[], float]:
+    """A measure (for :func:`best_interleaved`): the seconds one run of ``fn`` takes."""
+
+    def measure() -> float:
         started = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - started)
+        return time.perf_counter() - started
+
+    return measure
+
+
+def best_interleaved(measures: dict[str, Callable[[], float]], repeat: int) -> dict[str, float]:
+    """The least of ``repeat`` values each of ``measures`` returns (seconds), taking them
+    in turn. A machine whose speed drifts for seconds at a time (a busy neighbour on
+    the host) then gives every contender its share of fast and slow spells: ratios
+    between them hold far better than when one's runs all come before the other's."""
+    best = dict.fromkeys(measures, float("inf"))
+    for _ in range(max(1, repeat)):
+        for name, measure in measures.items():
+            best[name] = min(best[name], measure())
     return best
 
 

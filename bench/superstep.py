@@ -7,17 +7,20 @@ Targets: >= 1,000/s, >= 60% of the bare greenlet loop, >= 10x asyncio.
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 
 import greenlet
 
-from _common import best_time, parser, report
+from _common import best_interleaved, elapsed, parser, report
 
 import ipuos
 from ipuos._memtune import reexec_tuned
 
 
 def bare_greenlets(tiles: int, rounds: int):
-    """A bare loop over greenlets that only switch back: set up now, run when called."""
+    """A bare loop over greenlets that only switch back: set up now; each call runs
+    ``rounds`` supersteps and returns the median seconds of one."""
     main = greenlet.getcurrent()
     park = main.switch
 
@@ -30,11 +33,21 @@ def bare_greenlets(tiles: int, rounds: int):
         switch()  # start them, as the machine's tiles are started by the warm-up
 
     def run():
+        clock = time.perf_counter
+        stamps = [clock()]
         for _ in range(rounds):
             for switch in switches:
                 switch()
+            stamps.append(clock())
+        return median_step(stamps)
 
     return run
+
+
+def median_step(stamps: list[float]) -> float:
+    """The median interval between successive time stamps: a superstep's time, free of
+    launching and ending the run and of the odd hiccup."""
+    return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
 
 
 class _ConditionBarrier:
@@ -75,61 +88,77 @@ def main() -> None:
     reexec_tuned()  # run the machine as the daemon does (see ipuos._memtune)
     args = parser(__doc__).parse_args()
     tiles, rounds = (64, 20) if args.quick else (1472, 300)
+    short = rounds // 3
+    asyncio_rounds = max(5, rounds // 10)
     with ipuos.Machine("mk2") as machine:
         tile_spec = f"0-{tiles - 1}"
+        sched = machine.scheduler
 
-        def steady_rate(program):
-            """Supersteps/s at steady state: the difference of two run lengths cancels
-            launching and ending the program on every tile."""
-
-            def run(n):
-                result = machine.run(program(n), tiles=tile_spec)
-                assert result.ok and result.stats.supersteps >= n, result.format()
-
-            run(rounds)  # warm up: start every tile's greenlet
-            short = best_time(lambda: run(rounds // 3), args.repeat)
-            long = best_time(lambda: run(rounds), args.repeat)
-            return (rounds - rounds // 3) / max(long - short, 1e-9), short
-
-        def scheduler_rate():
+        def scheduler_job():
             """The scheduler alone: a job whose target is a Python function (what
-            Scheduler.start_job takes), measured the same way."""
-            sched = machine.scheduler
+            Scheduler.start_job takes), timed by its tile 0 between syncs."""
+            stamps = []
 
-            def run(n):
-                def target(api):
-                    sync = api.sync
-                    for _ in range(n):
+            def target(api):
+                sync = api.sync
+                if api.tileid:
+                    for _ in range(rounds):
                         sync()
+                    return
+                clock, stamp = time.perf_counter, stamps.append
+                for _ in range(rounds):
+                    sync()
+                    stamp(clock())
 
+            def run():
+                stamps.clear()
                 report = sched.start_job(range(tiles), target).future.result()
                 assert report.ok
+                return median_step(stamps)
 
-            run(rounds)
-            short = best_time(lambda: run(rounds // 3), args.repeat)
-            long = best_time(lambda: run(rounds), args.repeat)
-            return (rounds - rounds // 3) / max(long - short, 1e-9)
+            return run
 
-        scheduler = scheduler_rate()
+        def program(source):
+            def run():
+                result = machine.run(source, tiles=tile_spec)
+                assert result.ok, result.format()
+
+            return elapsed(run)
+
         # tile programs through the runtime (per-tile namespaces, program text in SRAM,
-        # files): the loop in a function, as speed-minded Python is written ...
-        in_function, _ = steady_rate(lambda n: f"def main():\n    for _ in range({n}):\n        sync()\nmain()\n")
-        # ... and at module level, where every iteration stores and looks up names in
-        # the tile's namespace dict, as in any Python module
-        module_level, _ = steady_rate(lambda n: f"for _ in range({n}):\n    sync()\n")
-        launch = best_time(lambda: machine.run("pass", tiles=tile_spec), args.repeat)
-    bare_rate = rounds / best_time(bare_greenlets(tiles, rounds), args.repeat)
-    asyncio_rounds = max(5, rounds // 10)
-    asyncio_rate = asyncio_rounds / best_time(lambda: asyncio_barrier(tiles, asyncio_rounds), args.repeat)
-    print(f"empty supersteps at {tiles} tiles, best of {args.repeat}")
-    report("launching and ending a program on every tile", launch * 1e3, "ms")
+        # files): the loop in a function, as speed-minded Python is written, and at
+        # module level, where every iteration stores and looks up names in the tile's
+        # namespace dict, as in any Python module. A tile has no clock: each is run at
+        # two lengths, whose difference cancels launching and ending it on every tile
+        in_function = "def main():\n    for _ in range({}):\n        sync()\nmain()\n"
+        module_level = "for _ in range({}):\n    sync()\n"
+        measures = {"scheduler": scheduler_job(), "bare": bare_greenlets(tiles, rounds),
+                    "asyncio": elapsed(lambda: asyncio_barrier(tiles, asyncio_rounds)),
+                    "launch": program("pass")}
+        for n, length in ((short, "short"), (rounds, "long")):
+            measures[f"function {length}"] = program(in_function.format(n))
+            measures[f"module {length}"] = program(module_level.format(n))
+        for measure in measures.values():
+            measure()  # warm up: every tile's greenlet started, SRAM pages touched
+        best = best_interleaved(measures, args.repeat)
+
+    def program_rate(name):
+        return (rounds - short) / max(best[f"{name} long"] - best[f"{name} short"], 1e-9)
+
+    bare_rate = 1 / best["bare"]
+    asyncio_rate = asyncio_rounds / best["asyncio"]
+    scheduler = 1 / best["scheduler"]
+    print(f"empty supersteps at {tiles} tiles, best of {args.repeat} (contenders run in turn)")
+    report("launching and ending a program on every tile", best["launch"] * 1e3, "ms")
     report("bare greenlet loop", bare_rate, "supersteps/s")
     report("asyncio.Barrier", asyncio_rate, "supersteps/s", bare_rate, "bare")
     report("ipuos scheduler", scheduler, "supersteps/s", bare_rate, "bare",
            target=">= 1,000/s and >= 0.60x bare")
     report("ipuos scheduler", scheduler, "supersteps/s", asyncio_rate, "asyncio", target=">= 10x")
-    report("tile program, sync() loop in a function", in_function, "supersteps/s", bare_rate, "bare")
-    report("tile program, sync() loop at module level", module_level, "supersteps/s", bare_rate, "bare")
+    report("tile program, sync() loop in a function", program_rate("function"), "supersteps/s",
+           bare_rate, "bare")
+    report("tile program, sync() loop at module level", program_rate("module"), "supersteps/s",
+           bare_rate, "bare")
 
 
 if __name__ == "__main__":
