@@ -79,7 +79,8 @@ class Job:
         self.nranks = len(tiles)
         #: what each tile runs. A callable object, called as is, goes through C
         #: (``slot_tp_call``) into a new C frame of the interpreter, which every greenlet
-        #: switch of its tiles then copies; its bound ``__call__`` runs in the caller's
+        #: switch of its tiles then copies; its bound ``__call__`` runs in the caller's C
+        #: frame
         self.target = target if isinstance(target, (types.FunctionType, types.MethodType)) else target.__call__
         #: seconds a tile may compute in one superstep before it is interrupted (None: no limit)
         self.budget = budget
