@@ -92,8 +92,8 @@ class Job:
         self.gen = 0
         self.arrived = 0
         self.coll_kind: tuple | None = None
-        #: makes a tile's ``sync`` (see scheduler._api._sync_maker)
-        self.make_sync = None
+        #: the ``sync`` every tile of the job calls (see scheduler._api._job_sync)
+        self.sync = None
         self.mismatch = False
         self.coll_off = [0] * self.nranks
         self.coll_len = [0] * self.nranks

@@ -76,6 +76,12 @@ class Scheduler:
         #: kernel services by name: ``fn(tile, *args)`` run on the owning tile's greenlet
         self.services: dict[str, Callable] = {"job.run": _run_job}
         self.jobs: dict[int, Job] = {}
+        #: tiles with a signal pending, and kernel requests queued on all tiles: while
+        #: both are 0, no tile arriving at a sync has anything to do but park
+        self.signalled = 0
+        self.queued_requests = 0
+        #: the tile each tile greenlet runs, for the paths that need to know which it is
+        self.tile_of: dict[greenlet.greenlet, Tile] = {}
         self.superstep = 0
         #: True while tile greenlets run (the compute phase); read by the watchdog
         self.in_compute = False
@@ -162,6 +168,7 @@ class Scheduler:
         park = parker(main, self.runq)
         for tile in self.tiles:
             tile.start(main, self.runq, park)
+            self.tile_of[tile.glet] = tile
         self.thread_ident = threading.get_ident()
         self._started.set()
         try:
@@ -372,7 +379,7 @@ class Scheduler:
                 if not dst.alive:
                     self._queue_reply(dst, src, tag, False, TileFailed(5, f"tile {dst.id} is not answering"))
                     continue
-                dst.requests.append(Request(service, args, self._tile_replier(dst, src, tag)))
+                dst.queue(Request(service, args, self._tile_replier(dst, src, tag)))
             else:  # KIND_REPLY
                 tag, ok, value = payload
                 if tag in dst.given_up:  # its caller stopped waiting (see call_tile)
@@ -424,8 +431,8 @@ class Scheduler:
             return
         # the reply goes to the list of the superstep that serves the request, which is a
         # later one than this if the tile is busy (e.g. paused inside a filesystem call)
-        tile.requests.append(Request(service, args, lambda ok, value: self._host_replies.append((future, ok, value)),
-                                     future.set_running_or_notify_cancel))
+        tile.queue(Request(service, args, lambda ok, value: self._host_replies.append((future, ok, value)),
+                           future.set_running_or_notify_cancel))
         self._runnable.append(tile.resume)
 
     # -- kernel calls between tiles (on tile greenlets) ----------------------------------
@@ -470,7 +477,7 @@ class Scheduler:
         tile = self.tiles[dst_id]
         if not tile.alive:
             return
-        tile.requests.append(Request(service, args, None))
+        tile.queue(Request(service, args, None))
         self._runnable.append(tile.resume)
 
     def call_tiles(self, tile: Tile, calls) -> list[tuple[bool, object]]:
@@ -589,7 +596,7 @@ class Scheduler:
             tile.job = job
             tile.rank = rank
             tile.signal = None  # whatever was meant for the job before is over with it
-            tile.requests.append(Request("job.run", (job,), None))
+            tile.queue(Request("job.run", (job,), None))
         self._runnable.extend(t.resume for t in tiles)
         if budget:
             self.watchdog.watch(job)
@@ -719,7 +726,7 @@ class Scheduler:
         stopped = "the machine stopped before {} was done"
         for tile in self.tiles:
             while tile.requests:
-                request = tile.requests.popleft()
+                request = tile.next_request()
                 if request.reply is not None and request.begin is not None:  # (a host's)
                     request.reply(False, RuntimeError(stopped.format(f"request {request.name!r}")))
         self._answer_hosts()

@@ -68,7 +68,7 @@ class Tile:
 
     __slots__ = (
         "id", "chip", "sched", "memory", "glet", "resume", "park",
-        "job", "rank", "signal", "raised", "waiting",
+        "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "given_up",
@@ -86,8 +86,7 @@ class Tile:
         #: the job this tile runs (None when idle), and its rank in that job
         self.job: Job | None = None
         self.rank = -1
-        #: an exception to raise at the next exchange point (abort, interrupt, deadlock)
-        self.signal: BaseException | None = None
+        self._signal: BaseException | None = None  # (see the ``signal`` property)
         #: the signal raised last (a request that ends with it hands it back to the job)
         self.raised: BaseException | None = None
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
@@ -173,6 +172,32 @@ class Tile:
             return "idle"
         return "waiting" if self.waiting else "running"
 
+    # -- what the tile must notice at its next exchange point ---------------------------
+
+    @property
+    def signal(self) -> BaseException | None:
+        """An exception to raise at the next exchange point (abort, interrupt, deadlock)."""
+        return self._signal
+
+    @signal.setter
+    def signal(self, value: BaseException | None) -> None:
+        # the scheduler counts the tiles with a signal pending, so that ``sync`` can tell
+        # from one shared number that it has nothing to raise (see scheduler._api)
+        if (value is None) is not (self._signal is None):
+            self.sched.signalled += 1 if value is not None else -1
+        self._signal = value
+
+    def queue(self, request: Request) -> None:
+        """Queue ``request`` for this tile to serve (the caller wakes the tile)."""
+        self.requests.append(request)
+        self.sched.queued_requests += 1
+
+    def next_request(self) -> Request:
+        """Take the oldest queued request (there must be one)."""
+        request = self.requests.popleft()
+        self.sched.queued_requests -= 1
+        return request
+
     # -- waiting -------------------------------------------------------------------------
 
     def wait(self, ready: Callable[[], bool], what: str) -> None:
@@ -225,7 +250,7 @@ class Tile:
         requests = self.requests
         services = self.sched.services
         while requests and self.can_serve():
-            request = requests.popleft()
+            request = self.next_request()
             if request.begin is not None and not request.begin():
                 continue
             service = services.get(request.name)

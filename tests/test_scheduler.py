@@ -37,8 +37,22 @@ def sched():
     scheduler = Scheduler(sram, tiles_per_chip=NTILES, exchange_out=2048, exchange_in=4096)
     scheduler.start()
     yield scheduler
+    assert_pending_counts_exact(scheduler)
     scheduler.stop()
     assert scheduler.internal_errors == []
+
+
+def assert_pending_counts_exact(scheduler):
+    """The scheduler's counts of tiles with a signal and of queued requests, which tell
+    ``sync`` whether it may simply park, match the tiles themselves (read on the
+    scheduler's thread, between supersteps)."""
+    def counts():
+        tiles = scheduler.tiles
+        return ((scheduler.signalled, scheduler.queued_requests),
+                (sum(t.signal is not None for t in tiles), sum(len(t.requests) for t in tiles)))
+
+    kept, actual = scheduler.call_wait(counts)
+    assert kept == actual
 
 
 def run(sched, target, tiles=range(NTILES), budget=None, timeout=10):
@@ -89,6 +103,26 @@ def test_finished_tiles_no_longer_take_part_in_sync(sched):
         return "late"
 
     assert values(run(sched, prog)) == ["early"] * 3 + ["late"] * (NTILES - 3)
+
+
+def test_tiles_looping_on_sync_serve_requests_and_stop_when_interrupted(sched):
+    sched.services["test.whoami"] = lambda tile, word: (tile.id, word)
+    started = threading.Event()
+
+    def prog(api):
+        started.set()
+        while True:
+            api.sync()
+
+    job = sched.start_job(list(range(NTILES)), prog)
+    assert started.wait(5)
+    replies = [sched.submit(tile_id, "test.whoami", "hi") for tile_id in range(NTILES)]
+    assert [reply.result(5) for reply in replies] == [(tile_id, "hi") for tile_id in range(NTILES)]
+    sched.interrupt_job(job)
+    report = job.future.result(10)
+    assert {result.status for result in report.results} == {INTERRUPTED}
+    assert_pending_counts_exact(sched)
+    assert sched.call_wait(lambda: (sched.signalled, sched.queued_requests)) == (0, 0)
 
 
 def test_superstep_count_and_stats(sched):
@@ -990,7 +1024,7 @@ def test_a_failed_request_nobody_awaits_is_reported_not_lost():
     try:
         def post():
             tile = scheduler.tiles[1]
-            tile.requests.append(Request("test.boom", (), None))
+            tile.queue(Request("test.boom", (), None))
             scheduler.wake(tile)
 
         scheduler.call_wait(post)
