@@ -12,22 +12,31 @@ between any two tiles with a single vectorised copy over flat indices.
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
+from bisect import bisect_left, insort
+from operator import attrgetter
 
 import numpy as np
 
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 #: regions start on 8-byte boundaries so the exchange can copy 64-bit words
 ALIGN = 8
+_ALIGN_MASK = ALIGN - 1
 
 
 def _align(n: int) -> int:
-    return (n + ALIGN - 1) & ~(ALIGN - 1)
+    return (n + _ALIGN_MASK) & ~_ALIGN_MASK
 
 
-@dataclass(frozen=True, eq=False)
 class Region:
-    """A named, contiguous piece of one tile's SRAM."""
+    """A named, contiguous piece of one tile's SRAM. Read-only: the allocator's
+    bookkeeping (and every view handed out) depends on it never moving.
+
+    A class of its own rather than a frozen dataclass: launching a program allocates a
+    region on every tile, and the dataclass's keyword ``__init__`` took a third of
+    each allocation's time.
+    """
+
+    __slots__ = ("tile", "name", "offset", "size", "array", "view", "base")
 
     tile: int
     name: str
@@ -38,20 +47,43 @@ class Region:
     #: offset of the region's first byte in the machine-wide SRAM array
     base: int
 
+    def __init__(self, tile: int, name: str, offset: int, size: int, array: np.ndarray,
+                 view: memoryview, base: int):
+        init = object.__setattr__
+        init(self, "tile", tile)
+        init(self, "name", name)
+        init(self, "offset", offset)
+        init(self, "size", size)
+        init(self, "array", array)
+        init(self, "view", view)
+        init(self, "base", base)
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"an SRAM region is read-only (cannot set {name!r}); free it and allocate another")
+
+    def __delattr__(self, name: str) -> None:
+        self.__setattr__(name, None)
+
     def __repr__(self) -> str:
         return f"<Region tile {self.tile} {self.name!r} {self.size} B at {self.offset}>"
+
+
+_offset = attrgetter("offset")
 
 
 class TileMemory:
     """The region allocator of one tile: named regions within a fixed byte budget."""
 
-    __slots__ = ("tile", "size", "_sram", "_regions")
+    __slots__ = ("tile", "size", "_sram", "_regions", "_by_offset")
 
     def __init__(self, sram: "SRAM", tile: int):
         self.tile = tile
         self.size = sram.bytes_per_tile
         self._sram = sram
         self._regions: dict[str, Region] = {}
+        #: the same regions in address order, kept so as they come and go: finding a gap
+        #: walks them without sorting (a launch allocates on every tile)
+        self._by_offset: list[Region] = []
 
     def alloc(self, name: str, size: int) -> Region:
         """Reserve ``size`` bytes under ``name``; MemoryError if the tile cannot fit it."""
@@ -64,17 +96,11 @@ class TileMemory:
         if offset is None:
             raise MemoryError(self._overflow_message(name, size))
         base = self.tile * self.size + offset
-        flat = self._sram.flat
-        region = Region(
-            tile=self.tile,
-            name=name,
-            offset=offset,
-            size=size,
-            array=flat[base : base + size],
-            view=self._sram.view[base : base + size],
-            base=base,
-        )
+        sram = self._sram
+        region = Region(self.tile, name, offset, size, sram.flat[base : base + size],
+                        sram.view[base : base + size], base)
         self._regions[name] = region
+        insort(self._by_offset, region, key=_offset)
         return region
 
     def free(self, name: str) -> None:
@@ -82,6 +108,11 @@ class TileMemory:
         region = self._regions.pop(name, None)
         if region is None:
             raise KeyError(f"tile {self.tile} has no SRAM region named {name!r}")
+        by_offset = self._by_offset
+        index = bisect_left(by_offset, region.offset, key=_offset)
+        while by_offset[index] is not region:  # (an empty region shares its offset)
+            index += 1
+        del by_offset[index]
         if region.size:
             region.array[:] = 0
 
@@ -93,7 +124,8 @@ class TileMemory:
 
     @property
     def regions(self) -> list[Region]:
-        return sorted(self._regions.values(), key=lambda r: r.offset)
+        """The regions in address order."""
+        return list(self._by_offset)
 
     @property
     def used(self) -> int:
@@ -124,11 +156,12 @@ class TileMemory:
         }
 
     def _find_gap(self, need: int) -> int | None:
+        """The lowest offset with ``need`` free bytes (first fit), or None."""
         cursor = 0
-        for region in self.regions:
+        for region in self._by_offset:
             if region.offset - cursor >= need:
                 return cursor
-            cursor = region.offset + _align(region.size)
+            cursor = region.offset + ((region.size + _ALIGN_MASK) & ~_ALIGN_MASK)
         return cursor if self.size - cursor >= need else None
 
     def _overflow_message(self, name: str, size: int) -> str:

@@ -83,6 +83,47 @@ def test_free_zeroes_and_makes_room_again():
         sram.close()
 
 
+def test_allocation_is_first_fit_and_regions_stay_in_address_order():
+    sram = SRAM(tiles=1, bytes_per_tile=4096)
+    try:
+        mem = sram.memory(0)
+        for name, size in (("a", 100), ("b", 1000), ("c", 50), ("d", 8)):
+            mem.alloc(name, size)
+        mem.free("b")
+        mem.free("d")
+        # the lowest gap that fits: a small region goes where "b" was, a big one after "c"
+        assert mem.alloc("big", 2000).offset == 104 + 1000 + 56
+        assert mem.alloc("small", 10).offset == 104
+        # an empty region sits at the lowest offset, beside the region already there
+        empty = mem.alloc("empty", 0)
+        assert empty.offset == 0
+        assert [(r.name, r.offset) for r in mem.regions] == [
+            ("a", 0), ("empty", 0), ("small", 104), ("c", 1104), ("big", 1160)]
+        # freeing the empty one frees that one, not its neighbour at the same offset
+        mem.free("empty")
+        assert [r.name for r in mem.regions] == ["a", "small", "c", "big"]
+        mem.free("a")
+        assert [r.name for r in mem.regions] == ["small", "c", "big"]
+        assert mem.alloc("a2", 104).offset == 0
+        assert mem.largest_free() == 1104 - (104 + 16)  # between "small" and "c"
+    finally:
+        sram.close()
+
+
+def test_a_region_is_read_only():
+    sram = SRAM(tiles=1, bytes_per_tile=4096)
+    try:
+        region = sram.memory(0).alloc("r", 64)
+        for name, value in (("offset", 128), ("size", 4096), ("base", 0)):
+            with pytest.raises(AttributeError, match="read-only"):
+                setattr(region, name, value)
+        with pytest.raises(AttributeError, match="read-only"):
+            del region.offset
+        assert (region.offset, region.size) == (0, 64)
+    finally:
+        sram.close()
+
+
 def test_usage_report_lists_every_region():
     sram = SRAM(tiles=1, bytes_per_tile=8192)
     try:
