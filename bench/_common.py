@@ -11,10 +11,11 @@ import time
 from typing import Callable
 
 
-def parser(description: str) -> argparse.ArgumentParser:
+def parser(description: str, repeat: int = 3) -> argparse.ArgumentParser:
+    """Options every benchmark takes; ``repeat`` is the default number of runs per figure."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="tiny sizes: prove the benchmark runs (CI)")
-    p.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
+    p.add_argument("--repeat", type=int, default=repeat, help=f"runs per figure; the best is kept (default {repeat})")
     return p
 
 
