@@ -125,6 +125,31 @@ def test_tiles_looping_on_sync_serve_requests_and_stop_when_interrupted(sched):
     assert sched.call_wait(lambda: (sched.signalled, sched.queued_requests)) == (0, 0)
 
 
+def test_a_signal_pending_on_another_tile_leaves_a_jobs_barriers_alone(sched):
+    # while any tile has a signal pending, every sync takes the general wait: it must
+    # still be a barrier, and raise nothing on the tiles the signal is not for
+    idle = sched.tiles[NTILES - 1]
+    log = []
+
+    def prog(api):
+        for step in range(4):
+            log.append(step)
+            api.sync()
+        return "done"
+
+    sched.call_wait(setattr, idle, "signal", ValueError("meant for the idle tile"))
+    try:
+        report = run(sched, prog, tiles=range(NTILES - 1))
+        assert values(report) == ["done"] * (NTILES - 1)
+        assert report.stats.supersteps == 5  # four syncs: five supersteps
+        assert log == sorted(log), "a tile ran ahead of a barrier"
+        assert_pending_counts_exact(sched)
+        assert sched.call_wait(lambda: sched.signalled) == 1
+    finally:
+        sched.call_wait(setattr, idle, "signal", None)
+    assert sched.call_wait(lambda: sched.signalled) == 0
+
+
 def test_superstep_count_and_stats(sched):
     def prog(api):
         for _ in range(5):
