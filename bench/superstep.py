@@ -127,21 +127,26 @@ def main() -> None:
         def program(source):
             """A tile program through the runtime (per-tile namespaces, program text in
             SRAM, files). A tile has no clock, so the machine's exchanges are stamped
-            instead, by a hook each exchange runs and renews while the job lives (a
-            public hook: Scheduler.before_copies); a superstep is their median interval."""
-            stamps = []
+            instead, by a hook (the public Scheduler.before_copies) that each exchange
+            runs and renews until the program has ended; a superstep is the median
+            interval between the stamps taken while a job runs (the program is the only
+            one). The hook goes in before the program starts, so even a short program
+            is seen from its first superstep."""
 
             def run():
-                stamps.clear()
-                handle = machine.launch(source, tiles=tile_spec)
+                stamps, running = [], [True]
 
                 def stamp():
-                    stamps.append(time.perf_counter())
-                    if not handle.job.done:
+                    if sched.jobs:
+                        stamps.append(time.perf_counter())
+                    if running[0]:
                         sched.before_copies(stamp)
 
-                sched.call(sched.before_copies, stamp)
-                result = handle.wait()
+                sched.call(sched.before_copies, stamp)  # (calls run in order: before the start)
+                try:
+                    result = machine.run(source, tiles=tile_spec)
+                finally:
+                    running[0] = False
                 assert result.ok, result.format()
                 return median_step(stamps)
 
