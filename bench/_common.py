@@ -7,6 +7,7 @@ figures measured in the same run, because these machines are noisy.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Callable
 
@@ -26,6 +27,44 @@ def elapsed(fn: Callable[[], object]) -> Callable[[], float]:
         started = time.perf_counter()
         fn()
         return time.perf_counter() - started
+
+    return measure
+
+
+def median_step(stamps: list[float]) -> float:
+    """The median interval between successive time stamps: a superstep's time, free of
+    launching and ending the run and of the odd hiccup."""
+    return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
+
+
+def program_superstep(machine, source: str, tiles: str) -> Callable[[], float]:
+    """A measure (for :func:`best_interleaved`): run the tile program ``source`` on
+    ``tiles`` of ``machine`` and return the median seconds between its exchanges.
+
+    A tile has no clock, so the exchanges are stamped instead, by a hook (the public
+    ``Scheduler.before_copies``) that each exchange runs and renews until the program
+    has ended. It stamps only while a job runs (the program must be the only one), and
+    goes in before the program starts (the scheduler runs calls in order), so even a
+    short program is seen from its first superstep.
+    """
+    sched = machine.scheduler
+
+    def measure() -> float:
+        stamps, running = [], [True]
+
+        def stamp():
+            if sched.jobs:
+                stamps.append(time.perf_counter())
+            if running[0]:
+                sched.before_copies(stamp)
+
+        sched.call(sched.before_copies, stamp)
+        try:
+            result = machine.run(source, tiles=tiles)
+        finally:
+            running[0] = False
+        assert result.ok, result.format()
+        return median_step(stamps)
 
     return measure
 

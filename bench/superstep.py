@@ -7,12 +7,11 @@ Targets: >= 1,000/s, >= 60% of the bare greenlet loop, >= 10x asyncio.
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 
 import greenlet
 
-from _common import best_interleaved, elapsed, parser, report
+from _common import best_interleaved, elapsed, median_step, parser, program_superstep, report
 
 import ipuos
 from ipuos._memtune import reexec_tuned
@@ -42,12 +41,6 @@ def bare_greenlets(tiles: int, rounds: int):
         return median_step(stamps)
 
     return run
-
-
-def median_step(stamps: list[float]) -> float:
-    """The median interval between successive time stamps: a superstep's time, free of
-    launching and ending the run and of the odd hiccup."""
-    return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
 
 
 class _ConditionBarrier:
@@ -124,42 +117,15 @@ def main() -> None:
             result = machine.run("pass", tiles=tile_spec)
             assert result.ok, result.format()
 
-        def program(source):
-            """A tile program through the runtime (per-tile namespaces, program text in
-            SRAM, files). A tile has no clock, so the machine's exchanges are stamped
-            instead, by a hook (the public Scheduler.before_copies) that each exchange
-            runs and renews until the program has ended; a superstep is the median
-            interval between the stamps taken while a job runs (the program is the only
-            one). The hook goes in before the program starts, so even a short program
-            is seen from its first superstep."""
-
-            def run():
-                stamps, running = [], [True]
-
-                def stamp():
-                    if sched.jobs:
-                        stamps.append(time.perf_counter())
-                    if running[0]:
-                        sched.before_copies(stamp)
-
-                sched.call(sched.before_copies, stamp)  # (calls run in order: before the start)
-                try:
-                    result = machine.run(source, tiles=tile_spec)
-                finally:
-                    running[0] = False
-                assert result.ok, result.format()
-                return median_step(stamps)
-
-            return run
-
         # the loop in a function, as speed-minded Python is written, and at module level,
         # where every iteration stores and looks up names in the tile's namespace dict,
         # as in any Python module
         measures = {"scheduler": scheduler_job(), "bare": bare_greenlets(tiles, rounds),
                     "asyncio": elapsed(lambda: asyncio_barrier(tiles, asyncio_rounds)),
                     "launch": elapsed(launch_pass),
-                    "function": program(f"def main():\n    for _ in range({rounds}):\n        sync()\nmain()\n"),
-                    "module": program(f"for _ in range({rounds}):\n    sync()\n")}
+                    "function": program_superstep(machine, f"def main():\n    for _ in range({rounds}):\n"
+                                                  "        sync()\nmain()\n", tile_spec),
+                    "module": program_superstep(machine, f"for _ in range({rounds}):\n    sync()\n", tile_spec)}
         for measure in measures.values():
             measure()  # warm up: every tile's greenlet started, SRAM pages touched
         best = best_interleaved(measures, args.repeat)
