@@ -20,11 +20,10 @@ import numpy as np
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 #: regions start on 8-byte boundaries so the exchange can copy 64-bit words
 ALIGN = 8
-_ALIGN_MASK = ALIGN - 1
 
 
 def _align(n: int) -> int:
-    return (n + _ALIGN_MASK) & ~_ALIGN_MASK
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
 class Region:
@@ -161,7 +160,7 @@ class TileMemory:
         for region in self._by_offset:
             if region.offset - cursor >= need:
                 return cursor
-            cursor = region.offset + ((region.size + _ALIGN_MASK) & ~_ALIGN_MASK)
+            cursor = region.offset + _align(region.size)
         return cursor if self.size - cursor >= need else None
 
     def _overflow_message(self, name: str, size: int) -> str:
