@@ -198,6 +198,22 @@ class Scheduler:
         self._enqueue(None, self._deliver_host_request, (tile_id, service, args, future))
         return future
 
+    def submit_all(self, tile_ids: Iterable[int], service: str, *args) -> dict[int, Future]:
+        """:meth:`submit` of the same request to every tile of ``tile_ids``: {tile: Future}.
+
+        One queued call for them all: submitting one at a time wakes the scheduler thread
+        per tile, and its wake-ups then fight the caller for the lock (1472 tiles took
+        25-230 ms that way, against a few ms at once). Served in the same superstep."""
+        futures = {tile_id: Future() for tile_id in tile_ids}
+        # (a list of its own: the caller owns the dict and may add to it meanwhile)
+        self._enqueue(None, self._deliver_host_requests, (service, args, list(futures.items())))
+        return futures
+
+    def _deliver_host_requests(self, service: str, args: tuple, requests: list[tuple[int, Future]]) -> None:
+        deliver = self._deliver_host_request
+        for tile_id, future in requests:
+            deliver(tile_id, service, args, future)
+
     def _enqueue(self, future, fn, args) -> None:
         with self._cond:  # (the lock: a call is never queued after shutdown failed the rest)
             if not self.running or self._closed:

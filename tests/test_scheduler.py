@@ -1170,6 +1170,33 @@ def test_host_requests_run_on_the_owning_tiles_greenlet(sched):
     assert seen == {t: (t, True) for t in range(NTILES)}
 
 
+def test_a_request_submitted_to_all_tiles_is_served_by_each_in_one_superstep(sched):
+    seen = {}
+
+    def whoami(tile, tag):
+        seen[tile.id] = (sched.superstep, greenlet.getcurrent() is tile.glet)
+        return (tile.id, tag)
+
+    sched.services["test.whoami"] = whoami
+    futures = sched.submit_all([*range(NTILES), 99], "test.whoami", "hi")
+    assert list(futures) == [*range(NTILES), 99]
+    assert [futures[t].result(5) for t in range(NTILES)] == [(t, "hi") for t in range(NTILES)]
+    with pytest.raises(IndexError, match="no tile 99"):  # refused alone: the others were served
+        futures[99].result(5)
+    assert len({step for step, _ in seen.values()}) == 1
+    assert all(on_own_greenlet for _, on_own_greenlet in seen.values())
+
+
+def test_submitting_to_a_stopped_scheduler_is_refused_at_once():
+    stopped = Scheduler(SRAM(4, 64 * 1024), 4, exchange_out=2048, exchange_in=4096)
+    stopped.start()
+    stopped.stop()
+    with pytest.raises(RuntimeError, match="not running"):
+        stopped.submit(0, "test.whoami", 1)
+    with pytest.raises(RuntimeError, match="not running"):
+        stopped.submit_all(range(4), "test.whoami", 1)
+
+
 def test_a_request_that_came_during_a_file_operation_is_served_at_the_next_sync(sched):
     # its wake is spent while the tile cannot serve (inside a filesystem operation); the
     # tile's next sync must serve it, not park with it pending: here, as in a backup's

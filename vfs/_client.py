@@ -221,7 +221,7 @@ class HostFsClient(FsClient):
 
     def submit_all(self, service: str, tiles, *args) -> dict:
         """``submit`` the same request to every tile in ``tiles``: {tile: Future}."""
-        return {tile: self._scheduler.submit(tile, service, *args) for tile in tiles}
+        return self._scheduler.submit_all(tiles, service, *args)
 
     def call(self, tile: int, service: str, *args):
         return await_reply(self, tile, service, self._scheduler.submit(tile, service, *args), self.timeout)
