@@ -12,8 +12,9 @@ for the same littlefs configuration on the same size of RAM disk:
 * ``chip``     - the same VFS calls on tile 0's ``/chip``: the striped chip disk, whose
   blocks live in the other tiles' SRAM and move through the exchange.
 
-Ratios are same-run: vfs/lean (target >= 0.9), vfs/blockdev, vfs/stock, and chip/vfs
-(the striped chip disk against the tile's own disk). The remote paths (host client,
+Each figure is the best round; the contenders take rounds in turn, so the host's slow
+spells fall on all of them alike. Ratios are same-run: vfs/lean (target >= 0.9),
+vfs/blockdev, vfs/stock, and chip/vfs (the striped chip disk against the tile's own disk). The remote paths (host client,
 ``/tiles/N`` from tile 0) are reported for information: they cost supersteps, not
 littlefs time.
 
@@ -29,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fs_raw import BareLittlefs, LeanContext, Ours, throughput  # noqa: E402  (a sibling benchmark)
+from fs_raw import BareLittlefs, LeanContext, Ours, best_interleaved, throughput_round  # noqa: E402  (a sibling benchmark)
 from littlefs import UserContext  # noqa: E402
 
 import ipuos  # noqa: E402
@@ -96,24 +97,19 @@ class BareTarget(BareLittlefs):
 # -- measurements ------------------------------------------------------------------------
 
 
-def create_rate(target, count: int, seconds: float) -> float:
-    """Empty files created per second in a fresh directory, best of several rounds."""
-    best = 0.0
-    deadline = time.perf_counter() + seconds
-    rounds = 0
-    while rounds < 3 or time.perf_counter() < deadline:
-        directory = f"/c{rounds}"
-        rounds += 1
-        target.mkdir(directory)
-        names = [f"{directory}/n{i}" for i in range(count)]
-        t0 = time.perf_counter()
-        for name in names:
-            target.create(name)
-        best = max(best, count / (time.perf_counter() - t0))
-        for name in names:
-            target.remove(name)
-        remove_dir(target, directory)
-    return best
+def create_round(target, count: int) -> float:
+    """Empty files created per second in a fresh directory, one round."""
+    directory = "/creates"
+    target.mkdir(directory)
+    names = [f"{directory}/n{i}" for i in range(count)]
+    t0 = time.perf_counter()
+    for name in names:
+        target.create(name)
+    rate = count / (time.perf_counter() - t0)
+    for name in names:
+        target.remove(name)
+    remove_dir(target, directory)
+    return rate
 
 
 def remove_dir(target, directory):
@@ -199,16 +195,18 @@ def main() -> None:
             "stock": BareTarget(UserContext(disk), config),
         }
 
-        def measure_all(measure, *margs):
-            results = {}
-            for name, (host, make) in contenders.items():
-                results[name] = on_tile(host, 0, lambda tile, vfs_of: measure(make(tile, vfs_of), *margs),
-                                        host.storage.vfs)
-            for name, target in baselines.items():
-                results[name] = measure(target, *margs)
-            return results
-
         names = list(contenders) + list(baselines)
+
+        def measure_all(measure, *margs):
+            """Best of ``measure(target, *margs)`` rounds, the contenders taking turns."""
+            def one(name):
+                if name in baselines:
+                    return measure(baselines[name], *margs)
+                host, make = contenders[name]
+                return on_tile(host, 0, lambda tile, vfs_of: measure(make(tile, vfs_of), *margs),
+                               host.storage.vfs)
+            return best_interleaved(dict.fromkeys(names), one, seconds)
+
         print(f"littlefs on a {disk // KiB} KiB RAM disk, {BLOCK_SIZE} B blocks (tile 0 of an mk2 "
               f"machine), config {config}")
         chip = on_tile(chip_machine, 0, lambda tile, vfs_of: vfs_of(tile).statvfs("/chip"),
@@ -230,12 +228,12 @@ def main() -> None:
                     f"  {mine / pick('stock'):9.2f}  {pick('chip') / mine:8.2f}")
 
         for size in SIZES:
-            results = measure_all(throughput, size, seconds, disk)
+            results = measure_all(throughput_round, size, disk)
             for column, label in ((0, "write"), (1, "read")):
                 cells = " ".join(f"{results[name][column]:9.0f}" for name in names)
                 print(f"{size // KiB:>6}Ki {label:6} {cells}{ratios(results, column)}")
-        print("(MB/s, best of several rounds)")
-        rates = measure_all(create_rate, creates, seconds)
+        print("(MB/s, best round of each, the contenders taking turns)")
+        rates = measure_all(create_round, creates)
         cells = " ".join(f"{rates[name]:9.0f}" for name in names)
         print(f"{'create':>8} {'':6} {cells}{ratios(rates)}   (empty files per second)")
         size = 64 * KiB

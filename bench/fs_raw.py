@@ -10,8 +10,9 @@ Three ways to run the same littlefs configuration over the same kind of RAM disk
   (the fastest Python can drive littlefs; no checks at all);
 * ``stock``  - littlefs.lfs functions with littlefs-python's own UserContext.
 
-Reports MB/s per file size and the ratios ipuos/lean (target >= 0.9) and ipuos/stock
-(target >= 3). Run: ``.venv/bin/python bench/fs_raw.py [--quick]``.
+Reports MB/s per file size (best round; the contenders take rounds in turn) and the
+ratios ipuos/lean (target >= 0.9) and ipuos/stock (target >= 3).
+Run: ``.venv/bin/python bench/fs_raw.py [--quick]``.
 """
 
 from __future__ import annotations
@@ -99,35 +100,50 @@ class Ours:
         self.fs.remove(path)
 
 
-def throughput(target, size: int, seconds: float, disk: int) -> tuple[float, float]:
-    """(write MB/s, read MB/s) for files of ``size`` bytes on a ``disk``-byte filesystem,
-    best of several rounds.
-
-    A round writes as many distinct files as fit in a third of the disk (littlefs is
-    copy-on-write and needs room), reads them all back, then removes them. (bench/fs.py
-    measures the VFS and the chip disk with this too.)
-    """
+def throughput_round(target, size: int, disk: int) -> tuple[float, float]:
+    """(write MB/s, read MB/s) of one round on a ``disk``-byte filesystem: write as many
+    distinct files of ``size`` bytes as fit in a third of the disk (littlefs is
+    copy-on-write and needs room), read them all back, then remove them."""
     data = bytes(range(256)) * (size // 256)
     files = max(1, min(64, disk // (3 * size)))
     names = [f"/f{i}" for i in range(files)]
-    best_w = best_r = 0.0
-    deadline = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    for name in names:
+        target.write(name, data)
+    t1 = time.perf_counter()
+    for name in names:
+        if len(target.read(name, size)) != size:
+            raise AssertionError(f"short read from {name}")
+    t2 = time.perf_counter()
+    for name in names:
+        target.remove(name)
+    return files * size / (t1 - t0) / 1e6, files * size / (t2 - t1) / 1e6
+
+
+def best_interleaved(contenders: dict, measure, seconds: float, min_rounds: int = 5) -> dict:
+    """``{name: best of measure(name)}``, taking one round of each contender in turn.
+
+    This host's speed drifts in spells of seconds: measured one after another, each
+    contender would get its own spell and the ratios would say more about the spells
+    than about the code. Alternating round by round gives every contender the same
+    ones. ``measure(name)`` returns a figure or a tuple of them (bigger is better); each
+    is the best over ``seconds`` per contender, and at least ``min_rounds`` rounds.
+    """
+    best: dict = {}
+    deadline = time.perf_counter() + seconds * len(contenders)
     rounds = 0
-    while rounds < 5 or time.perf_counter() < deadline:
+    while rounds < min_rounds or time.perf_counter() < deadline:
         rounds += 1
-        t0 = time.perf_counter()
-        for name in names:
-            target.write(name, data)
-        t1 = time.perf_counter()
-        for name in names:
-            if len(target.read(name, size)) != size:
-                raise AssertionError(f"short read from {name}")
-        t2 = time.perf_counter()
-        for name in names:
-            target.remove(name)
-        best_w = max(best_w, files * size / (t1 - t0) / 1e6)
-        best_r = max(best_r, files * size / (t2 - t1) / 1e6)
-    return best_w, best_r
+        for name in contenders:
+            got = measure(name)
+            seen = best.get(name)
+            if seen is None:
+                best[name] = got
+            elif isinstance(got, tuple):
+                best[name] = tuple(map(max, seen, got))
+            else:
+                best[name] = max(seen, got)
+    return best
 
 
 def main() -> None:
@@ -151,14 +167,14 @@ def main() -> None:
     print(f"{'file':>8} {'':6} " + " ".join(f"{name:>9}" for name in contenders)
           + "   ipuos/lean  ipuos/stock")
     for size in (4 * KiB, 64 * KiB, 256 * KiB):
-        results = {name: throughput(target, size, seconds, BLOCK_SIZE * BLOCK_COUNT)
-                   for name, target in contenders.items()}
+        results = best_interleaved(
+            contenders, lambda name: throughput_round(contenders[name], size, disk), seconds)
         for column, label in ((0, "write"), (1, "read")):
             mine = results["ipuos"][column]
             cells = " ".join(f"{results[name][column]:9.0f}" for name in contenders)
             print(f"{size // KiB:>6}Ki {label:6} {cells}   "
                   f"{mine / results['lean'][column]:10.2f}  {mine / results['stock'][column]:11.2f}")
-    print("(MB/s, best of several rounds)")
+    print("(MB/s, best round of each, the contenders taking turns)")
 
 
 if __name__ == "__main__":
