@@ -23,7 +23,7 @@ import time
 
 from _common import parser, report
 
-from ipuos._cli_shell import DaemonTransport
+from ipuos._shell_transport import DaemonTransport
 from ipuos._client import Client, DaemonError
 from ipuos._rundir import RUNTIME_DIR_ENV, machine_paths
 from ipuos._spawn import boot, wait_halted

@@ -22,7 +22,6 @@ from click.core import ParameterSource
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
-from ._machine import EXIT_INTERRUPTED, RunResult
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
 from ._rundir import (
     DEFAULT_MACHINE,
@@ -38,6 +37,7 @@ from ._rundir import (
     running_names,
 )
 from ._runjson import run_result_from_json, run_result_to_json
+from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._tilespec import TileSpecError, parse_tiles
 from .scheduler import budget_seconds

@@ -9,6 +9,9 @@ Long work shows a progress bar on stderr when it is a terminal (rich), nothing o
 Ctrl-C cancels a backup or restore cleanly (no partial image, machine untouched) and
 exits 130; a second Ctrl-C stops waiting. Exit statuses as everywhere: 0 ok, 1 an error
 (a damaged image, a refusal), 2 a usage error, 3 no such machine.
+
+Every ``ipuos`` command imports this module, so the image modules (numpy, zstandard,
+littlefs) are imported by the commands that read an image file, where they are used.
 """
 
 from __future__ import annotations
@@ -20,13 +23,11 @@ import time
 
 import click
 
-from ._backup_offline import OfflineError, device_entry, extract, list_dir, mounted, on_device, read_file
 from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
 from ._client import Client, DaemonError
-from ._image import ImageError, open_image
-from ._machine import EXIT_INTERRUPTED
 from ._presets import MAX_IPUS, PRESETS
 from ._rundir import hint
+from ._runresult import EXIT_INTERRUPTED
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -200,6 +201,8 @@ def restore(image, tile_spec, name, as_json) -> None:
 
 def boot_geometry(ctx: click.Context, image: str, preset: str, ipus: int) -> tuple[str, int]:
     """The preset and IPUs to boot for ``--restore IMAGE``: the image's, unless given."""
+    from ._image import ImageError, open_image
+
     try:
         with open_image(image, verify=False) as img:
             meta = img.meta
@@ -252,13 +255,20 @@ class _ImageErrors:
     def __exit__(self, kind, exc, tb):
         if isinstance(exc, BrokenPipeError):
             _quiet_broken_pipe()
-        if isinstance(exc, (ImageError, OfflineError, OSError)):
+        if isinstance(exc, (OSError, *_image_errors())):
             _fail(_error_line(exc))
         return False
 
 
+def _image_errors() -> tuple[type, ...]:
+    from ._backup_offline import OfflineError
+    from ._image import ImageError
+
+    return ImageError, OfflineError
+
+
 def _error_line(exc: Exception) -> str:
-    if isinstance(exc, (ImageError, OfflineError)):
+    if isinstance(exc, _image_errors()):
         return str(exc)
     return f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
 
@@ -274,6 +284,8 @@ def _quiet_broken_pipe():
 
 
 def _open(path: str, verify: bool = False):
+    from ._image import ImageError, open_image
+
     path = os.path.abspath(path)  # (reported as backup and restore report theirs)
     if not os.path.exists(path):
         raise ImageError(f"image {path}: no such file")
@@ -323,6 +335,8 @@ def image_info(path, as_json) -> None:
 @json_option
 def image_verify(path, as_json) -> None:
     """Check every byte of the image: chunks, device digests, the image digest."""
+    from ._image import ImageError
+
     started = time.perf_counter()
     try:
         with _open(path, verify=True) as img:
@@ -349,6 +363,8 @@ def image_verify(path, as_json) -> None:
 @json_option
 def image_ls(path, device, inner, as_json) -> None:
     """List the image's devices, or a directory of DEVICE (tile/N/disk, N, or chip)."""
+    from ._backup_offline import device_entry, list_dir, mounted, on_device
+
     with _ImageErrors(), _open(path) as img:
         if device is None:
             rows = [e.summary() for e in img.devices]
@@ -397,6 +413,8 @@ def _shown(name: str) -> str:
 @click.argument("inner", metavar="PATH")
 def image_cat(path, device, inner) -> None:
     """Write the file PATH of DEVICE to stdout."""
+    from ._backup_offline import device_entry, mounted, on_device, read_file
+
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
@@ -420,6 +438,8 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     Every name is checked before anything is written (no '..', absolute paths, NUL,
     control characters or over-long names); on any refusal DEST is not created.
     """
+    from ._backup_offline import device_entry, extract, mounted
+
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:

@@ -7,6 +7,9 @@ unmount. ``ipuos mount`` alone lists the machine's mounts.
 ``ipuos umount MNT`` reads the host's mount table to learn which machine serves ``MNT``
 (its source is ``ipuos:NAME``), so it needs no ``--name``. If that machine is gone, the
 mount is dead (nobody answers it) and is removed here, without any daemon.
+
+Every ``ipuos`` command imports this module, so ``_mount`` (and with it the VFS and
+FUSE) is imported by these two commands only.
 """
 
 from __future__ import annotations
@@ -20,10 +23,9 @@ import click
 
 from ._cli import _Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option
 from ._client import Client, DaemonError, MachineNotRunning
-from ._machine import EXIT_INTERRUPTED
-from ._mount import already_mounted, canonical_mountpoint, mount_at, remove_mount
 from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
+from ._runresult import EXIT_INTERRUPTED
 from ._tilespec import parse_tiles
 
 #: seconds a background mount or an unmount may take in the daemon
@@ -47,6 +49,8 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
     Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`.
     Without MOUNTPOINT, list the machine's mounts. Starts the machine if none runs.
     """
+    from ._mount import already_mounted, canonical_mountpoint, mount_at
+
     paths = _paths(name)
     if mountpoint is None:
         _list_mounts(paths, as_json)
@@ -139,6 +143,8 @@ def _list_mounts(paths, as_json: bool) -> None:
               help="detach now even if files are open there; they are served until closed")
 def umount(mountpoint, lazy) -> None:
     """Unmount MOUNTPOINT, an ipuos mount, even one whose machine has died."""
+    from ._mount import canonical_mountpoint, mount_at, remove_mount
+
     path = canonical_mountpoint(mountpoint)
     entry = mount_at(path)
     if entry is None:

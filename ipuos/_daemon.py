@@ -38,7 +38,8 @@ from ._backup import BackupError, restore as restore_image
 from ._host import MachineHost
 from ._machine import Machine
 from ._presets import PRESETS
-from ._protocol import BUSY, PERMISSION_DENIED, error_frame
+from ._protocol import (BUSY, ERROR_PREFIX, EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_USAGE, PERMISSION_DENIED,
+                        error_frame)
 from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, RuntimeDirError, acquire_lock,
                       machine_paths, mark_lock, release_lock)
 
@@ -49,13 +50,6 @@ MAX_HANDLERS = 256
 #: how long halt lets running jobs report their results to their clients
 HALT_GRACE_SECONDS = 5.0
 ACCEPT_TICK_SECONDS = 0.25
-
-#: exit statuses of the daemon process, read by the booting client
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_ALREADY_RUNNING = 3
-
-ERROR_PREFIX = "ipuos daemon: error: "
 
 log = logging.getLogger("ipuos.daemon")
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid

@@ -65,6 +65,13 @@ PERMISSION_DENIED = "permission_denied"
 NOT_AVAILABLE = "not_available"
 INTERNAL = "internal"
 
+# Before there is a socket, a daemon that cannot start says why to the client booting it
+# as its exit status and one stderr line beginning with ERROR_PREFIX.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ALREADY_RUNNING = 3
+ERROR_PREFIX = "ipuos daemon: error: "
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._machine import RunResult, TileRun
+from ._runresult import RunResult, TileRun
 from .scheduler import JobStats
 
 _TILE_FIELDS = tuple(f.name for f in dataclasses.fields(TileRun))

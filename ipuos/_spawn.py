@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from ._client import CONNECT_SECONDS, Client, DaemonError, MachineNotRunning, SocketMissing
-from ._daemon import ERROR_PREFIX, EXIT_ALREADY_RUNNING
 from ._memtune import tuned_environ
+from ._protocol import ERROR_PREFIX, EXIT_ALREADY_RUNNING
 from ._rundir import MachineLocked, MachinePaths, lock_holder, open_runtime_file
 
 #: how long a daemon may take to boot before the client gives up on it

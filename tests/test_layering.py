@@ -1,11 +1,15 @@
 """Imports point down the layers only: shell -> vfs -> blockdev -> scheduler -> core.
 
 Read from the source with ``ast``, so a violation anywhere (even inside a function) fails.
+And the CLI, which every ``ipuos`` command imports, leaves the machine's modules alone.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: modules of the ipuos package that form the machine core, below every layer
 CORE = {"ipuos._affinity", "ipuos._presets", "ipuos._sram", "ipuos._tilespec", "ipuos._costmodel", "ipuos._grouping",
-        "ipuos._tiledata"}
+        "ipuos._tiledata", "ipuos._lazy"}
 LAYERS = ["core", "ipuos.scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell", "top"]
 FOLDERS = {"scheduler": "ipuos.scheduler", "blockdev": "ipuos.blockdev", "vfs": "ipuos.vfs",
            "shell": "ipuos.shell", "ipuos": "ipuos"}
@@ -93,3 +97,42 @@ def test_the_checker_catches_an_upward_import(tmp_path):
 ])
 def test_layer_of(module, layer):
     assert layer_of(module) == layer
+
+
+#: what only a machine, an image or a terminal needs: ~0.6 s of imports together
+MACHINE_MODULES = ["numpy", "greenlet", "littlefs", "zstandard", "blake3", "mfusepy", "prompt_toolkit",
+                   "rich", "ipuos._machine", "ipuos._daemon", "ipuos._image", "ipuos._mount",
+                   "ipuos.scheduler._scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell"]
+
+
+def imported_by(code: str) -> list[str]:
+    """Which of MACHINE_MODULES a fresh interpreter holds after running ``code``."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {MACHINE_MODULES!r} if m in sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_cli_starts_without_the_machine():
+    assert imported_by("import ipuos._cli") == []
+
+
+def test_the_machine_is_imported_where_it_is_first_used():
+    assert imported_by("import ipuos, ipuos.scheduler") == []
+    code = """
+import ipuos, ipuos.scheduler
+assert {"Machine", "Repl", "RunHandle", "RunResult"} <= set(dir(ipuos))
+assert {"Scheduler", "Tile", "TileAPI", "budget_seconds"} <= set(dir(ipuos.scheduler))
+for package, name in ((ipuos, "Nothing"), (ipuos.scheduler, "Nothing")):
+    try:
+        getattr(package, name)
+    except AttributeError as exc:
+        assert str(exc) == f"module {package.__name__!r} has no attribute 'Nothing'", exc
+    else:
+        raise AssertionError("no AttributeError")
+from ipuos import Machine
+from ipuos.scheduler import Scheduler
+assert Machine.__module__ == "ipuos._machine" and Scheduler.__module__ == "ipuos.scheduler._scheduler"
+assert ipuos.Machine is Machine
+"""
+    assert {"numpy", "greenlet", "ipuos._machine", "ipuos.scheduler._scheduler"} <= set(imported_by(code))

@@ -107,7 +107,7 @@ def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, me
 
 def _exec_raw(booted, line):
     """Send a line straight to the daemon, as a client other than the terminal could."""
-    from ipuos._cli_shell import DaemonTransport
+    from ipuos._shell_transport import DaemonTransport
 
     transport = DaemonTransport(booted.paths)
     try:
@@ -122,7 +122,7 @@ def _exec_raw(booted, line):
 def test_ctrl_c_while_printing_a_finished_commands_output_keeps_its_result(shared_machine):
     """The command has finished on tile 0 (here: changed directory and entered python
     mode); a Ctrl-C while its output is still being written must not lose that."""
-    from ipuos._cli_shell import DaemonTransport
+    from ipuos._shell_transport import DaemonTransport
 
     transport = DaemonTransport(shared_machine.paths)
     written = []

@@ -1,0 +1,82 @@
+"""What a program did on its tiles: :class:`RunResult` and :class:`TileRun`.
+
+Kept apart from the machine so that clients (the CLI, which rebuilds results from the
+daemon's JSON) can use them without importing the machine itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._grouping import OutputGroup, format_groups, group_texts
+from .scheduler import ABORTED, ERROR, INTERRUPTED, OK, JobStats
+
+#: exit status of a tile that was interrupted (as a shell reports SIGINT)
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class TileRun:
+    """How one tile's part of a program went."""
+
+    tile: int  # machine-wide tile id
+    rank: int  # __tileid in the job
+    status: str  # "ok", "error", "aborted" or "interrupted"
+    output: str
+    error: str  # the traceback or reason; "" when status is ok
+    exit_code: int
+
+    @property
+    def text(self) -> str:
+        """Output and error together: what a user sees for this tile."""
+        if not self.error:
+            return self.output
+        sep = "" if not self.output or self.output.endswith("\n") else "\n"
+        return self.output + sep + self.error
+
+
+def process_status(code: int) -> int:
+    """A program's exit code as a process exit status: its low 8 bits, as the OS keeps
+    them (``exit(-1)`` is 255), except that a non-zero code never becomes 0 (success)."""
+    return code & 0xFF or (1 if code else 0)
+
+
+@dataclass
+class RunResult:
+    job_id: int
+    name: str
+    tiles: list[TileRun]
+    stats: JobStats = field(default_factory=JobStats)
+
+    @property
+    def ok(self) -> bool:
+        """True if every tile ran to the end without an error and exited with code 0."""
+        return all(t.status == OK and t.exit_code == 0 for t in self.tiles)
+
+    @property
+    def exit_status(self) -> int:
+        """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest
+        exit code, as a process exit status: its low 8 bits, but never 0 for a code that
+        is not (``exit(256)`` gives 1, not success)."""
+        statuses = {t.status for t in self.tiles}
+        if ERROR in statuses or ABORTED in statuses:
+            return 1
+        if INTERRUPTED in statuses:
+            return EXIT_INTERRUPTED
+        return max((process_status(t.exit_code) for t in self.tiles), default=0)
+
+    def outputs(self) -> dict[int, str]:
+        """Captured output by machine-wide tile id."""
+        return {t.tile: t.output for t in self.tiles}
+
+    def by_rank(self, rank: int) -> TileRun:
+        return self.tiles[rank]
+
+    def grouped(self) -> list[OutputGroup]:
+        """Identical tile texts grouped, most frequent first, with tile ranges."""
+        return group_texts({t.tile: t.text for t in self.tiles})
+
+    def format(self, max_groups: int | None = 20) -> str:
+        """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups;
+        None: all)."""
+        return format_groups(self.grouped(), max_groups)
