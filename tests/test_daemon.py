@@ -25,6 +25,7 @@ from daemon_harness import (  # noqa: F401  (fixtures)
     run_cli,
     runtime_dir,
     shared_machine,
+    unique_name,
     wait_for,
 )
 
@@ -380,6 +381,44 @@ def test_a_client_that_half_closes_still_gets_its_replies(machine):
     assert busy_tiles(machine) == "r"  # still running for a client that may read
     spinner.close()
     wait_for(lambda: busy_tiles(machine) == "", what="the job of the client that closed to be interrupted")
+
+
+def test_work_after_a_reply_waits_for_it_and_cannot_break_the_connection(runtime_dir):
+    """``Call.after_reply`` (the daemon collects a run's garbage there, so that the
+    client need not wait for it): the hooks run once the reply is on its way, on the
+    handler's thread; one that raises is logged and the connection serves on."""
+    from ipuos import Machine
+    from ipuos._commands import COMMANDS, command
+    from ipuos._connection import Connection
+    from ipuos._host import MachineHost
+
+    replied, ran = threading.Event(), []
+
+    @command("test.after")
+    def _after(call):
+        call.after_reply(lambda: ran.append(replied.wait(10)))
+        call.after_reply(lambda: 1 / 0)
+        return {"ok": True}
+
+    ours, theirs = socket.socketpair()
+    try:
+        with Machine("tiny") as machine:
+            connection = Connection(ours, MachineHost(machine, machine_paths(unique_name())), None,
+                                    threading.BoundedSemaphore(4), threading.Event())
+            threading.Thread(target=connection.serve, daemon=True).start()
+            for request_id in (1, 2):
+                theirs.sendall(request(request_id, "test.after"))
+                header = read_frame(theirs).header
+                assert header["type"] == "result" and header["result"] == {"ok": True}, header
+                replied.set()  # (a hook that ran before the reply would have waited in vain)
+                wait_for(lambda: len(ran) == request_id, what="the hook after the reply")
+                replied.clear()
+            assert ran == [True, True]
+            connection.close()
+    finally:
+        COMMANDS.pop("test.after", None)
+        ours.close()
+        theirs.close()
 
 
 # -- many clients, vanishing clients ----------------------------------------------------------
