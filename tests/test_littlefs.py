@@ -61,6 +61,13 @@ class TestSRAMDiskMk2Geometry(SRAMDiskTests):
     block_size = 4096
 
 
+class TestChipDiskGeometry(FilesystemTests):
+    """The mk2 chip disk's blocks: 16 KiB, holding metadata logs of 4 KiB."""
+
+    def make_filesystem(self, tmp_path):
+        return formatted(MemoryDevice.new(16 * 1024, 24))
+
+
 class TestFileDevice(FilesystemTests):
     def make_filesystem(self, tmp_path):
         return formatted(FileDevice.create(tmp_path / "disk.img", 512, 128))
@@ -175,6 +182,47 @@ def test_invalid_configuration_is_refused_before_littlefs_sees_it():
         Filesystem(device, block_cycles=0)
     with pytest.raises(ValueError):
         Filesystem(MemoryDevice.new(64, 32))
+    for metadata_max in (256, 1024, -512, "512"):  # not whole cache lines of the block
+        with pytest.raises(ValueError, match="metadata_max must be 0 or a multiple of cache_size 512"):
+            Filesystem(device, metadata_max=metadata_max)
+
+
+def _metadata_log_bytes(device) -> int:
+    """How far into its blocks the root's metadata pair has been written (the longer log)."""
+    erased = bytes([device.erase_value]) * device.block_size
+    return max(len(device.read(block, 0, device.block_size).rstrip(erased[:1])) for block in (0, 1))
+
+
+@pytest.mark.parametrize("first, then", [(0, None), (None, 0)], ids=["whole-block log first", "capped log first"])
+def test_metadata_logs_of_either_length_mount_with_either_setting(first, then):
+    """The chip disk's 16 KiB blocks hold metadata logs of 4 KiB by default; a disk
+    written with whole-block logs (an image from before, another tool) mounts and goes
+    on with the default, and the other way round."""
+    device = MemoryDevice.new(16 * 1024, 16)
+    expected = {}
+
+    def write_some(fs, rounds):
+        for i in range(rounds):  # small commits grow the root's log, until it compacts
+            name = f"/f{i % 5}"
+            expected[name] = f"{name} round {i}".encode() * 3
+            with fs.open(name, "w") as f:
+                f.write(expected[name])
+
+    def check(fs):
+        assert {name: fs.open(name).read() for name in expected} == expected
+
+    fs = formatted(device, metadata_max=first)
+    write_some(fs, 120)
+    longest = _metadata_log_bytes(device)
+    assert (longest > 4096) if first == 0 else (longest <= 4096), longest
+    fs.unmount()
+    for setting in (then, first):
+        fs = Filesystem(device, metadata_max=setting)
+        fs.mount()
+        check(fs)
+        write_some(fs, 120)
+        check(fs)
+        fs.unmount()
 
 
 # -- callback exceptions become EIO ------------------------------------------------------
