@@ -9,7 +9,8 @@ turn:
 * ``python -c pass`` - the floor: the interpreter starting in the same virtualenv;
 * ``ipuos --version`` - the CLI imported, nothing asked of a daemon;
 * ``ipuos status``, ``ipuos ps --json`` - a request and its answer;
-* ``ipuos run --tiles 0`` - a one-line program on one tile.
+* ``ipuos run --tiles 0`` - a one-line program on one tile;
+* ``ipuos shell -c 'ls /'`` - a shell session on tile 0 and one command.
 
 Run: ``./dev bench cli`` (``--quick``: the tiny preset and fewer runs, to prove it runs).
 """
@@ -61,6 +62,7 @@ def main() -> None:
                 "ipuos status": command([IPUOS, "status"], env),
                 "ipuos ps --json": command([IPUOS, "ps", "--json"], env),
                 "ipuos run --tiles 0": command([IPUOS, "run", "--tiles", "0", str(program)], env),
+                "ipuos shell -c 'ls /'": command([IPUOS, "shell", "-c", "ls /"], env),
             }, repeat)
         finally:
             subprocess.run([IPUOS, "halt"], env=env, stdout=subprocess.DEVNULL)

@@ -14,8 +14,6 @@ import os
 import re
 import secrets
 
-from ipuos.vfs import is_within
-
 from ._table import Usage, command, options
 
 #: bytes per read when copying
@@ -43,6 +41,8 @@ def _protected(sh, path: str) -> str | None:
         return "a tile's files are not removed wholesale (remove what is inside it instead)"
     if sh.fs.ismount(full):
         return "is a mount point (umount it first)"
+    from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
+
     below = [m.path for m in sh.fs.vfs.mount_points() if m.path != full and is_within(m.path, full)]
     if below:  # (rm -r would empty that filesystem, then fail on its mount point)
         return f"a filesystem is mounted at {below[0]} inside it (umount it first)"
@@ -234,6 +234,8 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         # into itself: inside it on its filesystem (by any spelling: /tiles/0/a is /a), or
         # below it in tile 0's tree, whose listing of a directory shows what is mounted there
         # (the same file by both names was refused above: within is below here)
+        from ipuos.vfs import is_within
+
         below = src_fs == dst_fs and is_within(dst_inner, src_inner)
         if below or is_within(sh.fs.abspath(target), sh.fs.abspath(source)):
             sh.error(f"cannot copy or move {source} into itself ({target})")

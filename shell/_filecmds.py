@@ -14,8 +14,6 @@ import os
 import re
 import time
 
-from ipuos.vfs import is_within
-
 from ._table import Usage, command, human_size, options
 
 #: bytes per read when printing files
@@ -248,6 +246,8 @@ def _echo(sh, args):
 
 @command("stat", "stat PATH...", "show a file's type, size, time and filesystem")
 def _stat(sh, args):
+    from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
+
     _opts, args = options(args, "")
     if not args:
         raise Usage("missing operand")

@@ -36,7 +36,6 @@ import os
 import posixpath
 
 from ipuos.scheduler import JobAborted, TileInterrupt
-from ipuos.vfs import DISK_REGION, existing_vfs
 
 from . import _changecmds, _filecmds, _progcmds, _syscmds  # noqa: F401  (registers the commands)
 from ._changecmds import close_after_failure, resolve_target
@@ -335,6 +334,8 @@ def _expand(fs: SessionFs, words) -> list[str]:
 def _serve_df(tile) -> tuple[int, int]:
     """(size, used) of this tile's own disk, without bringing its storage up: a disk
     nothing has used yet is empty."""
+    from ipuos.vfs import DISK_REGION, existing_vfs  # (see shell/__init__: what the terminal imports)
+
     vfs = existing_vfs(tile)
     region = tile.memory.get(DISK_REGION)
     if vfs is None:

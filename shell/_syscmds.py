@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
-from ipuos.blockdev import MemoryDevice
-from ipuos.vfs import is_within, mount_device
 
 from ._table import COMMANDS, Usage, command, human_size, options, parse_size
 
@@ -200,6 +198,9 @@ def _source_name(path: str, kind: str, source: str) -> str:
 
 
 def _mount_ram(sh, size_text: str, path: str) -> int:
+    from ipuos.blockdev import MemoryDevice  # (see shell/__init__: what the terminal imports)
+    from ipuos.vfs import mount_device
+
     try:
         size = parse_size(size_text)
     except ValueError:
@@ -238,6 +239,8 @@ def _mount_ram(sh, size_text: str, path: str) -> int:
 
 @command("umount", "umount DIR", "unmount a RAM disk made with mount --ram")
 def _umount(sh, args):
+    from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
+
     if len(args) != 1:
         raise Usage("umount DIR")
     full = sh.fs.abspath(args[0])

@@ -20,7 +20,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     ("fs.py", ["4Ki write", "256Ki read", "create", "remote 64 KiB file"]),
     ("fs_raw.py", ["4Ki write", "256Ki read"]),
     ("backup.py", ["empty machine, image size", "cp+sync", "backup (full disks)", "restore (full disks)"]),
-    ("cli.py", ["python -c pass", "ipuos --version", "ipuos status", "ipuos run --tiles 0"]),
+    ("cli.py", ["python -c pass", "ipuos --version", "ipuos status", "ipuos run --tiles 0", "ipuos shell"]),
 ])
 def test_the_benchmark_runs(script, figures):
     done = subprocess.run([sys.executable, str(BENCH / script), "--quick"], capture_output=True,

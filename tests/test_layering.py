@@ -117,6 +117,13 @@ def test_the_cli_starts_without_the_machine():
     assert imported_by("import ipuos._cli") == []
 
 
+def test_the_shell_terminal_starts_without_the_machine():
+    # (it needs the command table, for usage and completion, but no command's workings)
+    code = ("from ipuos._shell_transport import DaemonTransport\nfrom ipuos.shell import COMMANDS, Terminal\n"
+            "assert {'ls', 'cp', 'mount', 'put', 'get', 'multirepl'} <= set(COMMANDS)")
+    assert set(imported_by(code)) == {"ipuos.shell", "prompt_toolkit"}
+
+
 def test_the_machine_is_imported_where_it_is_first_used():
     assert imported_by("import ipuos, ipuos.scheduler") == []
     code = """
