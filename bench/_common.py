@@ -81,6 +81,33 @@ def best_interleaved(measures: dict[str, Callable[[], float]], repeat: int) -> d
     return best
 
 
+def best_rounds(contenders, measure: Callable, seconds: float, min_rounds: int = 5) -> dict:
+    """``{name: best of measure(name)}``, taking one round of each contender in turn.
+
+    This host's speed drifts in spells of seconds: measured one after another, each
+    contender would get its own spell and the ratios would say more about the spells
+    than about the code. Alternating round by round gives every contender the same
+    ones. ``measure(name)`` returns a figure or a tuple of them (bigger is better); each
+    is the best over ``seconds`` per contender, and at least ``min_rounds`` rounds.
+    (:func:`best_interleaved` is the same for a fixed number of timings.)
+    """
+    best: dict = {}
+    deadline = time.perf_counter() + seconds * len(contenders)
+    rounds = 0
+    while rounds < min_rounds or time.perf_counter() < deadline:
+        rounds += 1
+        for name in contenders:
+            got = measure(name)
+            seen = best.get(name)
+            if seen is None:
+                best[name] = got
+            elif isinstance(got, tuple):
+                best[name] = tuple(map(max, seen, got))
+            else:
+                best[name] = max(seen, got)
+    return best
+
+
 def report(name: str, value: float, unit: str, baseline: float | None = None,
            baseline_name: str = "", target: str = "") -> None:
     line = f"{name}: {value:,.1f} {unit}"

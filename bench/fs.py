@@ -30,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fs_raw import BareLittlefs, LeanContext, Ours, best_interleaved, throughput_round  # noqa: E402  (a sibling benchmark)
+from _common import best_rounds  # noqa: E402
+from fs_raw import BareLittlefs, LeanContext, Ours, throughput_round  # noqa: E402  (a sibling benchmark)
 from littlefs import UserContext  # noqa: E402
 
 import ipuos  # noqa: E402
@@ -205,7 +206,7 @@ def main() -> None:
                 host, make = contenders[name]
                 return on_tile(host, 0, lambda tile, vfs_of: measure(make(tile, vfs_of), *margs),
                                host.storage.vfs)
-            return best_interleaved(dict.fromkeys(names), one, seconds)
+            return best_rounds(names, one, seconds)
 
         print(f"littlefs on a {disk // KiB} KiB RAM disk, {BLOCK_SIZE} B blocks (tile 0 of an mk2 "
               f"machine), config {config}")

@@ -22,6 +22,7 @@ import time
 
 from littlefs import UserContext, lfs
 
+from _common import best_rounds
 from ipuos._sram import SRAM
 from ipuos.blockdev import Filesystem, MemoryDevice
 
@@ -120,32 +121,6 @@ def throughput_round(target, size: int, disk: int) -> tuple[float, float]:
     return files * size / (t1 - t0) / 1e6, files * size / (t2 - t1) / 1e6
 
 
-def best_interleaved(contenders: dict, measure, seconds: float, min_rounds: int = 5) -> dict:
-    """``{name: best of measure(name)}``, taking one round of each contender in turn.
-
-    This host's speed drifts in spells of seconds: measured one after another, each
-    contender would get its own spell and the ratios would say more about the spells
-    than about the code. Alternating round by round gives every contender the same
-    ones. ``measure(name)`` returns a figure or a tuple of them (bigger is better); each
-    is the best over ``seconds`` per contender, and at least ``min_rounds`` rounds.
-    """
-    best: dict = {}
-    deadline = time.perf_counter() + seconds * len(contenders)
-    rounds = 0
-    while rounds < min_rounds or time.perf_counter() < deadline:
-        rounds += 1
-        for name in contenders:
-            got = measure(name)
-            seen = best.get(name)
-            if seen is None:
-                best[name] = got
-            elif isinstance(got, tuple):
-                best[name] = tuple(map(max, seen, got))
-            else:
-                best[name] = max(seen, got)
-    return best
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a short run that checks it works")
@@ -167,7 +142,7 @@ def main() -> None:
     print(f"{'file':>8} {'':6} " + " ".join(f"{name:>9}" for name in contenders)
           + "   ipuos/lean  ipuos/stock")
     for size in (4 * KiB, 64 * KiB, 256 * KiB):
-        results = best_interleaved(
+        results = best_rounds(
             contenders, lambda name: throughput_round(contenders[name], size, disk), seconds)
         for column, label in ((0, "write"), (1, "read")):
             mine = results["ipuos"][column]
