@@ -14,9 +14,9 @@ for the same littlefs configuration on the same size of RAM disk:
 
 Each figure is the best round; the contenders take rounds in turn, so the host's slow
 spells fall on all of them alike. Ratios are same-run: vfs/lean (target >= 0.9),
-vfs/blockdev, vfs/stock, and chip/vfs (the striped chip disk against the tile's own disk). The remote paths (host client,
-``/tiles/N`` from tile 0) are reported for information: they cost supersteps, not
-littlefs time.
+vfs/blockdev, vfs/stock, and chip/vfs (the striped chip disk against the tile's own
+disk). The remote paths (host client, ``/tiles/N`` from tile 0) are reported for
+information: they cost supersteps, not littlefs time.
 
 Run: ``.venv/bin/python bench/fs.py [--quick]``.
 """

@@ -3,8 +3,8 @@
 ``ipuos shell`` attaches a terminal to the shell on tile 0 (starting the machine if none
 runs, like ``ipuos run``); ``ipuos repl`` is the same terminal started in the multirepl.
 The terminal reaches its session through ``_shell_transport``. Every ``ipuos`` command
-imports this module, so the shell package (and with it the VFS and prompt_toolkit) is
-imported by these two commands only.
+imports this module, so the shell package and prompt_toolkit are imported by these two
+commands only.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 import the client) reaches its session: one connection holds the session open
 (``shell.attach``), another carries the lines, so a long command never blocks the
 session's life line and vice versa. (Apart from the commands in ``_cli_shell``, which
-every ``ipuos`` command imports: this needs the shell package, and so the VFS.)
+every ``ipuos`` command imports: this needs the shell package.)
 """
 
 from __future__ import annotations

@@ -24,6 +24,36 @@ from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, JobStats, Til
 from ._payload import TilePickler, TileUnpickler, decode, encode
 from ._watchdog import TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, budget_seconds
 
+__all__ = [
+    "ABORTED",
+    "ERROR",
+    "INTERRUPTED",
+    "OK",
+    "TILE_GLOBALS_MARKER",
+    "TILE_SOURCE_LINES",
+    "CollectiveMismatchError",
+    "ComputeBudgetExceeded",
+    "DeadlockError",
+    "ExchangeError",
+    "Job",
+    "JobAborted",
+    "JobReport",
+    "JobStats",
+    "Scheduler",
+    "Tile",
+    "TileAPI",
+    "TileBusyError",
+    "TileFailed",
+    "TileInterrupt",
+    "TilePickler",
+    "TileResult",
+    "TileUnpickler",
+    "budget_seconds",
+    "decode",
+    "describe_syntax_error",
+    "encode",
+]
+
 #: public names imported on first use (see ipuos._lazy)
 __getattr__, __dir__ = lazy_exports(__name__, globals(),
                                     {"Scheduler": "._scheduler", "Tile": "._tile", "TileAPI": "._api"})

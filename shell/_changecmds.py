@@ -214,6 +214,8 @@ def _discard(sh, path: str) -> None:
 
 def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
     """(source, target) pairs of a cp/mv: into DEST if it is a directory, else to DEST."""
+    from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
+
     if len(operands) < 2:
         raise Usage("missing destination operand" if operands else "missing file operand")
     *sources, dest = operands
@@ -234,8 +236,6 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         # into itself: inside it on its filesystem (by any spelling: /tiles/0/a is /a), or
         # below it in tile 0's tree, whose listing of a directory shows what is mounted there
         # (the same file by both names was refused above: within is below here)
-        from ipuos.vfs import is_within
-
         below = src_fs == dst_fs and is_within(dst_inner, src_inner)
         if below or is_within(sh.fs.abspath(target), sh.fs.abspath(source)):
             sh.error(f"cannot copy or move {source} into itself ({target})")

@@ -130,6 +130,8 @@ def test_the_machine_is_imported_where_it_is_first_used():
 import ipuos, ipuos.scheduler
 assert {"Machine", "Repl", "RunHandle", "RunResult"} <= set(dir(ipuos))
 assert {"Scheduler", "Tile", "TileAPI", "budget_seconds"} <= set(dir(ipuos.scheduler))
+assert {"Machine", "Repl", "RunHandle"} <= set(ipuos.__all__)
+assert {"Scheduler", "Tile", "TileAPI"} <= set(ipuos.scheduler.__all__)
 for package, name in ((ipuos, "Nothing"), (ipuos.scheduler, "Nothing")):
     try:
         getattr(package, name)
@@ -141,5 +143,7 @@ from ipuos import Machine
 from ipuos.scheduler import Scheduler
 assert Machine.__module__ == "ipuos._machine" and Scheduler.__module__ == "ipuos.scheduler._scheduler"
 assert ipuos.Machine is Machine
+for package in (ipuos, ipuos.scheduler):  # (star imports: every public name resolves)
+    assert all(getattr(package, name) is not None for name in package.__all__)
 """
     assert {"numpy", "greenlet", "ipuos._machine", "ipuos.scheduler._scheduler"} <= set(imported_by(code))
