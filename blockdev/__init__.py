@@ -28,6 +28,7 @@ from ._littlefs import (
     WritesLostError,
     check_mounts,
     checked_seek,
+    read_unit,
     translate_error,
     wrong_mode_error,
 )
@@ -54,5 +55,6 @@ __all__ = [
     "translate_error",
     "check_mounts",
     "checked_seek",
+    "read_unit",
     "wrong_mode_error",
 ]

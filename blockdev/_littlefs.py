@@ -76,6 +76,7 @@ __all__ = [
     "MTIME_ATTRIBUTE",
     "wrong_mode_error",
     "checked_seek",
+    "read_unit",
 ]
 
 #: custom attribute type under which ``set_mtime`` stores a file's mtime ('t')
@@ -1385,6 +1386,16 @@ class _ReadOnlyImage:
 _METADATA_LOG = 4096
 
 
+def read_unit(block_size: int) -> int:
+    """littlefs' cache line and read size by default (see :func:`_config`): the block, or
+    its largest part up to 4 KiB. Every small read it makes (a skip-list pointer, a
+    metadata tag) fills a whole line, so a device sees reads of this size."""
+    unit = block_size
+    while unit > 4096 and unit % 2 == 0:
+        unit //= 2
+    return unit
+
+
 def _config(block_size, block_count, read_size, prog_size, cache_size, lookahead_size,
             block_cycles, name_max, metadata_max) -> dict:
     """Checked LFSConfig arguments (littlefs asserts, i.e. aborts, on inconsistent ones).
@@ -1413,9 +1424,7 @@ def _config(block_size, block_count, read_size, prog_size, cache_size, lookahead
     if block_count < 2:
         raise ValueError("littlefs needs at least 2 blocks")
     if cache_size is None:
-        cache_size = block_size
-        while cache_size > 4096 and cache_size % 2 == 0:
-            cache_size //= 2
+        cache_size = read_unit(block_size)
     if read_size is None:
         read_size = cache_size
     if prog_size is None:

@@ -260,6 +260,7 @@ class Machine:
             chipdisk_block_size=preset.chipdisk_block_size,
             chipdisk_cache=preset.chipdisk_cache,
             chipdisk_cache_page=preset.chipdisk_cache_page,
+            chipdisk_cache_heads=preset.chipdisk_cache_heads,
             chip_device=chip_device,
         )
         #: every tile's files, from the host (any thread)

@@ -58,6 +58,16 @@ def test_bad_machine_parameters_are_clear():
     for page in (3000, 8192, -4):
         with pytest.raises(ValueError, match="chipdisk_cache_page must be 0 .* or a power of two dividing"):
             Machine("tiny", chipdisk_cache_page=page)
+    for overrides, message in (
+        ({"chipdisk_cache_heads": -1}, "chipdisk_cache_heads cannot be negative"),
+        ({"chipdisk_cache_heads": 2, "chipdisk_cache_page": 128},
+         "chipdisk_cache_heads needs a cache of whole blocks .chipdisk_cache_page 0., not pages of 128 B"),
+        ({"chipdisk_cache_heads": 2}, "chip disk blocks of 512 B are one littlefs read unit"),
+        ({"chipdisk_cache_heads": 3, "chipdisk_block_size": 8192, "chipdisk_cache": 24 * 1024},
+         "a cache of 24576 B holds fewer than two 8192 B blocks beside 3 heads of 4096 B"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Machine("tiny", **overrides)
     # (a cost model of the wrong type used to kill the scheduler at the first job's end)
     with pytest.raises(TypeError, match="cost_model is a CostModel, not str"):
         Machine("tiny", cost_model="x")
@@ -104,6 +114,22 @@ def test_a_chip_disk_cached_in_pages_keeps_files():
         page = paged.scheduler.call_wait(
             lambda: paged.storage.vfs(paged.scheduler.tiles[0]).backend("/chip").fs.device.page)
         assert page == 128
+
+
+def test_a_chip_disk_with_cache_heads_keeps_files():
+    # 8 KiB blocks: littlefs reads them in 4 KiB units, and two of those are heads
+    with Machine("tiny", chipdisk_block_size=8192, chipdisk_cache=24 * 1024, chipdisk_cache_heads=2) as m:
+        big, small = bytes(range(256)) * 400, b"small file"
+        m.fs.write_file(0, "/chip/big", big)
+        for i in range(5):
+            m.fs.write_file(0, f"/chip/s{i}", small * (i + 1))
+        assert m.fs.read_file(0, "/chip/big") == big
+        result = m.run("import os\nprint(sorted(os.listdir('/chip')), len(open('/chip/big', 'rb').read()))",
+                       tiles="0")
+        assert result.ok and result.outputs()[0] == f"{['big'] + [f's{i}' for i in range(5)]} {len(big)}\n"
+        assert [m.fs.read_file(0, f"/chip/s{i}") for i in range(5)] == [small * (i + 1) for i in range(5)]
+        device = m.scheduler.call_wait(lambda: m.storage.vfs(m.scheduler.tiles[0]).backend("/chip").fs.device)
+        assert (device.head, device.cache.size, device.heads_fetched > 0) == (4096, 24 * 1024, True)
 
 
 def test_bad_tile_spec_is_refused_before_anything_runs(machine):

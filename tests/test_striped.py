@@ -74,20 +74,25 @@ def release_regions(sched):
 
 #: a page of a paged device: four per block, as the chip disk's 4 KiB pages of 16 KiB blocks
 PAGE = BLOCK // 4
+#: a head: a quarter of a block, as the chip disk's 4 KiB heads of 16 KiB blocks
+HEAD = BLOCK // 4
 
 
-def make_device(sched, share=8 * 1024, cache_blocks=8, page=None):
+def make_device(sched, share=8 * 1024, cache_blocks=8, page=None, heads=0):
     n = next(_devices)
     stripes = [sched.sram.memory(t).alloc(f"stripe{n}", share) for t in range(1, NTILES)]
-    cache = sched.sram.memory(0).alloc(f"cache{n}", cache_blocks * BLOCK)
+    cache = sched.sram.memory(0).alloc(f"cache{n}", cache_blocks * BLOCK + heads * HEAD)
     _regions.extend(stripes + [cache])
-    return StripedDevice(sched, sched.tiles[0], stripes, BLOCK, cache, page=page)
+    return StripedDevice(sched, sched.tiles[0], stripes, BLOCK, cache, page=page, heads=heads,
+                         head=HEAD if heads else 0)
 
 
-def new_filesystem(sched, device):
-    # on a paged device, littlefs reads a page at a time, as it does the chip disk
-    paged = device.page < device.block_size
-    fs = Filesystem(device, read_size=device.page, cache_size=device.page) if paged else Filesystem(device)
+def new_filesystem(sched, device, **options):
+    # littlefs reads a page or a head at a time, as it does on the chip disk
+    unit = device.head or device.page
+    if unit < device.block_size:
+        options = {"read_size": unit, "cache_size": unit, **options}
+    fs = Filesystem(device, **options)
     proxy = OnTile(sched, fs)
     proxy.format()
     proxy.mount()
@@ -108,6 +113,13 @@ class TestPagedStripedFilesystem(TestStripedFilesystem):
 
     def make_filesystem(self, tmp_path):
         return new_filesystem(self.sched, make_device(self.sched, share=4 * 1024, page=PAGE))
+
+
+class TestHeadedStripedFilesystem(TestStripedFilesystem):
+    """Whole blocks and a pool of heads (the chip disk's layout)."""
+
+    def make_filesystem(self, tmp_path):
+        return new_filesystem(self.sched, make_device(self.sched, share=4 * 1024, cache_blocks=6, heads=8))
 
 
 def test_geometry_and_placement(sched):
@@ -282,6 +294,116 @@ def test_a_paged_sequential_read_fetches_each_page_about_once(sched):
     moved = device.pages_fetched - fetched_before
     assert exchanges < 100 / 2, f"{exchanges} exchanges to read 100 blocks"
     assert moved * PAGE < 1.5 * len(data), f"{moved} pages fetched to read {len(data) // PAGE}"
+
+
+def exchanges_to_read(sched, device, fs, path: str, data: bytes) -> int:
+    """Exchanges reading ``path`` back from a cold cache takes (checking its bytes)."""
+    fs.unmount()
+    fs.mount()
+    sched.call_wait(device.drop_cache)
+    before = device.transfers
+    with fs.open(path) as f:
+        assert f.read() == data
+    return device.transfers - before
+
+
+def test_a_head_pool_keeps_the_skip_list_walk_beside_the_streaming_data(sched):
+    """Reading a long file, littlefs walks the skip-list in its blocks' heads from the
+    file's end at every block: with the heads apart, the walk stays cached while whole
+    blocks stream through the slots, and the same SRAM reads the file in far fewer
+    exchanges."""
+    data = pattern(400 * BLOCK, 7)
+    counts = {}
+    for name, blocks, heads in (("whole blocks", 16, 0), ("with heads", 12, 16)):  # the same SRAM
+        device = make_device(sched, share=16 * 1024, cache_blocks=blocks, heads=heads)
+        fs = new_filesystem(sched, device)
+        with fs.open("/long", "w") as f:
+            f.write(data)
+        counts[name] = exchanges_to_read(sched, device, fs, "/long", data)
+        if heads:
+            assert device.heads_fetched > 0
+    # (deterministic counts: 258 and 93 when written)
+    assert counts["with heads"] * 2 < counts["whole blocks"], counts
+    assert counts["with heads"] < 400 / 3, counts
+
+
+def test_a_head_pool_keeps_a_big_directory(sched):
+    """Every create scans its directory's metadata logs, which a metadata_max of a head
+    (the chip disk's 4 KiB in 16 KiB blocks) keeps in blocks' heads: through the heads,
+    creates in a big directory take far fewer exchanges."""
+    counts = {}
+    for name, blocks, heads in (("whole blocks", 16, 0), ("with heads", 12, 16)):
+        device = make_device(sched, share=16 * 1024, cache_blocks=blocks, heads=heads)
+        fs = new_filesystem(sched, device, read_size=HEAD, cache_size=HEAD, metadata_max=HEAD)
+        fs.mkdir("/d")
+        for i in range(40):  # a directory a few metadata pairs long
+            with fs.open(f"/d/warm{i:03d}", "w") as f:
+                f.write(b"x")
+        before = device.transfers
+        for i in range(60):
+            with fs.open(f"/d/file{i:03d}", "w") as f:
+                f.write(b"y" * 10)
+        counts[name] = device.transfers - before
+        assert len(fs.listdir("/d")) == 100
+    # (deterministic counts: 998 and 599 when written)
+    assert counts["with heads"] < counts["whole blocks"] * 2 // 3, counts
+
+
+def test_a_head_is_never_served_after_its_block_is_written(sched):
+    """A block taking a slot leaves the heads: what a later read gets is what was
+    written last, whether it is still cached or long evicted."""
+    device = make_device(sched, cache_blocks=2, heads=4)
+    old, new = pattern(BLOCK, 1), pattern(BLOCK, 2)
+
+    def work():
+        put_block(device, 7, old)
+        device.drop_cache()
+        first = device.read(7, 0, 16)  # a head read: block 7's head is in the pool now
+        put_block(device, 7, new)  # in a slot now, not in the heads
+        stale = 7 in device._head_of
+        cached = device.read(7, 0, 16)
+        # data reads fill the slots (40 twice: it takes block 7's place among the blocks
+        # used again), so block 7 is written back and evicted
+        for b in (40, 40, 41, 42):
+            device.read(b, HEAD, 16)
+        was_evicted = 7 not in device._slot_of
+        evicted = device.read(7, 0, 16)
+        return first, stale, cached, was_evicted, evicted, 7 in device._head_of
+
+    first, stale, cached, was_evicted, evicted, in_heads = on_owner(sched, work)
+    assert first == old[:16] and not stale and cached == new[:16]
+    assert was_evicted and evicted == new[:16] and in_heads  # (fetched again, as a head)
+
+
+def test_a_head_fetch_from_a_failed_tile_is_eio_and_caches_nothing(sched):
+    device = make_device(sched, cache_blocks=2, heads=4)
+    data = pattern(BLOCK, 3)
+    on_owner(sched, put_block, device, 9, data)
+    sched.call_wait(device.drop_cache)
+    failing = device.location(9)[0]
+    sched.fail_tile(failing)
+    try:
+        with pytest.raises(OSError) as info:
+            on_owner(sched, device.read, 9, 0, 16)
+        assert info.value.errno == errno.EIO and f"tile {failing}" in str(info.value)
+    finally:
+        sched.fail_tile(failing, failed=False)
+    assert not device._head_of
+    assert on_owner(sched, device.read, 9, 0, HEAD) == data[:HEAD]
+
+
+def test_a_head_pool_must_fit_beside_two_blocks_of_whole_pages(sched):
+    with pytest.raises(ValueError, match="fewer than two 512 B blocks beside 9 heads of 128 B"):
+        StripedDevice.cache_slots(2 * BLOCK + 8 * HEAD, BLOCK, heads=9, head=HEAD)
+    assert StripedDevice.cache_slots(2 * BLOCK + 8 * HEAD, BLOCK, heads=8, head=HEAD) == 2
+    with pytest.raises(ValueError, match="cache of whole blocks"):
+        StripedDevice.cache_slots(8 * BLOCK, BLOCK, page=PAGE, heads=2, head=HEAD)
+    for head in (BLOCK, 0, 100, 2 * BLOCK, "128"):
+        with pytest.raises(ValueError, match="a head must be a part of the 512 B block dividing it"):
+            StripedDevice.cache_slots(8 * BLOCK, BLOCK, heads=2, head=head)
+    for heads in (-1, 1.5):
+        with pytest.raises(ValueError, match="heads must be a whole number"):
+            StripedDevice.cache_slots(8 * BLOCK, BLOCK, heads=heads, head=HEAD)
 
 
 def test_an_erase_evicting_a_page_of_its_own_block_erases_every_page(sched):

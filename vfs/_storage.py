@@ -82,7 +82,8 @@ class Storage:
 
     def __init__(self, scheduler, *, disk_size: int, disk_block_size: int,
                  chipdisk_share: int = 0, chipdisk_block_size: int = 0, chipdisk_cache: int = 0,
-                 chipdisk_cache_page: int = 0, chip_device: Callable | None = None, chip_tile: int = 0):
+                 chipdisk_cache_page: int = 0, chipdisk_cache_heads: int = 0,
+                 chip_device: Callable | None = None, chip_tile: int = 0):
         self.scheduler = scheduler
         self.disk_size = disk_size
         self.disk_block_size = disk_block_size
@@ -93,7 +94,8 @@ class Storage:
                 tile.memory.alloc(DISK_REGION, disk_size)
         if chip_device is None:
             chip_device = reserve_striped_chip_disk(scheduler, chipdisk_share, chipdisk_block_size,
-                                                    chipdisk_cache, chip_tile, chipdisk_cache_page)
+                                                    chipdisk_cache, chip_tile, chipdisk_cache_page,
+                                                    chipdisk_cache_heads)
         #: ``chip_device(tile)``: the block device of ``/chip`` (None: no chip disk)
         self.chip_device = chip_device
         register_services(scheduler.services, self.vfs)
