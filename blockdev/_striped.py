@@ -26,11 +26,12 @@ pages of a block (preset ``chipdisk_cache_page``; see below):
   sit at the start of its blocks, and it walks them from the file's last block at every
   block it reads; a directory's metadata log (``metadata_max`` 4 KiB) is all there too.
   A pool of heads of blocks the block slots do not hold keeps those walks and
-  directories cached while whole blocks stream through the slots. Reading a 64 MiB
-  file on the chip disk took 43 exchanges per MiB through 16 whole-block slots (the
-  walk's ~12 hot blocks and the read-ahead evicted each other), and ~14 through 12
-  slots and 16 heads; 1,000 files created in one directory took ~4,000 (its metadata
-  blocks did not fit the slots) and now take ~13.
+  directories cached while whole blocks stream through the slots. Measured on the chip
+  disk, 16 whole-block slots against 12 and 16 heads (the same SRAM): reading a 64 MiB
+  file took 43 exchanges per MiB (the walk's ~12 hot blocks and the read-ahead evicted
+  each other), now 14; creating 1,000 files in one directory took 1,180 exchanges,
+  now 25, and looking them all up 1,268, now none. A commit into a block whose head
+  the pool holds needs no fetch: the block takes a slot holding just the head.
 * **hits without exchange or device call:** :meth:`fast_read`/:meth:`fast_prog` serve a
   cached page or head straight from the littlefs glue.
 
@@ -122,6 +123,9 @@ class StripedDevice(BlockDevice):
         self._uses = [0] * slots
         self._free = list(range(slots - 1, -1, -1))
         self._page_in = [-1] * slots
+        #: per slot: how many bytes from its start hold the page (fewer than a page only
+        #: for a block written from its head, see _prog_block; the rest comes when used)
+        self._valid = [page] * slots
         #: the head pool, after the slots: block -> entry, least recently used first. A
         #: block is in the slots or in the heads, never both: the slots hold the copy
         #: that may be written, so a block taking a slot leaves the heads.
@@ -192,8 +196,8 @@ class StripedDevice(BlockDevice):
                     return self._source[start : start + size]
             return None
         within = off & self._mask
-        if within + size > self.page:
-            return None  # spans pages: read() assembles it
+        if within + size > self._valid[slot]:
+            return None  # spans pages, or past what the slot holds: read() assembles it
         if self._segmented:
             self._touch(pid, slot)
         else:  # _touch, inlined for the hit every page read is
@@ -209,7 +213,7 @@ class StripedDevice(BlockDevice):
             return False
         within = off & self._mask
         end = within + len(data)
-        if end > self.page:
+        if end > self._valid[slot]:
             return False
         self._touch(pid, slot)
         start = slot * self.page + within
@@ -247,6 +251,8 @@ class StripedDevice(BlockDevice):
                 slot = self._fetch(block, index)
             else:
                 self._touch(pid, slot)
+                if within + n > self._valid[slot]:
+                    self._fetch_rest(pid, slot)
             start = slot * page + within
             out.append(bytes(self._view[start : start + n]))  # now: a later fetch may evict it
         return out[0] if len(out) == 1 else b"".join(out)
@@ -258,10 +264,18 @@ class StripedDevice(BlockDevice):
         for pid, index, within, n in self._pieces(block, off, len(data)):
             slot = self._slot_of.get(pid)
             if slot is None:
-                # a whole-page write needs nothing from the remote copy; anything less does
-                slot = self._claim([pid])[0] if n == page else self._fetch(block, index, ahead=False)
+                # a whole-page write needs nothing from the remote copy; anything less does,
+                # unless it is within a head the pool holds (a directory's commit)
+                if n == page:
+                    slot = self._claim([pid])[0]
+                elif within + n <= self.head and pid in self._head_of:
+                    slot = self._promote(pid)
+                else:
+                    slot = self._fetch(block, index, ahead=False)
             else:
                 self._touch(pid, slot)
+                if within + n > self._valid[slot]:
+                    self._fetch_rest(pid, slot)
             start = slot * page + within
             self._view[start : start + n] = data[done : done + n]
             self._mark_dirty(slot, within, within + n)
@@ -279,6 +293,7 @@ class StripedDevice(BlockDevice):
             else:
                 self._touch(pid, slot)  # used: not the victim of the next page's claim
             fill[slot * page : (slot + 1) * page] = self.erase_value
+            self._valid[slot] = page
             self._mark_dirty(slot, 0, page)
 
     def _sync(self) -> None:
@@ -338,19 +353,16 @@ class StripedDevice(BlockDevice):
         * a miss on a later page is a data read: the rest of that block and the whole
           of the blocks after it (read-ahead);
         * with one page per block the two cannot be told apart: the aligned cluster of
-          blocks around it;
-        * unless there is a head pool: then the walk's reads are head reads (see
-          :meth:`_fetch_heads`) and a miss here is data: this block and those after it,
-          and the heads of the blocks after those (the next walks step ahead of the data).
+          blocks around it; with a head pool, where the walk's reads go (see
+          :meth:`_fetch_heads`), also the heads of the blocks after the cluster: the next
+          walks step there, ahead of the data.
         """
         ppb = self._ppb
         pid = block * ppb + index
         wanted = [pid]
         if ahead:
             slot_of = self._slot_of
-            if ppb == 1 and self._nheads:
-                candidates = range(block + 1, min(block + self._cluster, self.block_count))
-            elif ppb == 1:
+            if ppb == 1:
                 start = block - block % self._cluster
                 candidates = range(start, min(start + self._cluster, self.block_count))
             elif index == 0:
@@ -359,8 +371,11 @@ class StripedDevice(BlockDevice):
             else:
                 candidates = range(pid + 1, min(block + self._cluster, self.block_count) * ppb)
             wanted.extend(p for p in candidates if p != pid and p not in slot_of)
+        else:
+            candidates = ()
         try:
-            slots = self._claim(wanted)
+            # what the read-ahead finds cached already stays: the same read wants it
+            slots = self._claim(wanted, keep=candidates)
         except BaseException:
             # an eviction's write-back failed: pages mapped so far hold nothing fetched
             for p in wanted:
@@ -369,7 +384,7 @@ class StripedDevice(BlockDevice):
         transfers = self._copies(slots, wanted, [None] * len(wanted), outward=False)
         heads = []
         if ahead and self._nheads:
-            after = block + self._cluster
+            after = block - block % self._cluster + self._cluster
             heads = [b for b in range(after, min(after + self._heads_ahead, self.block_count))
                      if b not in self._slot_of and b not in self._head_of]
             transfers += self._claim_heads(heads)
@@ -403,6 +418,26 @@ class StripedDevice(BlockDevice):
             raise
         self.heads_fetched += len(wanted)
         return head_of[block]
+
+    def _promote(self, block: int) -> int:
+        """Give ``block``, whose head the pool holds, a slot holding just that head (the
+        rest is fetched if ever used: littlefs' metadata logs never reach it); returns
+        the slot."""
+        entry = self._head_of[block]
+        slot = self._claim([block])[0]  # (frees the entry, which nothing takes meanwhile)
+        src = self._heads_at + entry * self.head
+        self._view[slot * self.page : slot * self.page + self.head] = self._view[src : src + self.head]
+        self._valid[slot] = self.head
+        return slot
+
+    def _fetch_rest(self, pid: int, slot: int) -> None:
+        """Fetch what a promoted slot does not hold yet (never written: writes past it
+        wait for this)."""
+        valid = self._valid[slot]
+        tile, offset = self._page_location(pid)
+        start = self.cache.base + slot * self.page
+        self._exchange([(tile, offset + valid, start + valid, self.page - valid)], "chip disk read")
+        self._valid[slot] = self.page
 
     def _claim_heads(self, blocks: list[int]) -> list:
         """Assign head entries to ``blocks`` (the most recent now; none cached), evicting
@@ -438,18 +473,20 @@ class StripedDevice(BlockDevice):
         del self._probation[pid]
         self._protect(pid)
 
-    def _claim(self, pids: list[int]) -> list[int]:
-        """Assign cache slots to ``pids`` (not yet cached), evicting if needed. The first
-        page counts as used (it is what the caller wants); the rest are read-ahead."""
+    def _claim(self, pids: list[int], keep=()) -> list[int]:
+        """Assign cache slots to ``pids`` (not yet cached), evicting if needed, but not the
+        pages in ``keep`` if another will do. The first page counts as used (it is what
+        the caller wants); the rest are read-ahead."""
         slots = []
         segmented = self._segmented
         if self._head_of:
             self._forget_heads(pids)  # (whole-block pages: a page id is its block)
         for pid in pids:
-            slot = self._free.pop() if self._free else self._evict(slots)
+            slot = self._free.pop() if self._free else self._evict(slots, keep)
             self._page_in[slot] = pid
             self._slot_of[pid] = slot
             self._dirty[slot] = None
+            self._valid[slot] = self.page
             if segmented and not slots and self._ghosts.pop(pid, 0) is None:
                 self._uses[slot] = 2  # wanted again soon after it went: hot
                 self._protect(pid)
@@ -466,14 +503,15 @@ class StripedDevice(BlockDevice):
             demoted, _ = protected.popitem(last=False)
             self._probation[demoted] = None
 
-    def _evict(self, claiming: list[int]) -> int:
-        """Free a slot (never one claimed by the same call): the least recently used page
+    def _evict(self, claiming: list[int], keep=()) -> int:
+        """Free a slot (never one claimed by the same call, nor segmented, one of ``keep``
+        while there is another): the least recently used page
         (the pages claimed by this call are the most recent), or segmented, the oldest
         read-ahead page nobody used, else the oldest on probation, else the oldest
         protected one. A dirty victim makes every dirty slot write back first: one
         exchange leaves the whole cache clean."""
         if self._segmented:
-            pid, segment = self._segmented_victim(claiming)
+            pid, segment = self._segmented_victim(claiming, keep)
         else:
             segment = self._probation
             pid = next(iter(segment))
@@ -490,14 +528,15 @@ class StripedDevice(BlockDevice):
                 ghosts.popitem(last=False)
         return slot
 
-    def _segmented_victim(self, claiming: list[int]) -> tuple[int, OrderedDict]:
+    def _segmented_victim(self, claiming: list[int], keep) -> tuple[int, OrderedDict]:
         uses = self._uses
-        for segment, unused_only in ((self._probation, True), (self._probation, False),
-                                     (self._protected, False)):
-            for pid in segment:
-                slot = self._slot_of[pid]
-                if slot not in claiming and not (unused_only and uses[slot]):
-                    return pid, segment
+        for keeping in ((keep, ()) if keep else ((),)):
+            for segment, unused_only in ((self._probation, True), (self._probation, False),
+                                         (self._protected, False)):
+                for pid in segment:
+                    slot = self._slot_of[pid]
+                    if slot not in claiming and pid not in keeping and not (unused_only and uses[slot]):
+                        return pid, segment
         raise RuntimeError("striped device cache has no slot to reuse")  # len(claiming) < slots
 
     def _write_back(self) -> None:
@@ -570,6 +609,7 @@ class StripedDevice(BlockDevice):
         self._free_heads = list(range(self._nheads - 1, -1, -1))
         self._free = list(range(self._nslots - 1, -1, -1))
         self._page_in = [-1] * self._nslots
+        self._valid = [self.page] * self._nslots
         self._dirty = [None] * self._nslots
 
     def _exchange(self, transfers, what: str) -> None:
