@@ -31,7 +31,9 @@ pages of a block (preset ``chipdisk_cache_page``; see below):
   file took 43 exchanges per MiB (the walk's ~12 hot blocks and the read-ahead evicted
   each other), now 14; creating 1,000 files in one directory took 1,180 exchanges,
   now 25, and looking them all up 1,268, now none. A commit into a block whose head
-  the pool holds needs no fetch: the block takes a slot holding just the head.
+  the pool holds needs no fetch: the block takes a slot holding just the head. A block
+  written and then evicted leaves its head in the pool (the next blocks littlefs
+  writes point back to it; commits return to a directory); one only read does not.
 * **hits without exchange or device call:** :meth:`fast_read`/:meth:`fast_prog` serve a
   cached page or head straight from the littlefs glue.
 
@@ -139,6 +141,8 @@ class StripedDevice(BlockDevice):
         self._heads_ahead = min(_HEADS_AHEAD, heads // 2)
         #: per slot: the dirty byte range (lo, hi) within its page not yet written back
         self._dirty: list[tuple[int, int] | None] = [None] * slots
+        #: per slot: written since it was claimed (its head outlives it in the pool)
+        self._written = [False] * slots
         #: blocks one miss brings: at most half the cache, or with a head pool, where the
         #: walks and directories stay, all of it but two blocks
         room = slots - 2 * pages_per_block if heads else slots // 2
@@ -337,6 +341,7 @@ class StripedDevice(BlockDevice):
     # -- the cache -----------------------------------------------------------------------
 
     def _mark_dirty(self, slot: int, lo: int, hi: int) -> None:
+        self._written[slot] = True
         dirty = self._dirty[slot]
         self._dirty[slot] = (lo, hi) if dirty is None else (min(dirty[0], lo), max(dirty[1], hi))
 
@@ -423,10 +428,13 @@ class StripedDevice(BlockDevice):
         """Give ``block``, whose head the pool holds, a slot holding just that head (the
         rest is fetched if ever used: littlefs' metadata logs never reach it); returns
         the slot."""
-        entry = self._head_of[block]
-        slot = self._claim([block])[0]  # (frees the entry, which nothing takes meanwhile)
-        src = self._heads_at + entry * self.head
-        self._view[slot * self.page : slot * self.page + self.head] = self._view[src : src + self.head]
+        entry = self._head_of.pop(block)  # held back: the claim may keep an evicted head
+        try:
+            slot = self._claim([block])[0]
+            src = self._heads_at + entry * self.head
+            self._view[slot * self.page : slot * self.page + self.head] = self._view[src : src + self.head]
+        finally:
+            self._free_heads.append(entry)
         self._valid[slot] = self.head
         return slot
 
@@ -439,18 +447,19 @@ class StripedDevice(BlockDevice):
         self._exchange([(tile, offset + valid, start + valid, self.page - valid)], "chip disk read")
         self._valid[slot] = self.page
 
-    def _claim_heads(self, blocks: list[int]) -> list:
+    def _claim_heads(self, blocks: list[int], copies: bool = True) -> list:
         """Assign head entries to ``blocks`` (the most recent now; none cached), evicting
         the least recently used; return the remote copies that fill them."""
         head_of, free, size = self._head_of, self._free_heads, self.head
         base = self.cache.base + self._heads_at
-        copies = []
+        transfers = []
         for block in blocks:
             entry = free.pop() if free else head_of.popitem(last=False)[1]
             head_of[block] = entry
-            tile, offset = self.location(block)
-            copies.append((tile, offset, base + entry * size, size))
-        return copies
+            if copies:
+                tile, offset = self.location(block)
+                transfers.append((tile, offset, base + entry * size, size))
+        return transfers
 
     def _forget_heads(self, blocks) -> None:
         for block in blocks:
@@ -486,6 +495,7 @@ class StripedDevice(BlockDevice):
             self._page_in[slot] = pid
             self._slot_of[pid] = slot
             self._dirty[slot] = None
+            self._written[slot] = False
             self._valid[slot] = self.page
             if segmented and not slots and self._ghosts.pop(pid, 0) is None:
                 self._uses[slot] = 2  # wanted again soon after it went: hot
@@ -518,6 +528,12 @@ class StripedDevice(BlockDevice):
         slot = self._slot_of[pid]
         if self._dirty[slot] is not None:
             self._write_back()
+        if self._written[slot] and self._nheads:
+            # littlefs' next blocks point back at the ones just written, and commits
+            # come back to a directory: keep the head (as written back, the tile's copy)
+            self._claim_heads([pid], copies=False)
+            start = self._heads_at + self._head_of[pid] * self.head
+            self._view[start : start + self.head] = self._view[slot * self.page : slot * self.page + self.head]
         del segment[pid]
         del self._slot_of[pid]
         self._page_in[slot] = -1
@@ -610,6 +626,7 @@ class StripedDevice(BlockDevice):
         self._free = list(range(self._nslots - 1, -1, -1))
         self._page_in = [-1] * self._nslots
         self._valid = [self.page] * self._nslots
+        self._written = [False] * self._nslots
         self._dirty = [None] * self._nslots
 
     def _exchange(self, transfers, what: str) -> None:

@@ -424,6 +424,57 @@ def test_a_write_within_a_pooled_head_fetches_nothing_and_the_rest_comes_when_us
     assert nine == expected
 
 
+def test_a_written_block_leaves_its_head_in_the_pool(sched):
+    """littlefs' next blocks point back at the ones just written, and commits come back to
+    a directory: a written block's head outlives its slot (a block only read does not
+    push the pool's heads out)."""
+    device = make_device(sched, cache_blocks=2, heads=4)
+    written, read_only = pattern(BLOCK, 8), pattern(BLOCK, 9)
+
+    def work():
+        put_block(device, 30, read_only)
+        device.drop_cache()
+        device.read(30, HEAD, 16)  # in a slot, never written
+        put_block(device, 7, written)
+        put_block(device, 20, pattern(BLOCK, 10))
+        put_block(device, 21, pattern(BLOCK, 11))  # the slots' claims evict 30, then 7
+        device.flush()  # (written back now, not at the next exchange)
+        evicted = 7 not in device._slot_of and 30 not in device._slot_of
+        before = device.transfers
+        heads = device.read(7, 0, HEAD), device.read(30, 0, HEAD)
+        return evicted, device.transfers - before, heads
+
+    evicted, exchanges, heads = on_owner(sched, work)
+    assert evicted and heads == (written[:HEAD], read_only[:HEAD])
+    assert exchanges == 1  # block 30's head only
+
+
+def test_a_commit_into_a_pooled_head_survives_its_claim_keeping_another_head(sched):
+    """The slot a pooled head moves into may be freed by evicting a written block, whose
+    head then takes a place in the (full) pool: never the moving head's own."""
+    device = make_device(sched, cache_blocks=2, heads=4)
+    nine = pattern(BLOCK, 12)
+
+    def work():
+        put_block(device, 9, nine)
+        device.drop_cache()
+        for b in (9, 12, 14):  # heads (and their group's) fill the pool
+            device.read(b, 0, 16)
+        full = 9 in device._head_of and len(device._head_of) == 4
+        put_block(device, 20, pattern(BLOCK, 13))
+        put_block(device, 21, pattern(BLOCK, 14))  # both slots hold written blocks
+        device.prog(9, 64, b"N" * 16)  # 9 takes a slot: 20 leaves, its head kept
+        cached = device.read(9, 0, HEAD)
+        device.sync()
+        device.drop_cache()
+        return full, cached, device.read(9, 0, BLOCK)
+
+    full, cached, got = on_owner(sched, work)
+    expected = bytearray(nine)
+    expected[64:80] = b"N" * 16
+    assert full and cached == expected[:HEAD] and got == expected
+
+
 def test_a_head_fetch_from_a_failed_tile_is_eio_and_caches_nothing(sched):
     device = make_device(sched, cache_blocks=2, heads=4)
     data = pattern(BLOCK, 3)
