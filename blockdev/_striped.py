@@ -379,7 +379,8 @@ class StripedDevice(BlockDevice):
         else:
             candidates = ()
         try:
-            # what the read-ahead finds cached already stays: the same read wants it
+            # what the read-ahead finds cached already stays (segmented: whole blocks),
+            # the same read wants it
             slots = self._claim(wanted, keep=candidates)
         except BaseException:
             # an eviction's write-back failed: pages mapped so far hold nothing fetched
