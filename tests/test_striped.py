@@ -475,6 +475,33 @@ def test_a_commit_into_a_pooled_head_survives_its_claim_keeping_another_head(sch
     assert full and cached == expected[:HEAD] and got == expected
 
 
+def test_fetching_the_rest_of_a_promoted_block_from_a_failed_tile_is_eio_and_keeps_the_commit(sched):
+    device = make_device(sched, cache_blocks=2, heads=4)
+    data = pattern(BLOCK, 15)
+    on_owner(sched, put_block, device, 9, data)
+    sched.call_wait(device.drop_cache)
+
+    def commit():
+        device.read(9, 0, 16)
+        device.prog(9, 32, b"C" * 16)  # promoted: a slot holding the head
+        device.flush()
+
+    on_owner(sched, commit)
+    failing = device.location(9)[0]
+    sched.fail_tile(failing)
+    try:
+        with pytest.raises(OSError) as info:
+            on_owner(sched, device.read, 9, HEAD, 16)  # past the head: the rest is needed
+        assert info.value.errno == errno.EIO and f"tile {failing}" in str(info.value)
+    finally:
+        sched.fail_tile(failing, failed=False)
+    expected = bytearray(data)
+    expected[32:48] = b"C" * 16
+    assert on_owner(sched, device.read, 9, 0, BLOCK) == expected  # (the rest, fetched now)
+    sched.call_wait(device.drop_cache)
+    assert on_owner(sched, device.read, 9, 0, BLOCK) == expected  # (as the tile holds it)
+
+
 def test_a_head_fetch_from_a_failed_tile_is_eio_and_caches_nothing(sched):
     device = make_device(sched, cache_blocks=2, heads=4)
     data = pattern(BLOCK, 3)
