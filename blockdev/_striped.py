@@ -29,8 +29,8 @@ pages of a block (preset ``chipdisk_cache_page``; see below):
   directories cached while whole blocks stream through the slots. Measured on the chip
   disk, 16 whole-block slots against 12 and 16 heads (the same SRAM): reading a 64 MiB
   file took 43 exchanges per MiB (the walk's ~12 hot blocks and the read-ahead evicted
-  each other), now 14; creating 1,000 files in one directory took 1,180 exchanges,
-  now 25, and looking them all up 1,268, now none. A commit into a block whose head
+  each other), now 14; creating 1,000 files in one directory took 1,743 exchanges,
+  now 4, and looking them all up 2,171, now none. A commit into a block whose head
   the pool holds needs no fetch: the block takes a slot holding just the head. A block
   written and then evicted leaves its head in the pool (the next blocks littlefs
   writes point back to it; commits return to a directory); one only read does not.
@@ -389,8 +389,8 @@ class StripedDevice(BlockDevice):
             raise
         transfers = self._copies(slots, wanted, [None] * len(wanted), outward=False)
         heads = []
-        if ahead and self._nheads:
-            after = block - block % self._cluster + self._cluster
+        if ahead and self._nheads:  # (whole-block pages: candidates is the aligned cluster)
+            after = candidates.stop
             heads = [b for b in range(after, min(after + self._heads_ahead, self.block_count))
                      if b not in self._slot_of and b not in self._head_of]
             transfers += self._claim_heads(heads)

@@ -38,7 +38,7 @@ class Preset:
     #: rather than whole ones: littlefs reads there far more than elsewhere (a file's
     #: skip-list, every directory), so keeping them apart from the streaming data cut a
     #: 64 MiB read from 43 to 14 exchanges per MiB and 1,000 creates in one directory
-    #: from 1,180 to 25 (see blockdev._striped). Whole-block pages only, blocks bigger
+    #: from 1,743 to 4 (see blockdev._striped). Whole-block pages only, blocks bigger
     #: than 4 KiB.
     chipdisk_cache_heads: int = 0
     description: str = ""
