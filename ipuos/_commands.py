@@ -22,7 +22,6 @@ threads and reach tiles only through the Machine's public, thread-safe methods.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import importlib.metadata
 import logging
 import threading
@@ -395,10 +394,10 @@ def _run(call: Call):
     reply = run_result_to_json(fit_for_reply(result))
     # a job leaves its per-tile objects (namespaces, closures, output buffers) in reference
     # cycles, which waited for a full collection: ~94 MB per big-output run on one chip
-    # stayed in the daemon. The collection walks the whole machine (~100 ms on a used
-    # mk2 chip), so it runs once the client has its reply.
+    # stayed in the daemon. The collection (of what is not frozen: see ipuos._collector)
+    # runs once the client has its reply.
     del result, handle
-    call.after_reply(gc.collect)
+    call.after_reply(call.host.collector.collect)
     return reply
 
 

@@ -96,6 +96,7 @@ class Daemon:
                 self._restore(machine)
             for kind in ("tile_states", "stats"):  # so a busy machine always has a last look
                 self.host.look(kind, wait=30.0)
+            self.host.collector.collect()  # the booted machine: frozen from now on
             try:
                 listener = _bind_private(self.paths.socket)
                 mark_lock(lock_fd, LOCK_SERVING)

@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ._backup import BackupError, unsaved_state
+from ._collector import Collector
 from ._machine import Machine, RunHandle
 from ._mount import MountManager
 from ._rundir import MachinePaths
@@ -62,6 +63,8 @@ class MachineHost:
         self._last_look: dict[str, tuple[float, object]] = {}
         #: the host mounts of the machine's files (``ipuos mount``); unmounted at halt
         self.mounts = MountManager(machine, self.name)
+        #: the daemon's garbage collection (see ipuos._collector)
+        self.collector = Collector(machine.scheduler)
 
     # -- looking ---------------------------------------------------------------------------
 

@@ -1,0 +1,62 @@
+"""The daemon's garbage collection: full collections that leave the machine alone.
+
+A machine keeps ~125 objects per tile that Python's cyclic garbage collector tracks (its
+greenlet, kernel closures, its storage's littlefs glue): ~180,000 on an mk2 chip whose
+tiles have used their disks. A full collection walks every one of them, which took
+120-280 ms here, and CPython starts one whenever the objects that survived younger
+collections have grown by a quarter since the last. A program with a ``sync()`` on every
+tile of mk2 grows them that much by itself, and spent such a walk inside each run.
+
+``gc.freeze()`` moves everything alive into a generation no collection walks. The daemon
+collects after every run (a run's tiles leave their namespaces in reference cycles) and
+then freezes what survived, which is mostly the machine: the automatic collections during
+the next run walk only what is newer than that.
+
+What it costs: an object that is frozen and later dropped in a reference cycle is found by
+no collection until it is thawed. What a daemon drops that way after holding it through a
+collection (the namespace of a shell session that defined functions, say) is small beside
+the machine, so every :data:`THOROUGH_EVERY`-th collection thaws everything first: garbage
+frozen by mistake waits that long at most. (A restore's replaced mounts are freed as they
+are dropped: they hold no cycles.) Nothing is frozen while a job runs: its objects are
+about to become garbage.
+
+Only the daemon does this, since it owns its process. A program that uses
+:class:`~ipuos.Machine` in its own process keeps Python's collection policy.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+__all__ = ["Collector", "THOROUGH_EVERY"]
+
+#: every this many collections, everything frozen is thawed and walked again
+THOROUGH_EVERY = 16
+
+
+class Collector:
+    """Collects garbage and freezes the survivors, for one daemon's machine."""
+
+    def __init__(self, scheduler, thorough_every: int = THOROUGH_EVERY):
+        if thorough_every < 1:
+            raise ValueError(f"thorough_every must be at least 1, not {thorough_every}")
+        self._scheduler = scheduler
+        self._thorough_every = thorough_every
+        self._since_thorough = 0
+        # (two handler threads interleaving would freeze what the other has not collected)
+        self._lock = threading.Lock()
+
+    def collect(self, thorough: bool = False) -> None:
+        """Free unreachable objects, then freeze the survivors unless a job runs.
+
+        ``thorough`` (or every :data:`THOROUGH_EVERY`-th call) thaws all that is frozen
+        first, so that cycles which died frozen are found too."""
+        with self._lock:
+            self._since_thorough += 1
+            if thorough or self._since_thorough >= self._thorough_every:
+                gc.unfreeze()
+                self._since_thorough = 0
+            gc.collect()
+            if not self._scheduler.jobs:
+                gc.freeze()
