@@ -8,9 +8,10 @@ collections have grown by a quarter since the last. A program with a ``sync()`` 
 tile of mk2 grows them that much by itself, and spent such a walk inside each run.
 
 ``gc.freeze()`` moves everything alive into a generation no collection walks. The daemon
-collects after every run (a run's tiles leave their namespaces in reference cycles) and
-then freezes what survived, which is mostly the machine: the automatic collections during
-the next run walk only what is newer than that.
+collects once it has booted, and after replying to any request during which a job ended
+(``ipuos run``, or a program the shell ran: a job's tiles leave their namespaces in
+reference cycles), and then freezes what survived, which is mostly the machine: the
+automatic collections during the next job walk only what is newer than that.
 
 What it costs: an object that is frozen and later dropped in a reference cycle is found by
 no collection until it is thawed. What a daemon drops that way after holding it through a
@@ -44,8 +45,20 @@ class Collector:
         self._scheduler = scheduler
         self._thorough_every = thorough_every
         self._since_thorough = 0
+        self._job_ended = False
         # (two handler threads interleaving would freeze what the other has not collected)
         self._lock = threading.Lock()
+
+    def job_ended(self) -> None:
+        """Note that a job has ended: its garbage waits for :meth:`collect_if_due`."""
+        self._job_ended = True
+
+    def collect_if_due(self) -> None:
+        """:meth:`collect` if a job has ended since this was last asked (the daemon asks
+        after every reply, on the handler's thread: the client is not kept waiting)."""
+        if self._job_ended:
+            self._job_ended = False  # (before collecting: a job ending meanwhile is due again)
+            self.collect()
 
     def collect(self, thorough: bool = False) -> None:
         """Free unreachable objects, then freeze the survivors unless a job runs.

@@ -157,8 +157,6 @@ class Call:
     cancelled: threading.Event = field(default_factory=threading.Event)
     _cancel_hooks: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    #: run once the reply has been sent (see :meth:`after_reply`)
-    after_reply_hooks: list = field(default_factory=list)
 
     @property
     def payload(self) -> bytes:
@@ -176,11 +174,6 @@ class Call:
                 self._cancel_hooks.append(hook)
                 return
         hook()
-
-    def after_reply(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` on the handler's thread once the reply is sent (or the call has
-        ended otherwise): work whose result the client does not wait for."""
-        self.after_reply_hooks.append(hook)
 
     def cancel(self) -> None:
         with self._lock:
@@ -394,10 +387,9 @@ def _run(call: Call):
     reply = run_result_to_json(fit_for_reply(result))
     # a job leaves its per-tile objects (namespaces, closures, output buffers) in reference
     # cycles, which waited for a full collection: ~94 MB per big-output run on one chip
-    # stayed in the daemon. The collection (of what is not frozen: see ipuos._collector)
-    # runs once the client has its reply.
+    # stayed in the daemon. The connection collects them once the client has its reply
+    # (ipuos._collector); nothing here may keep them alive until then.
     del result, handle
-    call.after_reply(call.host.collector.collect)
     return reply
 
 

@@ -235,11 +235,10 @@ class Connection:
         finally:
             self.handler_slots.release()
         self._finish(call, frame)
-        for hook in call.after_reply_hooks:
-            try:
-                hook()
-            except Exception:  # (the client has its reply; nothing else depends on this)
-                log.exception("work after the reply to %r failed", command.name)
+        try:  # (the client has its reply: nothing depends on this, a failure is only logged)
+            self.host.collector.collect_if_due()
+        except Exception:
+            log.exception("collecting garbage after the reply to %r failed", command.name)
 
     def _current(self, call: Call) -> bool:
         """``call`` has not ended. (Its id alone does not say so: once a call has timed

@@ -112,6 +112,7 @@ class MachineHost:
     def remove_job(self, job_id: int) -> None:
         with self._lock:
             self._jobs.pop(job_id, None)
+        self.collector.job_ended()
 
     def job(self, job_id: int) -> HostedJob | None:
         with self._lock:

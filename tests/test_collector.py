@@ -108,6 +108,18 @@ def test_cycles_that_die_frozen_wait_for_a_thorough_collection(machine):
     assert ref() is None
 
 
+def test_the_daemon_collects_after_a_job_ended_only(machine):
+    """A job that ended (``ipuos run``'s, or one the shell started: the host forgets
+    both) makes the next reply's collection due; nothing else does."""
+    host = MachineHost(machine, machine_paths(unique_name()))
+    greenlet = machine.scheduler.tiles[4].glet
+    host.collector.collect_if_due()
+    assert walked(greenlet)  # no job has ended: nothing collected, nothing frozen
+    host.remove_job(7)
+    host.collector.collect_if_due()
+    assert not walked(greenlet)
+
+
 def test_thorough_every_must_be_positive(machine):
     with pytest.raises(ValueError, match="thorough_every must be at least 1, not 0"):
         Collector(machine.scheduler, thorough_every=0)

@@ -383,37 +383,49 @@ def test_a_client_that_half_closes_still_gets_its_replies(machine):
     wait_for(lambda: busy_tiles(machine) == "", what="the job of the client that closed to be interrupted")
 
 
-def test_work_after_a_reply_waits_for_it_and_cannot_break_the_connection(runtime_dir):
-    """``Call.after_reply`` (the daemon collects a run's garbage there, so that the
-    client need not wait for it): the hooks run once the reply is on its way, on the
-    handler's thread; one that raises is logged and the connection serves on."""
+def test_the_collection_after_a_job_waits_for_the_reply_and_cannot_break_the_connection(runtime_dir):
+    """The garbage a job leaves is collected once the reply to the request during which
+    it ended is on its way, on the handler's thread (the client need not wait for it); a
+    collection that fails is logged and the connection serves on. (What the collection
+    does: tests/test_collector.py.)"""
     from ipuos import Machine
-    from ipuos._commands import COMMANDS, command
+    from ipuos._collector import Collector
+    from ipuos._commands import COMMANDS, Arg, command
     from ipuos._connection import Connection
     from ipuos._host import MachineHost
 
     replied, ran = threading.Event(), []
 
-    @command("test.after")
+    class Observed(Collector):
+        def collect(self, thorough=False):
+            ran.append(replied.wait(10))
+            if len(ran) == 2:
+                raise RuntimeError("a collection that fails")
+
+    @command("test.after", Arg("job", bool))
     def _after(call):
-        call.after_reply(lambda: ran.append(replied.wait(10)))
-        call.after_reply(lambda: 1 / 0)
+        if call.args["job"]:
+            call.host.remove_job(12345)  # (as a run's handler does when its job has ended)
         return {"ok": True}
 
     ours, theirs = socket.socketpair()
     try:
         with Machine("tiny") as machine:
-            connection = Connection(ours, MachineHost(machine, machine_paths(unique_name())), None,
-                                    threading.BoundedSemaphore(4), threading.Event())
+            host = MachineHost(machine, machine_paths(unique_name()))
+            host.collector = Observed(machine.scheduler)
+            connection = Connection(ours, host, None, threading.BoundedSemaphore(4), threading.Event())
             threading.Thread(target=connection.serve, daemon=True).start()
-            for request_id in (1, 2):
-                theirs.sendall(request(request_id, "test.after"))
+            due = 0
+            for request_id, job in ((1, True), (2, True), (3, False), (4, True)):
+                theirs.sendall(request(request_id, "test.after", {"job": job}))
                 header = read_frame(theirs).header
                 assert header["type"] == "result" and header["result"] == {"ok": True}, header
-                replied.set()  # (a hook that ran before the reply would have waited in vain)
-                wait_for(lambda: len(ran) == request_id, what="the hook after the reply")
+                replied.set()  # (a collection before the reply would have waited in vain)
+                due += job
+                wait_for(lambda: len(ran) == due, what="the collection after the reply")
                 replied.clear()
-            assert ran == [True, True]
+            time.sleep(0.2)
+            assert ran == [True, True, True]  # none after the request during which no job ended
             connection.close()
     finally:
         COMMANDS.pop("test.after", None)
