@@ -10,6 +10,7 @@ turn:
 * ``ipuos --version`` - the CLI imported, nothing asked of a daemon;
 * ``ipuos status``, ``ipuos ps --json`` - a request and its answer;
 * ``ipuos run --tiles 0`` - a one-line program on one tile;
+* ``ipuos run`` of a BSP step - ``sync()`` then a print, on every tile (the whole chip);
 * ``ipuos shell -c 'ls /'`` - a shell session on tile 0 and one command.
 
 Run: ``./dev bench cli`` (``--quick``: the tiny preset and fewer runs, to prove it runs).
@@ -49,6 +50,8 @@ def main() -> None:
         runtime.mkdir(mode=0o700)
         program = Path(work) / "hello.py"
         program.write_text("print('hello')\n")
+        step = Path(work) / "step.py"
+        step.write_text("sync()\nprint('hello')\n")
         touch = Path(work) / "touch.py"
         touch.write_text("import os\nos.listdir('/')\n")
         env = dict(os.environ, IPUOS_RUNTIME_DIR=str(runtime), IPUOS_MACHINE="bench-cli")
@@ -62,6 +65,7 @@ def main() -> None:
                 "ipuos status": command([IPUOS, "status"], env),
                 "ipuos ps --json": command([IPUOS, "ps", "--json"], env),
                 "ipuos run --tiles 0": command([IPUOS, "run", "--tiles", "0", str(program)], env),
+                "ipuos run, sync() on every tile": command([IPUOS, "run", str(step)], env),
                 "ipuos shell -c 'ls /'": command([IPUOS, "shell", "-c", "ls /"], env),
             }, repeat)
         finally:
