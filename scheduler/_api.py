@@ -20,7 +20,8 @@ import greenlet
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
 from ._errors import describe_tiles
 from ._exchange import KIND_USER, pad8
-from ._job import OK, REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
+from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
+from ._outcome import OK
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
 if TYPE_CHECKING:

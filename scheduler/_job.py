@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ._errors import CollectiveMismatchError, JobAborted, TileInterrupt, describe_exception, describe_tiles
+from ._outcome import ABORTED, ERROR, INTERRUPTED, OK, JobStats
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
@@ -22,13 +23,6 @@ USER_CHANNEL = 0
 REDUCE_CHANNEL = 1
 SCATTER_CHANNEL = 2
 SCAN_CHANNEL = 3
-
-# how a tile's part of a job ended
-OK = "ok"
-ERROR = "error"  # the program raised (its own exception, a deadlock, a mismatch ...)
-ABORTED = "aborted"  # stopped because another tile of the job failed
-INTERRUPTED = "interrupted"  # Ctrl-C, kill, or a compute budget
-
 
 @dataclass
 class TileResult:
@@ -45,18 +39,6 @@ class TileResult:
         if self.error is None:
             return ""
         return "".join(traceback.format_exception(type(self.error), self.error, self.error.__traceback__))
-
-
-@dataclass
-class JobStats:
-    supersteps: int = 0
-    wall_seconds: float = 0.0
-    sim_seconds: float = 0.0
-    bytes_exchanged: int = 0
-    dropped_messages: int = 0
-    #: per tile of the job, in rank order: bytes it sent and received through the exchange
-    bytes_sent: list = field(default_factory=list)
-    bytes_received: list = field(default_factory=list)
 
 
 class Job:

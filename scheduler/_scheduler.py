@@ -37,10 +37,12 @@ from ._errors import (
     describe_tiles,
 )
 from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
-from ._job import ABORTED, ERROR, INTERRUPTED, OK, Job, JobReport, TileResult
+from ._budget import budget_seconds
+from ._job import Job, JobReport, TileResult
+from ._outcome import ABORTED, ERROR, INTERRUPTED, OK
 from ._payload import decode, encode
 from ._tile import Request, Tile, parker
-from ._watchdog import Watchdog, budget_seconds, running_tile
+from ._watchdog import Watchdog, running_tile
 
 #: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
 STOP_GRACE_SECONDS = 5.0

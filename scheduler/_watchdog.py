@@ -18,7 +18,6 @@ or another thread has waited a full switch interval (5 ms); the check takes micr
 from __future__ import annotations
 
 import ctypes
-import math
 import sys
 import sysconfig
 import threading
@@ -41,18 +40,6 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 _TICK = 0.01
 
 
-def budget_seconds(value) -> float:
-    """A compute budget as float seconds: a positive, finite number, else ValueError
-    saying so (a string or NaN would break the watchdog's comparisons)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"the compute budget must be a number of seconds, not {value!r}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        seconds = math.inf
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"the compute budget must be a positive, finite number of seconds, not {value!r}")
-    return seconds
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: like a repeated Ctrl-C, until the tile stops computing
 _REPEAT = 0.02

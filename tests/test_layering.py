@@ -102,7 +102,9 @@ def test_layer_of(module, layer):
 #: what only a machine, an image or a terminal needs: ~0.6 s of imports together
 MACHINE_MODULES = ["numpy", "greenlet", "littlefs", "zstandard", "blake3", "mfusepy", "prompt_toolkit",
                    "rich", "ipuos._machine", "ipuos._daemon", "ipuos._image", "ipuos._mount",
-                   "ipuos.scheduler._scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell"]
+                   "ipuos.scheduler._scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell",
+                   # (jobs, payloads and the watchdog: ~30 ms of logging, pickle, ctypes ...)
+                   "ipuos.scheduler._job", "ipuos.scheduler._payload", "ipuos.scheduler._watchdog"]
 
 
 def imported_by(code: str) -> list[str]:
@@ -129,7 +131,7 @@ def test_the_machine_is_imported_where_it_is_first_used():
     code = """
 import ipuos, ipuos.scheduler
 assert {"Machine", "Repl", "RunHandle", "RunResult"} <= set(dir(ipuos))
-assert {"Scheduler", "Tile", "TileAPI", "budget_seconds"} <= set(dir(ipuos.scheduler))
+assert {"Scheduler", "Tile", "TileAPI", "Job", "encode", "budget_seconds"} <= set(dir(ipuos.scheduler))
 assert {"Machine", "Repl", "RunHandle"} <= set(ipuos.__all__)
 assert {"Scheduler", "Tile", "TileAPI"} <= set(ipuos.scheduler.__all__)
 for package, name in ((ipuos, "Nothing"), (ipuos.scheduler, "Nothing")):
@@ -140,8 +142,9 @@ for package, name in ((ipuos, "Nothing"), (ipuos.scheduler, "Nothing")):
     else:
         raise AssertionError("no AttributeError")
 from ipuos import Machine
-from ipuos.scheduler import Scheduler
+from ipuos.scheduler import Job, Scheduler
 assert Machine.__module__ == "ipuos._machine" and Scheduler.__module__ == "ipuos.scheduler._scheduler"
+assert Job.__module__ == "ipuos.scheduler._job"
 assert ipuos.Machine is Machine
 for package in (ipuos, ipuos.scheduler):  # (star imports: every public name resolves)
     assert all(getattr(package, name) is not None for name in package.__all__)
