@@ -26,6 +26,7 @@ from ipuos._costmodel import CostModel
 
 from . import _collectives
 from ._api import ANY_SOURCE, REDUCE_FANIN, TileAPI
+from ._budget import budget_seconds
 from ._errors import (
     CollectiveMismatchError,
     ComputeBudgetExceeded,
@@ -37,7 +38,6 @@ from ._errors import (
     describe_tiles,
 )
 from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
-from ._budget import budget_seconds
 from ._job import Job, JobReport, TileResult
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK
 from ._payload import decode, encode
