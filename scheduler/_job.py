@@ -24,6 +24,7 @@ REDUCE_CHANNEL = 1
 SCATTER_CHANNEL = 2
 SCAN_CHANNEL = 3
 
+
 @dataclass
 class TileResult:
     rank: int

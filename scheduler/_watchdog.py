@@ -38,8 +38,6 @@ TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
 TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
-
-
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: like a repeated Ctrl-C, until the tile stops computing
 _REPEAT = 0.02
