@@ -116,7 +116,7 @@ def complete(job: "Job") -> None:
     job.mismatch = False
     if error is not None:
         # errors travel as signals, so the hot sync() path has a single check for them
-        job.abort(error)
+        job.raise_in_tiles(error)
     else:
         job.sched._runnable.extend(job.live_resumes())
 

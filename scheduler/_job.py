@@ -151,7 +151,7 @@ class Job:
         return resumes
 
     def abort(self, signal: BaseException) -> None:
-        """Deliver ``signal`` to every live tile at its next exchange point.
+        """Stop the job: deliver ``signal`` to every live tile at its next exchange point.
 
         A tile computing without reaching one is interrupted by the watchdog instead.
         """
@@ -160,10 +160,17 @@ class Job:
         # a tile computing towards its next exchange point learns at once that it stops
         stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
         self.sched.watchdog.interrupt(self, stop)
+        self.raise_in_tiles(signal)
+
+    def raise_in_tiles(self, error: BaseException) -> None:
+        """Raise ``error`` in every live tile where it waits: a collective's or a deadlock's
+        error, found when every live tile waits. A program may catch it and carry on, so
+        unlike :meth:`abort` this arms no watchdog (which would interrupt the job's next
+        compute) and gives the job no reason to stop."""
         for tile in self.live.values():
             if tile.signal is None:
                 # a fresh instance per tile: each raise writes its own traceback into it
-                tile.signal = type(signal)(*signal.args)
+                tile.signal = type(error)(*error.args)
             self.sched.wake(tile)
             _drop_collective_values(tile)
 

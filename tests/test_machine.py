@@ -209,6 +209,40 @@ def test_a_program_doing_only_chip_disk_io_can_be_interrupted(machine, loop):
     assert machine.fs.read_file(0, "/chip/after") == b"ok"
 
 
+# a deadlock, a mismatch and an oversized payload: errors a program may catch and go on from
+@pytest.mark.parametrize("error, trigger", [
+    ("DeadlockError", "recv((__tileid + 1) % 2)"),
+    ("CollectiveMismatchError", "sync() if __tileid else allreduce(1)"),
+    ("ValueError", "alltoall('x' * 100_000)"),
+])
+def test_a_program_that_catches_an_exchange_error_computes_on(machine, error, trigger):
+    """Such an error is raised where every tile waits, and stops nothing: the tiles'
+    compute afterwards, many watchdog ticks long, must not be interrupted."""
+    result = machine.run(f"""
+try:
+    {trigger}
+except Exception as exc:
+    print('caught', type(exc).__name__)
+total = 0
+for i in range(1_000_000):
+    total += i
+print(allreduce(total))
+""", tiles="0-1", timeout=30)
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == [f"caught {error}\n{2 * sum(range(1_000_000))}\n"] * 2
+
+
+def test_an_interrupt_after_a_caught_error_reports_its_own_reason(machine):
+    handle = machine.launch("try:\n    recv(0)\nexcept Exception:\n    pass\nwhile True:\n    pass",
+                            tiles="0")
+    with pytest.raises(TimeoutError, match="still runs"):
+        handle.wait(0.3)
+    handle.interrupt("stopped by the test")
+    tile = handle.wait(5).tiles[0]
+    assert tile.status == "interrupted"
+    assert "stopped by the test" in tile.error and "deadlock" not in tile.error
+
+
 def test_interrupting_opens_of_another_tiles_files_leaves_nothing_open_there():
     """A program on tile 0 interrupted while it waits for another tile's answer to an
     open: that tile had opened the file, and nobody would ever close it (a restore of
