@@ -69,7 +69,7 @@ class RunHandle:
                 error, code = "", int(result.value or 0)
             elif result.status == ERROR:
                 exc = program.errors.get(rank)
-                error = user_traceback(exc) if exc is not None else result.traceback
+                error = program.reports.get(rank) or (user_traceback(exc) if exc is not None else result.traceback)
                 code = 1
             elif result.status == ABORTED:
                 error, code = f"aborted: {result.error}\n", 1

@@ -413,6 +413,28 @@ def preview_namespace(tiledata: str = "") -> dict:
     return namespace
 
 
+#: the types of arguments whose str() and repr() are the interpreter's own code
+_PLAIN_ARGUMENTS = (str, int, float, bool, bytes, type(None))
+
+
+def report_runs_program_code(exc: BaseException) -> bool:
+    """Whether formatting ``exc`` may call the program's own code: an exception class of
+    its own (whose ``__str__`` may never end), or arguments other than plain values, in
+    it or in an exception chained to it. Such a report is made on the tile, where the
+    watchdog can stop that code; made by the host, it would hang the host's thread."""
+    pending, seen = [exc], set()
+    while pending:
+        error = pending.pop()
+        if error is None or id(error) in seen:
+            continue
+        seen.add(id(error))
+        if type(error).__module__ not in ("builtins", "ipuos.scheduler") or any(
+                type(arg) not in _PLAIN_ARGUMENTS for arg in error.args):
+            return True
+        pending += (error.__cause__, error.__context__, *getattr(error, "exceptions", ()))
+    return False
+
+
 def user_traceback(exc: BaseException) -> str:
     """The traceback of ``exc`` as Python prints it (chained causes and contexts,
     exception groups), but with only tile-program frames (runtime frames are noise),
@@ -494,6 +516,8 @@ class TileProgram:
     #: the exception each failed tile raised (formatted later: the scheduler may still
     #: complete its message, e.g. for an exception injected by the watchdog)
     errors: dict[int, BaseException] = field(default_factory=dict)
+    #: the tracebacks formatted on their tiles instead (see :func:`report_runs_program_code`)
+    reports: dict[int, str] = field(default_factory=dict)
     exit_codes: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -545,7 +569,10 @@ class TileProgram:
             ctx.cleanups.clear()  # the machine is going away: touch nothing more
             raise
         except BaseException as exc:
-            self.errors[rank] = exc
+            if report_runs_program_code(exc):
+                self.reports[rank] = user_traceback(exc)
+            else:
+                self.errors[rank] = exc
             raise
         finally:
             _run_cleanups(ctx)
@@ -716,6 +743,7 @@ class ReplBlock:
         self.mangled = mangled_tile_names(body)
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
+        self.reports: dict[int, str] = {}  # (a block's own errors are its output)
         self.exit_codes: dict[int, int] = {}
         #: ranks whose block raised SystemExit (``exit()``): the repl is left, as Python's
         self.exited: set[int] = set()

@@ -16,11 +16,12 @@ def describe_tiles(ranks) -> str:
 
 
 def describe_exception(exc: BaseException) -> str:
-    """``"Type: message"`` for a report, even when the exception's ``__str__`` raises (a
-    program's own exception class may; the report must still be made)."""
+    """``"Type: message"`` for a report, even when the exception's ``__str__`` raises or
+    never ends (a program's own exception class may; the report must still be made, and
+    a ``__str__`` stopped by an interrupt or a compute budget ends in this one)."""
     try:
         message = str(exc)
-    except Exception:
+    except (Exception, TileInterrupt, JobAborted):
         message = "<exception str() failed>"
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 

@@ -119,8 +119,9 @@ class Job:
 
     # -- called on tile greenlets --------------------------------------------------------
 
-    def finish_tile(self, tile: "Tile", result: TileResult) -> None:
-        """Record a tile's end; fail the others if it failed on its own."""
+    def finish_tile(self, tile: "Tile", result: TileResult, failure: str = "") -> None:
+        """Record a tile's end; fail the others if it failed on its own (``failure``
+        describes its error, made on the tile: see :func:`describe_exception`)."""
         self.results[result.rank] = result
         del self.live[result.rank]
         self._live_resumes = None
@@ -130,8 +131,7 @@ class Job:
             self.first_failure = result
             self.abort(
                 JobAborted(
-                    f"job {self.id} stopped: {self.describe([result.rank])} failed with "
-                    f"{describe_exception(result.error)}"
+                    f"job {self.id} stopped: {self.describe([result.rank])} failed with {failure}"
                 )
             )
         elif result.status == INTERRUPTED and self.interrupted is None:

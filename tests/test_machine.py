@@ -243,6 +243,35 @@ def test_an_interrupt_after_a_caught_error_reports_its_own_reason(machine):
     assert "stopped by the test" in tile.error and "deadlock" not in tile.error
 
 
+STUCK_STR = "class Stuck(Exception):\n    def __str__(self):\n        while True:\n            pass\n"
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "budget"])
+def test_an_exception_whose_str_never_ends_is_stopped_like_any_compute(machine, stop):
+    """Reporting a program's exception runs its class's __str__: that is the program's
+    compute, on its tile, which an interrupt or the budget stops; the machine goes on."""
+    source = STUCK_STR + "if __tileid == 0:\n    raise Stuck()\nsync()\n"
+    handle = machine.launch(source, tiles="0-1", budget=0.3 if stop == "budget" else None)
+    if stop == "interrupt":
+        with pytest.raises(TimeoutError, match="still runs"):
+            handle.wait(0.3)
+        handle.interrupt()
+    first, second = handle.wait(10).tiles
+    assert first.status == "error" and first.error.endswith("Stuck: <exception str() failed>\n")
+    assert second.status == "aborted" and "failed with Stuck: <exception str() failed>" in second.error
+    assert machine.run("print('alive')", tiles="0").tiles[0].output == "alive\n"
+
+
+def test_an_exception_chained_to_one_whose_str_never_ends_is_reported(machine):
+    handle = machine.launch(STUCK_STR + "try:\n    raise Stuck()\nexcept Exception as exc:\n"
+                            "    raise ValueError('plain') from exc\n", tiles="0")
+    with pytest.raises(TimeoutError, match="still runs"):
+        handle.wait(0.3)
+    handle.interrupt()
+    error = handle.wait(10).tiles[0].error
+    assert "Stuck: <exception str() failed>" in error and error.endswith("ValueError: plain\n")
+
+
 def test_interrupting_opens_of_another_tiles_files_leaves_nothing_open_there():
     """A program on tile 0 interrupted while it waits for another tile's answer to an
     open: that tile had opened the file, and nobody would ever close it (a restore of

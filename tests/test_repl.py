@@ -136,6 +136,17 @@ def test_interrupting_a_block(machine):
     assert repl.run("print('alive')").format() == "[4 tiles: 0-3]\nalive\n"
 
 
+def test_a_block_whose_exception_str_never_ends_can_be_interrupted(machine):
+    repl = machine.repl("0-1")
+    handle = repl.launch("class Stuck(Exception):\n    def __str__(self):\n        while True:\n"
+                         "            pass\nraise Stuck()\n")
+    time.sleep(0.2)
+    handle.interrupt("stop it")
+    result = handle.wait(10)
+    assert all(tile.output.endswith("Stuck: <exception str() failed>\n") for tile in result.tiles)
+    assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
+
+
 def test_a_busy_tile_refuses_a_block(machine):
     repl = machine.repl("0-1")
     handle = machine.launch("while True:\n    sync()\n", tiles="1")
