@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import calendar
+import contextvars
 import importlib
 import io
 import itertools
@@ -25,6 +27,7 @@ import pickle
 import pprint
 import random
 import re
+import sys
 import traceback
 import types
 from dataclasses import dataclass, field
@@ -106,7 +109,7 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins")
+    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
@@ -127,6 +130,14 @@ class TileContext:
         #: called when the program ends, on the tile (files left open are closed); each
         #: returns messages for the program's output, or None
         self.cleanups: list[Callable[[], list[str] | None]] = []
+        #: the context variables the program sees (decimal's precision is one): the tile's
+        #: greenlet outlives its programs, and the next must not inherit this one's
+        self.context = contextvars.Context()
+
+    def enter(self, tile) -> contextvars.Context:
+        """Make this context the tile's (on its greenlet); returns the one to restore."""
+        outer, tile.glet.gr_context = tile.glet.gr_context, self.context
+        return outer
 
     def import_module(self, name, globals=None, locals=None, fromlist=(), level=0):
         """``__import__`` on this tile (whatever the importing code's globals are)."""
@@ -164,6 +175,54 @@ def _tile_random(ctx: TileContext) -> types.ModuleType:
         if isinstance(bound, random.Random):
             value = getattr(generator, name)
         setattr(module, name, value)
+    return module
+
+
+#: ``calendar``'s public names beyond ``__all__`` (not ``main``: it reads the host's argv)
+_CALENDAR_EXTRAS = ("formatstring", "error", "mdays", "EPOCH", "different_locale", "January", "February")
+
+
+def _tile_calendar(ctx: TileContext) -> types.ModuleType:
+    """A ``calendar`` of the program's own: its first weekday (the standard module's is
+    the whole process's: every tile's and the host's), and printing functions and
+    classes that write to the tile's output (the standard ones print to the host's)."""
+    module = types.ModuleType("calendar", calendar.__doc__)
+    for name in (*calendar.__all__, *_CALENDAR_EXTRAS):
+        if hasattr(calendar, name):
+            setattr(module, name, getattr(calendar, name))
+
+    class PrintsOnTheTile:
+        def prweek(self, *args, **kwargs):
+            ctx.write(self.formatweek(*args, **kwargs))
+
+        def prmonth(self, *args, **kwargs):
+            ctx.write(self.formatmonth(*args, **kwargs))
+
+        def pryear(self, *args, **kwargs):
+            ctx.write(self.formatyear(*args, **kwargs))
+
+    class TextCalendar(PrintsOnTheTile, calendar.TextCalendar):
+        __doc__ = calendar.TextCalendar.__doc__
+
+    class LocaleTextCalendar(PrintsOnTheTile, calendar.LocaleTextCalendar):
+        __doc__ = calendar.LocaleTextCalendar.__doc__
+
+    shared = TextCalendar()  # what the module's functions use, as the standard module's ``c``
+    for name in dir(calendar):
+        function = getattr(calendar, name)
+        if getattr(function, "__self__", None) is calendar.c:
+            setattr(module, name, getattr(shared, function.__name__))
+
+    def setfirstweekday(firstweekday):
+        if not calendar.MONDAY <= firstweekday <= calendar.SUNDAY:
+            raise calendar.IllegalWeekdayError(firstweekday)
+        shared.firstweekday = firstweekday
+
+    def format(cols, colwidth=calendar._colwidth, spacing=calendar._spacing):
+        ctx.write(calendar.formatstring(cols, colwidth, spacing) + "\n")
+
+    module.__dict__.update(TextCalendar=TextCalendar, LocaleTextCalendar=LocaleTextCalendar,
+                           setfirstweekday=setfirstweekday, format=format)
     return module
 
 
@@ -260,6 +319,7 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
     "random": _tile_random,
     "pprint": _tile_pprint,
     "io": _tile_io,
+    "calendar": _tile_calendar,
 }
 
 
@@ -535,6 +595,9 @@ class TileProgram:
         share = self.shares[rank] if self.shares else ""
         memory = tile.memory
         region_names = []
+        namespace = None
+        outer_context = ctx.enter(tile)
+        _route_unraisable()
         try:
             text = memory.alloc(f"job{api.job.id}.program", len(self._text))
             region_names.append(text.name)
@@ -567,6 +630,7 @@ class TileProgram:
             return self.exit_codes[rank]
         except _machine_ending(api):
             ctx.cleanups.clear()  # the machine is going away: touch nothing more
+            namespace = None  # (nor run any more of the program)
             raise
         except BaseException as exc:
             if report_runs_program_code(exc):
@@ -575,7 +639,10 @@ class TileProgram:
                 self.errors[rank] = exc
             raise
         finally:
+            if namespace is not None:
+                _tear_down(namespace)
             _run_cleanups(ctx)
+            tile.glet.gr_context = outer_context
             self.outputs[rank] = output.getvalue()
             for name in region_names:
                 memory.free(name)
@@ -621,6 +688,51 @@ def _global_resolver(namespace: dict, ctx: TileContext):
             ) from None
 
     return resolve
+
+
+#: what a program's namespace keeps after it ends: its traceback's frames find the
+#: program's source lines through them when the host formats it
+_KEPT_AFTER_THE_END = (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES)
+
+
+def _tear_down(namespace: dict) -> None:
+    """Drop an ended program's globals, latest first, on its tile, as Python does as it
+    exits: objects only they hold are freed now, their ``__del__`` running as part of the
+    program (output and files its own, under the watchdog), not wherever the cyclic
+    collector next runs (a host thread, another job). Names defined later go first,
+    while what they may use (a module imported before) is still there."""
+    for name in reversed(list(namespace)):
+        if name not in _KEPT_AFTER_THE_END and name != "__builtins__":
+            namespace.pop(name, None)
+    namespace.pop("__builtins__", None)
+
+
+class _UnraisableRouter:
+    """``sys.unraisablehook`` while programs run: an exception a program's ``__del__`` (or
+    other code Python calls on its own) could not raise is told on that program's
+    output, as Python tells it on the program's stderr; the host's hook would write it
+    to the daemon's log. Another's goes to the host's hook (``host_hook``)."""
+
+    def __init__(self, host_hook):
+        self.host_hook = host_hook
+
+    def __call__(self, unraisable) -> None:
+        ctx = getattr(unraisable.object, "__globals__", {}).get(TILE_GLOBALS_MARKER)
+        tb = unraisable.exc_traceback
+        while ctx is None and tb is not None:
+            ctx, tb = tb.tb_frame.f_globals.get(TILE_GLOBALS_MARKER), tb.tb_next
+        if not isinstance(ctx, TileContext):
+            self.host_hook(unraisable)
+            return
+        where = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}\n"
+        ctx.output.write(where + user_traceback(unraisable.exc_value or unraisable.exc_type()))
+
+
+def _route_unraisable() -> None:
+    """Install :class:`_UnraisableRouter` over whatever hook is there: a test runner or
+    the application embedding the machine may have set its own since the last program."""
+    if not isinstance(sys.unraisablehook, _UnraisableRouter):
+        sys.unraisablehook = _UnraisableRouter(sys.unraisablehook)
 
 
 def _run_cleanups(ctx: TileContext) -> None:
@@ -787,6 +899,8 @@ class ReplBlock:
         if self.mangled:
             bind_mangled(self.mangled, namespace, ctx.builtins)
         code = 0
+        outer_context = ctx.enter(api.tile)
+        _route_unraisable()
         try:
             run_module_code(self.body, namespace)
         except SystemExit as exc:
@@ -804,6 +918,7 @@ class ReplBlock:
             api.job.ended_raising(rank, exc)  # the others' collectives say so
             code = 1
         finally:
+            api.tile.glet.gr_context = outer_context
             self.outputs[rank] = output.getvalue()
             suspend = ctx.extras.get("__suspend__")
             if suspend is not None:

@@ -147,6 +147,14 @@ def test_a_block_whose_exception_str_never_ends_can_be_interrupted(machine):
     assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
 
 
+def test_a_sessions_context_variables_last_between_its_blocks_only(machine):
+    repl = machine.repl("0-1")
+    repl.run("import decimal\ndecimal.getcontext().prec = 5")
+    assert repl.run("print(decimal.Decimal(2).sqrt())").outputs() == {0: "1.4142\n", 1: "1.4142\n"}
+    other = machine.repl("0-1")
+    assert other.run("import decimal\nprint(decimal.Decimal(1) / 3)").outputs()[0] == "0.3333333333333333333333333333\n"
+
+
 def test_a_busy_tile_refuses_a_block(machine):
     repl = machine.repl("0-1")
     handle = machine.launch("while True:\n    sync()\n", tiles="1")

@@ -166,6 +166,80 @@ def test_pprint_writes_to_the_tiles_output(machine):
         f"{{'tile': {rank}, 'x': [0, 1, 2]}}\n[{rank}]\n'abc'\n(1, 2) True\n" for rank in range(2)]
 
 
+def test_calendar_prints_on_the_tile_and_its_first_weekday_is_the_programs(machine):
+    import calendar
+
+    result = run(machine, """
+        import calendar
+        calendar.setfirstweekday(calendar.SUNDAY)
+        calendar.prmonth(2024, 2)
+        calendar.TextCalendar().prweek([(1, 3)], 2)
+        calendar.format(['a', 'b'], 3, 1)
+        print(calendar.firstweekday(), calendar.isleap(2024))
+    """, tiles="0")
+    assert result.ok, result.format()
+    expected = (calendar.TextCalendar(calendar.SUNDAY).formatmonth(2024, 2)
+                + calendar.TextCalendar().formatweek([(1, 3)], 2)
+                + calendar.formatstring(["a", "b"], 3, 1) + "\n6 True\n")
+    assert result.tiles[0].output == expected
+    after = run(machine, "import calendar\nprint(calendar.firstweekday())", tiles="0-1")
+    assert [t.output for t in after.tiles] == ["0\n", "0\n"]  # not the earlier program's Sunday
+    assert calendar.firstweekday() == 0  # nor the host's
+
+
+def test_a_programs_context_variables_are_its_own(machine):
+    """decimal's precision lives in a context variable of the tile's greenlet, which
+    outlives the program: the next program on the tile must not inherit it."""
+    setting = run(machine, "import decimal\ndecimal.getcontext().prec = 5\nprint(decimal.Decimal(2).sqrt())",
+                  tiles="0")
+    assert setting.tiles[0].output == "1.4142\n"
+    after = run(machine, "import decimal\nprint(decimal.Decimal(2).sqrt())", tiles="0-1")
+    assert [t.output for t in after.tiles] == ["1.414213562373095048801688724\n"] * 2
+
+
+def test_a_global_objects_del_runs_as_the_program_ends_on_its_tile(machine):
+    result = run(machine, """
+        import math
+
+        class Log:
+            def __del__(self):
+                print('closing', math.pi > 3)
+                with open('/del.txt', 'w') as file:
+                    file.write('written by __del__')
+
+        log = Log()
+        print('program ends')
+    """, tiles="3")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "program ends\nclosing True\n"
+    assert machine.fs.read_file(3, "/del.txt") == b"written by __del__"
+    machine.fs.remove(3, "/del.txt")
+
+
+def test_an_exception_in_del_is_told_on_the_programs_output(machine):
+    result = run(machine, """
+        class Broken:
+            def __del__(self):
+                raise ValueError('cannot let go')
+
+        item = Broken()
+        del item
+        print('goes on')
+    """, tiles="0")
+    assert result.ok, result.format()
+    output = result.tiles[0].output
+    assert output.startswith("Exception ignored in: <function Broken.__del__ at ")
+    assert output.endswith("ValueError: cannot let go\ngoes on\n") and "raise ValueError" in output
+
+
+def test_a_del_that_never_ends_is_stopped_by_the_budget(machine):
+    handle = machine.launch("class C:\n    def __del__(self):\n        while True:\n            pass\nc = C()\n",
+                            tiles="0", budget=0.3)
+    tile = handle.wait(10).tiles[0]
+    assert "ComputeBudgetExceeded" in tile.output
+    assert run(machine, "print('alive')", tiles="0").tiles[0].output == "alive\n"
+
+
 def test_objects_of_the_programs_own_classes_travel_between_tiles(machine):
     # as between MPI ranks: the receiver gets an instance of its own copy of the class
     result = run(machine, """
