@@ -595,7 +595,7 @@ class TileProgram:
         share = self.shares[rank] if self.shares else ""
         memory = tile.memory
         region_names = []
-        namespace = None
+        namespace, first_own = None, 0
         outer_context = ctx.enter(tile)
         _route_unraisable()
         try:
@@ -618,6 +618,7 @@ class TileProgram:
             if self.mangled:
                 bind_mangled(self.mangled, namespace, ctx.builtins)
             tile.resolve_global = _global_resolver(namespace, ctx)
+            first_own = len(namespace)
             try:
                 run_module_code(self.code, namespace)
             except SystemExit as exc:
@@ -640,7 +641,7 @@ class TileProgram:
             raise
         finally:
             if namespace is not None:
-                _tear_down(namespace)
+                _tear_down(namespace, first_own)
             _run_cleanups(ctx)
             tile.glet.gr_context = outer_context
             self.outputs[rank] = output.getvalue()
@@ -690,21 +691,19 @@ def _global_resolver(namespace: dict, ctx: TileContext):
     return resolve
 
 
-#: what a program's namespace keeps after it ends: its traceback's frames find the
-#: program's source lines through them when the host formats it
-_KEPT_AFTER_THE_END = (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES)
-
-
-def _tear_down(namespace: dict) -> None:
-    """Drop an ended program's globals, latest first, on its tile, as Python does as it
-    exits: objects only they hold are freed now, their ``__del__`` running as part of the
-    program (output and files its own, under the watchdog), not wherever the cyclic
-    collector next runs (a host thread, another job). Names defined later go first,
-    while what they may use (a module imported before) is still there."""
-    for name in reversed(list(namespace)):
-        if name not in _KEPT_AFTER_THE_END and name != "__builtins__":
-            namespace.pop(name, None)
-    namespace.pop("__builtins__", None)
+def _tear_down(namespace: dict, first_own: int) -> None:
+    """Drop an ended program's globals on its tile, as Python does as it exits: objects
+    only they hold are freed now, their ``__del__`` running as part of the program
+    (output and files its own, under the watchdog), not wherever the cyclic collector
+    next runs (a host thread, another job). The program's own names (those after the
+    first ``first_own``, which the runtime put there) go first, latest first, while what
+    they may use (a module imported before) is still there. The markers stay: a
+    traceback's frames find the program's source lines through them."""
+    for name in reversed(list(namespace)[first_own:]):
+        namespace.pop(name, None)
+    kept = {key: namespace[key] for key in (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES) if key in namespace}
+    namespace.clear()
+    namespace.update(kept)
 
 
 class _UnraisableRouter:
