@@ -323,6 +323,23 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
 }
 
 
+def _programs_copy(ctx: TileContext, module: types.ModuleType) -> types.ModuleType:
+    """The program's own copy of a standard module (and of its submodules imported so
+    far): a name it rebinds there (``functools.reduce = ...``, ``collections.deque =
+    None``) is its own. Rebound in the module every tile and the machine share, it
+    would reach the other tiles, later programs and the machine's own code. The
+    module's functions still see their own module's names, as before the rebinding."""
+    copy = ctx.modules.get(module.__name__)
+    if copy is None:
+        copy = ctx.modules[module.__name__] = types.ModuleType(module.__name__)
+        names = vars(copy)
+        names.update(vars(module))
+        for name, value in names.items():
+            if isinstance(value, types.ModuleType) and value.__name__.startswith(module.__name__ + "."):
+                names[name] = _programs_copy(ctx, value)
+    return copy
+
+
 def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(), level=0):
     if level:
         raise ImportError("relative imports are not supported on tiles")
@@ -336,7 +353,7 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
             module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
         return module
     if top in TILE_MODULES:
-        return importlib.__import__(name, globals, locals, fromlist, level)
+        return _programs_copy(ctx, importlib.__import__(name, globals, locals, fromlist, level))
     finder = ctx.extras.get("__find_module__")
     if finder is not None:
         module = finder(name, fromlist)

@@ -187,6 +187,30 @@ def test_calendar_prints_on_the_tile_and_its_first_weekday_is_the_programs(machi
     assert calendar.firstweekday() == 0  # nor the host's
 
 
+def test_a_standard_module_a_program_changes_is_changed_for_it_alone(machine):
+    import collections.abc
+    import functools
+
+    changing = run(machine, """
+        import functools, collections, collections.abc
+        functools.reduce = lambda *args: 42
+        collections.deque = None
+        collections.abc.Mapping = None
+        from functools import reduce
+        print(reduce(max, [1, 2]), collections.deque, collections.abc.Mapping)
+    """, tiles="0")
+    assert changing.tiles[0].output == "42 None None\n"
+    after = run(machine, """
+        import functools, collections
+        from collections.abc import Mapping
+        print(functools.reduce(lambda a, b: a + b, [1, 2, 3]), collections.deque([1]), Mapping.__name__,
+              allreduce(1), reduce(2, 'prod'))
+    """, tiles="0-3")
+    assert after.ok, after.format()
+    assert [t.output for t in after.tiles] == ["6 deque([1]) Mapping 4 16\n"] + ["6 deque([1]) Mapping 4 None\n"] * 3
+    assert functools.reduce(max, [1, 2]) == 2 and collections.abc.Mapping.__name__ == "Mapping"
+
+
 def test_a_programs_context_variables_are_its_own(machine):
     """decimal's precision lives in a context variable of the tile's greenlet, which
     outlives the program: the next program on the tile must not inherit it."""
