@@ -324,19 +324,36 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
 
 
 def _programs_copy(ctx: TileContext, module: types.ModuleType) -> types.ModuleType:
-    """The program's own copy of a standard module (and of its submodules imported so
-    far): a name it rebinds there (``functools.reduce = ...``, ``collections.deque =
-    None``) is its own. Rebound in the module every tile and the machine share, it
-    would reach the other tiles, later programs and the machine's own code. The
-    module's functions still see their own module's names, as before the rebinding."""
+    """The program's own copy of a standard module: a name it rebinds there
+    (``functools.reduce = ...``, ``collections.deque = None``) is its own. Rebound in the
+    module every tile and the machine share, it would reach the other tiles, later
+    programs and the machine's own code. The module's functions still see their own
+    module's names, as before the rebinding."""
     copy = ctx.modules.get(module.__name__)
     if copy is None:
         copy = ctx.modules[module.__name__] = types.ModuleType(module.__name__)
-        names = vars(copy)
-        names.update(vars(module))
-        for name, value in names.items():
-            if isinstance(value, types.ModuleType) and value.__name__.startswith(module.__name__ + "."):
-                names[name] = _programs_copy(ctx, value)
+        vars(copy).update(vars(module))
+    return copy
+
+
+def _import_copies(ctx: TileContext, name: str, fromlist, module: types.ModuleType) -> types.ModuleType:
+    """What ``import name`` / ``from name import fromlist`` gives the program, made of
+    its copies (:func:`_programs_copy`), ``module`` being what the import system gave.
+    The submodules the statement names are copies too, reached from their parents'
+    (only those: copying every submodule ``re`` has made its import 10x dearer)."""
+    copy = _programs_copy(ctx, module)
+    if fromlist:
+        for item in fromlist:
+            submodule = sys.modules.get(f"{module.__name__}.{item}")
+            if submodule is not None and vars(module).get(item) is submodule:
+                setattr(copy, item, _programs_copy(ctx, submodule))
+        return copy
+    parent, path = copy, module.__name__
+    for part in name.split(".")[1:]:
+        path += "." + part
+        child = _programs_copy(ctx, sys.modules[path])
+        setattr(parent, part, child)
+        parent = child
     return copy
 
 
@@ -353,7 +370,7 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
             module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
         return module
     if top in TILE_MODULES:
-        return _programs_copy(ctx, importlib.__import__(name, globals, locals, fromlist, level))
+        return _import_copies(ctx, name, fromlist, importlib.__import__(name, globals, locals, fromlist, level))
     finder = ctx.extras.get("__find_module__")
     if finder is not None:
         module = finder(name, fromlist)
