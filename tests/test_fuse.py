@@ -210,6 +210,21 @@ def test_unlinked_open_file_keeps_working_and_leaves_nothing_behind(mm):
     os.unlink(path)
 
 
+def test_an_open_file_renamed_to_a_name_like_libfuses_hidden_ones_is_kept(mm):
+    # libfuse hides open files that are unlinked under such names: a user's rename to one
+    # is still a rename
+    base = mm.tile(8)
+    (base / "precious").write_bytes(b"precious data")
+    hidden = base / ".fuse_hidden0123456789abcdef"
+    with open(base / "precious", "rb") as held:
+        os.rename(base / "precious", hidden)
+        assert os.listdir(base) == [hidden.name]
+        assert held.read() == b"precious data"
+    assert os.listdir(base) == [hidden.name]
+    assert tile_tree(mm.booted, 8) == {hidden.name: file_id(b"precious data")}
+    os.unlink(hidden)
+
+
 def test_replacing_an_open_file_and_anonymous_temporary_files(mm):
     base = mm.tile(8)
     (base / "old").write_bytes(b"old contents")

@@ -11,6 +11,7 @@ kernel forget names, a restore, descriptors left after unmounting.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import shutil
 import stat
@@ -23,6 +24,8 @@ from fuse_harness import InProcessMount, errno_of, file_id, fuse_session, host_t
 from fuse_harness import new_mountpoint, runtime_dir, tile_tree  # noqa: F401
 
 import ipuos
+from ipuos import _mount
+from ipuos.vfs import fuse_options
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +267,36 @@ print("null")
 @pytest.fixture
 def tiny(fuse_session):
     yield from in_process_mount("tiny")
+
+
+@pytest.fixture
+def one_thread(fuse_session, monkeypatch):
+    """``tiny`` served by a single libfuse thread."""
+    monkeypatch.setattr(_mount, "fuse_options", functools.partial(fuse_options, max_threads=1))
+    yield from in_process_mount("tiny")
+
+
+def test_libfuses_hiding_is_told_from_a_users_rename_on_a_single_thread(one_thread):
+    # with one libfuse thread, the lookup of a rename's new name and the rename itself are
+    # served by the same thread, one after the other, as libfuse's own check of a free
+    # name and its hiding rename are
+    result = one_thread.child("""
+        import json, os, sys
+        base = sys.argv[1] + "/tiles/5"
+        with open(base + "/kept", "w") as f:
+            f.write("kept")
+        with open(base + "/gone", "w") as f:
+            f.write("gone")
+        kept, gone = os.open(base + "/kept", os.O_RDONLY), os.open(base + "/gone", os.O_RDONLY)
+        os.rename(base + "/kept", base + "/.fuse_hidden0000000500000001")
+        os.unlink(base + "/gone")
+        listed = sorted(os.listdir(base))
+        still = [os.pread(kept, 10, 0).decode(), os.pread(gone, 10, 0).decode()]
+        os.close(kept); os.close(gone)
+        print(json.dumps([listed, still, sorted(os.listdir(base))]))
+    """)
+    assert result == [[".fuse_hidden0000000500000001"], ["kept", "gone"], [".fuse_hidden0000000500000001"]]
+    assert one_thread.machine.fs.listdir(5, "/") == [".fuse_hidden0000000500000001"]
 
 
 def test_a_create_is_one_request_and_a_stat_one(tiny):

@@ -43,7 +43,9 @@ Why each choice:
   the daemon died); with its ``hard_remove`` option instead, ``fstat`` of such a file
   fails with ESTALE (``tempfile.TemporaryFile`` does that). So the mount lets libfuse ask
   for the rename, and answers it by unlinking on the tile and keeping the hidden name to
-  itself: the file is gone for everyone else, its descriptors still work.
+  itself: the file is gone for everyone else, its descriptors still work. A user may
+  rename a file to such a name too: libfuse's own rename is told apart by coming in the
+  same kernel request as its check that the name is free (see :class:`_Requests`).
 * **A tile directory shows that tile's own disk only**: tile 0's mount points (``/chip``,
   ``/tiles``) are hidden under ``/tiles/0`` (else ``/tiles/0/tiles/0/...`` recurses).
   Looking them up is ENOENT; creating them is EBUSY (something is mounted there).
@@ -295,15 +297,71 @@ class _KernelNames:
             os.close(fd)
 
 
+_libfuse_functions = None
+
+
+def _libfuse():
+    """The libfuse functions this module calls itself."""
+    global _libfuse_functions
+    if _libfuse_functions is None:
+        mfusepy = load_mfusepy()
+        lib = ctypes.CDLL(mfusepy._libfuse._name)  # own function objects: argtypes stay ours
+        lib.fuse_get_context.restype = ctypes.POINTER(mfusepy.fuse_context)
+        lib.fuse_get_session.restype = ctypes.c_void_p
+        lib.fuse_get_session.argtypes = [ctypes.c_void_p]
+        lib.fuse_session_fd.restype = ctypes.c_int
+        lib.fuse_session_fd.argtypes = [ctypes.c_void_p]
+        _libfuse_functions = lib
+    return _libfuse_functions
+
+
+#: a umask that no kernel request carries (a umask has 9 bits): see _Requests
+_MARKED_UMASK = 0xFFFFFFFF
+
+
+class _Requests:
+    """Tells whether two callbacks serve the same kernel request.
+
+    libfuse's high-level API does not say which request a callback serves, but it refills
+    the calling thread's ``fuse_context`` (uid, gid, pid, umask) at the start of every
+    request. A umask that no request carries, written there by one callback, is therefore
+    still there for a later callback exactly when that serves the same request.
+
+    What it is for: libfuse hides an open file that is unlinked (or replaced) with a
+    getattr of a free ``.fuse_hidden`` name and then a rename to it, both within the unlink
+    (or rename) request. A user's rename to such a name is a lookup request, then a rename
+    request: the same two callbacks, maybe on the same thread, but never in one request.
+    """
+
+    def __init__(self, fuse: int):
+        self._fuse = fuse  # this mount's libfuse instance
+        self._get_context = _libfuse().fuse_get_context
+        #: per libfuse thread: the path that thread's current request was marked for
+        self._marked: dict[int, str] = {}
+
+    def _context(self):
+        """The calling thread's context, if it serves a request of this mount."""
+        pointer = self._get_context()
+        if not pointer or pointer.contents.fuse != self._fuse:
+            return None  # (a call from outside libfuse, as tests make)
+        return pointer.contents
+
+    def mark(self, path: str) -> None:
+        context = self._context()
+        if context is not None:
+            self._marked[threading.get_ident()] = path
+            context.umask = _MARKED_UMASK
+
+    def marked(self, path: str) -> bool:
+        """Did an earlier callback of this very request mark ``path``?"""
+        context = self._context()
+        return (context is not None and context.umask == _MARKED_UMASK
+                and self._marked.get(threading.get_ident()) == path)
+
+
 def _session_fd() -> int:
     """The ``/dev/fuse`` descriptor of the libfuse session whose callback is running."""
-    mfusepy = load_mfusepy()
-    lib = ctypes.CDLL(mfusepy._libfuse._name)  # own function objects: argtypes stay ours
-    lib.fuse_get_context.restype = ctypes.POINTER(mfusepy.fuse_context)
-    lib.fuse_get_session.restype = ctypes.c_void_p
-    lib.fuse_get_session.argtypes = [ctypes.c_void_p]
-    lib.fuse_session_fd.restype = ctypes.c_int
-    lib.fuse_session_fd.argtypes = [ctypes.c_void_p]
+    lib = _libfuse()
     fuse = lib.fuse_get_context().contents.fuse
     if not fuse:
         raise RuntimeError("no libfuse context")
@@ -464,6 +522,8 @@ class ChipFilesystem:
         self._fh = itertools.count(1)
         #: (tile, path) -> the open files libfuse hid there after they were unlinked
         self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
+        #: tells libfuse's hiding renames from a user's (None until libfuse serves)
+        self._requests: _Requests | None = None
         #: (tile, path) a tile has removed or renamed (replaced) since the kernel may have
         #: looked it up: the next lookup there answers ESTALE once (see _notice)
         self._stale: dict[tuple[int, str], None] = {}
@@ -501,6 +561,7 @@ class ChipFilesystem:
         kernel, self._kernel = self._kernel, None
         if kernel is not None:
             kernel.close()
+        self._requests = None  # (libfuse's contexts go with its loop)
         with self._open_lock:
             left = list(self._opens)
         for fh in left:
@@ -513,6 +574,10 @@ class ChipFilesystem:
         """libfuse has started: if change notices can reach the kernel, let it keep the
         names it looks up (``entry_timeout``); else it keeps nothing, as mounted."""
         try:
+            try:
+                self._requests = _Requests(_libfuse().fuse_get_context().contents.fuse)
+            except Exception as exc:  # never fail init: libfuse's hides then show on tiles
+                log.warning("files unlinked while open will show on tiles until closed: %s", exc)
             if self._known is None or config is None:
                 return
             try:
@@ -669,6 +734,8 @@ class ChipFilesystem:
 
     @_callback
     def getattr(self, path, fh=None):
+        if fh is None and self._requests is not None and _HIDDEN_NAME.match(path.rpartition("/")[2]):
+            self._requests.mark(path)  # libfuse may be checking that it can hide a file there
         opened = self._opens.get(fh) if fh else None
         if opened is not None:
             if opened.fresh:
@@ -849,7 +916,7 @@ class ChipFilesystem:
             raise _fail(errno.EBUSY)
         if src.tile != dst.tile:
             raise _fail(errno.EXDEV)
-        if _HIDDEN_NAME.match(new.rpartition("/")[2]) and (src.tile, src.inner) in self._by_path:
+        if not flags and (src.tile, src.inner) in self._by_path and self._hiding(new):
             return self._hide(src, dst)
         self._change_own(src.tile, src.inner, "fs.rename", src.inner, dst.inner,
                          bool(flags & _RENAME_NOREPLACE))  # (checked on the tile, atomically)
@@ -869,6 +936,13 @@ class ChipFilesystem:
             for opened in opens:
                 opened.inner = None
         return opens
+
+    def _hiding(self, new: str) -> bool:
+        """Is a rename of an open file to ``new`` libfuse hiding it? Only if this very
+        request checked first that ``new``, a name of libfuse's pattern, is free: a user's
+        rename to such a name keeps the file (see _Requests)."""
+        requests = self._requests
+        return requests is not None and requests.marked(new)
 
     def _hide(self, src: _Place, hidden: _Place) -> int:
         """libfuse hides an open file that is unlinked (or replaced) by renaming it: unlink
