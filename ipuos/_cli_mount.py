@@ -32,8 +32,16 @@ from ._tilespec import parse_tiles
 MOUNT_SECONDS = 30.0
 
 
+def _not_empty(ctx, param, value):
+    """Refuse an empty path: the OS would take it for the current directory (as a script's
+    ``ipuos mount "$DIR"`` gives it when DIR is unset)."""
+    if value == "":
+        raise click.BadParameter("the path is empty", ctx=ctx, param=param)
+    return value
+
+
 @main.command()
-@click.argument("mountpoint", required=False, type=click.Path(file_okay=False))
+@click.argument("mountpoint", required=False, type=click.Path(file_okay=False), callback=_not_empty)
 @click.option("--read-only", is_flag=True, help="refuse every change (EROFS)")
 @click.option("--tiles", "tile_spec", default="all", show_default=True,
               help="tiles to show under /tiles, e.g. 0-15")
@@ -138,7 +146,7 @@ def _list_mounts(paths, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("mountpoint", type=click.Path())
+@click.argument("mountpoint", type=click.Path(), callback=_not_empty)
 @click.option("--lazy", is_flag=True,
               help="detach now even if files are open there; they are served until closed")
 def umount(mountpoint, lazy) -> None:

@@ -104,6 +104,16 @@ def test_mount_refusals(machine, mountpoint, tmp_path):
     assert os.path.isdir("/proc/self")  # left alone
 
 
+def test_an_empty_mount_point_is_refused(machine, mountpoint, monkeypatch):
+    # what `ipuos mount "$DIR"` gives with DIR unset: not the current directory
+    monkeypatch.chdir(mountpoint)
+    for command in ("mount", "umount"):
+        done = cli(machine, command, "")
+        assert done.returncode == 2, done.stderr
+        assert "Invalid value for" in done.stderr and "MOUNTPOINT" in done.stderr and "the path is empty" in done.stderr
+        assert not mounted(mountpoint)
+
+
 def test_a_mount_point_given_as_a_symlink_is_its_target(machine, mountpoint, tmp_path):
     # fusermount3 follows the link: the checks and the unmount must look where it mounts
     link = tmp_path / "link"
