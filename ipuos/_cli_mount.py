@@ -57,7 +57,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
     Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`.
     Without MOUNTPOINT, list the machine's mounts. Starts the machine if none runs.
     """
-    from ._mount import already_mounted, canonical_mountpoint, mount_at
+    from ._mount import MountError, already_mounted, canonical_mountpoint, mount_at, refuse_over_runtime_dir
 
     paths = _paths(name)
     if mountpoint is None:
@@ -65,6 +65,10 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
         return
     where = canonical_mountpoint(mountpoint)
     # checked before a machine is started for it
+    try:
+        refuse_over_runtime_dir(where, paths.dir)
+    except MountError as exc:
+        raise click.BadParameter(exc.message, param_hint="MOUNTPOINT") from None
     entry = mount_at(where)
     if not os.path.isdir(where) and entry is None:  # (a dead mount fails stat)
         raise click.BadParameter(f"{mountpoint!r} is not a directory; create it first",

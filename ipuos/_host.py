@@ -62,7 +62,7 @@ class MachineHost:
         self._looking: dict[str, tuple[Future, float]] = {}
         self._last_look: dict[str, tuple[float, object]] = {}
         #: the host mounts of the machine's files (``ipuos mount``); unmounted at halt
-        self.mounts = MountManager(machine, self.name)
+        self.mounts = MountManager(machine, self.name, runtime_dir=paths.dir)
         #: the daemon's garbage collection (see ipuos._collector)
         self.collector = Collector(machine.scheduler)
 

@@ -151,6 +151,18 @@ def already_mounted(path: str, entry: MountEntry) -> str:
             "(`ipuos umount` removes ipuos mounts, even dead ones)")
 
 
+def refuse_over_runtime_dir(mountpoint: str, runtime_dir) -> None:
+    """MountError if a mount at ``mountpoint`` (canonical) would cover ``runtime_dir``: it
+    would hide the machines' sockets, locking every ipuos command out (umount and halt
+    too), and the mount's mode would fail the runtime directory's privacy check."""
+    runtime = os.path.realpath(runtime_dir)
+    if runtime == mountpoint or runtime.startswith(mountpoint.rstrip("/") + "/"):
+        where = "is" if runtime == mountpoint else "holds"
+        raise MountError("bad_mountpoint", f"{mountpoint} {where} the runtime directory {runtime} "
+                         "(the machines' sockets): a mount there would lock every ipuos command "
+                         "out; mount somewhere else")
+
+
 def _run(command: list[str]) -> tuple[int, str]:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30,
@@ -271,11 +283,13 @@ class ActiveMount:
 
 
 class MountManager:
-    """Every mount of one machine (one per daemon); safe to call from any thread."""
+    """Every mount of one machine (one per daemon); safe to call from any thread.
+    ``runtime_dir``: where the daemon's socket is, which no mount may cover."""
 
-    def __init__(self, machine, name: str):
+    def __init__(self, machine, name: str, runtime_dir=None):
         self.machine = machine
         self.name = name
+        self.runtime_dir = runtime_dir
         self._mounts: dict[str, ActiveMount] = {}
         #: mounts detached lazily, served until their last file is closed
         self._detached: set[ActiveMount] = set()
@@ -346,6 +360,8 @@ class MountManager:
         return active
 
     def _check_mountpoint(self, mountpoint: str) -> None:
+        if self.runtime_dir is not None:
+            refuse_over_runtime_dir(mountpoint, self.runtime_dir)
         with self._lock:
             attached = list(self._mounts.values())
         for active in attached:

@@ -15,10 +15,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from daemon_harness import IPUOS, machine, run_cli, runtime_dir, wait_for  # noqa: F401  (fixtures)
+from daemon_harness import IPUOS, boot_machine, machine, run_cli, runtime_dir, wait_for  # noqa: F401  (fixtures)
 from fuse_harness import fuse_session, mount, mountpoint, new_mountpoint, cleanup_mountpoint  # noqa: F401
 
-from ipuos._mount import mount_at
+from ipuos._client import DaemonError
+from ipuos._mount import mount_at, remove_mount
+from ipuos._rundir import RUNTIME_DIR_ENV
 
 
 def mounted(path: str) -> bool:
@@ -112,6 +114,31 @@ def test_an_empty_mount_point_is_refused(machine, mountpoint, monkeypatch):
         assert done.returncode == 2, done.stderr
         assert "Invalid value for" in done.stderr and "MOUNTPOINT" in done.stderr and "the path is empty" in done.stderr
         assert not mounted(mountpoint)
+
+
+def test_a_mount_over_the_runtime_directory_is_refused(fuse_session, monkeypatch):
+    # it would hide the machine's socket: no command could reach it, not even to unmount
+    outer = Path(new_mountpoint("outer"))
+    runtime = outer / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(runtime))
+    booted = boot_machine()
+    try:
+        for path in (outer, runtime):
+            done = cli(booted, "mount", str(path))
+            assert done.returncode == 2, done.stderr
+            assert f"the runtime directory {runtime}" in done.stderr and "mount somewhere else" in done.stderr
+            with pytest.raises(DaemonError) as refused:  # the daemon refuses it too
+                mount(booted, str(path))
+            assert refused.value.code == "bad_mountpoint"
+            assert not mounted(str(path))
+        assert cli(booted, "status").returncode == 0
+    finally:
+        for path in (runtime, outer):  # (before the halt, which needs the socket)
+            if mounted(str(path)):
+                remove_mount(str(path))
+        booted.halt()
+        cleanup_mountpoint(str(outer))
 
 
 def test_a_mount_point_given_as_a_symlink_is_its_target(machine, mountpoint, tmp_path):
