@@ -51,6 +51,18 @@ def _fail(message: str, status: int = 1):
     sys.exit(status)
 
 
+def not_utf8_path(path: str, what: str, remedy: str) -> str | None:
+    """Why ``path`` cannot be handed to the daemon, or None if it can: the daemon takes
+    paths as text, and one holding undecodable bytes (click hands them over
+    surrogate-escaped) would reach it changed, naming another file."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        return f"{shown}: this {what} is not UTF-8 text, and the daemon takes UTF-8 paths only; {remedy}"
+    return None
+
+
 def image_path(image: str) -> str:
     """An IMAGE argument as the absolute path of a file, resolved here: the daemon would
     read ``/proc/self/...`` or ``/dev/stdout`` as its own. A trailing slash names a
@@ -64,12 +76,9 @@ def image_path(image: str) -> str:
     if image.endswith(os.sep):
         _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
               f"e.g. {os.path.join(image, 'machine.img')}")
-    try:
-        image.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable bytes (surrogate escapes) reach the daemon changed
-        shown = os.fsencode(image).decode("utf-8", "backslashreplace")
-        _fail(f"{shown}: this image path is not UTF-8 text, and the daemon takes UTF-8 paths only; "
-              "rename the file or give a link with a UTF-8 name")
+    problem = not_utf8_path(image, "image path", "rename the file or give a link with a UTF-8 name")
+    if problem:
+        _fail(problem)
     return os.path.realpath(image)
 
 

@@ -21,7 +21,8 @@ import signal
 
 import click
 
-from ._cli import _Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option
+from ._cli import (_Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option,
+                   not_utf8_path)
 from ._client import Client, DaemonError, MachineNotRunning
 from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
@@ -65,6 +66,9 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
         return
     where = canonical_mountpoint(mountpoint)
     # checked before a machine is started for it
+    problem = not_utf8_path(where, "mount point", "rename the directory")
+    if problem:
+        raise click.BadParameter(problem, param_hint="MOUNTPOINT")
     try:
         refuse_over_runtime_dir(where, paths.dir)
     except MountError as exc:

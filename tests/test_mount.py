@@ -19,7 +19,7 @@ from daemon_harness import IPUOS, boot_machine, machine, run_cli, runtime_dir, w
 from fuse_harness import fuse_session, mount, mountpoint, new_mountpoint, cleanup_mountpoint  # noqa: F401
 
 from ipuos._client import DaemonError
-from ipuos._mount import mount_at, remove_mount
+from ipuos._mount import mount_at, mount_entries, remove_mount
 from ipuos._rundir import RUNTIME_DIR_ENV
 
 
@@ -139,6 +139,25 @@ def test_a_mount_over_the_runtime_directory_is_refused(fuse_session, monkeypatch
                 remove_mount(str(path))
         booted.halt()
         cleanup_mountpoint(str(outer))
+
+
+def test_a_mount_point_whose_name_is_not_utf8_is_refused(machine, mountpoint):
+    # the daemon takes paths as text: the name would reach it changed, as the name of
+    # another directory (its undecodable byte spelled out), which would be mounted instead
+    named = os.fsencode(mountpoint) + b"/bad\xffname"
+    os.mkdir(named)
+    os.mkdir(os.fsencode(mountpoint) + b"/bad\\udcffname")
+    try:
+        done = cli(machine, "mount", named)
+        assert done.returncode == 2, done.stderr
+        assert "bad\\xffname: this mount point is not UTF-8 text" in done.stderr
+        assert not [entry for entry in mount_entries() if entry.mountpoint.startswith(mountpoint)]
+        done = cli(machine, "umount", named)
+        assert done.returncode == 1 and "is not mounted" in done.stderr
+    finally:
+        for entry in mount_entries():
+            if entry.mountpoint.startswith(mountpoint + "/"):
+                remove_mount(entry.mountpoint)
 
 
 def test_a_mount_point_given_as_a_symlink_is_its_target(machine, mountpoint, tmp_path):
