@@ -38,7 +38,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import stat
+import struct
 import subprocess
 import threading
 import time
@@ -212,19 +214,86 @@ def _watchdogs(mountpoint: str) -> set[int]:
     return found
 
 
-def _end_watchdog(pid: int) -> None:
-    """Stop the auto_unmount watchdog of a mount that has ended, and reap it.
+# sock_diag (linux/sock_diag.h, linux/unix_diag.h): what ``ss -x`` asks the kernel
+_NETLINK_SOCK_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST = 1
+_UDIAG_SHOW_PEER = 0x04
+_UNIX_DIAG_PEER = 2
+_NO_COOKIE = 0xFFFFFFFF
 
-    libfuse keeps its end of the watchdog's socket open for the life of the process (and
-    lets later children inherit it), so after a clean unmount the watchdog would wait until
-    the daemon exits, and then lazily unmount whatever ``fuse.ipuos`` mount sits at that
-    path by then, maybe another machine's. It ignores SIGTERM; its mount is gone, so there
-    is nothing for it to finish: SIGKILL."""
+
+def _unix_peer(inode: int) -> int | None:
+    """The inode of the socket at the other end of the Unix socket ``inode``, or None if
+    the kernel does not say (no sock_diag support)."""
+    request = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode, _UDIAG_SHOW_PEER,
+                          _NO_COOKIE, _NO_COOKIE)
+    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(5)
+            diag.send(header + request)
+            reply = diag.recv(65536)
+    except OSError:
+        return None
+    if len(reply) < 32 or struct.unpack_from("=H", reply, 4)[0] != _SOCK_DIAG_BY_FAMILY:
+        return None  # an error message: no such socket
+    end = min(len(reply), struct.unpack_from("=I", reply)[0])
+    offset = 32  # past the message header and struct unix_diag_msg: its attributes
+    while offset + 8 <= end:
+        length, kind = struct.unpack_from("=HH", reply, offset)
+        if length < 4:
+            break
+        if kind == _UNIX_DIAG_PEER:
+            return struct.unpack_from("=I", reply, offset + 4)[0]
+        offset += (length + 3) & ~3
+    return None
+
+
+def _watchdog_socket(pid: int) -> int | None:
+    """This process's descriptor of libfuse's socket to the auto_unmount watchdog ``pid``,
+    made close-on-exec; None if it cannot be found.
+
+    libfuse leaves it open for the life of the process, inheritable by every later child
+    (each next watchdog among them): the mount's owner closes it once the watchdog is
+    gone (see _end_watchdog). The watchdog names its own end in ``_FUSE_COMMFD``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            names = dict(item.partition(b"=")[::2] for item in handle.read().split(b"\0"))
+        theirs = os.readlink(f"/proc/{pid}/fd/{int(names[b'_FUSE_COMMFD'])}")
+    except (OSError, KeyError, ValueError):
+        return None
+    if not (theirs.startswith("socket:[") and theirs.endswith("]")):
+        return None
+    ours = _unix_peer(int(theirs[len("socket:["):-1]))
+    if ours is None:
+        return None
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == f"socket:[{ours}]":
+                fd = int(name)
+                os.set_inheritable(fd, False)
+                return fd
+        except OSError:
+            continue  # (closed meanwhile: the listing's own descriptor)
+    return None
+
+
+def _end_watchdog(pid: int, socket_fd: int | None) -> None:
+    """Stop the auto_unmount watchdog of a mount that has ended, reap it, and close
+    libfuse's socket to it (``socket_fd``, see _watchdog_socket).
+
+    Closing the socket alone would make the watchdog lazily unmount whatever
+    ``fuse.ipuos`` mount sits at that path by then, maybe a new one, maybe another
+    machine's. It ignores SIGTERM; its mount is gone, so there is nothing for it to
+    finish: SIGKILL first."""
     try:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     except (ProcessLookupError, ChildProcessError):
         pass
+    if socket_fd is not None:
+        os.close(socket_fd)
 
 
 def remove_mount(path: str) -> bool:
@@ -265,6 +334,8 @@ class ActiveMount:
     #: the mount table's major:minor for it, and libfuse's auto_unmount watchdog
     device: str = ""
     watchdog: int | None = None
+    #: this process's descriptor of libfuse's socket to the watchdog
+    watchdog_socket: int | None = None
     #: unmounted lazily: its name is free, its open files are served until closed
     detached: bool = False
 
@@ -295,6 +366,9 @@ class MountManager:
         self._detached: set[ActiveMount] = set()
         self._lock = threading.Lock()
         self._halting = False
+        #: held while a mount starts, until its watchdog socket is close-on-exec: the
+        #: fusermount3 of a mount starting meanwhile would inherit it (see _watchdog_socket)
+        self._starting = threading.Lock()
 
     def mounts(self) -> list[ActiveMount]:
         """The mounts, and those detached lazily that still serve open files."""
@@ -345,9 +419,10 @@ class MountManager:
         thread = threading.Thread(target=self._serve, args=(active, options), daemon=True,
                                   name=f"ipuos-fuse:{mountpoint}")
         active.thread = thread
-        thread.start()
         try:
-            self._wait_mounted(active)
+            with self._starting:
+                thread.start()
+                self._wait_mounted(active)
         except BaseException:
             unmount_path(mountpoint, lazy=True)
             with self._lock:
@@ -398,7 +473,7 @@ class MountManager:
             if entry is not None and active.device and entry.device == active.device:
                 unmount_path(active.mountpoint, lazy=True)  # the loop died under a live mount
             if active.watchdog is not None:
-                _end_watchdog(active.watchdog)
+                _end_watchdog(active.watchdog, active.watchdog_socket)
             with self._lock:
                 if self._mounts.get(active.mountpoint) is active:
                     del self._mounts[active.mountpoint]
@@ -420,6 +495,8 @@ class MountManager:
                     taken = {other.watchdog for other in (*self._mounts.values(), *self._detached)}
                 fresh = _watchdogs(active.mountpoint) - taken
                 active.watchdog = min(fresh) if len(fresh) == 1 else None
+                if active.watchdog is not None:
+                    active.watchdog_socket = _watchdog_socket(active.watchdog)
                 return
             if active.done.is_set():
                 error = active.error

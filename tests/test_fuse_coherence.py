@@ -442,18 +442,33 @@ def test_a_restore_under_the_mount_shows_the_restored_files(tiny, tmp_path):
     assert got == [["kept"], "before the backup", False, True]
 
 
+def _fuse_descriptors(pid: int | str = "self") -> list[str]:
+    """What ``pid``'s /dev/fuse and socket descriptors lead to."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue  # (the listing's own descriptor)
+        if target == "/dev/fuse" or target.startswith("socket:"):
+            found.append(target)
+    return found
+
+
 def test_unmounting_leaves_no_descriptor_and_no_watcher(fuse_session):
     machine = ipuos.Machine("tiny")
     try:
-        before = set(os.listdir("/proc/self/fd"))
+        before = _fuse_descriptors()
         for _ in range(2):
-            with InProcessMount(machine, new_mountpoint()) as mounted:
-                mounted.child("import os, sys; os.stat(sys.argv[1] + '/tiles/2'); print('null')")
-                assert mounted.active.operations._kernel is not None
+            with InProcessMount(machine, new_mountpoint()) as first, InProcessMount(machine, new_mountpoint()) as second:
+                for mounted in (first, second):
+                    mounted.child("import os, sys; os.stat(sys.argv[1] + '/tiles/2'); print('null')")
+                    assert mounted.active.operations._kernel is not None
+                    # a watchdog holds its own socket to this process, and no other mount's
+                    assert len(_fuse_descriptors(mounted.active.watchdog)) == 1
         assert machine.storage.changes.watchers == ()
-        left = set(os.listdir("/proc/self/fd")) - before
-        assert not [fd for fd in left if os.path.exists(f"/proc/self/fd/{fd}")
-                    and os.readlink(f"/proc/self/fd/{fd}") == "/dev/fuse"]
+        # libfuse's /dev/fuse and watchdog sockets are gone with their mounts
+        assert sorted(_fuse_descriptors()) == sorted(before)
     finally:
         machine.close()
 
