@@ -153,12 +153,17 @@ def already_mounted(path: str, entry: MountEntry) -> str:
             "(`ipuos umount` removes ipuos mounts, even dead ones)")
 
 
+def _inside(path: str, top: str) -> bool:
+    """Is ``path`` below the directory ``top`` (both canonical), not ``top`` itself?"""
+    return path.startswith(top.rstrip("/") + "/")
+
+
 def refuse_over_runtime_dir(mountpoint: str, runtime_dir) -> None:
     """MountError if a mount at ``mountpoint`` (canonical) would cover ``runtime_dir``: it
     would hide the machines' sockets, locking every ipuos command out (umount and halt
     too), and the mount's mode would fail the runtime directory's privacy check."""
     runtime = os.path.realpath(runtime_dir)
-    if runtime == mountpoint or runtime.startswith(mountpoint.rstrip("/") + "/"):
+    if runtime == mountpoint or _inside(runtime, mountpoint):
         where = "is" if runtime == mountpoint else "holds"
         raise MountError("bad_mountpoint", f"{mountpoint} {where} the runtime directory {runtime} "
                          "(the machines' sockets): a mount there would lock every ipuos command "
@@ -442,10 +447,14 @@ class MountManager:
         for active in attached:
             if mountpoint == active.mountpoint:
                 raise MountError("already_mounted", f"{mountpoint} is already a mount of machine {self.name!r}")
-            if mountpoint.startswith(active.mountpoint.rstrip("/") + "/"):
+            if _inside(mountpoint, active.mountpoint):
                 # this process would stat its own mount while mounting on it
                 raise MountError("bad_mountpoint", f"{mountpoint} is inside {active.mountpoint}, a mount of "
                                  f"machine {self.name!r}; mount somewhere else")
+            if _inside(active.mountpoint, mountpoint):
+                # it would hide that mount: nothing could reach it, nor unmount it by its path
+                raise MountError("bad_mountpoint", f"{mountpoint} holds {active.mountpoint}, a mount of "
+                                 f"machine {self.name!r}; mount somewhere else, or unmount that first")
         entry = mount_at(mountpoint)
         if entry is not None:
             raise MountError("already_mounted", already_mounted(mountpoint, entry))

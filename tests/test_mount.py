@@ -160,6 +160,25 @@ def test_a_mount_point_whose_name_is_not_utf8_is_refused(machine, mountpoint):
                 remove_mount(entry.mountpoint)
 
 
+def test_a_mount_over_the_parent_of_a_mount_is_refused(machine, fuse_session):
+    # it would hide that mount: nothing could reach it, nor unmount it by its path
+    outer = new_mountpoint("outer")
+    inner = os.path.join(outer, "inner")
+    os.mkdir(inner)
+    try:
+        assert cli(machine, "mount", inner).returncode == 0
+        done = cli(machine, "mount", outer)
+        assert done.returncode == 1, done.stderr
+        assert f"{outer} holds {inner}, a mount of machine {machine.name!r}" in done.stderr
+        assert not mounted(outer)
+        assert cli(machine, "umount", inner).returncode == 0
+    finally:
+        for path in (outer, inner):
+            if mounted(path):
+                remove_mount(path)
+        cleanup_mountpoint(outer)
+
+
 def test_a_mount_point_given_as_a_symlink_is_its_target(machine, mountpoint, tmp_path):
     # fusermount3 follows the link: the checks and the unmount must look where it mounts
     link = tmp_path / "link"
