@@ -19,6 +19,8 @@ from ._faults import DeviceUnresponsive, FaultPlan, PowerLost
 from ._file import FileDevice
 from ._littlefs import (
     MTIME_ATTRIBUTE,
+    MTIME_MAX_NS,
+    MTIME_MIN_NS,
     CorruptFilesystemError,
     File,
     FileInfo,
@@ -52,6 +54,8 @@ __all__ = [
     "CorruptFilesystemError",
     "WritesLostError",
     "MTIME_ATTRIBUTE",
+    "MTIME_MIN_NS",
+    "MTIME_MAX_NS",
     "translate_error",
     "check_mounts",
     "checked_seek",

@@ -74,6 +74,8 @@ __all__ = [
     "FilesystemBusyError",
     "CorruptFilesystemError",
     "MTIME_ATTRIBUTE",
+    "MTIME_MIN_NS",
+    "MTIME_MAX_NS",
     "wrong_mode_error",
     "checked_seek",
     "read_unit",
@@ -82,6 +84,8 @@ __all__ = [
 #: custom attribute type under which ``set_mtime`` stores a file's mtime ('t')
 MTIME_ATTRIBUTE = 0x74
 _MTIME = struct.Struct("<q")  # signed nanoseconds since the epoch
+#: the times ``set_mtime`` keeps, in nanoseconds (1677-09-21 to 2262-04-11)
+MTIME_MIN_NS, MTIME_MAX_NS = -(1 << 63), (1 << 63) - 1
 _ENCODING = "utf-8"
 _ATTR_MAX = 1022  # littlefs' LFS_ATTR_MAX, the default the binding builds with
 
@@ -950,7 +954,7 @@ class Filesystem:
         return _MTIME.unpack(data)[0]
 
     def set_mtime(self, path: str, mtime_ns: int) -> None:
-        if not -(1 << 63) <= mtime_ns < (1 << 63):
+        if not MTIME_MIN_NS <= mtime_ns <= MTIME_MAX_NS:
             raise ValueError(f"mtime {mtime_ns} ns does not fit in 64 bits")
         self.set_attribute(path, MTIME_ATTRIBUTE, _MTIME.pack(mtime_ns))
 

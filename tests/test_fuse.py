@@ -142,6 +142,19 @@ def test_modification_times(mm):
     assert time.gmtime(os.stat(mm.tile(2) / "touched").st_mtime)[:3] == (2001, 2, 3)
 
 
+def test_times_beyond_what_a_tile_keeps_are_clamped(mm):
+    # a tile keeps signed 64-bit nanoseconds (1677 to 2262): a time beyond is set to the
+    # nearest one kept, as Linux clamps times to what a filesystem keeps, not refused
+    path = mm.tile(2) / "far"
+    path.write_bytes(b"far")
+    subprocess.run(["touch", "-d", "2300-01-01", str(path)], check=True)
+    assert os.stat(path).st_mtime_ns == (1 << 63) - 1
+    os.utime(path, ns=(0, -(1 << 70)))
+    assert os.stat(path).st_mtime_ns == -(1 << 63)
+    assert mm.run(2, "import os; print(os.stat('/far').st_mtime_ns)") == f"{-(1 << 63)}\n"
+    os.unlink(path)
+
+
 def test_a_write_moves_the_mtime_its_writer_sees_before_the_commit(mm):
     path = mm.tile(2) / "written"
     path.write_bytes(b"old")

@@ -83,6 +83,8 @@ import struct
 import threading
 import time
 
+from ipuos.blockdev import MTIME_MAX_NS, MTIME_MIN_NS
+
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._client import await_reply
 from ._submounts import Submounts
@@ -992,6 +994,10 @@ class ChipFilesystem:
             elif mtime == _UTIME_OMIT:
                 # only the access time, which a tile does not keep: just say whether it exists
                 return 0 if place.fixed else self._exists(place)
+            else:
+                # the nearest time a tile keeps, as Linux clamps times to what a filesystem
+                # keeps (`touch -d 2300-01-01` works; ext4 and XFS keep less)
+                mtime = min(max(mtime, MTIME_MIN_NS), MTIME_MAX_NS)
         self._refuse_if_readonly()
         if place.synthetic and place.kind != _CHIP_ROOT:
             raise _fail(errno.EPERM)  # the mount's own directories have no time to set
