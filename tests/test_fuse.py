@@ -11,6 +11,7 @@ import ctypes
 import errno
 import hashlib
 import os
+import shutil
 import subprocess
 import stat
 import tempfile
@@ -381,6 +382,10 @@ def test_what_does_work_without_owners_or_permissions(mm):
     os.chown(path, os.getuid(), os.getgid())
     os.chown(path, -1, -1)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    # access(2) agrees with the mode: a file is not executable, a directory is searchable
+    assert os.access(path, os.R_OK | os.W_OK) and not os.access(path, os.X_OK)
+    assert os.access(mm.tile(10), os.R_OK | os.W_OK | os.X_OK) and os.access(mm.root, os.X_OK)
+    assert shutil.which("p", path=str(mm.tile(10))) is None
     os.unlink(path)
 
 

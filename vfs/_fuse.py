@@ -123,6 +123,11 @@ FILE_PERMISSIONS = 0o644
 DIR_PERMISSIONS = 0o755
 
 
+def _mode(is_dir: bool) -> int:
+    """The ``st_mode`` of every directory, or every file (a tile keeps no permissions)."""
+    return (_stat.S_IFDIR | DIR_PERMISSIONS) if is_dir else (_stat.S_IFREG | FILE_PERMISSIONS)
+
+
 class FuseUnavailable(RuntimeError):
     """libfuse3 (or mfusepy, or /dev/fuse) is missing: nothing can be mounted."""
 
@@ -722,7 +727,7 @@ class ChipFilesystem:
 
     def _attrs(self, is_dir: bool, size: int, mtime_ns: int) -> dict:
         return {
-            "st_mode": (_stat.S_IFDIR | DIR_PERMISSIONS) if is_dir else (_stat.S_IFREG | FILE_PERMISSIONS),
+            "st_mode": _mode(is_dir),
             "st_nlink": 2 if is_dir else 1,
             "st_size": size,
             "st_blocks": -(-size // 512),
@@ -1018,12 +1023,20 @@ class ChipFilesystem:
 
     @_callback
     def access(self, path, amode):
-        """access(2) and chdir(2): only whether it exists (a tile keeps no permissions).
-        Without it the kernel would answer from the name it keeps, gone or not."""
+        """access(2) and chdir(2): whether it exists, and whether its mode grants ``amode``
+        to its owner (the only user the kernel lets use the mount): a file is not
+        executable. Without it the kernel would answer from the name it keeps, gone or not."""
         place = self._file_place(path)
-        if not place.fixed and (place.tile, place.inner) not in self._hidden_files:
+        if place.fixed:
+            is_dir = True
+        elif (place.tile, place.inner) in self._hidden_files:
+            is_dir = False  # (unlinked, still open: a file)
+        else:
             self._fresh_name(place)
-            self._stat(place)
+            is_dir = self._stat(place)[0]
+        granted = _stat.S_IMODE(_mode(is_dir)) >> 6  # the owner's bits: rwx as R_OK W_OK X_OK
+        if amode & (os.R_OK | os.W_OK | os.X_OK) & ~granted:
+            raise _fail(errno.EACCES)
         return 0
 
     @_callback
