@@ -420,10 +420,21 @@ def image_cat(path, device, inner) -> None:
         with mounted(img, entry) as fs:
             data = read_file(fs, on_device(fs, entry, inner))
     try:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        _write_all(sys.stdout.buffer, data)
     except BrokenPipeError:
         _quiet_broken_pipe()
+    except OSError as exc:
+        _fail(f"write error: {exc.strerror or exc}")
+
+
+def _write_all(out, data: bytes) -> None:
+    """Every byte of ``data`` to the binary stream ``out``. A disk with less room than a
+    large write takes part of it, and Python then returns the short count, not an error:
+    the next write says what is wrong."""
+    view = memoryview(data)
+    while view:
+        view = view[out.write(view):]
+    out.flush()
 
 
 @image.command("extract")

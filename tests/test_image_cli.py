@@ -86,6 +86,22 @@ def test_cat_writes_the_bytes(good):
     assert ipuos("image", "cat", str(good), "chip", "/shared").stdout_bytes == b"on the chip disk"
 
 
+def test_cat_onto_a_nearly_full_disk_fails_and_says_why(tmp_path, host_tmpfs):
+    """The disk takes only part of the write: the rest must follow, or the command fail
+    (it used to stop there, with status 0 and the file cut short)."""
+    data = bytes(range(256)) * 235  # 60,160 bytes: more than Python buffers, for 8 KiB of disk
+    image = tmp_path / "big.img"
+    write_tiny_image(image, {"chip": bytes(littlefs_device({"/big": data}, blocks=480))})
+    small = host_tmpfs("size=8k")
+    with open(small / "out", "wb") as out:
+        result = subprocess.run([IPUOS, "image", "cat", str(image), "chip", "/big"], stdout=out,
+                                stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (1, "ipuos: write error: No space left on device\n")
+    with open(tmp_path / "out", "wb") as out:  # where there is room, every byte
+        subprocess.run([IPUOS, "image", "cat", str(image), "chip", "/big"], stdout=out, check=True, timeout=60)
+    assert (tmp_path / "out").read_bytes() == data
+
+
 def test_paths_as_tile_0s_tree_shows_them_work_too(good):
     """The shell and the mount show the chip disk under /chip and tile 2's under
     /tiles/2: a path copied from there names the same file in the image."""
