@@ -6,11 +6,16 @@ commands (``ps``, ``status``, ``top``) only look, and all of them take ``--json`
 
 Exit statuses: 0 ok; 1 an error; 2 a usage error; 3 no such machine is running;
 130 interrupted (Ctrl-C), except ``top``, for which Ctrl-C (like ``q``) is the way out;
-``run`` otherwise exits with its program's status.
+``run`` otherwise exits with its program's status. Output that cannot be written (a
+full disk) is an error in one line; a reader that has gone (``| head``) ends any command
+quietly, with status 1.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import json
 import os
 import signal
@@ -108,7 +113,78 @@ def _paths(name: str) -> MachinePaths:
             raise click.BadParameter(str(exc), param_hint="--name") from None
 
 
+class StdoutError(OSError):
+    """The command's output could not be written: a full disk, a pipe whose reader has gone."""
+
+
+class _WholeWrites(io.RawIOBase):
+    """Standard output's descriptor under ``sys.stdout``'s text and buffer layers: every
+    write goes out whole or raises StdoutError. (A disk with less room than a large write
+    takes part of it, as does a pipe whose reader leaves, and Python's own stdout then
+    drops the rest without an error.) After a failure, writes are dropped: it is reported
+    once, not again when the interpreter flushes stdout as it exits."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd = fd
+        self.error: StdoutError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self.fd)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        if self.error is None:
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError as exc:
+                self.error = StdoutError(exc.errno, exc.strerror)
+                raise self.error from None
+        return size
+
+
+@contextlib.contextmanager
+def _whole_output():
+    """Run a command whose output is written whole or fails with one line and status 1,
+    not a traceback, nor a file cut short and status 0. A reader that has gone (``| head``)
+    ends it quietly, as it does any command-line tool."""
+    stdout = sys.stdout
+    try:
+        fd = stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # (no descriptor: CliRunner's capture)
+        yield
+        return
+    stdout.flush()
+    raw = _WholeWrites(fd)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stdout.encoding, errors=stdout.errors,
+                                  line_buffering=stdout.line_buffering, write_through=stdout.write_through)
+    try:
+        yield
+    except StdoutError:
+        pass  # (reported below)
+    finally:
+        with contextlib.suppress(StdoutError):
+            sys.stdout.flush()  # what is still buffered, while a failure can be reported
+        sys.stdout = stdout
+        if raw.error is not None:
+            if raw.error.errno != errno.EPIPE:
+                click.echo(f"ipuos: write error: {raw.error.strerror}", err=True)
+            sys.exit(1)
+
+
 class _Commands(click.Group):
+    def main(self, *args, **kwargs):
+        with _whole_output():
+            return super().main(*args, **kwargs)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

@@ -23,7 +23,7 @@ import time
 
 import click
 
-from ._cli import _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
+from ._cli import StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
 from ._client import Client, DaemonError
 from ._presets import MAX_IPUS, PRESETS
 from ._rundir import hint
@@ -253,8 +253,8 @@ class _ImageErrors:
         return self
 
     def __exit__(self, kind, exc, tb):
-        if isinstance(exc, BrokenPipeError):
-            _quiet_broken_pipe()
+        if isinstance(exc, StdoutError):
+            return False  # (reported for every command alike, by _cli's _whole_output)
         if isinstance(exc, (OSError, *_image_errors())):
             _fail(_error_line(exc))
         return False
@@ -271,16 +271,6 @@ def _error_line(exc: Exception) -> str:
     if isinstance(exc, _image_errors()):
         return str(exc)
     return f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
-
-
-def _quiet_broken_pipe():
-    """The reader went away (``| head``): stop quietly, as cat does."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    sys.exit(1)
 
 
 def _open(path: str, verify: bool = False):
@@ -419,22 +409,7 @@ def image_cat(path, device, inner) -> None:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
             data = read_file(fs, on_device(fs, entry, inner))
-    try:
-        _write_all(sys.stdout.buffer, data)
-    except BrokenPipeError:
-        _quiet_broken_pipe()
-    except OSError as exc:
-        _fail(f"write error: {exc.strerror or exc}")
-
-
-def _write_all(out, data: bytes) -> None:
-    """Every byte of ``data`` to the binary stream ``out``. A disk with less room than a
-    large write takes part of it, and Python then returns the short count, not an error:
-    the next write says what is wrong."""
-    view = memoryview(data)
-    while view:
-        view = view[out.write(view):]
-    out.flush()
+    sys.stdout.buffer.write(data)  # (whole, or main reports why not)
 
 
 @image.command("extract")
