@@ -63,7 +63,8 @@ def _tile_id(value) -> int | None:
         return None
 
 
-#: digits a number in a tile spec may have (beyond any machine; int() refuses 4300+)
+#: digits a number in a tile spec may be written with, leading zeros too (beyond any
+#: machine; int() refuses 4300 digits and more, zeros or not)
 _DIGITS_MAX = 18
 
 
@@ -90,10 +91,10 @@ def _parse_part(spec: str, part: str, ntiles: int) -> range:
             f"bad tile specification {spec!r}: {part!r} is not a tile id or a range "
             "like 0-15 (or 0-14:2 for every second tile)"
         )
-    if any(len(n.strip().lstrip("0")) > _DIGITS_MAX for n in numbers):
+    if any(len(n.strip()) > _DIGITS_MAX for n in numbers):
         raise TileSpecError(
             f"bad tile specification {spec[:40]!r}{'...' if len(spec) > 40 else ''}: a number in it "
-            f"is far too big (this machine has tiles 0-{ntiles - 1})"
+            f"has far too many digits (this machine has tiles 0-{ntiles - 1})"
         )
     first = int(lo)
     last = int(hi) if dash else first

@@ -116,6 +116,7 @@ def test_run_exit_status_is_the_programs(runner, program):
     ("0-99", "no tile 99 on this machine"),
     ("x", "'x' is not a tile id"),
     ("", "empty tile specification"),
+    ("0" * 4301, "far too many digits"),
 ])
 def test_bad_tile_specs_are_usage_errors(runner, program, spec, message):
     result = runner.invoke(main, ["run", program("pass"), "--tiles", spec])

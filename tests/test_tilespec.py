@@ -41,9 +41,11 @@ def test_parse(spec, expected):
         ("0-8:0", "step"),
         ([1, 99], "no tile 99"),
         (["1"], "must be integers"),
-        ("9" * 5000, "far too big"),  # past int()'s own limit: still a spec error
-        ("0-" + "9" * 19, "far too big"),
-        ("0-8:" + "9" * 5000, "far too big"),
+        ("9" * 5000, "far too many digits"),  # past int()'s own limit: still a spec error
+        ("0-" + "9" * 19, "far too many digits"),
+        ("0-8:" + "9" * 5000, "far too many digits"),
+        ("0" * 4301, "far too many digits"),  # int() counts leading zeros against its limit
+        ("0-3:" + "0" * 4301, "far too many digits"),
         (range(10**20), "no tile 99999999999999999999"),  # checked by its ends, never listed
         (True, "not True"),  # a slip, not tile 1
         ([False], "must be integers"),
