@@ -17,6 +17,7 @@ import contextlib
 import errno
 import io
 import json
+import math
 import os
 import signal
 import sys
@@ -45,7 +46,6 @@ from ._runjson import run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._tilespec import TileSpecError, parse_tiles
-from .scheduler import budget_seconds
 from ._views import format_ps, format_status, ps_json
 
 EXIT_NOT_RUNNING = 3
@@ -220,6 +220,19 @@ name_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON for scripts")
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds within a range, and finite: click's FloatRange lets NaN through
+    (it compares false with either bound), and, with no upper bound, infinity."""
+
+    name = "number of seconds"
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return seconds
+
+
 def preset_option(default):
     return click.option(
         "--preset", type=click.Choice(sorted(PRESETS)), default=default,
@@ -339,7 +352,7 @@ def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket"
 @click.argument("program_args", metavar="[ARGS]...", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")
 @click.option("--data", "data_file", type=click.File("rb"), help="host file split over the tiles as __tiledata")
-@click.option("--budget", type=float, callback=lambda ctx, param, value: _budget(value),
+@click.option("--budget", type=Seconds(min=0, min_open=True), metavar="SECONDS",
               help="seconds a tile may compute per superstep")
 @click.option("--json", "as_json", is_flag=True, help="print per-tile results as JSON")
 @click.option("--stats", "show_stats", is_flag=True, help="print supersteps, bytes and simulated exchange time")
@@ -511,13 +524,6 @@ def _geometry(info: dict) -> str:
     return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['ntiles']} tiles"
 
 
-def _budget(value: float | None) -> float | None:
-    try:
-        return None if value is None else budget_seconds(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     if as_json:
         click.echo(json.dumps(run_result_to_json(result), indent=1))
@@ -630,7 +636,7 @@ def status(name, as_json) -> None:
 @json_option
 @click.option("--by", "view", type=click.Choice(["state", "sram"]), default="state", show_default=True,
               help="colour tiles by state or by SRAM use")
-@click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
+@click.option("--interval", type=Seconds(0.1, 60), metavar="SECONDS", default=1.0, show_default=True,
               help="seconds between refreshes")
 @click.option("--once", is_flag=True, help="print one frame and exit (the default when not on a terminal)")
 def top(name, as_json, view, interval, once) -> None:

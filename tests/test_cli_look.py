@@ -132,6 +132,14 @@ def test_top_json(busy):
     assert sum(t["state"] == "idle" for t in doc["tiles"]) == 12
 
 
+def test_top_refuses_an_interval_that_is_no_number_of_seconds(machine):
+    # (click's FloatRange let NaN through: on a terminal, top then crashed waiting NaN seconds)
+    for interval in ("nan", "-nan", "inf"):
+        result = invoke(machine, "top", "--once", "--interval", interval)
+        assert result.exit_code == 2, (interval, result.output)
+        assert "Invalid value for '--interval'" in result.output and "Traceback" not in result.output
+
+
 @pytest.mark.parametrize("command", [["ps"], ["status"], ["top", "--once"], ["kill", "1"], ["ps", "--json"]])
 def test_read_commands_do_not_start_a_machine(runtime_dir, command):
     result = CliRunner().invoke(main, [*command, "--name", "nothing-here"])
