@@ -18,6 +18,7 @@ import time
 from typing import Callable
 
 from ._protocol import (
+    BAD_JSON,
     BAD_VERSION,
     PREFIX,
     REPLY_LIMITS,
@@ -200,9 +201,9 @@ class Client:
                 kind = header.get("type")
                 if kind == "event":
                     if on_event is not None:
-                        on_event(header.get("event") or {})
+                        on_event(self._object(header, "event"))
                 elif kind == "result":
-                    return reply_result(frame), (b"" if header.get("result_in_payload") else frame.payload)
+                    return self._result(frame), (b"" if header.get("result_in_payload") else frame.payload)
                 elif kind == "error":
                     self._raise_error(header)
         finally:
@@ -221,12 +222,31 @@ class Client:
         except ProtocolError as exc:
             if exc.code == BAD_VERSION:
                 raise self._other_release(exc.message) from None
-            raise DaemonError(exc.code, f"the daemon sent a bad reply: {exc.message}") from None
+            raise self._bad_reply(exc.code, exc.message) from None
         except (EOFError, ConnectionError, OSError) as exc:
             raise self._gone(exc) from None
 
+    def _result(self, frame) -> dict:
+        try:
+            result = reply_result(frame)
+        except ProtocolError as exc:
+            raise self._bad_reply(exc.code, exc.message) from None
+        if not isinstance(result, dict):  # (every command answers one, and its callers index it)
+            raise self._bad_reply(BAD_JSON, "its result is not a JSON object")
+        return result
+
+    def _object(self, header: dict, key: str) -> dict:
+        """The reply's ``key`` (its event, its error), which must be a JSON object if there."""
+        value = header.get(key) or {}
+        if not isinstance(value, dict):
+            raise self._bad_reply(BAD_JSON, f"its {key} is not a JSON object")
+        return value
+
+    def _bad_reply(self, code: str, what: str) -> DaemonError:
+        return DaemonError(code, f"machine {self.paths.name!r} sent a bad reply: {what}")
+
     def _raise_error(self, header: dict):
-        error = header.get("error") or {}
+        error = self._object(header, "error")
         code = str(error.get("code", "error"))
         message = str(error.get("message", "the daemon reported an error"))
         if code == BAD_VERSION:

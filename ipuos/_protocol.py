@@ -19,7 +19,8 @@ Requests carry ``{"id": int, "cmd": str, "args": {...}, "timeout": seconds?}``. 
 carry the request's id and a ``type``: any number of ``"event"`` frames (progress, a job
 that started), then exactly one ``"result"`` or ``"error"``. Errors are
 ``{"code": ..., "message": ...}``; the message is meant for the user as is. A result too
-big for a header travels as JSON in the payload (``"result_in_payload": true``).
+big for a header travels as JSON in the payload (``"result_in_payload": true``). Results,
+events and errors are JSON objects: a client takes anything else for a bad reply.
 
 A request ``{"cmd": "cancel", "args": {"id": N}}`` cancels request N on the same
 connection (Ctrl-C in the client interrupts the job the request started).
@@ -183,7 +184,7 @@ def reply_result(frame: Frame):
         try:
             return json.loads(frame.payload)
         except (ValueError, RecursionError) as exc:
-            raise ProtocolError(BAD_JSON, f"the daemon sent a result that is not JSON: {exc}") from None
+            raise ProtocolError(BAD_JSON, f"its result is not JSON: {exc}") from None
     return frame.header.get("result")
 
 

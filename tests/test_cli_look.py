@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -13,16 +15,19 @@ from click.testing import CliRunner
 from daemon_harness import (  # noqa: F401  (fixtures)
     IPUOS,
     boot_machine,
+    closed_by_peer,
     machine,
     raw_socket,
     read_frame,
     request,
     runtime_dir,
+    unique_name,
     wait_for,
 )
 
 from ipuos._cli import main
-from ipuos._rundir import lock_holder
+from ipuos._protocol import encode_frame
+from ipuos._rundir import lock_holder, machine_paths
 from ipuos._top import SRAM_GLYPHS
 
 SPIN = b"print('spin', __tileid)\nwhile True:\n    sync()\n"
@@ -318,3 +323,46 @@ def test_ctrl_c_while_waiting_for_the_daemon_is_status_130(machine):
     finally:
         os.kill(machine.pid, signal.SIGCONT)
     assert invoke(machine, "ps").exit_code == 0
+
+
+@contextlib.contextmanager
+def _machine_answering(reply: bytes):
+    """A stand-in for a machine's daemon: its socket answers the first request with the
+    frame ``reply``, then waits for the client to go. Yields the machine's name."""
+    paths = machine_paths(unique_name("odd"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(paths.socket))
+    listener.listen(1)
+
+    def serve():
+        connection, _ = listener.accept()
+        with connection:
+            read_frame(connection)
+            connection.sendall(reply)
+            closed_by_peer(connection)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield paths.name
+    finally:
+        server.join(10)
+        listener.close()
+        paths.socket.unlink()
+
+
+@pytest.mark.parametrize("command, reply, what", [
+    (["status"], encode_frame({"id": 1, "type": "result", "result_in_payload": True}, b"xxxxx"),
+     "its result is not JSON: Expecting value"),
+    (["status"], encode_frame({"id": 1, "type": "result", "result": [1, 2]}), "its result is not a JSON object"),
+    (["status"], encode_frame({"id": 1, "type": "error", "error": "boom"}), "its error is not a JSON object"),
+    (["backup", "{tmp}/m.img"], encode_frame({"id": 1, "type": "event", "event": [1]}),
+     "its event is not a JSON object"),
+])
+def test_a_malformed_reply_is_one_clear_error(runtime_dir, tmp_path, command, reply, what):
+    with _machine_answering(reply) as name:
+        args = [arg.format(tmp=tmp_path) for arg in command]
+        result = CliRunner().invoke(main, [*args, "--name", name])
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 1  # (not a TypeError ...)
+    assert result.output.startswith(f"ipuos: machine {name!r} sent a bad reply: {what}")
+    assert result.output.count("\n") == 1
