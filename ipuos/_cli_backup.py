@@ -100,8 +100,16 @@ class _Progress:
 
 def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
     """Run a long daemon command with a progress bar; Ctrl-C cancels it."""
+    with _Errors(), Client(paths) as client:
+        return _progress_call(client, cmd, args, quiet,
+                              f"the machine is still finishing its {cmd} (see {hint('ps', paths.name)})")
+
+
+def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl_c: str) -> dict:
+    """``client.call`` with a progress bar, or notes when not on a terminal (unless
+    ``quiet``); Ctrl-C cancels, a second stops waiting (``after_ctrl_c`` says what then)."""
     terminal = _stderr_is_terminal()
-    with _Errors(), Client(paths) as client, _Progress(not quiet and terminal, notes=not quiet) as progress:
+    with _Progress(not quiet and terminal, notes=not quiet) as progress:
         try:
             return client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
                                on_interrupt=progress.interrupted)
@@ -114,8 +122,7 @@ def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
             raise
         except KeyboardInterrupt:
             progress.close()
-            _fail(f"stopped waiting; the machine is still finishing its {cmd} (see {hint('ps', paths.name)})",
-                  EXIT_INTERRUPTED)
+            _fail(f"stopped waiting; {after_ctrl_c}", EXIT_INTERRUPTED)
 
 
 def _mib(n: int) -> str:
@@ -222,20 +229,9 @@ def boot_geometry(ctx: click.Context, image: str, preset: str, ipus: int) -> tup
 
 
 def halt_with_backup(client: Client, args: dict) -> dict:
-    """``halt --backup``: the halt call, with progress while the backup is written."""
-    with _Progress(_stderr_is_terminal()) as progress:
-        try:
-            return client.call("halt", args, wait=None, interruptible=True, on_event=progress.event,
-                               on_interrupt=progress.interrupted)
-        except DaemonError as exc:
-            progress.close()
-            if exc.code == "cancelled":  # (the daemon's message says it was not halted)
-                _fail(exc.message, EXIT_INTERRUPTED)
-            raise
-        except KeyboardInterrupt:
-            progress.close()
-            _fail("stopped waiting; the machine may still halt once its backup is written",
-                  EXIT_INTERRUPTED)
+    """``halt --backup``: the halt call, with backup's progress and notes (a cancelled one
+    says, as the daemon's message, that the machine was not halted)."""
+    return _progress_call(client, "halt", args, False, "the machine may still halt once its backup is written")
 
 
 # -- offline: ipuos image ... -----------------------------------------------------------------

@@ -18,6 +18,7 @@ import time
 from ._backup import BackupError, Cancelled, backup, check_destination, image_destination, restore, unsaved
 from ._commands import Arg, Call, CommandError, command
 from ._protocol import BAD_REQUEST
+from ._rundir import hint
 from ._tilespec import TileSpecError
 
 log = logging.getLogger("ipuos.daemon")
@@ -135,20 +136,56 @@ def halt_backup(call: Call, path: str) -> dict:
         error = _failure(exc) if isinstance(exc, BackupError) else exc
         error.message = f"{error.message}; machine {host.name!r} was not halted"
         raise error from None
-    stopped = sorted(job.id for job in host.jobs())
+    stopped = sorted(job.id for job in _running(host))
     # (the reason holds whether or not the backup then succeeds and the machine halts)
     host.interrupt_all(f"stopped by `ipuos halt --backup` of machine {host.name!r}")
-    deadline = time.monotonic() + 10.0
-    for job in host.jobs():
-        try:
-            job.handle.wait(max(0.1, deadline - time.monotonic()))
-        except TimeoutError:
-            pass
     try:
+        _wait_for_jobs_to_end(call, path)
         return run_backup(call, path, None)
     except CommandError as exc:
-        exc.message = f"{exc.message}; machine {host.name!r} was not halted"
-        if stopped:  # (so that the image would hold what halting leaves: nobody writes after it)
-            listed = ", ".join(map(str, stopped))
-            exc.message += f", but its programs were stopped for the backup (job{'s' if len(stopped) > 1 else ''} {listed})"
+        exc.message = f"{exc.message}; machine {host.name!r} was not halted{_what_became_of(host, stopped)}"
         raise
+
+
+#: how long ``halt --backup`` waits for the programs it interrupted to end before the backup
+#: (which then waits for their tiles to reach an exchange point)
+JOBS_END_SECONDS = 10.0
+
+
+def _wait_for_jobs_to_end(call: Call, path: str) -> None:
+    """Wait for the interrupted jobs to end, so that the image holds what halting leaves
+    (nobody writes after it), telling the client for how many tiles, as a backup does
+    (a tile inside a long call into C code takes the interrupt only when the call returns)."""
+    events = _Events(call)
+    deadline = time.monotonic() + JOBS_END_SECONDS
+    while (jobs := _running(call.host)) and time.monotonic() < deadline:
+        if call.cancelled.is_set():
+            raise _failure(Cancelled(f"backup cancelled; {path} was not written"))
+        events("waiting", 0, sum(job.handle.job.nlive for job in jobs))
+        try:
+            jobs[0].handle.wait(0.1)
+        except TimeoutError:
+            pass
+
+
+def _what_became_of(host, stopped: list[int]) -> str:
+    """For the error of a halt --backup that did not halt: which of the jobs it interrupted
+    have ended, and which have not yet."""
+    running = {job.id for job in _running(host)}
+    ended = [job for job in stopped if job not in running]
+    still = [job for job in stopped if job in running]
+    note = f", but its programs were stopped for the backup ({_jobs(ended)})" if ended else ""
+    if still:
+        note += (f"; {_jobs(still)} {'was' if len(still) == 1 else 'were'} interrupted for the backup but "
+                 f"{'has' if len(still) == 1 else 'have'} not stopped yet (a tile inside one long call into "
+                 f"C code stops only when the call returns; {hint('ps', host.name)} shows the jobs)")
+    return note
+
+
+def _running(host) -> list:
+    """The host's jobs still running (an ended one stays listed until its client is told)."""
+    return [job for job in host.jobs() if not job.handle.done]
+
+
+def _jobs(ids: list[int]) -> str:
+    return f"job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"

@@ -299,6 +299,27 @@ def test_halt_backup_that_fails_after_stopping_the_programs_says_so(machine, tmp
         spin.wait()
 
 
+def test_halt_backup_says_what_it_waits_for_and_what_became_of_a_program_that_runs_on(machine, tmp_path):
+    """A program inside one long call into C code takes the interrupt only when the call
+    returns. halt --backup says what it waits for, as backup does; cancelled meanwhile,
+    it does not claim the program was stopped."""
+    stuck = _write(tmp_path, "import hashlib\nhashlib.pbkdf2_hmac('sha256', b'p', b's', 20_000_000)\n")
+    run = subprocess.Popen([IPUOS, "run", "--tiles", "5", stuck], env=machine.env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: json.loads(cli(machine, "ps", "--json").stdout)["jobs"], what="the job")
+        (job,) = [j["job"] for j in json.loads(cli(machine, "ps", "--json").stdout)["jobs"]]
+        err = _ctrl_c_once_waiting(machine, "halt", "--backup", str(tmp_path / "m.img"))
+        assert (f"was not halted; job {job} was interrupted for the backup but has not stopped yet "
+                "(a tile inside one long call into C code stops only when the call returns") in err, err
+        assert "were stopped" not in err and not (tmp_path / "m.img").exists()
+        assert run.wait(120) == 130  # (interrupted once the call returned)
+        assert cli(machine, "status").returncode == 0  # not halted
+    finally:
+        run.kill()
+        run.wait()
+
+
 def test_halt_backup_writes_the_image_then_halts(machine, tmp_path):
     grow(machine, tmp_path, tiles="0-3")
     before = per_tile(listing(machine, tmp_path))
@@ -353,6 +374,22 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     result = cli(machine, "halt", "--backup", str(image))
     assert "halted machine" in result.stdout
     assert "note: not in the image: the RAM disk on /ram of tile 0" in result.stderr
+
+
+def _ctrl_c_once_waiting(booted, *args: str) -> str:
+    """Run ``ipuos ARGS``; once it says it waits for a tile to reach an exchange point,
+    Ctrl-C it. Returns its stderr; it must end interrupted (status 130)."""
+    command = subprocess.Popen([IPUOS, *args], env=booted.env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    # not a terminal: no progress bar, but one line says what it waits for
+    ready, _, _ = select.select([command.stderr], [], [], 30)
+    assert ready and command.poll() is None
+    note = command.stderr.readline()
+    assert note.startswith("ipuos: waiting for 1 tile to reach an exchange point"), note
+    command.send_signal(signal.SIGINT)
+    out, err = command.communicate(timeout=60)
+    assert command.returncode == 130, (out, err)
+    return err
 
 
 def _write(tmp_path, text: str) -> str:
@@ -496,17 +533,8 @@ for i in range(80_000_000):  # seconds of pure compute: no exchange point to fre
 print(x)
 """)], env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(1.0)  # tile 3 now computes without an exchange point: it cannot freeze
-    backup = subprocess.Popen([IPUOS, "backup", str(image)], env=machine.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # not a terminal: no progress bar, but one line says what it waits for (tile 3)
-    ready, _, _ = select.select([backup.stderr], [], [], 30)
-    assert ready and backup.poll() is None
-    note = backup.stderr.readline()
-    # (tile 3 holds up the others: it is the one named)
-    assert note.startswith("ipuos: waiting for 1 tile to reach an exchange point"), note
-    backup.send_signal(signal.SIGINT)
-    out, err = backup.communicate(timeout=60)
-    assert backup.returncode == 130, (out, err)
+    # (tile 3 holds up the others: it is the one the note counts)
+    err = _ctrl_c_once_waiting(machine, "backup", str(image))
     assert f"backup cancelled; {image} was not written" in err, err
     busy.communicate(timeout=60)
     assert image.read_bytes() == MAGIC + b"the old image"
