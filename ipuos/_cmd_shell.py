@@ -9,6 +9,7 @@ there and answers back:
 | ``shell.exec`` | session, seq, line, eof, width; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
 | ``shell.complete`` | session, text | ``{"start", "words"}`` |
 | ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` |
+| ``shell.put_abort`` | session | the put under way will not finish: its partial file is removed |
 | ``shell.get`` | session, path, offset, size | a chunk of a chip file as the payload |
 
 Keeping ``shell.attach`` in flight for the session's life does two things: the
@@ -244,7 +245,15 @@ def _put(call: Call):
         raise CommandError("bad_request", "the offset cannot be negative")
     path = _ask(call, "shell.put", args["session"], args["path"], args["name"], call.payload,
                 args["offset"], args["last"], timeout=110.0)
-    return {"path": path}
+    return {"path": path}  # (None: the put was abandoned meanwhile, and nothing put in place)
+
+
+@command("shell.put_abort", Arg("session", int), timeout=60.0)
+def _put_abort(call: Call):
+    """The client gives up its put: tile 0 removes what the put wrote."""
+    _server(call.host)
+    _ask(call, "shell.put_abort", call.args["session"])
+    return {}
 
 
 @command("shell.get", Arg("session", int), Arg("path", str), Arg("offset", int), Arg("size", int),

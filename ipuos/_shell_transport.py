@@ -34,6 +34,9 @@ IDLE_RECONNECT_SECONDS = 30.0
 #: how long Tab waits for tile 0: the line cannot be edited meanwhile, and tile 0 answers
 #: in a superstep or two unless a tile computes without an exchange point (then no wait helps)
 COMPLETE_SECONDS = 1.5
+#: how long a put given up waits for tile 0 to remove its partial file (a busy tile 0 does
+#: it later: the request stays queued)
+ABORT_SECONDS = 5.0
 #: the longest line the shell sends (as JSON text): it rides in a request's header,
 #: beside a few small fields
 LINE_MAX = REQUEST_LIMITS.max_header - 1024
@@ -190,6 +193,17 @@ class DaemonTransport:
         return result["start"], result["words"]
 
     def put(self, path: str, chunks, name: str) -> str:
+        try:
+            return self._put(path, chunks, name)
+        except BaseException:
+            # Ctrl-C, or the host file failed: its partial copy on the chip goes at once
+            try:
+                self._call("shell.put_abort", {}, timeout=ABORT_SECONDS, wait=ABORT_SECONDS)
+            except RemoteError:
+                pass  # (else tile 0 removes it when the session's next put starts, or it ends)
+            raise
+
+    def _put(self, path: str, chunks, name: str) -> str:
         offset = 0
         target = path
         chunks = iter(chunks)

@@ -97,7 +97,9 @@ class Transport(Protocol):
 
     def put(self, path: str, chunks, name: str) -> str:
         """Write the byte chunks to ``path`` on the chip (``name``: the host file's name,
-        used when ``path`` is a directory); returns the path written. RemoteError."""
+        used when ``path`` is a directory); returns the path written. RemoteError. A put
+        that does not finish (an error, Ctrl-C, a chunk the host file fails to give)
+        leaves the old file, or none, and no partial copy."""
 
     def get(self, path: str):
         """The bytes of ``path`` on the chip, as an iterator of chunks. RemoteError."""

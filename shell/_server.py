@@ -8,7 +8,8 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 | ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
 | ``shell.exec`` | session, seq, line, payload, eof, width, emit | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
-| ``shell.put`` | session, path, host name, bytes, offset, last | the path written |
+| ``shell.put`` | session, path, host name, bytes, offset, last | the path written (None: abandoned) |
+| ``shell.put_abort`` | session | None (the put under way will not finish: its file goes) |
 | ``shell.get`` | session, path, offset, size | bytes (short at the end) |
 | ``shell.close`` | session | None |
 | ``shell.df`` / ``shell.meminfo`` | | a tile's disk use / SRAM regions (every tile) |
@@ -79,6 +80,7 @@ class ShellServer:
             "shell.exec": self._serve_exec,
             "shell.complete": self._serve_complete,
             "shell.put": self._serve_put,
+            "shell.put_abort": self._serve_put_abort,
             "shell.get": self._serve_get,
             "shell.df": _serve_df,
             "shell.meminfo": _serve_meminfo,
@@ -128,7 +130,7 @@ class ShellServer:
         session = self.sessions.pop(sid, None)
         tile.kernel_data.get(SESSIONS_KEY, {}).pop(sid, None)
         if session is not None:
-            session.drop_put(SessionFs(self.vfs_of(tile), session))  # a put cut short
+            session.abandon_put(SessionFs(self.vfs_of(tile), session))  # a put cut short
             session.close()
 
     # -- a line --------------------------------------------------------------------------------
@@ -260,38 +262,64 @@ class ShellServer:
         session = self._session(tile, sid)
         return complete(SessionFs(self.vfs_of(tile), session), session, text)
 
-    def _serve_put(self, tile, sid, path, name, data, offset, last=True) -> str:
+    def _serve_put(self, tile, sid, path, name, data, offset, last=True) -> str | None:
         """Write host bytes at ``offset`` of what becomes ``path`` (a directory gets
         ``name`` inside it) when the ``last`` chunk is in. Until then they go to a file of
         the session's beside it, so a put that fails (no space, Ctrl-C) leaves the old
-        file, or none, as it was. Returns the absolute path written."""
+        file, or none, as it was. That file goes as soon as the put is known not to
+        finish (an error, ``shell.put_abort``), else when the session's next put starts
+        or the session closes. Returns the absolute path written, or None if the put
+        was abandoned while this chunk was written (nothing was put in place)."""
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
+        if session.put_writing:  # (its terminal gave up waiting for a chunk still being written)
+            raise OSError(errno.EBUSY, "the previous put is still being stopped; try again in a moment", path)
         target = path
+        if offset == 0:
+            session.abandon_put(fs)  # one cut short before, whose terminal could not say so
+            session.put_abandoned = False
+        session.put_writing = True
         try:
             if offset == 0:
                 target = resolve_target(fs, path, name)
-                session.put_temporary = posixpath.join(posixpath.dirname(target), f".ipuos-put-{sid}")
-                file = fs.open_raw(session.put_temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            elif session.put_temporary is None:
-                raise OSError(errno.EINVAL, "no put of this session is under way", path)
-            else:
-                file = fs.open_raw(session.put_temporary, os.O_WRONLY)
-                file.seek(offset)
-            try:
-                file.write(data)
-            except BaseException:
-                close_after_failure(file)
-                raise
-            file.close()
-            if last:
-                fs.rename(session.put_temporary, target)
-                session.put_temporary = None
-        except OSError as exc:
-            session.drop_put(fs)
-            exc.filename = target  # the shell's name (another tile's error names its own path)
+            self._put_chunk(fs, session, target, data, offset, last)
+        except BaseException as exc:
+            session.put_abandoned = True
+            if isinstance(exc, OSError):
+                exc.filename = target  # the shell's name (another tile's error names its own path)
             raise
-        return target
+        finally:
+            session.put_writing = False
+            if session.put_abandoned:
+                session.abandon_put(fs)
+        return None if session.put_abandoned else target
+
+    def _put_chunk(self, fs, session: Session, target: str, data, offset: int, last: bool) -> None:
+        """Write one chunk of a put into its file; after the last, put that file in place
+        unless the put was abandoned meanwhile (tile 0 serves requests while it writes)."""
+        if offset == 0:
+            session.put_temporary = posixpath.join(posixpath.dirname(target), f".ipuos-put-{session.id}")
+            file = fs.open_raw(session.put_temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        elif session.put_temporary is None:
+            raise OSError(errno.EINVAL, "no put of this session is under way", target)
+        else:
+            file = fs.open_raw(session.put_temporary, os.O_WRONLY)
+            file.seek(offset)
+        try:
+            file.write(data)
+        except BaseException:
+            close_after_failure(file)
+            raise
+        file.close()
+        if last and not session.put_abandoned:
+            fs.rename(session.put_temporary, target)
+            session.put_temporary = None
+
+    def _serve_put_abort(self, tile, sid) -> None:
+        """The terminal gives up its put (Ctrl-C, or its host file failed): remove what
+        the put wrote."""
+        session = self._session(tile, sid)
+        session.abandon_put(SessionFs(self.vfs_of(tile), session))
 
     def _serve_get(self, tile, sid, path, offset, size) -> bytes:
         session = self._session(tile, sid)

@@ -77,9 +77,19 @@ class Session:
         self.status = 0
         #: where the ``put`` under way writes until its last chunk is in
         self.put_temporary: str | None = None
+        #: a chunk of that put is being written: tile 0 may serve this session's next
+        #: request meanwhile (once the terminal gave up waiting), which must not remove
+        #: the file under it
+        self.put_writing = False
+        #: the put was abandoned while a chunk was being written: that chunk removes it
+        self.put_abandoned = False
 
-    def drop_put(self, fs) -> None:
-        """Remove what a put that did not finish had written (best effort)."""
+    def abandon_put(self, fs) -> None:
+        """The put under way will not finish: remove what it wrote (best effort), or
+        leave that to the chunk being written now, when it is done."""
+        if self.put_writing:
+            self.put_abandoned = True
+            return
         temporary, self.put_temporary = self.put_temporary, None
         if temporary is not None:
             try:

@@ -260,6 +260,29 @@ def test_put_and_get_copy_bytes_exactly(shared_machine, tmp_path):
     assert not (tmp_path / "here").exists()
 
 
+@pytest.mark.parametrize("name, failure", [("ctrl-c", KeyboardInterrupt),
+                                           ("eio", lambda: OSError(5, "Input/output error"))])
+def test_a_put_given_up_between_chunks_leaves_no_partial_file(shared_machine, name, failure):
+    """Ctrl-C while the terminal reads the next chunk of the host file, or that read
+    failing: the chunks written so far go at once, not when the session ends."""
+    from ipuos._shell_transport import DaemonTransport
+
+    def chunks():
+        yield b"first chunk\n"
+        yield b"second chunk\n"
+        raise failure()  # (the first chunk is on the chip by now: the put reads one ahead)
+
+    assert shell(shared_machine, f"mkdir /chip/{name}").returncode == 0
+    transport = DaemonTransport(shared_machine.paths)
+    try:
+        with pytest.raises((KeyboardInterrupt, OSError)):
+            transport.put(f"/chip/{name}/f", chunks(), "f")
+        done = shell(shared_machine, f"ls -a /chip/{name}")  # while the session lives on
+        assert done.stdout == ".\n..\n", done.stderr
+    finally:
+        transport.close()
+
+
 def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
     # the copy's earlier chunks are lost with the one that found the disk full, and
     # closing the copy says so: the error cp reports is still the first one

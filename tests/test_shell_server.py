@@ -168,6 +168,30 @@ def test_closing_a_session_forgets_it(server):
         session.run("echo gone")
 
 
+def test_a_put_that_does_not_finish_leaves_no_partial_file(server):
+    """Its file goes when the terminal gives the put up, else when the session's next put
+    starts (the terminal may not have been able to say) or when the session closes."""
+    session = Session(server)
+    session.run("mkdir /pa /pb /pc")
+
+    def put(directory, last):
+        return call(server, "shell.put", session.id, directory, "f", b"partial", 0, last)
+
+    def partial_files():
+        return Session(server).run("ls -a /pa /pb /pc")["text"].count(".ipuos-put-")
+
+    put("/pa", False)
+    assert partial_files() == 1
+    assert put("/pb", True) == "/pb/f"
+    assert partial_files() == 0
+    put("/pc", False)
+    call(server, "shell.put_abort", session.id)
+    assert partial_files() == 0
+    put("/pa", False)
+    call(server, "shell.close", session.id)
+    assert partial_files() == 0
+
+
 def test_a_session_closed_while_a_multirepl_block_runs_answers_that_block(server):
     # the terminal went away (or the machine is halting) during a block: the block still
     # ends with a state the closed session can give, not an AttributeError
