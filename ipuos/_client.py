@@ -169,14 +169,16 @@ class Client:
         if header > REQUEST_LIMITS.max_header:  # (the daemon would drop the connection)
             raise DaemonError("too_large", f"{cmd!r} would send {header:,} bytes of arguments; the daemon "
                               f"accepts at most {REQUEST_LIMITS.max_header:,} in one request")
-        self._send(frame)
         if wait == -1:
             wait = (timeout if timeout is not None else 20.0) + GRACE_SECONDS
-        deadline = None if wait is None else time.monotonic() + wait
         interrupts = _InterruptFlag() if interruptible else None
         try:
             if interrupts is not None:
+                # before sending: a Ctrl-C while a big request goes out cancels it like any
+                # other, instead of cutting the frame short (the daemon may still act on it)
                 interrupts.install()
+            self._send(frame)
+            deadline = None if wait is None else time.monotonic() + wait
             handled = 0
             while True:
                 if interrupts is not None and interrupts.count > handled:

@@ -8,7 +8,7 @@ there and answers back:
 | ``shell.attach`` | width | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
 | ``shell.exec`` | session, seq, line, eof, width; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
 | ``shell.complete`` | session, text | ``{"start", "words"}`` |
-| ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` |
+| ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` (null: stopped by a cancel, nothing in place) |
 | ``shell.put_abort`` | session | the put under way will not finish: its partial file is removed |
 | ``shell.get`` | session, path, offset, size | a chunk of a chip file as the payload |
 
@@ -243,9 +243,11 @@ def _put(call: Call):
     args = call.args
     if args["offset"] < 0:
         raise CommandError("bad_request", "the offset cannot be negative")
+    # a cancel (the client's Ctrl-C) stops the put unless its file is in place already;
+    # the reply says which
     path = _ask(call, "shell.put", args["session"], args["path"], args["name"], call.payload,
-                args["offset"], args["last"], timeout=110.0)
-    return {"path": path}  # (None: the put was abandoned meanwhile, and nothing put in place)
+                args["offset"], args["last"], call.cancelled.is_set, timeout=110.0)
+    return {"path": path}  # (None: the put was given up, and nothing put in place)
 
 
 @command("shell.put_abort", Arg("session", int), timeout=60.0)

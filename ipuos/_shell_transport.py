@@ -37,6 +37,10 @@ COMPLETE_SECONDS = 1.5
 #: how long a put given up waits for tile 0 to remove its partial file (a busy tile 0 does
 #: it later: the request stays queued)
 ABORT_SECONDS = 5.0
+#: what a put reports when a second Ctrl-C stops the wait for tile 0's answer (tile 0 saw
+#: the first, unless the answer was already on its way)
+PUT_GIVEN_UP = ("stopped waiting for tile 0, which drops the copy unless it was put in place "
+                "before the Ctrl-C reached it")
 #: the longest line the shell sends (as JSON text): it rides in a request's header,
 #: beside a few small fields
 LINE_MAX = REQUEST_LIMITS.max_header - 1024
@@ -192,9 +196,9 @@ class DaemonTransport:
         result, _ = self._call("shell.complete", {"text": text}, timeout=COMPLETE_SECONDS)
         return result["start"], result["words"]
 
-    def put(self, path: str, chunks, name: str) -> str:
+    def put(self, path: str, chunks, name: str, *, on_interrupt=None) -> str:
         try:
-            return self._put(path, chunks, name)
+            return self._put(path, chunks, name, on_interrupt)
         except BaseException:
             # Ctrl-C, or the host file failed: its partial copy on the chip goes at once
             try:
@@ -203,16 +207,32 @@ class DaemonTransport:
                 pass  # (else tile 0 removes it when the session's next put starts, or it ends)
             raise
 
-    def _put(self, path: str, chunks, name: str) -> str:
+    def _put(self, path: str, chunks, name: str, on_interrupt) -> str:
         offset = 0
         target = path
         chunks = iter(chunks)
         data = next(chunks, b"")
+        stopping = []
+
+        def interrupted(count: int) -> None:
+            if count == 1:  # the request is cancelled: tile 0 stops the put unless it is done
+                stopping.append(True)
+                if on_interrupt is not None:
+                    on_interrupt()
+
         while True:
             following = next(chunks, None)  # the last chunk says so: the file is put in place then
-            result, _ = self._call("shell.put", {"path": target, "name": name, "offset": offset,
-                                                 "last": following is None}, data, timeout=120.0)
+            try:
+                result, _ = self._call("shell.put", {"path": target, "name": name, "offset": offset,
+                                                     "last": following is None}, data, timeout=120.0,
+                                       interruptible=True, on_interrupt=interrupted)
+            except KeyboardInterrupt:
+                if stopping:  # a second Ctrl-C
+                    raise KeyboardInterrupt(PUT_GIVEN_UP) from None
+                raise
             target = result["path"]
+            if target is None or (stopping and following is not None):
+                raise KeyboardInterrupt  # stopped in time: nothing was put in place
             offset += len(data)
             if following is None:
                 return target

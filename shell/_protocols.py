@@ -95,11 +95,14 @@ class Transport(Protocol):
     def complete(self, text: str) -> tuple[int, list[str]]:
         """Completions of the end of ``text``: (where the completed word starts, words)."""
 
-    def put(self, path: str, chunks, name: str) -> str:
+    def put(self, path: str, chunks, name: str, *, on_interrupt: Callable[[], None] | None = None) -> str:
         """Write the byte chunks to ``path`` on the chip (``name``: the host file's name,
         used when ``path`` is a directory); returns the path written. RemoteError. A put
         that does not finish (an error, Ctrl-C, a chunk the host file fails to give)
-        leaves the old file, or none, and no partial copy."""
+        leaves the old file, or none, and no partial copy. Ctrl-C while a chunk is on its
+        way calls ``on_interrupt()`` and waits for tile 0's answer: KeyboardInterrupt if
+        the put was stopped in time, the path if its file was in place already (a second
+        Ctrl-C stops waiting: KeyboardInterrupt whose message says so)."""
 
     def get(self, path: str):
         """The bytes of ``path`` on the chip, as an iterator of chunks. RemoteError."""

@@ -8,7 +8,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 | ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
 | ``shell.exec`` | session, seq, line, payload, eof, width, emit | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
-| ``shell.put`` | session, path, host name, bytes, offset, last | the path written (None: abandoned) |
+| ``shell.put`` | session, path, host name, bytes, offset, last, cancelled | the path written (None: given up) |
 | ``shell.put_abort`` | session | None (the put under way will not finish: its file goes) |
 | ``shell.get`` | session, path, offset, size | bytes (short at the end) |
 | ``shell.close`` | session | None |
@@ -262,14 +262,15 @@ class ShellServer:
         session = self._session(tile, sid)
         return complete(SessionFs(self.vfs_of(tile), session), session, text)
 
-    def _serve_put(self, tile, sid, path, name, data, offset, last=True) -> str | None:
+    def _serve_put(self, tile, sid, path, name, data, offset, last=True, cancelled=None) -> str | None:
         """Write host bytes at ``offset`` of what becomes ``path`` (a directory gets
         ``name`` inside it) when the ``last`` chunk is in. Until then they go to a file of
         the session's beside it, so a put that fails (no space, Ctrl-C) leaves the old
         file, or none, as it was. That file goes as soon as the put is known not to
-        finish (an error, ``shell.put_abort``), else when the session's next put starts
-        or the session closes. Returns the absolute path written, or None if the put
-        was abandoned while this chunk was written (nothing was put in place)."""
+        finish (an error, ``shell.put_abort``, ``cancelled()`` turning true: the terminal's
+        Ctrl-C), else when the session's next put starts or the session closes. Returns
+        the absolute path written, or None if the put was given up before this chunk's
+        end (nothing was put in place)."""
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
         if session.put_writing:  # (its terminal gave up waiting for a chunk still being written)
@@ -278,11 +279,24 @@ class ShellServer:
         if offset == 0:
             session.abandon_put(fs)  # one cut short before, whose terminal could not say so
             session.put_abandoned = False
+
+        def given_up() -> bool:
+            if cancelled is not None and cancelled():
+                session.put_abandoned = True
+            return session.put_abandoned
+
         session.put_writing = True
         try:
             if offset == 0:
                 target = resolve_target(fs, path, name)
-            self._put_chunk(fs, session, target, data, offset, last)
+            if not given_up():
+                self._write_put_chunk(fs, session, target, data, offset)
+            # the last moment to stop: once in place, the put has happened, whatever comes after
+            if last and not given_up():
+                fs.rename(session.put_temporary, target)
+                session.put_temporary = None
+                return target
+            given_up()
         except BaseException as exc:
             session.put_abandoned = True
             if isinstance(exc, OSError):
@@ -294,9 +308,8 @@ class ShellServer:
                 session.abandon_put(fs)
         return None if session.put_abandoned else target
 
-    def _put_chunk(self, fs, session: Session, target: str, data, offset: int, last: bool) -> None:
-        """Write one chunk of a put into its file; after the last, put that file in place
-        unless the put was abandoned meanwhile (tile 0 serves requests while it writes)."""
+    def _write_put_chunk(self, fs, session: Session, target: str, data, offset: int) -> None:
+        """Write one chunk of a put into the file it goes to until its last chunk is in."""
         if offset == 0:
             session.put_temporary = posixpath.join(posixpath.dirname(target), f".ipuos-put-{session.id}")
             file = fs.open_raw(session.put_temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -311,9 +324,6 @@ class ShellServer:
             close_after_failure(file)
             raise
         file.close()
-        if last and not session.put_abandoned:
-            fs.rename(session.put_temporary, target)
-            session.put_temporary = None
 
     def _serve_put_abort(self, tile, sid) -> None:
         """The terminal gives up its put (Ctrl-C, or its host file failed): remove what

@@ -275,8 +275,8 @@ class Terminal:
         handler = getattr(self, f"_local_{name}")
         try:
             handler(args, command)
-        except KeyboardInterrupt:
-            self._fail(name, "interrupted", EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            self._fail(name, str(exc) or "interrupted", EXIT_INTERRUPTED)
         except RemoteError as exc:
             self._fail(name, str(exc))
         except OSError as exc:
@@ -351,9 +351,18 @@ class Terminal:
                     return
                 yield data
 
+        interrupted = []
+
+        def stopping() -> None:
+            interrupted.append(True)
+            self._write_err("\n")  # (after the ^C a terminal echoes: the report starts a line)
+
         with open(host, "rb") as file:
-            written = self.transport.put(target, chunks(file), os.path.basename(host.rstrip("/")))
-        if self.interactive:
+            written = self.transport.put(target, chunks(file), os.path.basename(host.rstrip("/")),
+                                         on_interrupt=stopping)
+        if interrupted:  # too late: the copy was complete, and is in place
+            self._write_err(f"put: {host} -> {written}: copied before the Ctrl-C could stop it\n")
+        elif self.interactive:
             self.stdout.write(f"{host} -> {written}\n")
         self.status = 0
 

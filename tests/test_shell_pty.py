@@ -11,7 +11,9 @@ print is compared with escape sequences stripped.
 from __future__ import annotations
 
 import re
+import signal
 import stat
+import subprocess
 import time
 
 import pexpect
@@ -170,6 +172,33 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     assert "^C\n[3 tiles: 1-3]\ninterrupted (Ctrl-C)\n" in out  # the report on a line of its own
     assert term.run("echo still-working") == "still-working\n"
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
+
+
+def test_ctrl_c_stops_a_put_whose_chunk_is_on_its_way_and_says_so_truly(terminal, shared_machine, tmp_path):
+    """The chunk waits for a busy tile 0 when Ctrl-C comes: the put waits for tile 0's
+    answer, which is that it stopped before putting the file in place. (The terminal
+    used to say "interrupted" at once, and tile 0 then put the file in place.)"""
+    (tmp_path / "data.bin").write_bytes(b"x" * 1000)
+    spin = tmp_path / "spin.py"
+    spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine
+    term = terminal()
+    term.prompt()
+    job = subprocess.Popen([IPUOS, "run", str(spin), "--tiles", "0"], env=shared_machine.env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "spin.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
+                 what="the spinning program")
+        term.child.sendline(f"put {tmp_path}/data.bin /put-stopped")
+        time.sleep(1)  # (the chunk is on its way, and waits for tile 0)
+        term.child.sendintr()
+        time.sleep(0.5)
+    finally:
+        job.send_signal(signal.SIGINT)  # (ipuos run interrupts its job)
+        job.wait(30)
+    out = term.prompt()
+    assert out.endswith("put: interrupted\n"), out
+    listing = term.run("ls -a /")
+    assert "put-stopped" not in listing and ".ipuos-put" not in listing, listing
 
 
 def test_ctrl_z_at_the_prompt_suspends_the_shell_and_fg_resumes_it(shared_machine, tmp_path):
