@@ -102,7 +102,7 @@ def _python(sh, args):
 @command("multirepl", "multirepl [--tiles SPEC] [--data HOSTFILE]",
          "every block runs on every tile; output grouped (Ctrl-D leaves)", paths=False)
 def _multirepl(sh, args):
-    opts, rest = options(args, "", ("tiles=", "data="))
+    opts, rest = multirepl_options(args)
     if rest:
         raise Usage(f"unexpected argument {rest[0]!r}")
     data = sh.payload if "--data" in opts else None
@@ -120,6 +120,12 @@ def _multirepl(sh, args):
              "each block runs on every tile, names are kept between blocks, output is grouped. "
              "Ctrl-D or exit() leaves.")
     return 0
+
+
+def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:
+    """multirepl's options: also read by the terminal, which sends ``--data``'s host file
+    with the line, so that both read the same options from it."""
+    return options(args, "", ("tiles=", "data="))
 
 
 def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, bool]:

@@ -14,7 +14,6 @@ completion know them, and so that tile 0 can say why it cannot run them itself.
 
 from __future__ import annotations
 
-import getopt
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,15 +53,64 @@ def command(name: str, usage: str, summary: str, *, terminal: bool = False, path
 
 
 def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
-    """``getopt`` with GNU ordering (options may follow operands; ``--`` ends them).
+    """Options as GNU getopt reads them (options may follow operands; ``--`` ends them;
+    ``-`` is an operand; ``-n5`` and ``-ln 5`` are ``-n 5``; ``--tiles=X`` or ``--tiles X``),
+    except that long options are spelled out in full, as ``run`` and the ``ipuos``
+    commands take them: getopt would read ``--dat`` as ``--data``, which the terminal,
+    deciding from a line what to send with it, cannot be expected to follow.
 
+    ``letters`` as getopt's (``"ln:"``), ``long`` as its long options (``("tiles=",)``).
     Returns ({"-l": "", "-n": "5", "--tiles": "0-3"}, operands); Usage on a bad option.
     """
-    try:
-        found, operands = getopt.gnu_getopt(args, letters, list(long))
-    except getopt.GetoptError as exc:
-        raise Usage(str(exc)) from None
-    return dict(found), operands
+    takes_value = {"-" + letter: letters[index + 1 : index + 2] == ":"
+                   for index, letter in enumerate(letters) if letter != ":"}
+    takes_value.update({"--" + name.rstrip("="): name.endswith("=") for name in long})
+    found: dict[str, str] = {}
+    operands: list[str] = []
+    index = 0
+
+    def value_of(name: str, given: str | None) -> str:
+        nonlocal index
+        if not takes_value[name]:
+            if given is not None:  # (only a long option can be given one: --name=value)
+                raise Usage(f"option {name} must not have an argument")
+            return ""
+        if given is None:
+            if index == len(args):
+                raise Usage(f"option {name} requires argument")
+            given = args[index]
+            index += 1
+        return given
+
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            operands.extend(args[index:])
+            break
+        if arg.startswith("--"):
+            name, eq, given = arg.partition("=")
+            _known(name, takes_value)
+            found[name] = value_of(name, given if eq else None)
+        elif arg.startswith("-") and arg != "-":
+            for position in range(1, len(arg)):
+                name = "-" + arg[position]
+                _known(name, takes_value)
+                if takes_value[name]:  # the rest of the word, else the next one, is its value
+                    found[name] = value_of(name, arg[position + 1 :] or None)
+                    break
+                found[name] = ""
+        else:
+            operands.append(arg)
+    return found, operands
+
+
+def _known(name: str, takes_value: dict[str, bool]) -> None:
+    if name in takes_value:
+        return
+    meant = [option for option in takes_value if option.startswith(name) and len(name) > 2]
+    hint = f" (did you mean {meant[0]}?)" if len(meant) == 1 else ""
+    raise Usage(f"option {name} not recognized{hint}")
 
 
 def human_size(n: float) -> str:

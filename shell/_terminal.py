@@ -37,9 +37,10 @@ from prompt_toolkit.key_binding import KeyBindings
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
 from ._parse import ShellSyntaxError, parse_line
+from ._progcmds import multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
-from ._table import COMMANDS
+from ._table import COMMANDS, Usage
 
 __all__ = ["Terminal", "history_path"]
 
@@ -426,16 +427,8 @@ class Terminal:
 
     def _local_multirepl(self, args, command) -> None:
         """Read ``--data HOSTFILE`` here (tile 0 cannot), then start the repl on tile 0."""
-        data_file = None
-        for index, arg in enumerate(args):
-            if arg == "--data" and index + 1 < len(args):
-                data_file = args[index + 1]
-            elif arg.startswith("--data="):
-                data_file = arg.partition("=")[2]
-        payload = b""
-        if data_file is not None:
-            with open(os.path.expanduser(data_file), "rb") as file:
-                payload = file.read()
+        with open(os.path.expanduser(_multirepl_data(command)), "rb") as file:
+            payload = file.read()
         self._execute(command.text, payload=payload)
 
 
@@ -473,7 +466,17 @@ def _is_local(command) -> bool:
     spec = COMMANDS.get(command.name)
     if spec is not None and spec.terminal:
         return True
-    return command.name == "multirepl" and any(a == "--data" or a.startswith("--data=") for a in command.argv)
+    return command.name == "multirepl" and _multirepl_data(command) is not None
+
+
+def _multirepl_data(command) -> str | None:
+    """The host file ``multirepl --data`` names, its options read as tile 0 reads them
+    (None: no --data, or options tile 0 refuses, saying why)."""
+    try:
+        opts, _ = multirepl_options(command.argv[1:])
+    except Usage:
+        return None
+    return opts.get("--data")
 
 
 def _host_listdir(directory: str) -> list[tuple[str, bool]]:

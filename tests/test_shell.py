@@ -89,6 +89,12 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "put /x", "put: x: this command is carried out", None),
     ("mkdir -p /chip/e12/d", "cd /chip/e12/d; rmdir .", "rmdir: .: cannot remove '.': name the directory itself", 1),
     ("", "touch -x", "touch: option -x not recognized\nusage: touch FILE...", 2),
+    # long options are spelled out, as run and the ipuos commands take them (the terminal
+    # sent no data file for --dat, while tile 0 read it as --data: a repl with no data)
+    ("", "multirepl --tiles 0-1 --dat /x", "multirepl: option --dat not recognized (did you mean --data?)\n"
+     "usage: multirepl [--tiles SPEC] [--data HOSTFILE]", 2),
+    ("", "free --til 0", "free: option --til not recognized (did you mean --tiles?)\n"
+     "usage: free [--tiles SPEC]", 2),
 ])
 def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, message, status):
     if setup:

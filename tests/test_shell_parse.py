@@ -169,3 +169,33 @@ def test_python_completion_runs_none_of_the_users_code():
 def test_a_caret_negates_a_bracket_only_unquoted(word, pattern):
     (command,) = parse_line(f"echo {word}")
     assert command.words[1].pattern == pattern
+
+
+@pytest.mark.parametrize("args, letters, long, expected", [
+    (["-l", "x", "-a"], "la", (), ({"-l": "", "-a": ""}, ["x"])),  # options after operands
+    (["-la", "-n5", "-"], "lan:", (), ({"-l": "", "-a": "", "-n": "5"}, ["-"])),
+    (["-ln", "5", "--", "-a"], "lan:", (), ({"-l": "", "-n": "5"}, ["-a"])),
+    (["--tiles", "0-3", "--data=a=b", "rest"], "", ("tiles=", "data="),
+     ({"--tiles": "0-3", "--data": "a=b"}, ["rest"])),
+    (["-c", "--not-an-option"], "c:", (), ({"-c": "--not-an-option"}, [])),
+])
+def test_options_are_read_as_getopt_reads_them(args, letters, long, expected):
+    from ipuos.shell._table import options
+
+    assert options(args, letters, long) == expected
+
+
+@pytest.mark.parametrize("args, letters, long, message", [
+    (["--dat", "f"], "", ("tiles=", "data="), "option --dat not recognized (did you mean --data?)"),
+    (["--t", "0"], "", ("tile=", "tiles="), "option --t not recognized"),  # (either)
+    (["-z"], "la", (), "option -z not recognized"),
+    (["-n"], "n:", (), "option -n requires argument"),
+    (["--tiles"], "", ("tiles=",), "option --tiles requires argument"),
+    (["--p="], "", ("p",), "option --p must not have an argument"),
+])
+def test_options_refuse_abbreviations_and_mistakes(args, letters, long, message):
+    from ipuos.shell._table import Usage, options
+
+    with pytest.raises(Usage) as raised:
+        options(args, letters, long)
+    assert str(raised.value) == message
