@@ -6,14 +6,16 @@ substitution. Anything that would mean one of those in ``sh`` is a syntax error 
 rather than a literal character, so a line written for ``sh`` never silently does
 something else.
 
-* words are separated by blanks; ``'...'`` keeps everything literally, ``"..."`` keeps
-  everything but ``\\"`` and ``\\\\``; outside quotes ``\\`` escapes the next character;
+* words are separated by blanks; ``'...'`` keeps everything literally, ``"..."`` too but
+  for ``\\`` before ``$``, a backtick, ``"``, ``\\`` or a newline, which it escapes (as
+  in sh: before anything else it stays); outside quotes ``\\`` escapes the next character;
 * ``;`` (or a newline) ends a command; ``# ...`` at the start of a word is a comment;
 * ``> FILE`` and ``>> FILE`` send the command's output to a file on the chip;
 * ``*``, ``?`` and ``[...]`` in an unquoted word are glob patterns (expanded against
   the chip's files by the caller: :attr:`Word.glob`);
-* ``$NAME``, ``${...}`` and ``2>`` are syntax errors (a literal ``$`` is quoted ``'$'``,
-  or stands before a blank or a character sh would not expand).
+* ``$NAME``, ``${...}`` and ``2>`` are syntax errors, and so are ``$(...)`` and backticks,
+  in double quotes too (a literal ``$`` is quoted ``'$'`` or ``\\$``, or stands before a
+  blank or a character sh would not expand).
 
 The same parser runs on both sides: tile 0 executes the commands, and the terminal
 front-end uses it to find the commands it carries out itself (``put``, ``get``...),
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 __all__ = ["ShellSyntaxError", "Word", "Command", "parse_line", "quote"]
 
 _GLOB_CHARS = frozenset("*?[")
+#: what ``\`` escapes inside double quotes (before anything else it is itself, as in sh)
+_ESCAPED_IN_DOUBLE_QUOTES = frozenset('$`"\\\n')
 _UNSUPPORTED = {
     "|": "pipes are not supported",
     "&": "background jobs and && are not supported",
@@ -164,10 +168,15 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
                 if char == '"':
                     pos += 1
                     break
-                if char == "\\" and pos + 1 < n and line[pos + 1] in '"\\':
-                    literal(line[pos + 1])
+                if char == "\\" and pos + 1 < n and line[pos + 1] in _ESCAPED_IN_DOUBLE_QUOTES:
+                    if line[pos + 1] != "\n":  # (a line joined to the next, as in sh)
+                        literal(line[pos + 1])
                     pos += 2
                 else:
+                    if char == "`" or line.startswith("$(", pos):  # sh substitutes in "..." too
+                        token = line[pos : pos + 2] if char == "$" else char
+                        raise ShellSyntaxError(f"syntax error near {token!r}: command substitution is "
+                                               "not supported")
                     if char == "$":
                         no_variable(pos)
                     literal(char)

@@ -682,6 +682,8 @@ def test_tiles_list_in_numeric_order(shared_machine):
     # mv takes -f (it never asks) and -- before a name that starts with a dash
     ("touch /chip/mvf1 /chip/-mvf", "mv -f /chip/mvf1 /chip/mvf2; mv -- /chip/-mvf /chip/mvf3; ls /chip/mvf2 /chip/mvf3",
      "/chip/mvf2\n/chip/mvf3\n", "", 0),
+    # in double quotes \ escapes $ ` " and \ (and is itself before anything else)
+    ("", r'echo "\$" "a\`b" "\$HOME" "a\"b" "a\\b" "a\b"', '$ a`b $HOME a"b a\\b a\\b\n', "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
     ("echo a > /chip/hl; echo b >> /chip/hl; echo c >> /chip/hl", "head -n -2 /chip/hl; tail -n -1 /chip/hl; head -n -0 /chip/hl",
      "a\nc\na\nb\nc\n", "", 0),

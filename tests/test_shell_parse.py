@@ -25,6 +25,15 @@ def test_quoting_keeps_blanks_and_specials():
     assert argvs("echo a\\;b") == [["echo", "a;b"]]
 
 
+def test_a_backslash_in_double_quotes_escapes_what_sh_has_it_escape():
+    # $ ` " \ and a newline (which it removes); before anything else it stays, as in sh
+    assert argvs(r'echo "\$" "a\`b" "\$HOME" "q\"q" "x\\y" "\a" "\*"') == [
+        ["echo", "$", "a`b", "$HOME", 'q"q', "x\\y", "\\a", "\\*"]]
+    assert argvs('echo "a\\\nb"') == [["echo", "ab"]]
+    (command,) = parse_line(r'ls "\*"*')
+    assert command.words[1].pattern == "\\[*]*"  # (the quoted star matches itself only)
+
+
 def test_command_text_is_kept_for_the_front_end():
     commands = parse_line("put a.txt /chip ; ls -l /chip")
     assert [c.text for c in commands] == ["put a.txt /chip", "ls -l /chip"]
@@ -68,6 +77,8 @@ def test_globs_are_marked_unless_quoted():
     ("echo $HOME", "variables are not supported"),
     ('echo "at $HOME"', "variables are not supported"),
     ("echo ${x}", "variables are not supported"),
+    ('echo "a`id`"', "command substitution"),
+    ('echo "$(id)"', "command substitution"),
 ])
 def test_what_sh_would_read_differently_is_an_error(line, message):
     with pytest.raises(ShellSyntaxError, match=message.replace("(", r"\(")):
