@@ -161,13 +161,13 @@ class SessionFs:
         return absolute(path, self.session.cwd)
 
     def _as_given(self, path: str) -> str:
-        """The absolute path for the VFS, keeping a trailing slash (``f/`` of a file is
-        ENOTDIR, as on the host, not ``f``) and a final ``.`` (the VFS refuses ``rmdir .``
-        as rmdir(2) does: it must see the ``.``, not the directory it names)."""
-        full = self.abspath(path)
-        if path.rstrip("/").rpartition("/")[2] == ".":
-            return full.rstrip("/") + "/."
-        return full + "/" if path.endswith("/") and full != "/" else full
+        """The path for the VFS: absolute, but otherwise as typed, since the VFS reads it
+        as the kernel does: ``missing/..`` is ENOENT, not the directory it lexically
+        names, ``mkdir new/.`` does not make new, ``f/`` of a file is ENOTDIR."""
+        self.abspath(path)  # (an empty path or a NUL is refused as for any other use)
+        if path.startswith("/"):
+            return path
+        return self.session.cwd.rstrip("/") + "/" + path
 
     def place(self, path: str) -> tuple[str, str]:
         """(the filesystem ``path`` is on, the path inside it): equal for the same file by

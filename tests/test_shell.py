@@ -682,6 +682,12 @@ def test_tiles_list_in_numeric_order(shared_machine):
     # mv takes -f (it never asks) and -- before a name that starts with a dash
     ("touch /chip/mvf1 /chip/-mvf", "mv -f /chip/mvf1 /chip/mvf2; mv -- /chip/-mvf /chip/mvf3; ls /chip/mvf2 /chip/mvf3",
      "/chip/mvf2\n/chip/mvf3\n", "", 0),
+    # a final . or .. names a directory that must be there: mkdir makes none, rmdir of
+    # missing/.. is no rmdir of the parent; mkdir -p makes what comes before it
+    ("mkdir /chip/dt1", "mkdir /chip/dt0/. /chip/dt1/.; mkdir -p /chip/dt2/.. /chip/dt3/.; rmdir /chip/dt1/no/..; "
+     "ls /chip/dt0 /chip/dt1 /chip/dt2 /chip/dt3", "/chip/dt1:\n\n/chip/dt2:\n\n/chip/dt3:\n",
+     "mkdir: /chip/dt0/.: No such file or directory\nmkdir: /chip/dt1/.: File exists\n"
+     "rmdir: /chip/dt1/no/..: No such file or directory\nls: /chip/dt0: No such file or directory\n", 1),
     # in double quotes \ escapes $ ` " and \ (and is itself before anything else)
     ("", r'echo "\$" "a\`b" "\$HOME" "a\"b" "a\\b" "a\b"', '$ a`b $HOME a"b a\\b a\\b\n', "", 0),
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N

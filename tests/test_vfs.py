@@ -121,6 +121,37 @@ def test_opening_through_a_final_dot_fails_as_on_the_host(vfs, tmp_path):
     assert sorted(vfs.listdir("/")) == ["d", "file"]  # nothing was created
 
 
+@pytest.mark.parametrize("operation", ["mkdir", "rmdir", "makedirs", "makedirs exist_ok", "create"])
+def test_a_final_dot_or_dot_dot_names_what_is_there_as_on_the_host(vfs, tmp_path, operation):
+    # "new/." is no directory to make: the host says new is missing (mkdir made it);
+    # os.makedirs makes new, and mkdir -p "new/.." too (it made nothing)
+    def outcome(fs, join, path):
+        call = {"mkdir": fs.mkdir, "rmdir": fs.rmdir, "makedirs": fs.makedirs,
+                "makedirs exist_ok": lambda p: fs.makedirs(p, exist_ok=True),
+                "create": lambda p: (open if fs is os else fs.open)(p, "x").close()}[operation]
+        try:
+            call(join(path))
+        except OSError as exc:
+            return exc.errno
+        return "done"
+
+    def tree(fs, top):
+        return sorted(os.path.relpath(os.path.join(where, name), top)
+                      for where, dirs, files in fs.walk(top) for name in dirs + files)
+
+    for path in ("new/.", "new/..", "new/./", "new/sub/.", "d/.", "d/..", "d/./", "d/new/.", "d/new/..",
+                 "file/.", "file/..", "d/../new/.", "new/../d/."):
+        host = tmp_path / f"{len(list(tmp_path.iterdir()))}"
+        host.mkdir()
+        (host / "d").mkdir()
+        (host / "file").write_bytes(b"")
+        vfs = make_vfs()
+        vfs.mkdir("/d")
+        vfs.open("/file", "w").close()
+        expected = outcome(os, lambda p: os.path.join(host, p), path)
+        assert (outcome(vfs, lambda p: "/" + p, path), tree(vfs, "/")) == (expected, tree(os, host)), path
+
+
 def test_rmdir_of_dot_or_dot_dot_is_refused(vfs):
     vfs.makedirs("/rd/sub")
     vfs.chdir("/rd")

@@ -321,6 +321,10 @@ class Vfs:
 
     def mkdir(self, path, mode: int = 0o777) -> None:
         vpath, mount, inner = self._resolve(path)
+        if _last_name(path) in (".", ".."):
+            # names a directory that is there, if its parent is one: never one to make
+            self.stat(path)  # (ENOENT for "missing/.", ENOTDIR for "file/.")
+            raise fs_error(errno.EEXIST, path)
         if vpath == mount.path:
             raise fs_error(errno.EEXIST, path)
         # "mkdir d/" makes d, as on POSIX
@@ -334,11 +338,15 @@ class Vfs:
         # the host's errors; the VFS resolves the spelling
         parts = [part for part in path.split("/") if part]
         current = "/" if path[0] == "/" else ""
+        made = False
         for index, part in enumerate(parts):
             current += part if not current or current.endswith("/") else "/" + part
             last = index == len(parts) - 1
+            if part == "." and (made or not last):
+                continue  # as os.makedirs: "new/." is done once new is made
             try:
                 self.mkdir(current)
+                made = True
             except FileExistsError as exc:
                 if last and (not exist_ok or not self.isdir(current)):
                     exc.filename = error_name(name)
@@ -350,6 +358,7 @@ class Vfs:
         vpath, mount, inner = self._resolve(path)  # first: "missing/.." is ENOENT
         last = _last_name(path)
         if last == ".":
+            self.stat(path)  # (ENOENT for "missing/.", ENOTDIR for "file/.")
             raise fs_error(errno.EINVAL, path, "cannot remove '.': name the directory itself")
         if last == "..":
             raise fs_error(errno.ENOTEMPTY, path)
@@ -556,9 +565,10 @@ def _refine_open_error(exc: OSError, mount, inner: str, name: str) -> None:
     ``d/.`` alike, but the final ``.`` looks inside ``d`` and the slash does not.
 
     Opening ``d/.`` to write is EISDIR only if ``d`` is a directory: ENOENT if ``d`` is
-    missing, ENOTDIR if it is a file. Creating ``d/`` exclusively is EISDIR, not EEXIST.
+    missing, ENOTDIR if it is a file. Creating ``d/`` exclusively is EISDIR, not EEXIST
+    (``d/./`` is EEXIST: its last name is ``.``, there already).
     """
-    if exc.errno == errno.EEXIST and name.endswith("/"):
+    if exc.errno == errno.EEXIST and name.endswith("/") and _last_name(name) not in (".", ".."):
         raise fs_error(errno.EISDIR, name) from None
     if exc.errno != errno.EISDIR or _last_name(name) != "." or inner == "/":
         return
