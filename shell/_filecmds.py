@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import time
+import unicodedata
 
 from ._table import Usage, command, human_size, options
 
@@ -41,14 +42,23 @@ def _columns(names: list[str], width: int) -> str:
         return ""
     if width <= 0:
         return "".join(name + "\n" for name in names)
-    column = max(len(name) for name in names) + 2
+    widths = dict(zip(names, map(_display_width, names)))
+    column = max(widths.values()) + 2
     per_row = max(1, width // column)
     rows = -(-len(names) // per_row)
     lines = []
     for row in range(rows):
         cells = names[row::rows]
-        lines.append("".join(cell.ljust(column) for cell in cells).rstrip())
+        lines.append("".join(cell + " " * (column - widths[cell]) for cell in cells).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _display_width(text: str) -> int:
+    """The columns ``text`` takes on a terminal: two for a wide (East Asian) character,
+    none for a combining mark or a format character (a zero-width joiner)."""
+    return sum(0 if unicodedata.category(char) in ("Mn", "Me", "Cf")
+               else 2 if unicodedata.east_asian_width(char) in "WF" else 1
+               for char in text)
 
 
 # -- looking ------------------------------------------------------------------------------------

@@ -160,6 +160,16 @@ def test_listings_on_a_terminal_show_control_characters_as_question_marks(server
                               for text in errors), (command, errors)
 
 
+def test_ls_columns_line_up_by_the_width_characters_take_on_a_terminal(server):
+    # a CJK character takes two columns, a combining accent none
+    session = Session(server)
+    wide = "a\u65e5\u672c\u8a9e\u65e5\u672c\u8a9e.txt"  # 17 columns
+    session.run(f"mkdir /wide; touch /wide/{wide} /wide/e\u0301t\u00e9 /wide/abcdefghij /wide/x")
+    assert session.run("ls /wide", width=40)["text"] == (
+        "abcdefghij" + " " * 9 + "e\u0301t\u00e9\n"
+        + wide + "  x\n")
+
+
 def test_closing_a_session_forgets_it(server):
     session = Session(server)
     session.run("python -c 'x = 1'")
