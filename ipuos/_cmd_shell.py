@@ -6,7 +6,7 @@ there and answers back:
 | command | arguments | what |
 |---|---|---|
 | ``shell.attach`` | width | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
-| ``shell.exec`` | session, seq, line, eof, width; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
+| ``shell.exec`` | session, seq, line, eof, width, echoes_ctrl_c; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
 | ``shell.complete`` | session, text | ``{"start", "words"}`` |
 | ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` (null: stopped by a cancel, nothing in place) |
 | ``shell.put_abort`` | session | the put under way will not finish: its partial file is removed |
@@ -201,7 +201,7 @@ def _attach(call: Call):
 
 
 @command("shell.exec", Arg("session", int), Arg("seq", int), Arg("line", str), Arg("eof", bool, False),
-         Arg("width", int, 0), timeout=None)
+         Arg("width", int, 0), Arg("echoes_ctrl_c", bool, False), timeout=None)
 def _exec(call: Call):
     """Run one line in a session; output streams as ``output`` events; cancel = Ctrl-C."""
     server = _server(call.host)
@@ -211,7 +211,7 @@ def _exec(call: Call):
     try:
         future = call.host.machine.scheduler.submit(
             SHELL_TILE, "shell.exec", args["session"], args["seq"], args["line"], call.payload,
-            args["eof"], args["width"], pieces.put)
+            args["eof"], args["width"], pieces.put, args["echoes_ctrl_c"])
     except RuntimeError as exc:  # the machine is stopping
         raise CommandError("not_running", str(exc)) from None
     call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))

@@ -167,7 +167,8 @@ class DaemonTransport:
 
     # -- the Transport protocol ------------------------------------------------------------------
 
-    def execute(self, line: str, *, payload: bytes = b"", eof: bool = False, on_output, width: int = 0) -> dict:
+    def execute(self, line: str, *, payload: bytes = b"", eof: bool = False, on_output, width: int = 0,
+                echoes_ctrl_c: bool = False) -> dict:
         def event(ev: dict) -> None:
             for stream, text in ev.get("output") or ():
                 on_output(stream, text)
@@ -180,7 +181,7 @@ class DaemonTransport:
             if count == 1:  # (after the ^C a terminal echoes: the report starts a line)
                 on_output("err", "\n")
 
-        args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width}
+        args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width, "echoes_ctrl_c": echoes_ctrl_c}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event,
                                on_interrupt=interrupted)
         try:
@@ -189,7 +190,7 @@ class DaemonTransport:
         except KeyboardInterrupt:
             # Ctrl-C while a slow terminal still prints what a finished command wrote: the
             # rest goes, the result stays (its mode, directory and status are tile 0's now)
-            on_output("err", "^C\n")
+            on_output("err", "\n" if echoes_ctrl_c else "^C\n")
         return result
 
     def complete(self, text: str) -> tuple[int, list[str]]:

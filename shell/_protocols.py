@@ -85,10 +85,11 @@ class Transport(Protocol):
     """How the terminal front-end reaches its session on tile 0."""
 
     def execute(self, line: str, *, payload: bytes = b"", eof: bool = False,
-                on_output: Callable[[str, str], None], width: int = 0) -> dict:
+                on_output: Callable[[str, str], None], width: int = 0, echoes_ctrl_c: bool = False) -> dict:
         """Run ``line`` in the session; output arrives through ``on_output(stream, text)``
         (stream "out" or "err") as it is produced; ``width`` is the terminal's (0: not a
-        terminal). Returns ``{"status", "cwd", "mode",
+        terminal); ``echoes_ctrl_c``: it shows a Ctrl-C as ``^C`` itself, which the shell
+        need not repeat. Returns ``{"status", "cwd", "mode",
         "prompt"}``. Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
         if the user insists)."""
 

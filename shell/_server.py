@@ -6,7 +6,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 | service | arguments | result |
 |---|---|---|
 | ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
-| ``shell.exec`` | session, seq, line, payload, eof, width, emit | ``{"status", "cwd", "mode", "prompt", "output"}`` |
+| ``shell.exec`` | session, seq, line, payload, eof, width, emit, echoes_ctrl_c | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
 | ``shell.put`` | session, path, host name, bytes, offset, last, cancelled | the path written (None: given up) |
 | ``shell.put_abort`` | session | None (the put under way will not finish: its file goes) |
@@ -25,7 +25,7 @@ once a command has produced a lot (a ``cat`` of a big file streams).
 Ctrl-C: :meth:`ShellServer.interrupt` (from the daemon's thread that saw the client's
 cancel) marks the session's command interrupted and interrupts the job it waits for, if
 any; long commands check the mark between steps (:meth:`Context.check`) and stop with
-``^C`` and status 130.
+``^C`` (unless the terminal showed it: ``echoes_ctrl_c``) and status 130.
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ class ShellServer:
 
     # -- a line --------------------------------------------------------------------------------
 
-    def _serve_exec(self, tile, sid, seq, line, payload=b"", eof=False, width=0, emit=None) -> dict:
+    def _serve_exec(self, tile, sid, seq, line, payload=b"", eof=False, width=0, emit=None,
+                    echoes_ctrl_c=False) -> dict:
         session = self._session(tile, sid)
         output = Output(emit)
         if session.busy:
@@ -145,12 +146,14 @@ class ShellServer:
         if seq in session.cancelled:  # Ctrl-C came before tile 0 could start it
             session.cancelled.discard(seq)
             session.seq = seq
-            output.write("err", "^C\n")
+            if not echoes_ctrl_c:
+                output.write("err", "^C\n")
             return {**session.state(EXIT_INTERRUPTED), "output": output.take()}
         session.busy = True
         session.seq = seq
         session.interrupted = False
         session.width = width
+        session.echoes_ctrl_c = echoes_ctrl_c
         try:
             vfs = self.vfs_of(tile)
             if session.mode == SHELL:
@@ -246,14 +249,16 @@ class ShellServer:
             return sh.error(f"internal error: {type(exc).__name__}: {exc} (the machine's log has details)")
 
     def _interrupted(self, sh: Context, exc: BaseException) -> int:
-        """A command stopped by an interrupt: print ^C. If the signal was not for this
-        command (tile 0 served it while a job's part on tile 0 waited below it), give it
-        back to the tile so that job still gets it."""
+        """A command stopped by an interrupt: print ^C (unless the user's Ctrl-C shows on
+        their terminal already). If the signal was not for this command (tile 0 served it
+        while a job's part on tile 0 waited below it), give it back to the tile so that
+        job still gets it."""
         session = sh.session
         mine = session.interrupted or (isinstance(exc, ShellInterrupt) and exc.sid == session.id)
         if not mine and sh.tile.signal is None:
             sh.tile.signal = exc
-        sh.output.write("err", "^C\n")
+        if not (mine and session.echoes_ctrl_c):
+            sh.output.write("err", "^C\n")
         return EXIT_INTERRUPTED
 
     # -- completion and host files ---------------------------------------------------------

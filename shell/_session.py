@@ -63,6 +63,9 @@ class Session:
         self.previous_cwd = "/"
         #: the terminal's width for columns (0: not a terminal, one name per line)
         self.width = 0
+        #: the terminal shows a Ctrl-C typed at it as ``^C`` itself (a tty's echo): the
+        #: shell does not say it again
+        self.echoes_ctrl_c = False
         self.mode = SHELL
         #: tile 0's Python (kept for the whole session) and the current multirepl
         self.python = None

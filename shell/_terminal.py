@@ -25,6 +25,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import termios
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -108,7 +109,7 @@ class Terminal:
             if self.mode != SHELL and not self._done:
                 self._execute("", eof=True)
         except KeyboardInterrupt:
-            self._write_err("^C\n")
+            self._report_ctrl_c()
             return EXIT_INTERRUPTED
         return self.status
 
@@ -233,9 +234,9 @@ class Terminal:
     def _execute(self, line: str, *, payload: bytes = b"", eof: bool = False) -> None:
         try:
             result = self.transport.execute(line, payload=payload, eof=eof, on_output=self._output,
-                                            width=self._width())
+                                            width=self._width(), echoes_ctrl_c=self._echoes_ctrl_c())
         except KeyboardInterrupt:
-            self._write_err("^C (stopped waiting; tile 0 is still stopping the command)\n")
+            self._report_ctrl_c(" (stopped waiting; tile 0 is still stopping the command)")
             self.status = EXIT_INTERRUPTED
             return
         except RemoteError as exc:
@@ -262,6 +263,24 @@ class Terminal:
     def _width(self) -> int:
         return shutil.get_terminal_size().columns if self.interactive else 0
 
+    def _echoes_ctrl_c(self) -> bool:
+        """Whether a Ctrl-C shows as ``^C`` by itself where the shell writes its messages:
+        a terminal that echoes control characters (Linux's do, unless told not to)."""
+        try:
+            flags = termios.tcgetattr(self.stderr.fileno())[3]
+        except (OSError, ValueError, AttributeError, termios.error):  # not a terminal
+            return False
+        return bool(flags & termios.ECHO and flags & termios.ECHOCTL)
+
+    def _report_ctrl_c(self, text: str = "") -> None:
+        """``^C`` and ``text`` on a line, without the ``^C`` the terminal showed already."""
+        self._write_err(("" if self._echoes_ctrl_c() else "^C") + text + "\n")
+
+    def _after_ctrl_c(self) -> None:
+        """End the line the terminal's ``^C`` is on, if it showed one: a report follows."""
+        if self._echoes_ctrl_c():
+            self._write_err("\n")
+
     # -- what the terminal does itself ----------------------------------------------------------
 
     def _run_local(self, command) -> None:
@@ -277,6 +296,7 @@ class Terminal:
         try:
             handler(args, command)
         except KeyboardInterrupt as exc:
+            self._after_ctrl_c()
             self._fail(name, str(exc) or "interrupted", EXIT_INTERRUPTED)
         except RemoteError as exc:
             self._fail(name, str(exc))
@@ -353,15 +373,11 @@ class Terminal:
                 yield data
 
         interrupted = []
-
-        def stopping() -> None:
-            interrupted.append(True)
-            self._write_err("\n")  # (after the ^C a terminal echoes: the report starts a line)
-
         with open(host, "rb") as file:
             written = self.transport.put(target, chunks(file), os.path.basename(host.rstrip("/")),
-                                         on_interrupt=stopping)
+                                         on_interrupt=lambda: interrupted.append(True))
         if interrupted:  # too late: the copy was complete, and is in place
+            self._after_ctrl_c()
             self._write_err(f"put: {host} -> {written}: copied before the Ctrl-C could stop it\n")
         elif self.interactive:
             self.stdout.write(f"{host} -> {written}\n")

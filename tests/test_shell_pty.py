@@ -10,6 +10,7 @@ print is compared with escape sequences stripped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import stat
@@ -174,31 +175,53 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
 
 
+@contextlib.contextmanager
+def tile_0_held(booted, tmp_path):
+    """A program computes on tile 0 without an exchange point until the block ends: it
+    holds tile 0, and with it the machine, so what a terminal asks of tile 0 waits."""
+    spin = tmp_path / "spin.py"
+    spin.write_text("while True:\n    pass\n")
+    job = subprocess.Popen([IPUOS, "run", str(spin), "--tiles", "0"], env=booted.env(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "spin.py" in run_cli("ps", env=booted.env()).stdout, timeout=30,
+                 what="the spinning program")
+        yield
+    finally:
+        job.send_signal(signal.SIGINT)  # (ipuos run interrupts its job)
+        job.wait(30)
+
+
 def test_ctrl_c_stops_a_put_whose_chunk_is_on_its_way_and_says_so_truly(terminal, shared_machine, tmp_path):
     """The chunk waits for a busy tile 0 when Ctrl-C comes: the put waits for tile 0's
     answer, which is that it stopped before putting the file in place. (The terminal
     used to say "interrupted" at once, and tile 0 then put the file in place.)"""
     (tmp_path / "data.bin").write_bytes(b"x" * 1000)
-    spin = tmp_path / "spin.py"
-    spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine
     term = terminal()
     term.prompt()
-    job = subprocess.Popen([IPUOS, "run", str(spin), "--tiles", "0"], env=shared_machine.env(),
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: "spin.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
-                 what="the spinning program")
+    with tile_0_held(shared_machine, tmp_path):
         term.child.sendline(f"put {tmp_path}/data.bin /put-stopped")
         time.sleep(1)  # (the chunk is on its way, and waits for tile 0)
         term.child.sendintr()
         time.sleep(0.5)
-    finally:
-        job.send_signal(signal.SIGINT)  # (ipuos run interrupts its job)
-        job.wait(30)
     out = term.prompt()
-    assert out.endswith("put: interrupted\n"), out
+    assert out.split("\n", 1)[1] == "^C\nput: interrupted\n", out  # (^C: the echo)
     listing = term.run("ls -a /")
     assert "put-stopped" not in listing and ".ipuos-put" not in listing, listing
+
+
+def test_ctrl_c_on_a_command_shows_one_c(terminal, shared_machine, tmp_path):
+    """The terminal echoes the ^C: tile 0 does not print another (it still does where
+    nothing echoes, as in a pipe). Here the command waits for a busy tile 0."""
+    term = terminal()
+    term.prompt()
+    with tile_0_held(shared_machine, tmp_path):
+        term.child.sendline("ls /")
+        time.sleep(1)
+        term.child.sendintr()
+        time.sleep(0.5)
+    out = term.prompt()
+    assert out.split("\n", 1)[1] == "^C\n", out
 
 
 def test_ctrl_z_at_the_prompt_suspends_the_shell_and_fg_resumes_it(shared_machine, tmp_path):
