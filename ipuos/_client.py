@@ -158,7 +158,7 @@ class Client:
         ``timeout`` asks the daemon to give up after that many seconds. ``wait`` is how
         long this client waits for the reply (default: the timeout plus a grace period,
         or 30 s; None waits as long as it takes). ``on_interrupt(n)`` is told of the
-        n-th Ctrl-C when ``interruptible``.
+        n-th Ctrl-C when ``interruptible``, also of one that came with the result.
         """
         if len(payload) > REQUEST_LIMITS.max_payload:
             raise DaemonError("too_large", f"{cmd!r} would send {len(payload) / 2**20:.1f} MiB; the daemon "
@@ -205,6 +205,10 @@ class Client:
                     if on_event is not None:
                         on_event(self._object(header, "event"))
                 elif kind == "result":
+                    if interrupts is not None and interrupts.count > handled and on_interrupt is not None:
+                        # it came with the result: too late to cancel this call, but the
+                        # caller may have more to stop (the next chunks of a put)
+                        on_interrupt(interrupts.count)
                     return self._result(frame), (b"" if header.get("result_in_payload") else frame.payload)
                 elif kind == "error":
                     self._raise_error(header)

@@ -289,6 +289,39 @@ def test_a_put_given_up_between_chunks_leaves_no_partial_file(shared_machine, na
         transport.close()
 
 
+def test_a_ctrl_c_as_a_chunks_answer_arrives_still_stops_the_put(shared_machine, monkeypatch):
+    """Too late to cancel that chunk, not too late for the put: no more chunks go, and the
+    partial file goes. (The Ctrl-C was lost, and the put went on to the end.)"""
+    import threading
+
+    from ipuos._client import Client
+    from ipuos._shell_transport import DaemonTransport
+
+    real_poll = Client._poll
+    answers = []
+
+    def poll(client):
+        frame = real_poll(client)
+        if (frame is not None and frame.header.get("type") == "result" and not answers
+                and threading.current_thread() is threading.main_thread()):
+            answers.append(frame)
+            signal.raise_signal(signal.SIGINT)  # as the first chunk's answer comes in
+        return frame
+
+    assert shell(shared_machine, "mkdir /chip/late").returncode == 0
+    transport = DaemonTransport(shared_machine.paths)
+    try:
+        monkeypatch.setattr(Client, "_poll", poll)
+        with pytest.raises(KeyboardInterrupt):
+            transport.put("/chip/late/f", [b"first chunk\n", b"second chunk\n"], "f")
+        monkeypatch.undo()
+        assert answers  # (the Ctrl-C came)
+        done = shell(shared_machine, "ls -a /chip/late")
+        assert done.stdout == ".\n..\n", done.stderr
+    finally:
+        transport.close()
+
+
 def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
     # the copy's earlier chunks are lost with the one that found the disk full, and
     # closing the copy says so: the error cp reports is still the first one
