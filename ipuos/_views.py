@@ -66,7 +66,9 @@ def tile_records(ps: dict, tiles: list[int] | None = None) -> list[dict]:
 def ps_json(name: str, ps: dict, tiles: list[int] | None = None) -> dict:
     """``ps --json``: the vocabulary of every document (the machine is ``name``, counts
     are ``ntiles``/``njobs``, ``tiles`` and ``jobs`` lists; a job's program is ``program``)."""
-    jobs = [{"job": job["job"], "program": job["name"], "tiles": parse_tiles(job["tiles"] or [], ps["ntiles"]),
+    # (a job the daemon hosts may hold no tile in the snapshot: started or ended meanwhile)
+    jobs = [{"job": job["job"], "program": job["name"],
+             "tiles": parse_tiles(job["tiles"], ps["ntiles"]) if job["tiles"] else [],
              **{key: job[key] for key in ("ntiles", "elapsed_seconds", "client_pid")}} for job in ps["jobs"]]
     document = {"name": name, "ntiles": ps["ntiles"], "njobs": len(jobs),
                 "tiles": tile_records(ps, tiles), "jobs": jobs}

@@ -81,6 +81,19 @@ def test_ps_json_has_every_tile(busy):
     assert "name" not in entry
 
 
+def test_ps_json_shows_a_job_that_holds_no_tile_in_the_snapshot():
+    """The daemon lists the jobs it hosts beside a snapshot of the tiles' states: a job
+    starting (or ending) meanwhile holds none of them there. It was a traceback."""
+    from ipuos._views import ps_json
+
+    ps = {"ntiles": 2, "tiles_per_chip": 2, "sram_per_tile": 1024, "state_codes": {"i": "idle"},
+          "states": "ii", "jobs_of_tiles": [None, None], "sram_used": [0, 0], "waiting": {},
+          "jobs": [{"job": 7, "name": "starting.py", "tiles": "", "ntiles": 0, "elapsed_seconds": 0.1,
+                    "client_pid": 42}]}
+    (job,) = ps_json("m", ps)["jobs"]
+    assert (job["job"], job["tiles"], job["ntiles"], job["program"]) == (7, [], 0, "starting.py")
+
+
 def test_ps_lists_chosen_tiles_one_by_one(busy):
     booted, job = busy
     result = invoke(booted, "ps", "--tiles", "3-4")
