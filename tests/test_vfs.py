@@ -690,6 +690,30 @@ def test_mtime_is_set_by_writes_and_visible_at_once(vfs):
     assert vfs.stat("/d").st_mtime_ns > 0
 
 
+def test_a_time_set_while_a_written_file_is_open_is_the_one_it_keeps(vfs):
+    """Linux stamps a file at each write; the VFS at its flush or close: a time set
+    after the last write (os.utime, touch -d, cp -p) must outlive that."""
+    f = vfs.open("/w", "wb", buffering=0)
+    f.write(b"abc")
+    vfs.utime("/w", ns=(0, 1))
+    f.close()
+    assert vfs.stat("/w").st_mtime_ns == 1
+    f = vfs.open("/w", "r+b")
+    f.truncate(1)
+    vfs.utime("/w", ns=(0, 2))
+    f.flush()
+    f.close()
+    assert vfs.stat("/w").st_mtime_ns == 2
+    with vfs.open("/w", "ab") as f:
+        f.write(b"")  # an empty write leaves the time
+    assert vfs.stat("/w").st_mtime_ns == 2
+    f = vfs.open("/w", "ab", buffering=0)
+    vfs.utime("/w", ns=(0, 3))
+    f.write(b"later")  # a write after the time was set stamps it
+    f.close()
+    assert vfs.stat("/w").st_mtime_ns > 3
+
+
 def test_a_path_over_path_max_is_enametoolong(vfs):
     # (the VFS is where a path string is handed in, as the kernel's getname(): littlefs
     # below holds trees deeper than that, reached with shorter relative paths)

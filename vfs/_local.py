@@ -62,6 +62,11 @@ class LittlefsBackend(Backend):
         self.owns = owns
         #: mtimes (ns) not yet written to littlefs, by canonical path
         self._stamps: dict[str, int] = {}
+        #: counts the times set (``os.utime``) while files were open; an open file keeps
+        #: the count its last write saw (see LocalFile._written)
+        self.times_set = 1
+        #: the count at which each path's time was last set while files were open
+        self._time_set_at: dict[str, int] = {}
 
     def describe(self) -> str:
         return repr(self.device)
@@ -181,6 +186,15 @@ class LittlefsBackend(Backend):
                 owner.fs_depth -= 1
 
     # -- modification times ---------------------------------------------------------------------
+
+    def stamp_written(self, path: str, written: int) -> None:
+        """Stamp now as the mtime of ``path``, written by a file whose last write saw the
+        count ``written``: unless its time was set since, which Linux keeps (the mtime is
+        the last write's; here it is stamped at flush and close)."""
+        if self._time_set_at.get(path, 0) <= written:
+            self.stamp(path)
+        if self._time_set_at and not self.fs.open_files:
+            self._time_set_at.clear()  # (no file that saw them is open)
 
     def stamp(self, path: str) -> None:
         """Record now as ``path``'s mtime (see module doc: written to littlefs later)."""
@@ -309,8 +323,12 @@ class LittlefsBackend(Backend):
             self.changes.emit(CHANGED, path)
 
     def set_mtime(self, path: str, mtime_ns: int) -> None:
-        self._stamps.pop(path.rstrip("/") or "/", None)
+        path = path.rstrip("/") or "/"
+        self._stamps.pop(path, None)
         self._call(self.fs.set_mtime, path, mtime_ns)
+        if self.fs.open_files:  # an open file written before must not stamp over it
+            self.times_set += 1
+            self._time_set_at[path] = self.times_set
         if self.changes is not None:
             self.changes.emit(CHANGED, path)
 
@@ -384,7 +402,7 @@ class LocalFile(VfsFile):
     every tile program that reads or writes, so it stays that thin.
     """
 
-    __slots__ = ("_file", "_backend", "_dirty")
+    __slots__ = ("_file", "_backend", "_written")
 
     def __init__(self, file, backend: LittlefsBackend, name: str, mode, owner, pending,
                  dirty: bool):
@@ -398,8 +416,9 @@ class LocalFile(VfsFile):
         self._pending = pending
         self._file = file
         self._backend = backend
-        #: written or truncated since the mtime was last stamped
-        self._dirty = dirty
+        #: written or truncated since the mtime was last stamped: the backend's count of
+        #: times set then (truthy), else 0
+        self._written = backend.times_set if dirty else 0
 
     def read(self, size: int | None = -1) -> bytes:
         owner = self._owner
@@ -426,7 +445,8 @@ class LocalFile(VfsFile):
             raise
         finally:
             owner.fs_depth -= 1
-        self._dirty = True
+        if written:  # (an empty write leaves the mtime, as on Linux)
+            self._written = self._backend.times_set
         return written
 
     def seek(self, offset: int, whence: int = 0) -> int:
@@ -443,7 +463,7 @@ class LocalFile(VfsFile):
         if size is not None:
             size = checked_size(size, self.name)
         result = self._owned(self._file.truncate, size)
-        self._dirty = True
+        self._written = self._backend.times_set
         return result
 
     def _owned(self, call, *args):
@@ -471,9 +491,9 @@ class LocalFile(VfsFile):
             raise
         finally:
             owner.fs_depth -= 1
-        if self._dirty:
-            self._dirty = False
-            self._backend.stamp(self._file.path)
+        if self._written:
+            self._backend.stamp_written(self._file.path, self._written)
+            self._written = 0
             if self._backend.changes is not None:
                 self._backend.changes.emit(CHANGED, self._file.path)
 
@@ -500,7 +520,7 @@ class LocalFile(VfsFile):
             raise
         finally:
             owner.fs_depth -= 1
-        if self._dirty and self._backend.fs.mounted:  # not if an unmount closed it first
-            self._backend.stamp(self._file.path)
+        if self._written and self._backend.fs.mounted:  # not if an unmount closed it first
+            self._backend.stamp_written(self._file.path, self._written)
             if self._backend.changes is not None:
                 self._backend.changes.emit(CHANGED, self._file.path)
