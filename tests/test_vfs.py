@@ -451,6 +451,9 @@ def test_seek_tell_truncate(vfs):
         buffer = bytearray(3)
         f.seek(1)
         assert f.readinto(buffer) == 3 and buffer == b"123"
+        with pytest.raises(TypeError, match="read-write"):
+            f.readinto(b"xxx")  # as the host's: refused before anything is read
+        assert f.tell() == 4
     vfs.truncate("/f", 2)
     assert vfs.getsize("/f") == 2
     vfs.truncate("/f", 4)

@@ -246,6 +246,9 @@ class VfsFile:
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
+        if view.readonly:  # before reading: the bytes read would be lost, the position moved
+            raise TypeError(f"readinto() argument must be read-write bytes-like object, not "
+                            f"{type(buffer).__name__}")
         data = self.read(len(view))
         view[: len(data)] = data
         return len(data)
