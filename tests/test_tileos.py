@@ -570,7 +570,9 @@ failures = []
 attempt(lambda: shutil.rmtree(ROOT + "/nothing"))
 attempt(lambda: shutil.rmtree(ROOT + "/nothing", ignore_errors=True))
 attempt(lambda: shutil.rmtree(ROOT + "/d/a.txt", onerror=lambda f, p, e: failures.append((p, e[0].__name__))))
+attempt(lambda: shutil.rmtree(ROOT + "/nothing", onerror=lambda f, p, e: failures.append((p, e[0].__name__))))
 show(failures)
+attempt(lambda: shutil.move(ROOT + "/d/sub", ROOT + "/d/sub/deep"))
 attempt(lambda: shutil.rmtree(ROOT + "/moved"))
 show(sorted(os.listdir(ROOT)))
 '''

@@ -161,7 +161,13 @@ def make_shutil_module(os, open) -> types.ModuleType:
             except OSError as exc:
                 failed(os.rmdir, where, exc)
 
-        remove(os.fspath(path))
+        top = os.fspath(path)
+        try:
+            os.lstat(top)  # (one failure for a missing tree, as the host's: not scandir's and rmdir's)
+        except OSError as exc:
+            failed(os.lstat, top, exc)
+            return
+        remove(top)
 
     rmtree.avoids_symlink_attacks = True  # (a tile has no symbolic links to follow)
 
@@ -179,12 +185,14 @@ def make_shutil_module(os, open) -> types.ModuleType:
         try:
             os.rename(src, target)
         except OSError as exc:
+            is_dir = os.path.isdir(src)
+            # (the host's says so whatever rename's errno: EINVAL here, EXDEV across mounts)
+            if is_dir and (os.path.abspath(target).rstrip("/") + "/").startswith(
+                    os.path.abspath(src).rstrip("/") + "/"):
+                raise Error(f"Cannot move a directory '{src}' into itself '{target}'.") from None
             if exc.errno != errno.EXDEV:
                 raise
-            if os.path.isdir(src):
-                inside = os.path.abspath(target).rstrip("/") + "/"
-                if inside.startswith(os.path.abspath(src).rstrip("/") + "/"):
-                    raise Error(f"Cannot move a directory '{src}' into itself '{target}'.") from None
+            if is_dir:
                 copytree(src, target, copy_function=copy_function)
                 rmtree(src)
             else:
