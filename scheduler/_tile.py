@@ -216,9 +216,13 @@ class Tile:
                 self.raise_signal()
             if ready():
                 return
-            if self.requests and self.can_serve():
-                self._serve_requests()
-                continue
+            if self.requests:
+                if self.can_serve():
+                    self._serve_requests()
+                    continue
+                if self.job is not None and self.program_depth < 0 and self.fs_depth == 0 and (
+                        self._start_own_program()):
+                    continue
             self.waiting = what
             self.park()
             self.waiting = None
@@ -248,49 +252,66 @@ class Tile:
 
     def _serve_requests(self) -> None:
         requests = self.requests
-        services = self.sched.services
         while requests and self.can_serve():
-            request = self.next_request()
-            if request.begin is not None and not request.begin():
-                continue
-            service = services.get(request.name)
-            self.service_depth += 1
+            self._serve(self.next_request())
+
+    def _start_own_program(self) -> bool:
+        """At the nesting cap, start this tile's part of its job all the same, if queued:
+        a request this tile serves may be waiting for that very job (the shell waits for a
+        repl block on tiles that include its own), and nothing else can start it: the tile
+        would wait for itself for ever. True if it did. (The program runs one level past
+        the cap and serves nothing while it waits, so the stack stays bounded.)"""
+        for request in self.requests:
+            if request.name == "job.run" and request.args[0] is self.job:
+                self.requests.remove(request)
+                self.sched.queued_requests -= 1
+                self._serve(request)
+                return True
+        return False
+
+    def _serve(self, request: Request) -> None:
+        """Serve one request and send its reply (a failure goes to its requester)."""
+        if request.begin is not None and not request.begin():
+            return
+        service = self.sched.services.get(request.name)
+        self.service_depth += 1
+        try:
+            if service is None:
+                raise LookupError(f"tile {self.id} has no kernel service {request.name!r}")
+            args = request.args
+            # one argument (job.run's) goes as a plain call: ``f(*args)`` nests the C
+            # stack, and every greenlet switch copies the tile's stack
+            ok, value = True, (service(self, args[0]) if len(args) == 1 else service(self, *args))
+        except TileInterrupt as exc:
+            ok, value = False, exc
+        except Exception as exc:  # the requester gets the error; the kernel carries on
+            ok, value = False, exc
+        except BaseException as exc:
+            # GreenletExit at shutdown must unwind the tile; anything else is reported
+            if isinstance(exc, greenlet.GreenletExit):
+                raise
+            ok, value = False, exc
+        finally:
+            self.service_depth -= 1
+        if not ok and value is self.raised and isinstance(value, _JOB_SIGNALS):
+            # the job's abort or interrupt reached a wait inside this request: the
+            # request fails with it, and the job's program must still stop at its
+            # own next exchange point
+            self.raised = None
+            if self.job is not None and self.signal is None:
+                self.signal = type(value)(*value.args)
+        if request.reply is not None:
             try:
-                if service is None:
-                    raise LookupError(f"tile {self.id} has no kernel service {request.name!r}")
-                args = request.args
-                # one argument (job.run's) goes as a plain call: ``f(*args)`` nests the C
-                # stack, and every greenlet switch copies the tile's stack
-                ok, value = True, (service(self, args[0]) if len(args) == 1 else service(self, *args))
-            except TileInterrupt as exc:
-                ok, value = False, exc
-            except Exception as exc:  # the requester gets the error; the kernel carries on
-                ok, value = False, exc
-            except BaseException as exc:
-                # GreenletExit at shutdown must unwind the tile; anything else is reported
-                if isinstance(exc, greenlet.GreenletExit):
-                    raise
-                ok, value = False, exc
-            finally:
-                self.service_depth -= 1
-            if not ok and value is self.raised and isinstance(value, _JOB_SIGNALS):
-                # the job's abort or interrupt reached a wait inside this request: the
-                # request fails with it, and the job's program must still stop at its
-                # own next exchange point
-                self.raised = None
-                if self.job is not None and self.signal is None:
-                    self.signal = type(value)(*value.args)
-            if request.reply is not None:
-                try:
-                    request.reply(ok, value)
-                except Exception:
-                    self.sched.report_internal_error(
-                        f"tile {self.id}: replying to {request.name!r} failed",
-                        traceback.format_exc(),
-                    )
-            elif not ok and not isinstance(value, _JOB_SIGNALS):
-                # nobody waits for this request's reply: the failure would go unseen
+                request.reply(ok, value)
+            except Exception:
                 self.sched.report_internal_error(
-                    f"tile {self.id}: kernel service {request.name!r} failed",
-                    "".join(traceback.format_exception(value)),
+                    f"tile {self.id}: replying to {request.name!r} failed",
+                    traceback.format_exc(),
                 )
+        elif not ok and not isinstance(value, _JOB_SIGNALS):
+            # nobody waits for this request's reply: the failure would go unseen
+            self.sched.report_internal_error(
+                f"tile {self.id}: kernel service {request.name!r} failed",
+                "".join(traceback.format_exception(value)),
+            )
+

@@ -1362,3 +1362,32 @@ def test_the_watchdog_never_interrupts_a_weakref_callback():
     assert _safe_to_interrupt(program)
     for library in ("/usr/lib/python3/_weakrefset.py", "/usr/lib/python3/weakref.py"):
         assert not _safe_to_interrupt(frame(library, back=program, __name__="_weakrefset"))
+
+
+def test_a_tile_at_the_nesting_cap_still_starts_its_part_of_the_job_it_waits_for(sched):
+    """Tile 0 serves a request inside the wait of another, up to MAX_SERVICE_DEPTH deep
+    (the shell serving many repl sessions does). A request at the cap that starts a job
+    on tiles including tile 0 and waits for it needs tile 0 to start its own part: it
+    waited for itself for ever, and its sessions with it."""
+    from ipuos.scheduler._tile import MAX_SERVICE_DEPTH
+
+    released = threading.Event()
+
+    def hold(tile):
+        tile.wait(released.is_set, "the test's release")
+        return tile.service_depth
+
+    def start_and_wait(tile):
+        job = sched._start_job([0, 1], lambda api: api.sync() or api.tileid, "nested", None)
+        return tile.service_depth, [r.value for r in sched.wait_job(tile, job).results]
+
+    sched.services["test.hold"] = hold
+    sched.services["test.start_and_wait"] = start_and_wait
+    held = [sched.submit(0, "test.hold") for _ in range(MAX_SERVICE_DEPTH - 1)]
+    deepest = sched.submit(0, "test.start_and_wait")
+    try:
+        assert deepest.result(10) == (MAX_SERVICE_DEPTH, [0, 1])
+    finally:
+        released.set()
+        sched.call_wait(sched.wake, sched.tiles[0])
+    assert sorted(future.result(10) for future in held) == list(range(1, MAX_SERVICE_DEPTH))
