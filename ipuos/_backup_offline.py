@@ -53,7 +53,7 @@ class Node:
     path: str  # relative to the walked directory, "/"-separated
     is_dir: bool
     size: int
-    mtime_ns: int  # 0 if littlefs holds none
+    mtime_ns: int | None  # None if littlefs holds none (0 is 1970-01-01, a time like any)
 
 
 def device_entry(image: Image, spec: str) -> DeviceEntry:
@@ -142,11 +142,11 @@ def _entries(fs: Filesystem, path: str) -> list[tuple[str, bool, int]]:
     return out
 
 
-def _mtime(fs: Filesystem, path: str) -> int:
+def _mtime(fs: Filesystem, path: str) -> int | None:
     try:
-        return fs.get_mtime(path) or 0
+        return fs.get_mtime(path)
     except OSError:
-        return 0
+        return None
 
 
 def _join(directory: str, name: str) -> str:
@@ -357,13 +357,13 @@ def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node], file_mod
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            if node.mtime_ns:
+            if node.mtime_ns is not None:
                 os.utime(fd, ns=(node.mtime_ns, node.mtime_ns))
         finally:
             os.close(fd)
         files += 1
     for node in reversed(dirs):  # children first: writing into a directory changes its mtime
-        if node.mtime_ns:
+        if node.mtime_ns is not None:
             fd = _open_dir_beneath(root, node.path)
             try:
                 os.utime(fd, ns=(node.mtime_ns, node.mtime_ns))

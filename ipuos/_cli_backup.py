@@ -284,7 +284,7 @@ def _open(path: str, verify: bool = False):
 
 def _when(ns) -> str:
     """A file's mtime (ns) as listings show it; "-" if it has none."""
-    return _local_time(ns / 1e9) if ns else "-"
+    return _local_time(ns / 1e9) if ns is not None else "-"
 
 
 def _local_time(seconds: float) -> str:

@@ -435,3 +435,20 @@ def test_extract_is_as_private_as_the_image(good, tmp_path, image_mode, file_mod
     assert modes == {"hello.txt": file_mode, "d": dir_mode, "d/e": dir_mode, "d/e/deep.bin": file_mode,
                      "d/empty": file_mode, "d/void": dir_mode}
     assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == dir_mode
+
+
+def test_a_time_of_0_is_a_time_and_no_time_is_none(tmp_path):
+    """1970-01-01 (mtime 0, a reproducible build's) is kept by extract and shown by ls;
+    a file littlefs holds no time for shows none, and extract leaves it the time of now."""
+    path = tmp_path / "epoch.img"
+    disk = littlefs_device({"/epoch": b"0", "/timeless": b"?"}, mtimes={"/epoch": 0})
+    write_tiny_image(path, {"tile/2/disk": bytes(disk)})
+    listing = json.loads(ipuos("image", "ls", str(path), "2", "--json").output)
+    assert [(e["name"], e["mtime_ns"]) for e in listing] == [("epoch", 0), ("timeless", None)]
+    lines = ipuos("image", "ls", str(path), "2").output.splitlines()
+    assert [line.split()[2] for line in lines] == [time.strftime("%Y-%m-%d", time.localtime(0)), "-"]
+    dest = tmp_path / "out"
+    before = time.time()
+    assert ipuos("image", "extract", str(path), "2", str(dest)).exit_code == 0
+    assert os.stat(dest / "epoch").st_mtime_ns == 0
+    assert os.stat(dest / "timeless").st_mtime >= before - 1
