@@ -323,12 +323,12 @@ class LittlefsBackend(Backend):
             self.changes.emit(CHANGED, path)
 
     def set_mtime(self, path: str, mtime_ns: int) -> None:
-        path = path.rstrip("/") or "/"
-        self._stamps.pop(path, None)
-        self._call(self.fs.set_mtime, path, mtime_ns)
+        canonical = path.rstrip("/") or "/"
+        self._stamps.pop(canonical, None)
+        self._call(self.fs.set_mtime, path, mtime_ns)  # (as given: "file/" is ENOTDIR)
         if self.fs.open_files:  # an open file written before must not stamp over it
             self.times_set += 1
-            self._time_set_at[path] = self.times_set
+            self._time_set_at[canonical] = self.times_set
         if self.changes is not None:
             self.changes.emit(CHANGED, path)
 
