@@ -119,7 +119,7 @@ class Job:
 
     # -- called on tile greenlets --------------------------------------------------------
 
-    def finish_tile(self, tile: "Tile", result: TileResult, failure: str = "") -> None:
+    def finish_tile(self, tile: "Tile", result: TileResult, failure: str) -> None:
         """Record a tile's end; fail the others if it failed on its own (``failure``
         describes its error, made on the tile: see :func:`describe_exception`)."""
         self.results[result.rank] = result
