@@ -827,6 +827,14 @@ class Filesystem:
                 lfs.file_sync(handle, file._handle)
                 file._unsynced = False
                 self._committed(file)
+                # and let go of the old version now (all are clean: synced above), as a
+                # host frees a truncated file's blocks: littlefs keeps them for as long as
+                # a handle's view lies in them, and the rewrite may need the room
+                for other in others:
+                    try:
+                        _refresh(handle, other)
+                    except LittleFSError:
+                        pass  # (that handle is lost, and says why when used: this open stands)
         return file
 
     def _handles_on(self, path: str) -> list:
@@ -1094,8 +1102,9 @@ class Filesystem:
         fit either is lost (EIO saying why, or, for the culprit, ENOSPC from its sync and
         close), as is one removed while open, which has no name to be opened by.
 
-        Returns whether the culprit had writes pending that are committed now: its
-        failed call may fit once they are (a rewrite frees the old blocks only then).
+        Returns whether its failed call may fit now: the culprit had writes pending
+        that are committed now (a rewrite frees the old blocks only then), or another
+        handle's out-of-date view of a file, which held that version's blocks, was let go.
         """
         where = f" of {path!r}" if path else ""
         lost = (f"the filesystem ran out of space during {op}{where} and had to be remounted; "
@@ -1118,7 +1127,7 @@ class Filesystem:
                 _lose_after_nospc(file, lost, file is culprit_file)
             self._let_go(file)
         self._open.clear()
-        replayed = False
+        replayed = freed = False
         while True:
             handle = self._mount_afresh(op, path)
             if handle is None:
@@ -1136,6 +1145,9 @@ class Filesystem:
                         _reopen(handle, file, file.path, position)
                         # (a call that failed may have marked it: nothing is pending)
                         file._unsynced = file._accepted = False
+                        # its old view held blocks: the call may fit now (it stays stale:
+                        # its next use looks again, as an appender must)
+                        freed = freed or file._stale
                 except LittleFSError as exc:
                     _lose_after_nospc(file, lost, file is culprit_file)
                     if exc.code in _COMMIT_FAILURES:  # the caches are dirty again
@@ -1159,7 +1171,7 @@ class Filesystem:
             self._open.clear()
             carried = done + carried[restart + 1:]
         self._reshare()
-        return replayed and culprit_file in self._open
+        return (replayed or freed) and culprit_file in self._open
 
     def _let_go(self, file: "File") -> None:
         """Drop ``file``'s littlefs handle without closing it (closing would commit). The

@@ -1181,3 +1181,46 @@ def test_an_appender_that_truncates_below_its_position_appends_at_the_new_end():
         assert f.tell() == 51
     with fs.open("/log") as f:
         assert f.read() == b"x" * 50 + b"y"
+
+
+@pytest.mark.parametrize("pieces", [1, 16])
+def test_a_rewrite_beside_a_reader_gets_the_room_the_readers_old_view_held(pieces):
+    # a reader's view of a file keeps its blocks in littlefs until the reader looks
+    # again: rewriting a file over half the disk while another handle had it open ran out
+    # of space and left it empty, where a host frees the old blocks at the truncation
+    fs = formatted(MemoryDevice.new(512, 32))
+    old, new = pattern(8000, 1), pattern(8000, 2)
+    with fs.open("/f", "w") as f:
+        f.write(old)
+    free = fs.statvfs().blocks_free
+    reader = fs.open("/f", "r")
+    assert reader.read(100) == old[:100]
+    with fs.open("/f", "w") as f:
+        assert fs.statvfs().blocks_free > free  # the old version's room is free at once
+        step = len(new) // pieces
+        for at in range(0, len(new), step):
+            f.write(new[at : at + step])
+    assert reader.read(10) == new[100:110]  # where it was, in the file as it is now
+    reader.close()
+    fs = remount(fs)
+    with fs.open("/f") as f:
+        assert f.read() == new
+
+
+def test_a_write_that_runs_out_of_room_a_stale_view_held_is_tried_again():
+    # truncating by hand (not by opening with "w") leaves the reader's view, and its
+    # blocks, until the remount after ENOSPC lets go of it; the write then fits
+    fs = formatted(MemoryDevice.new(512, 32))
+    old, new = pattern(8000, 3), pattern(8000, 4)
+    with fs.open("/f", "w") as f:
+        f.write(old)
+    reader = fs.open("/f", "r")
+    assert reader.read(100) == old[:100]
+    with fs.open("/f", "r+") as f:
+        f.truncate(0)
+        f.write(new)
+    assert reader.read(10) == new[100:110]
+    reader.close()
+    fs = remount(fs)
+    with fs.open("/f") as f:
+        assert f.read() == new
