@@ -242,3 +242,33 @@ def test_statvfs(place):
 
     block_size, blocks, used = place.run(body)
     assert block_size == 512 and blocks in (32, 60, 64) and used >= 4
+
+
+OPEN_MODES = ("r", "w", "a", "x", "r+", "w+", "a+", "x+", "rt", "wt", "rb", "wb", "ab", "xb", "r+b",
+              "w+b", "a+b", "x+b")
+
+
+def test_a_file_and_its_buffer_report_the_modes_the_hosts_do(place, tmp_path):
+    # a text file's buffer is binary: "w" writes through a "wb" file, as on the host
+    def modes(opener, remove):
+        seen = {}
+        for mode in OPEN_MODES:
+            if mode.startswith("x"):
+                remove()
+            with opener(mode) as f:
+                seen[mode] = (f.mode, getattr(f, "buffer", f).mode)
+        return seen
+
+    host_file = tmp_path / "modes"
+    host_file.write_bytes(b"")
+    expected = modes(lambda mode: open(host_file, mode), host_file.unlink)
+
+    def body(vfs, path):
+        vfs.open(path("modes"), "w").close()
+        return modes(lambda mode: vfs.open(path("modes"), mode), lambda: vfs.remove(path("modes")))
+
+    assert place.run(body) == expected
+    # and through the host's client of the tile (what the shell and the daemon use)
+    name = place.top + "/modes"
+    fs = place.machine.fs
+    assert modes(lambda mode: fs.open(place.tile, name, mode), lambda: fs.remove(place.tile, name)) == expected

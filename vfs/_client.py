@@ -129,7 +129,7 @@ class FsClient:
         spec = flags_mode(mode) if isinstance(mode, int) else parse_mode(mode)
         handle = self.call(tile, "fs.open", path, spec.backend)
         append = ("a" in mode) if isinstance(mode, str) else bool(mode & os.O_APPEND)
-        raw = RemoteFile(self, tile, handle, path, spec.text, spec.readable, spec.writable, append)
+        raw = RemoteFile(self, tile, handle, path, spec.raw_text, spec.readable, spec.writable, append)
         if spec.binary:
             return raw
         return wrap_text(raw, spec, -1, encoding, errors, newline)

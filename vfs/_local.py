@@ -408,7 +408,7 @@ class LocalFile(VfsFile):
                  dirty: bool):
         # VfsFile.__init__ written out: one call fewer on every open
         self.name = name
-        self.mode = mode.text
+        self.mode = mode.raw_text
         self._closed = False
         self._readable = mode.readable
         self._writable = mode.writable

@@ -128,7 +128,7 @@ class TilesBackend(Backend):
         handle = client.call(tile, "fs.open", rest, mode.backend)
         flags = mode.backend
         append = "a" in flags if isinstance(flags, str) else bool(flags & os.O_APPEND)
-        return RemoteFile(client, tile, handle, name, mode.text, mode.readable, mode.writable, append)
+        return RemoteFile(client, tile, handle, name, mode.raw_text, mode.readable, mode.writable, append)
 
     def statvfs(self, path: str) -> tuple[int, int, int, int]:
         tile, rest = self._split(path)
