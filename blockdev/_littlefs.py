@@ -103,6 +103,7 @@ _LFS_TYPE_DIR = 2
 #: file is refused before anything is written, and must not cost other files their writes
 _COMMIT_FAILURES = frozenset({-28, -36, -12})
 _LFS_ERR_NAMETOOLONG = -36
+_LFS_ERR_ISDIR = -21
 _LFS_ERR_IO = -5
 
 
@@ -1515,12 +1516,22 @@ def _rename(handle, src: str, dst: str, dst_inside_src: bool) -> None:
     if dst_inside_src and lfs.stat(handle, src, _ENCODING).type == _LFS_TYPE_DIR:
         lfs.stat(handle, posixpath.dirname(dst.rstrip("/")) or "/", _ENCODING)  # ENOENT first, as on Linux
         raise OSError(errno.EINVAL, "cannot move a directory into itself", src, None, dst)
+    # a trailing slash on the destination asks for a directory: a file source is ENOTDIR
+    # whatever the destination is, as on Linux (littlefs says EISDIR for "dir/", and the
+    # check below ENOTEMPTY), only a missing source being said first
     if src.rstrip("/").startswith(dst.rstrip("/") + "/"):
-        lfs.stat(handle, src, _ENCODING)  # (ENOENT first)
+        is_dir = lfs.stat(handle, src, _ENCODING).type == _LFS_TYPE_DIR  # (ENOENT first)
+        if dst.endswith("/") and not is_dir:
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), src, None, dst)
         # onto a directory it is in, which is therefore not empty (Linux says so whatever
         # the types; littlefs said EISDIR)
         raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), src, None, dst)
-    lfs.rename(handle, src, dst, _ENCODING)
+    try:
+        lfs.rename(handle, src, dst, _ENCODING)
+    except LittleFSError as exc:
+        if exc.code == _LFS_ERR_ISDIR and dst.endswith("/"):  # a file onto "dir/"
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), src, None, dst) from None
+        raise
 
 
 def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) -> None:

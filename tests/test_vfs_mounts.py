@@ -272,3 +272,50 @@ def test_a_file_and_its_buffer_report_the_modes_the_hosts_do(place, tmp_path):
     name = place.top + "/modes"
     fs = place.machine.fs
     assert modes(lambda mode: fs.open(place.tile, name, mode), lambda: fs.remove(place.tile, name)) == expected
+
+
+def test_rename_with_a_trailing_slash_or_onto_the_other_kind_fails_as_on_the_host(place, tmp_path):
+    # a trailing slash asks for a directory: a file moved to "d/" is ENOTDIR on Linux,
+    # whatever is there (littlefs said EISDIR, or ENOTEMPTY for the directory it is in)
+    cases = [("file", "d/"), ("file", "d"), ("d", "file"), ("file", "missing/"), ("file/", "x"),
+             ("file/", "d/"), ("d", "file/"), ("d/sub/f", "d/sub/"), ("d/sub/f", "d/"),
+             ("missing", "d/"), ("d", "empty/"), ("empty/", "new/"), ("file", "new")]
+
+    def make(fs, opener, top):
+        for name in ("d", "d/sub", "empty"):
+            fs.mkdir(f"{top}/{name}")
+        for name in ("file", "d/sub/f"):
+            opener(f"{top}/{name}", "w").close()
+
+    def outcome(fs, top, src, dst):
+        try:
+            fs.rename(f"{top}/{src}", f"{top}/{dst}")
+        except OSError as exc:
+            return errno.errorcode[exc.errno]
+        return "moved"
+
+    def tree(fs, top):
+        return sorted(os.path.relpath(os.path.join(where, name), top)
+                      for where, dirs, files in fs.walk(top) for name in dirs + files)
+
+    expected = []
+    for number, (src, dst) in enumerate(cases):
+        top = str(tmp_path / str(number))
+        os.mkdir(top)
+        make(os, open, top)
+        expected.append((src, dst, outcome(os, top, src, dst), tree(os, top)))
+
+    def body(vfs, path):
+        seen = []
+        for src, dst in cases:
+            top = path("case")
+            vfs.mkdir(top)
+            make(vfs, vfs.open, top)
+            seen.append((src, dst, outcome(vfs, top, src, dst), tree(vfs, top)))
+            for where, dirs, files in vfs.walk(top, topdown=False):  # room for the next case
+                for name in files:
+                    vfs.remove(f"{where}/{name}")
+                vfs.rmdir(where)
+        return seen
+
+    assert place.run(body) == expected
