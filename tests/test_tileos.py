@@ -672,3 +672,24 @@ def test_os_access_w_ok_is_false_on_a_read_only_mount():
     with ipuos.Machine("tiny", disk_size=0) as bare:  # "/" is an empty read-only directory
         result = bare.run("import os\nprint(os.access('/', os.R_OK), os.access('/', os.W_OK))", tiles="3")
     assert result.tiles[0].output == "True False\n"
+
+
+def test_opening_the_root_of_a_tile_without_a_disk_or_tiles_fails_as_on_the_host(tmp_path):
+    # "x" on a directory that is there is EEXIST, even where nothing may be written
+    # (a tile without a disk has a read-only empty root) or nothing is stored (/tiles)
+    opens = """
+        for path in PATHS:
+            for mode in ("x", "x+", "w", "a", "r+", "r"):
+                try:
+                    open(path, mode)
+                except OSError as exc:
+                    print(mode, exc.errno)
+    """
+    host_paths = ["/", "//", str(tmp_path), str(tmp_path) + "/"]
+    host = subprocess.run([sys.executable, "-c", f"PATHS = {host_paths!r}\n" + textwrap.dedent(opens)],
+                          capture_output=True, text=True, timeout=60)
+    assert host.returncode == 0, host.stderr
+    with ipuos.Machine("tiny", disk_size=0) as bare:
+        result = bare.run("PATHS = ['/', '//', '/tiles', '/tiles/']\n" + textwrap.dedent(opens), tiles="0",
+                          timeout=30)
+    assert output(result) == host.stdout

@@ -345,6 +345,36 @@ def test_read_only_mount(vfs):
     assert vfs.open("/ro/d/f").read() == "kept"
 
 
+def test_a_read_only_mount_refuses_an_open_as_a_writable_one_fails_or_with_erofs():
+    # as on Linux: what would fail on a writable mount fails the same way (EISDIR, EEXIST,
+    # ENOENT, ENOTDIR), and only what would write is EROFS
+    def mounted(readonly: bool) -> Vfs:
+        device = MemoryDevice.new(BLOCK, 32)
+        writer = Vfs()
+        mount_device(writer, "/", device, format=True)
+        writer.mkdir("/d")
+        writer.open("/f", "w").close()
+        writer.backend("/").detach()
+        vfs = make_vfs()
+        vfs.mkdir("/m")
+        mount_device(vfs, "/m", device, readonly=readonly)
+        return vfs
+
+    def outcome(vfs, path, mode):
+        try:
+            vfs.open(path, mode).close()
+        except OSError as exc:
+            return errno.errorcode[exc.errno]
+        return "opened"
+
+    for name in ("", "/", "/.", "/..", "/d", "/d/", "/d/.", "/f", "/f/", "/f/.", "/new", "/new/", "/new/.",
+                 "/new/x", "/f/x"):
+        for mode in ("r", "r+", "w", "w+", "a", "a+", "x", "x+"):
+            writable = outcome(mounted(False), "/m" + name, mode)
+            expected = "EROFS" if writable == "opened" and mode != "r" else writable
+            assert outcome(mounted(True), "/m" + name, mode) == expected, (name, mode)
+
+
 def test_empty_backend_is_an_empty_read_only_root():
     vfs = Vfs()
     vfs.mount("/", EmptyBackend(), readonly=True)

@@ -319,3 +319,34 @@ def test_rename_with_a_trailing_slash_or_onto_the_other_kind_fails_as_on_the_hos
         return seen
 
     assert place.run(body) == expected
+
+
+def test_opening_a_directory_fails_as_on_the_host(place, tmp_path):
+    # creating exclusively a directory that is there is EEXIST, the root and mount points
+    # included; through a trailing slash EISDIR; any other writing mode EISDIR
+    suffixes = ("", "/", "//", "/.", "/..", "/d", "/d/", "/d/.", "/d/..")
+    modes = ("r", "rb", "w", "wb", "a", "r+", "w+", "a+", "x", "x+", "xb")
+
+    def outcomes(opener, where):
+        seen = {}
+        for suffix in suffixes:
+            for mode in modes:
+                try:
+                    opener(where(suffix), mode).close()
+                except OSError as exc:
+                    seen[suffix, mode] = errno.errorcode[exc.errno]
+                else:
+                    seen[suffix, mode] = "opened"
+        return seen
+
+    (tmp_path / "d").mkdir()
+    # the tile disk's place is its root: compared with the host's own (d is made beside)
+    host_top = str(tmp_path) if place.top else ""
+    expected = outcomes(open, lambda suffix: (str(tmp_path) if suffix.startswith("/d") else host_top) + suffix
+                        or "/")
+
+    def body(vfs, path):
+        vfs.mkdir(path("d"))
+        return outcomes(vfs.open, lambda suffix: place.top + suffix or "/")
+
+    assert place.run(body) == expected

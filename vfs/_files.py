@@ -60,15 +60,16 @@ class OpenMode:
         "writes",  # may change the filesystem: refused on a read-only mount
         "stamps",  # creates or truncates: the mtime is set even if nothing is written
         "maybe_creates",  # may create the file ("a", O_CREAT): stamped if it does
+        "exclusive",  # creates or fails ("x", O_CREAT | O_EXCL): EEXIST for what is there
         "text",  # the ``mode`` of the file ``open`` returns, text or binary
         "raw_text",  # the binary file's ``mode`` ("wb" for "w"): a text file's ``buffer.mode``
     )
     _fields = __slots__
 
     def __init__(self, backend, binary: bool, readable: bool, writable: bool, writes: bool,
-                 stamps: bool, maybe_creates: bool, text: str, raw_text: str):
+                 stamps: bool, maybe_creates: bool, exclusive: bool, text: str, raw_text: str):
         for name, value in zip(self._fields, (backend, binary, readable, writable, writes,
-                                              stamps, maybe_creates, text, raw_text)):
+                                              stamps, maybe_creates, exclusive, text, raw_text)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
@@ -139,6 +140,7 @@ def parse_mode(mode) -> OpenMode:
         writes=plus or base != "r",
         stamps=base in "wx",
         maybe_creates=base == "a",
+        exclusive=base == "x",
         text=_BINARY_MODE_NAMES[backend] if binary else mode,
         raw_text=_BINARY_MODE_NAMES[backend],
     )
@@ -160,6 +162,7 @@ def flags_mode(flags: int) -> OpenMode:
         writes=writes,
         stamps=bool(flags & (os.O_TRUNC | os.O_EXCL)) and writes,
         maybe_creates=bool(flags & os.O_CREAT),
+        exclusive=flags & (os.O_CREAT | os.O_EXCL) == os.O_CREAT | os.O_EXCL,
         text=text,
         raw_text=text,
     )

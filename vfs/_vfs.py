@@ -205,12 +205,12 @@ class Vfs:
                 file = os.fspath(file)
         mount = resolved[1]
         if spec.writes and mount.readonly:
-            raise fs_error(errno.EROFS, file)
+            _refuse_open(mount, resolved[2], file, spec)
         try:
             raw = mount.backend.open(resolved[2], spec, file, self.pending)
         except OSError as exc:
             exc.filename = file
-            _refine_open_error(exc, mount, resolved[2], file)
+            _refine_open_error(exc, mount, resolved[2], file, spec)
             raise
         if spec.maybe_creates:
             raw.seek(0, os.SEEK_END)  # like the host's open: "a" starts at the end
@@ -229,12 +229,12 @@ class Vfs:
         vpath, mount, inner = self._resolve(file)
         name = file if type(file) is str else os.fspath(file)
         if spec.writes and mount.readonly:
-            raise fs_error(errno.EROFS, name)
+            _refuse_open(mount, inner, name, spec)
         try:
             return mount.backend.open(inner, spec, name, self.pending)
         except OSError as exc:
             exc.filename = error_name(name)
-            _refine_open_error(exc, mount, inner, name)
+            _refine_open_error(exc, mount, inner, name, spec)
             raise
 
     def close_pending(self) -> list[BaseException]:
@@ -560,24 +560,66 @@ def _last_name(path) -> str:
     return (path if type(path) is str else os.fspath(path)).rstrip("/").rpartition("/")[2]
 
 
-def _refine_open_error(exc: OSError, mount, inner: str, name: str) -> None:
+def _refuse_open(mount, inner: str, name: str, mode) -> None:
+    """Refuse to open for writing on a read-only mount, with the error Linux gives before
+    the filesystem's being read-only (EROFS) comes into it: EISDIR for creating through a
+    trailing slash or writing a directory, EEXIST for creating exclusively what is there,
+    ENOENT for opening what is not there without creating it."""
+    creates = mode.stamps or mode.maybe_creates
+    if inner.endswith("/") and creates:
+        error = fs_error(errno.EISDIR, name)  # (what the backends say of it)
+    else:
+        try:
+            is_dir = mount.backend.entry(inner).is_dir
+        except FileNotFoundError:
+            if creates:  # where it would go is there: making it is what is refused
+                parent = inner.rstrip("/").rpartition("/")[0] or "/"
+                try:
+                    mount.backend.entry(parent)
+                except FileNotFoundError:
+                    pass
+                else:
+                    raise fs_error(errno.EROFS, name) from None
+            raise fs_error(errno.ENOENT, name) from None
+        except OSError as exc:
+            exc.filename = error_name(name)
+            raise
+        if mode.exclusive:
+            error = fs_error(errno.EEXIST, name)
+        elif is_dir:
+            error = fs_error(errno.EISDIR, name)
+        else:
+            raise fs_error(errno.EROFS, name)
+    _refine_open_error(error, mount, inner, name, mode)
+    raise error
+
+
+def _refine_open_error(exc: OSError, mount, inner: str, name: str, mode) -> None:
     """Raise the error Linux gives where the backend's differs: it sees ``d/`` and
     ``d/.`` alike, but the final ``.`` looks inside ``d`` and the slash does not.
 
     Opening ``d/.`` to write is EISDIR only if ``d`` is a directory: ENOENT if ``d`` is
     missing, ENOTDIR if it is a file. Creating ``d/`` exclusively is EISDIR, not EEXIST
-    (``d/./`` is EEXIST: its last name is ``.``, there already).
+    (``d/./`` is EEXIST: its last name is ``.``, there already). Creating exclusively
+    what names a directory without that slash (``d``, ``d/.``, ``/``, a mount point) is
+    EEXIST, whatever a backend says of opening its root.
     """
-    if exc.errno == errno.EEXIST and name.endswith("/") and _last_name(name) not in (".", ".."):
-        raise fs_error(errno.EISDIR, name) from None
-    if exc.errno != errno.EISDIR or _last_name(name) != "." or inner == "/":
+    last = _last_name(name)
+    if exc.errno == errno.EEXIST:
+        if name.endswith("/") and last not in ("", ".", ".."):  # ("": the root, all slashes)
+            raise fs_error(errno.EISDIR, name) from None
         return
-    try:
-        is_dir = mount.backend.entry(inner.rstrip("/")).is_dir
-    except FileNotFoundError:
-        raise fs_error(errno.ENOENT, name) from None
-    if not is_dir:
-        raise fs_error(errno.ENOTDIR, name) from None
+    if exc.errno != errno.EISDIR:
+        return
+    if last == "." and inner != "/":
+        try:
+            is_dir = mount.backend.entry(inner.rstrip("/")).is_dir
+        except FileNotFoundError:
+            raise fs_error(errno.ENOENT, name) from None
+        if not is_dir:
+            raise fs_error(errno.ENOTDIR, name) from None
+    if mode.exclusive and (last in ("", ".", "..") or not name.endswith("/")):
+        raise fs_error(errno.EEXIST, name) from None
 
 
 def _utime_ns(times, ns) -> int:
