@@ -693,3 +693,88 @@ def test_opening_the_root_of_a_tile_without_a_disk_or_tiles_fails_as_on_the_host
         result = bare.run("PATHS = ['/', '//', '/tiles', '/tiles/']\n" + textwrap.dedent(opens), tiles="0",
                           timeout=30)
     assert output(result) == host.stdout
+
+
+_REMOVED_CWD_PARITY = r'''
+import os
+
+
+def attempt(label, call):
+    try:
+        value = call()
+    except Exception as exc:  # noqa: BLE001
+        print(label, type(exc).__name__, getattr(exc, "errno", None))
+    else:
+        print(label, "ok", value)
+
+
+os.chdir(ROOT)
+os.mkdir("d")
+os.mkdir("e")
+open("e/f", "w").close()
+os.chdir("d")
+os.rmdir("../d")
+attempt("getcwd", os.getcwd)
+attempt("listdir", lambda: (os.listdir(), os.listdir("."), os.listdir("./"), os.listdir("..")))
+attempt("scandir", lambda: [entry.name for entry in os.scandir(".")])
+attempt("walk", lambda: list(os.walk(".")))
+attempt("stat", lambda: (os.path.isdir("."), os.path.isdir("./.."), os.path.exists("x"), os.access(".", os.W_OK)))
+for path in ("x", "./x", ".", "x/.."):
+    for mode in ("r", "w", "a", "x", "r+"):
+        attempt(f"open {path} {mode}", lambda: open(path, mode).close())
+for label, call in [
+    ("mkdir x", lambda: os.mkdir("x")), ("mkdir .", lambda: os.mkdir(".")), ("mkdir x/", lambda: os.mkdir("x/")),
+    ("makedirs a/b", lambda: os.makedirs("a/b")), ("makedirs . exist_ok", lambda: os.makedirs(".", exist_ok=True)),
+    ("rmdir .", lambda: os.rmdir(".")), ("remove .", lambda: os.remove(".")), ("remove x", lambda: os.remove("x")),
+    ("rename . ../y", lambda: os.rename(".", "../y")), ("rename x y", lambda: os.rename("x", "y")),
+    ("rename ../e/f g", lambda: os.rename("../e/f", "g")), ("rename ../e/f ./g", lambda: os.rename("../e/f", "./g")),
+    ("truncate .", lambda: os.truncate(".", 0)), ("utime .", lambda: os.utime(".")),
+    ("utime x", lambda: os.utime("x")), ("statvfs .", lambda: os.statvfs(".").f_bsize > 0),
+    ("stat x/..", lambda: os.stat("x/..").st_size >= 0), ("abspath x", lambda: os.path.abspath("x")),
+    ("realpath x", lambda: os.path.realpath("x")), ("relpath /", lambda: os.path.relpath("/")),
+    ("open ../e/f", lambda: open("../e/f").read()), ("open ../z w", lambda: open("../z", "w").close()),
+    ("chdir .", lambda: os.chdir(".")), ("getcwd again", os.getcwd),
+    # made again: still not the directory this program is in
+    ("mkdir ../d", lambda: os.mkdir("../d")),
+    ("helper", lambda: open("../d/helper_of_a_removed_cwd.py", "w").write("X = 1")),
+    ("import", lambda: __import__("helper_of_a_removed_cwd").X),
+    ("listdir made again", lambda: os.listdir(".")), ("open x w made again", lambda: open("x", "w").close()),
+    ("getcwd made again", os.getcwd),
+    ("chdir ..", lambda: os.chdir("..")), ("getcwd after", lambda: os.getcwd() == ROOT),
+    ("listdir after", lambda: sorted(os.listdir("."))),
+]:
+    attempt(label, call)
+'''
+
+
+@pytest.mark.parametrize("where, tile", [("/removed-cwd", "3"), ("/chip/removed-cwd", "0"),
+                                         ("/tiles/5/removed-cwd", "0")])
+def test_a_removed_current_directory_is_empty_and_nameless_as_on_the_host(machine, where, tile, tmp_path):
+    host_root = str(tmp_path / "gone")
+    os.mkdir(host_root)
+    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + _REMOVED_CWD_PARITY],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert host.returncode == 0, host.stderr
+    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _REMOVED_CWD_PARITY,
+                         tiles=tile, timeout=60)
+    assert output(result).splitlines() == host.stdout.splitlines()
+
+
+def test_a_repls_next_block_is_still_in_its_removed_directory(machine):
+    # as on the host, whoever removed it and whatever ran on the tile between the blocks
+    is_removed = """
+try:
+    os.getcwd()
+except FileNotFoundError:
+    print("removed", os.listdir("."))
+"""
+    itself, by_host, by_host_later = machine.repl("4"), machine.repl("4"), machine.repl("4")
+    assert itself.run("import os; os.mkdir('/left'); os.chdir('/left'); os.rmdir('/left'); "
+                      "os.mkdir('/left'); open('/left/new', 'w').close()").ok
+    assert by_host.run("import os; os.mkdir('/gone1'); os.chdir('/gone1')").ok
+    machine.fs.rmdir(4, "/gone1")
+    assert by_host_later.run("import os; os.mkdir('/gone2'); os.chdir('/gone2')").ok
+    run(machine, "import os; os.chdir('/left')", tiles="4")  # another program, in the one made again
+    machine.fs.rmdir(4, "/gone2")
+    for repl in (itself, by_host, by_host_later):
+        assert repl.run(is_removed).outputs() == {4: "removed []\n"}

@@ -68,7 +68,10 @@ class TileImporter:
 
     def search_path(self) -> list[str]:
         """The directories searched, in order, as they are right now."""
-        cwd = self._vfs().getcwd()
+        try:
+            cwd = self._vfs().getcwd()
+        except FileNotFoundError:  # removed: skipped, as the host's import skips it
+            return [directory for directory in MODULE_PATH if directory]
         return [directory or cwd for directory in MODULE_PATH]
 
     def _load(self, fullname: str, parent):

@@ -35,7 +35,7 @@ class TileSession:
     """What one program on one tile sees of the tile's files (see module doc)."""
 
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
-                 "_new_globals", "_cwd")
+                 "_new_globals", "_cwd", "_cwd_removed", "_removals")
 
     #: the standard modules a program gets its own copy of, bound to its tile's files:
     #: name -> how to make it for a session
@@ -55,6 +55,9 @@ class TileSession:
         self._new_globals = new_globals
         self._vfs = tile.kernel_data.get(VFS_KEY)
         self._cwd = "/"
+        self._cwd_removed = False
+        #: the VFS's count of removals when the session's last block ended
+        self._removals = 0
         if self._vfs is not None:
             self._vfs.reset_cwd()
         #: weak references to every binary file this program opened (pruned now and then)
@@ -69,7 +72,7 @@ class TileSession:
         vfs = self._vfs
         if vfs is None:
             vfs = self._vfs = self._vfs_of(self._tile)
-            vfs.reset_cwd(self._cwd)  # (another program may have brought it up, and moved)
+            vfs.reset_cwd(self._cwd, self._cwd_removed)  # (another program may have brought it up, and moved)
         return vfs
 
     def open(self, file, mode: str = "r", buffering: int = -1, encoding: str | None = None,
@@ -121,13 +124,17 @@ class TileSession:
         """The session's block has ended (a repl's): keep its current directory, which the
         tile's next program or repl will move."""
         if self._vfs is not None:
-            self._cwd = self._vfs.cwd
+            self._cwd, self._cwd_removed = self._vfs.cwd, self._vfs.cwd_removed
+            self._removals = self._vfs.removals
 
     def resume(self) -> None:
         """The session's next block starts: its current directory is back (as a string:
-        had it been renamed away meanwhile, relative paths fail as after a rename)."""
-        if self._vfs is not None:
-            self._vfs.reset_cwd(self._cwd)
+        had it been renamed away meanwhile, it is taken as removed, as it is if it was)."""
+        vfs = self._vfs
+        if vfs is not None:
+            vfs.reset_cwd(self._cwd, self._cwd_removed)
+            if vfs.removals != self._removals:  # (else nothing can have taken it away)
+                vfs.recheck_cwd()
 
     def close(self) -> list[str]:
         """Close what the program left open; returns one message per failure."""

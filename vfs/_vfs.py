@@ -68,6 +68,12 @@ class Vfs:
         self.owner = owner if owner is not None else HostOwner()
         self._mounts = MountTable()
         self._cwd = "/"
+        #: once the current directory is removed: a mount of its own standing for it, as
+        #: the kernel keeps a removed directory for whoever is in it (see _in_removed_cwd)
+        self._removed_cwd: Mount | None = None
+        #: rmdirs and renames so far: each may have taken a directory someone is in away
+        #: (a repl's current directory is looked at again only if this moved meanwhile)
+        self.removals = 0
         self._resolved: dict = {}
         #: files dropped without being closed; closed before the next operation
         self.pending: list = []
@@ -156,9 +162,16 @@ class Vfs:
 
     @property
     def cwd(self) -> str:
+        """The current directory's path (where it was, if it has been removed)."""
         return self._cwd
 
+    @property
+    def cwd_removed(self) -> bool:
+        return self._removed_cwd is not None
+
     def getcwd(self) -> str:
+        if self._removed_cwd is not None:
+            raise fs_error(errno.ENOENT)  # (as the host's: no name, there is none)
         return self._cwd
 
     def chdir(self, path) -> None:
@@ -171,17 +184,51 @@ class Vfs:
         if not entry.is_dir:
             raise fs_error(errno.ENOTDIR, path)
         self._cwd = vpath
+        if mount is not self._removed_cwd:  # ("." stays in the removed directory)
+            self._removed_cwd = None
 
-    def reset_cwd(self, path: str = "/") -> None:
+    def reset_cwd(self, path: str = "/", removed: bool = False) -> None:
         """Make the canonical ``path`` current without looking at any filesystem: each
-        program starts at ``/``, a repl's next block where its last one left."""
+        program starts at ``/``, a repl's next block where its last one left (``removed``:
+        that directory had been removed, and still is to the repl)."""
         self._cwd = path
+        self._removed_cwd = None
+        if removed and len(self._mounts):
+            self._cwd_was_removed(self._mounts.resolve(path)[0])
+
+    def recheck_cwd(self) -> None:
+        """Take the current directory as removed if it is not there now: a repl's, when
+        directories were removed while it waited (its next block is still in the one
+        it left, as on the host; one made again under that name is another)."""
+        if self._removed_cwd is not None or self._cwd == "/":
+            return
+        try:
+            mount, inner = self._mounts.resolve(self._cwd)
+        except OSError:
+            return  # (nothing is mounted there now to look at)
+        try:
+            there = mount.backend.entry(inner).is_dir
+        except (FileNotFoundError, NotADirectoryError):
+            there = False
+        except OSError:
+            return  # (cannot tell now: a failing device says so at the next operation)
+        if not there:
+            self._cwd_was_removed(mount)
 
     def abspath(self, path) -> str:
         """The canonical absolute form of ``path`` (lexical: no filesystem access); an
         empty path is the current directory, as for ``os.path.abspath``."""
         path = path if type(path) is str else os.fspath(path)
+        if self._removed_cwd is not None and path[:1] != "/":
+            self.getcwd()  # (ENOENT, as the host's abspath says there)
         return normalize(checked(path), self._cwd)[0] if path else self._cwd
+
+    def _cwd_was_removed(self, mount: Mount) -> None:
+        """The current directory, on ``mount``, is gone: what relative paths name changes."""
+        removed = Mount(self._cwd, _RemovedDirectory(mount.backend), mount.readonly, owns=False)
+        removed.device = mount.device  # (still on that filesystem, as far as stat tells)
+        self._removed_cwd = removed
+        self._resolved.clear()  # (relative paths resolved from it when it was there)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -365,6 +412,9 @@ class Vfs:
         if self._mounts.mounted_below(vpath) or vpath == "/":
             raise fs_error(errno.EBUSY, path, "a filesystem is mounted here")
         self._on_backend(path, mount, inner, mount.backend.rmdir, inner, write=True)
+        self.removals += 1
+        if vpath == self._cwd and self._removed_cwd is None:
+            self._cwd_was_removed(mount)
 
     def remove(self, path) -> None:
         vpath, mount, inner = self._resolve(path)
@@ -397,6 +447,9 @@ class Vfs:
         except OSError as exc:
             exc.filename, exc.filename2 = error_name(src), error_name(dst)
             raise
+        self.removals += 1
+        if dst_path == self._cwd and src_path != dst_path and self._removed_cwd is None:
+            self._cwd_was_removed(dst_mount)  # replaced by the directory moved onto it
 
     replace = rename
 
@@ -488,6 +541,8 @@ class Vfs:
         else:
             path = checked(path)
             key = path if path[:1] == "/" else (self._cwd, path)
+        if self._removed_cwd is not None and path[:1] != "/":
+            return self._in_removed_cwd(checked(path))
         vpath, trailing = normalize(checked(path), self._cwd)
         mount, inner = self._mounts.resolve(vpath)
         if trailing and inner != "/":
@@ -500,6 +555,24 @@ class Vfs:
             self._resolved.clear()
         self._resolved[key] = result
         return result
+
+    def _in_removed_cwd(self, path: str):
+        """:meth:`_resolve` of a relative ``path`` once the current directory is removed,
+        walked as the kernel walks it from the directory it still holds: ``.`` stays in
+        that empty directory, ``..`` climbs to its parent, and any other name is not there
+        (ENOENT), even if a directory of that name was made again since."""
+        names = path.split("/")
+        for index, name in enumerate(names):
+            if name == "..":
+                rest = "/".join(names[index + 1:])
+                try:
+                    return self._resolve(parent_and_name(self._cwd)[0].rstrip("/") + "/" + rest)
+                except OSError as exc:
+                    exc.filename = path
+                    raise
+            if name and name != ".":
+                raise fs_error(errno.ENOENT, path)
+        return self._cwd, self._removed_cwd, "/"
 
     def _climb_checked(self, path: str) -> None:
         """A ``..`` climbs out of a directory, as the kernel walks it: ``file/..`` is
@@ -546,6 +619,29 @@ class Vfs:
             if exists_errno is not None:
                 raise fs_error(exists_errno, path)
         raise fs_error(errno.EROFS, path)
+
+
+class _RemovedDirectory(Backend):
+    """The removed current directory, for whoever is still in it: empty, with nothing to
+    be made in it (the names in it were refused already: see ``Vfs._in_removed_cwd``),
+    on the filesystem that held it."""
+
+    kind = "removed"
+
+    def __init__(self, held_by: Backend):
+        self._held_by = held_by
+
+    def describe(self) -> str:
+        return f"a removed directory of {self._held_by.describe()}"
+
+    def truncate(self, path: str, size: int) -> None:
+        raise fs_error(errno.EISDIR, path)
+
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        pass  # (the host sets it: the directory is there until it is left)
+
+    def statvfs(self, path: str) -> tuple[int, int, int, int]:
+        return self._held_by.statvfs("/")
 
 
 def existing_vfs(tile) -> "Vfs | None":
