@@ -12,6 +12,7 @@ import gc
 import io
 import os
 import stat
+import time
 
 import pytest
 
@@ -745,6 +746,29 @@ def test_a_time_set_while_a_written_file_is_open_is_the_one_it_keeps(vfs):
     f.write(b"later")  # a write after the time was set stamps it
     f.close()
     assert vfs.stat("/w").st_mtime_ns > 3
+
+
+def test_a_written_file_keeps_the_time_of_its_last_write_not_of_its_close(vfs):
+    """Linux stamps a file at each write, and close(2) leaves the time alone: a file
+    written and closed later (a log kept open, an editor's buffer) keeps its last
+    write's time. The VFS stamps at flush and close, with that time."""
+    for last in ("write", "truncate"):
+        f = vfs.open("/w", "wb", buffering=0)
+        f.write(b"abc")
+        if last == "truncate":
+            f.truncate(1)
+        done = time.time_ns()
+        time.sleep(0.05)
+        f.close()
+        assert vfs.stat("/w").st_mtime_ns <= done, last
+    f = vfs.open("/w", "ab", buffering=0)
+    f.write(b"more")
+    done = time.time_ns()
+    time.sleep(0.05)
+    f.flush()
+    time.sleep(0.05)
+    f.close()  # (nothing written since the flush: the time stays)
+    assert vfs.stat("/w").st_mtime_ns <= done
 
 
 def test_a_path_over_path_max_is_enametoolong(vfs):

@@ -11,7 +11,8 @@ ownership bracket and the modification time:
 * littlefs keeps no times, so the mtime lives in a littlefs attribute
   (``blockdev.MTIME_ATTRIBUTE``, nanoseconds of host wall time), and is kept the way
   Linux's ``lazytime`` keeps timestamps. A file is stamped, in memory, when it is closed
-  or flushed after a write or truncate, and when ``open`` creates or truncates it; a
+  or flushed after a write or truncate (with the time of its last one, as Linux stamps
+  each write), and when ``open`` creates or truncates it; a
   directory when an entry is created in it, removed from it, or renamed into or out of
   it (as POSIX has it); every stat and listing sees the stamp at once. Stamps reach littlefs when the file is
   ``fsync``-ed, before any rename, before a snapshot or unmount, and whenever
@@ -24,7 +25,7 @@ ownership bracket and the modification time:
 from __future__ import annotations
 
 import errno
-import time
+from time import time_ns
 
 from ipuos.blockdev import WritesLostError
 
@@ -187,19 +188,20 @@ class LittlefsBackend(Backend):
 
     # -- modification times ---------------------------------------------------------------------
 
-    def stamp_written(self, path: str, written: int) -> None:
-        """Stamp now as the mtime of ``path``, written by a file whose last write saw the
-        count ``written``: unless its time was set since, which Linux keeps (the mtime is
-        the last write's; here it is stamped at flush and close)."""
+    def stamp_written(self, path: str, written: int, written_at: int) -> None:
+        """Stamp ``written_at`` as the mtime of ``path``, written then by a file whose last
+        write saw the count ``written``: unless its time was set since, which Linux keeps
+        (the mtime is the last write's, stamped here at flush and close)."""
         if self._time_set_at.get(path, 0) <= written:
-            self.stamp(path)
+            self.stamp(path, written_at)
         if self._time_set_at and not self.fs.open_files:
             self._time_set_at.clear()  # (no file that saw them is open)
 
-    def stamp(self, path: str) -> None:
-        """Record now as ``path``'s mtime (see module doc: written to littlefs later)."""
+    def stamp(self, path: str, mtime_ns: int | None = None) -> None:
+        """Record ``mtime_ns`` (default now) as ``path``'s mtime (see module doc: written
+        to littlefs later)."""
         stamps = self._stamps
-        stamps[path] = time.time_ns()
+        stamps[path] = time_ns() if mtime_ns is None else mtime_ns
         if len(stamps) > PENDING_STAMPS_MAX:
             self.sync()
 
@@ -402,7 +404,7 @@ class LocalFile(VfsFile):
     every tile program that reads or writes, so it stays that thin.
     """
 
-    __slots__ = ("_file", "_backend", "_written")
+    __slots__ = ("_file", "_backend", "_written", "_written_at")
 
     def __init__(self, file, backend: LittlefsBackend, name: str, mode, owner, pending,
                  dirty: bool):
@@ -419,6 +421,8 @@ class LocalFile(VfsFile):
         #: written or truncated since the mtime was last stamped: the backend's count of
         #: times set then (truthy), else 0
         self._written = backend.times_set if dirty else 0
+        #: when it was last written or truncated: its mtime, as the host's (time_ns)
+        self._written_at = time_ns() if dirty else 0
 
     def read(self, size: int | None = -1) -> bytes:
         owner = self._owner
@@ -447,6 +451,7 @@ class LocalFile(VfsFile):
             owner.fs_depth -= 1
         if written:  # (an empty write leaves the mtime, as on Linux)
             self._written = self._backend.times_set
+            self._written_at = time_ns()
         return written
 
     def seek(self, offset: int, whence: int = 0) -> int:
@@ -464,6 +469,7 @@ class LocalFile(VfsFile):
             size = checked_size(size, self.name)
         result = self._owned(self._file.truncate, size)
         self._written = self._backend.times_set
+        self._written_at = time_ns()
         return result
 
     def _owned(self, call, *args):
@@ -492,7 +498,7 @@ class LocalFile(VfsFile):
         finally:
             owner.fs_depth -= 1
         if self._written:
-            self._backend.stamp_written(self._file.path, self._written)
+            self._backend.stamp_written(self._file.path, self._written, self._written_at)
             self._written = 0
             if self._backend.changes is not None:
                 self._backend.changes.emit(CHANGED, self._file.path)
@@ -521,6 +527,6 @@ class LocalFile(VfsFile):
         finally:
             owner.fs_depth -= 1
         if self._written and self._backend.fs.mounted:  # not if an unmount closed it first
-            self._backend.stamp_written(self._file.path, self._written)
+            self._backend.stamp_written(self._file.path, self._written, self._written_at)
             if self._backend.changes is not None:
                 self._backend.changes.emit(CHANGED, self._file.path)
