@@ -434,8 +434,11 @@ class Terminal:
                 for data in self.transport.get(args[0]):
                     file.write(data)
             os.replace(temporary, host)
-        except BaseException:
+        except BaseException as exc:
             os.unlink(temporary)
+            if isinstance(exc, OSError) and exc.filename in (None, temporary):
+                # (a full disk fails a buffered write, or its close, unnamed)
+                exc.filename, exc.filename2 = shown, None
             raise
         if self.interactive:
             self.stdout.write(f"{args[0]} -> {shown}\n")

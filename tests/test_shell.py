@@ -111,6 +111,17 @@ def test_user_mistakes_are_one_line_and_a_status(shared_machine, setup, line, me
         assert done.stderr.count("\n") == message.count("\n") + 1
 
 
+def test_get_onto_a_full_host_disk_names_the_file_and_leaves_nothing(shared_machine, tmp_path, host_tmpfs):
+    source = tmp_path / "big"
+    source.write_bytes(os.urandom(64 * 1024))
+    assert shell(shared_machine, f"put {source} /chip/gbig").returncode == 0
+    small = host_tmpfs("size=16k")
+    done = shell(shared_machine, f"get /chip/gbig {small}/copy")
+    assert done.returncode == 1
+    assert done.stderr == f"get: {small}/copy: No space left on device\n"
+    assert os.listdir(small) == []  # no partial copy, no temporary file
+
+
 def _exec_raw(booted, line):
     """Send a line straight to the daemon, as a client other than the terminal could."""
     from ipuos._shell_transport import DaemonTransport
