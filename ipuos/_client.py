@@ -1,7 +1,8 @@
 """The client side of the protocol: connect to a named machine, send requests, read replies.
 
 ``Client(paths).call("status")`` returns the result or raises :class:`DaemonError` with
-the daemon's message. Long calls stream events to ``on_event``. With
+the daemon's message; a result or event unfit for what its command reads of it (see
+``_replies``) is a DaemonError too, saying the machine sent a bad reply. Long calls stream events to ``on_event``. With
 ``interruptible=True`` a Ctrl-C does not kill the client: it sends ``cancel`` for the call
 (the daemon interrupts the job) and keeps reading, so the user still gets what the tiles
 printed; a second Ctrl-C gives up waiting. Ctrl-C only sets a flag that the read loop
@@ -28,6 +29,7 @@ from ._protocol import (
     reply_result,
     request_frame,
 )
+from ._replies import event_problem, result_problem
 from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state
 
 CONNECT_SECONDS = 5.0
@@ -203,13 +205,13 @@ class Client:
                 kind = header.get("type")
                 if kind == "event":
                     if on_event is not None:
-                        on_event(self._object(header, "event"))
+                        on_event(self._event(header))
                 elif kind == "result":
                     if interrupts is not None and interrupts.count > handled and on_interrupt is not None:
                         # it came with the result: too late to cancel this call, but the
                         # caller may have more to stop (the next chunks of a put)
                         on_interrupt(interrupts.count)
-                    return self._result(frame), (b"" if header.get("result_in_payload") else frame.payload)
+                    return self._result(frame, cmd), (b"" if header.get("result_in_payload") else frame.payload)
                 elif kind == "error":
                     self._raise_error(header)
         finally:
@@ -232,14 +234,26 @@ class Client:
         except (EOFError, ConnectionError, OSError) as exc:
             raise self._gone(exc) from None
 
-    def _result(self, frame) -> dict:
+    def _result(self, frame, cmd: str) -> dict:
         try:
             result = reply_result(frame)
         except ProtocolError as exc:
             raise self._bad_reply(exc.code, exc.message) from None
         if not isinstance(result, dict):  # (every command answers one, and its callers index it)
             raise self._bad_reply(BAD_JSON, "its result is not a JSON object")
+        self._check(result_problem(cmd, result))
         return result
+
+    def _event(self, header: dict) -> dict:
+        event = self._object(header, "event")
+        self._check(event_problem(event))
+        return event
+
+    def _check(self, problem: str | None) -> None:
+        """A field its reader needs is missing or of the wrong type: a bad reply, said so
+        here once rather than as a KeyError or TypeError in that command."""
+        if problem is not None:
+            raise self._bad_reply(BAD_JSON, problem)
 
     def _object(self, header: dict, key: str) -> dict:
         """The reply's ``key`` (its event, its error), which must be a JSON object if there."""

@@ -20,7 +20,8 @@ carry the request's id and a ``type``: any number of ``"event"`` frames (progres
 that started), then exactly one ``"result"`` or ``"error"``. Errors are
 ``{"code": ..., "message": ...}``; the message is meant for the user as is. A result too
 big for a header travels as JSON in the payload (``"result_in_payload": true``). Results,
-events and errors are JSON objects: a client takes anything else for a bad reply.
+events and errors are JSON objects: a client takes anything else for a bad reply, as it
+does one lacking a field it reads or holding one of the wrong type (``ipuos._replies``).
 
 A request ``{"cmd": "cancel", "args": {"id": N}}`` cancels request N on the same
 connection (Ctrl-C in the client interrupts the job the request started).

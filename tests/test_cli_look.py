@@ -21,13 +21,14 @@ from daemon_harness import (  # noqa: F401  (fixtures)
     read_frame,
     request,
     runtime_dir,
+    shared_machine,
     unique_name,
     wait_for,
 )
 
 from ipuos._cli import main
 from ipuos._protocol import encode_frame
-from ipuos._rundir import lock_holder, machine_paths
+from ipuos._rundir import acquire_lock, lock_holder, machine_paths
 from ipuos._top import SRAM_GLYPHS
 
 SPIN = b"print('spin', __tileid)\nwhile True:\n    sync()\n"
@@ -339,29 +340,48 @@ def test_ctrl_c_while_waiting_for_the_daemon_is_status_130(machine):
 
 
 @contextlib.contextmanager
-def _machine_answering(reply: bytes):
-    """A stand-in for a machine's daemon: its socket answers the first request with the
-    frame ``reply``, then waits for the client to go. Yields the machine's name."""
+def _machine_answering(replies: dict[str, bytes], hold_lock: bool = False):
+    """A stand-in for a machine's daemon: on each connection it answers the first request,
+    a command of ``replies``, with that command's frames (for request id 1, the first of
+    every client), then waits for the client to go. With ``hold_lock`` it holds the
+    machine's lock as a daemon does. Yields the machine's name."""
     paths = machine_paths(unique_name("odd"))
+    lock = acquire_lock(paths.lock, paths.name) if hold_lock else None
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(paths.socket))
-    listener.listen(1)
+    listener.listen(8)
+    listener.settimeout(0.1)
+    stop = threading.Event()
+    served = []
+
+    def answer(connection):
+        with connection:
+            request_frame = read_frame(connection)
+            connection.sendall(replies[request_frame.header["cmd"]])
+            closed_by_peer(connection)
 
     def serve():
-        connection, _ = listener.accept()
-        with connection:
-            read_frame(connection)
-            connection.sendall(reply)
-            closed_by_peer(connection)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            served.append(threading.Thread(target=answer, args=(connection,), daemon=True))
+            served[-1].start()
 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     try:
         yield paths.name
     finally:
-        server.join(10)
+        stop.set()
+        for thread in [server, *served]:
+            thread.join(10)
         listener.close()
         paths.socket.unlink()
+        if lock is not None:
+            paths.lock.unlink()
+            os.close(lock)
 
 
 @pytest.mark.parametrize("command, reply, what", [
@@ -373,9 +393,120 @@ def _machine_answering(reply: bytes):
      "its event is not a JSON object"),
 ])
 def test_a_malformed_reply_is_one_clear_error(runtime_dir, tmp_path, command, reply, what):
-    with _machine_answering(reply) as name:
+    with _machine_answering({command[0]: reply}) as name:
         args = [arg.format(tmp=tmp_path) for arg in command]
         result = CliRunner().invoke(main, [*args, "--name", name])
     assert isinstance(result.exception, SystemExit) and result.exit_code == 1  # (not a TypeError ...)
     assert result.output.startswith(f"ipuos: machine {name!r} sent a bad reply: {what}")
     assert result.output.count("\n") == 1
+
+
+def _result(result: dict) -> bytes:
+    return encode_frame({"id": 1, "type": "result", "result": result})
+
+
+def _event(event: dict) -> bytes:
+    return encode_frame({"id": 1, "type": "event", "event": event})
+
+
+@pytest.fixture(scope="module")
+def real_results(shared_machine, tmp_path_factory):
+    """What a real daemon answers the commands below, to answer them with again, spoiled."""
+    image = tmp_path_factory.mktemp("backup") / "m.img"
+    program = b"print('hello from', __tileid)\n"
+    asks = [("hello", {}, b""), ("status", {}, b""), ("ps", {}, b""),
+            ("run", {"filename": "p.py", "source_len": len(program), "tiles": "0-1"}, program),
+            ("backup", {"path": str(image)}, b"")]
+    sock = raw_socket(shared_machine.paths)
+    results = {}
+    with sock:
+        for request_id, (cmd, args, payload) in enumerate(asks, 1):
+            sock.sendall(request(request_id, cmd, args, payload))
+            while (frame := read_frame(sock)).header["type"] == "event":
+                pass
+            results[cmd] = frame.header["result"]
+    # (a halt and a mount would end or change the shared machine: these are as the daemon answers)
+    results["halt"] = {"name": "m", "pid": 4242, "interrupted_jobs": [], "backup": None}
+    results["mounts"] = {"mounts": [{"mountpoint": "/mnt/m", "detached": False, "readonly": False,
+                                     "tiles": "0-15", "foreground": False, "client_pid": 4343,
+                                     "since": 1700000000.0, "open_files": 0, "requests": 3}]}
+    results["shell.attach"] = {"event": "attached", "session": 1, "status": 0, "cwd": "/", "mode": "shell",
+                               "prompt": "$ "}
+    results["shell.exec"] = {"status": 0, "cwd": "/", "mode": "shell", "prompt": "$ ",
+                             "output": [["out", "/\n"]]}
+    return results
+
+
+def _spoil(results: dict, cmd: str, how) -> dict:
+    spoiled = json.loads(json.dumps(results[cmd]))
+    how(spoiled)
+    return spoiled
+
+
+def _job_without_client_pid(ps: dict) -> None:
+    ps["jobs"] = [{"job": 7, "name": "p.py", "tiles": "0", "ntiles": 1, "elapsed_seconds": 1.5}]
+
+
+# (command line, the command whose result is spoiled, how, what the error says)
+SPOILED = {
+    "status-missing": (["status"], "status", lambda r: r.pop("uptime_seconds"),
+                       "its 'status' result lacks uptime_seconds"),
+    "status-mistyped": (["status"], "status", lambda r: r.update(sram_per_tile="64K"),
+                        "sram_per_tile in its 'status' result is text, not an integer"),
+    "ps-missing": (["ps"], "ps", lambda r: r.pop("states"), "its 'ps' result lacks states"),
+    "ps-mistyped": (["ps"], "ps", lambda r: r["sram_used"].__setitem__(3, "a lot"),
+                    "sram_used[3] in its 'ps' result is text, not an integer"),
+    "ps-json": (["ps", "--json"], "ps", _job_without_client_pid, "its 'ps' result lacks jobs[0].client_pid"),
+    "run-missing": (["run", "{tmp}/p.py"], "run", lambda r: r["tiles"][1].pop("output"),
+                    "its 'run' result lacks tiles[1].output"),
+    "run-mistyped": (["run", "--stats", "{tmp}/p.py"], "run", lambda r: r["stats"].update(wall_seconds="soon"),
+                     "stats.wall_seconds in its 'run' result is text, not a number"),
+    "halt": (["halt"], "halt", lambda r: r.pop("interrupted_jobs"), "its 'halt' result lacks interrupted_jobs"),
+    "backup": (["backup", "{tmp}/m.img"], "backup", lambda r: r.pop("file_size"),
+               "its 'backup' result lacks file_size"),
+    "mounts": (["mount"], "mounts", lambda r: r["mounts"][0].pop("since"),
+               "its 'mounts' result lacks mounts[0].since"),
+    "shell": (["shell", "-c", "pwd"], "shell.exec", lambda r: r.pop("prompt"),
+              "its 'shell.exec' result lacks prompt"),
+}
+
+
+def _answers(results: dict, spoiled_cmd: str | None = None, spoiled: dict | None = None) -> dict[str, bytes]:
+    answers = {cmd: _result(result) for cmd, result in results.items()}
+    answers["shell.attach"] = _event(results["shell.attach"])  # (and no result: the session stays open)
+    if spoiled_cmd is not None:
+        answers[spoiled_cmd] = _result(spoiled)
+    return answers
+
+
+@pytest.mark.parametrize("command, cmd, how, what", SPOILED.values(), ids=SPOILED)
+def test_a_reply_lacking_a_field_or_with_one_of_the_wrong_type_is_one_clear_error(
+        runtime_dir, real_results, tmp_path, command, cmd, how, what):
+    (tmp_path / "p.py").write_text("print('hello from', __tileid)\n")
+    args = [arg.format(tmp=tmp_path) for arg in command]
+    with _machine_answering(_answers(real_results)) as name:  # as they came, the command works
+        result = CliRunner().invoke(main, [*args, "--name", name])
+    assert result.exit_code == 0, result.output
+    with _machine_answering(_answers(real_results, cmd, _spoil(real_results, cmd, how))) as name:
+        result = CliRunner().invoke(main, [*args, "--name", name])
+    assert isinstance(result.exception, SystemExit), result.exception  # (not a KeyError ...)
+    assert result.exit_code == 1
+    assert result.output == f"ipuos: machine {name!r} sent a bad reply: {what}\n"
+
+
+def test_an_event_with_a_field_of_the_wrong_type_is_one_clear_error(runtime_dir, real_results, tmp_path):
+    progress = _event({"event": "progress", "phase": "writing", "done": "half", "total": 100})
+    with _machine_answering({"backup": progress + _result(real_results["backup"])}) as name:
+        result = CliRunner().invoke(main, ["backup", str(tmp_path / "m.img"), "--name", name])
+    assert isinstance(result.exception, SystemExit) and result.exit_code == 1, result.output
+    assert result.output == (f"ipuos: machine {name!r} sent a bad reply: done in its 'progress' event is text, "
+                             "not an integer\n")
+
+
+def test_machines_says_which_machine_sent_a_bad_hello(runtime_dir, real_results):
+    hello = _spoil(real_results, "hello", lambda r: r.pop("preset"))
+    with _machine_answering({"hello": _result(hello)}, hold_lock=True) as name:
+        result = CliRunner().invoke(main, ["machines"])
+    assert result.exit_code == 0, result.output
+    assert (f"{name}  not answering: machine {name!r} sent a bad reply: its 'hello' result lacks preset  "
+            f"pid {os.getpid()}") in result.output.splitlines()
