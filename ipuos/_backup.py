@@ -49,6 +49,7 @@ import stat
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -59,7 +60,7 @@ from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_di
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
-__all__ = ["BackupError", "Cancelled", "DIGEST", "backup", "restore", "unsaved", "unsaved_state",
+__all__ = ["BackupError", "Cancelled", "DIGEST", "Unsaved", "backup", "restore", "unsaved", "unsaved_state",
            "image_geometry_problems", "check_destination", "image_destination"]
 
 #: the digest backups are written with: blake3 hashes ~4x faster than sha256 here
@@ -497,29 +498,48 @@ def _holds_files(device: Device, data) -> bool:
         fs.unmount()
 
 
-def unsaved_state(machine, cancelled: threading.Event | None = None) -> str | None:
-    """What halting ``machine`` would lose, in words, or None."""
-    names, uncommitted, unimaged = _unsaved(machine, cancelled)
-    reasons = []
-    disks = [n for n in names if n != CHIP]
-    parts = []
-    if disks:
-        tiles = [int(n.split("/")[1]) for n in disks]
-        parts.append(f"the disk{'s' if len(tiles) > 1 else ''} of tile{'s' if len(tiles) > 1 else ''} "
-                     f"{format_tiles(tiles)}")
-    if CHIP in names:
-        parts.append("the chip disk")
-    if parts:
-        reasons.append(f"{' and '.join(parts)} changed since the last backup")
-    for tile, paths in _open_files_by_tile(uncommitted).items():
-        reasons.append(f"tile {tile} holds {len(paths)} file{'s' if len(paths) > 1 else ''} open with writes "
-                       f"not yet on its disk ({', '.join(paths)})")
-    if uncommitted:
-        reasons[-1] += " (a program commits a file's writes when it flushes or closes it)"
-    if unimaged:
-        reasons.append(f"{' and '.join(unimaged)} hold{'' if len(unimaged) > 1 else 's'} files, "
-                       "which no backup takes")
-    return "; ".join(reasons) or None
+@dataclass
+class Unsaved:
+    """What halting a machine would lose, by what would save it: a backup saves devices
+    changed since the last backup or restore; no backup holds writes still in open files
+    (a program commits them when it flushes or closes the file) or files on a RAM disk."""
+
+    #: names of the devices changed since the last backup or restore
+    changed: list[str]
+    #: tile -> the paths of its files open with writes not yet on its disk
+    open_files: dict[int, list[str]]
+    #: the filesystems in no image that hold files, described
+    unimaged: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.changed or self.open_files or self.unimaged)
+
+    def __str__(self) -> str:
+        reasons = []
+        disks = [int(n.split("/")[1]) for n in self.changed if n != CHIP]
+        parts = []
+        if disks:
+            parts.append(f"the disk{'s' if len(disks) > 1 else ''} of tile{'s' if len(disks) > 1 else ''} "
+                         f"{format_tiles(disks)}")
+        if CHIP in self.changed:
+            parts.append("the chip disk")
+        if parts:
+            reasons.append(f"{' and '.join(parts)} changed since the last backup")
+        for tile, paths in self.open_files.items():
+            reasons.append(f"tile {tile} holds {len(paths)} file{'s' if len(paths) > 1 else ''} open with writes "
+                           f"not yet on its disk ({', '.join(paths)})")
+        if self.open_files:
+            reasons[-1] += ", which no backup holds"
+        if self.unimaged:
+            reasons.append(f"{' and '.join(self.unimaged)} hold{'' if len(self.unimaged) > 1 else 's'} files, "
+                           "which no backup takes")
+        return "; ".join(reasons)
+
+
+def unsaved_state(machine, cancelled: threading.Event | None = None) -> Unsaved:
+    """What halting ``machine`` would lose (nothing: a false Unsaved)."""
+    changed, uncommitted, unimaged = _unsaved(machine, cancelled)
+    return Unsaved(changed, _open_files_by_tile(uncommitted), unimaged)
 
 
 def _open_files_by_tile(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:

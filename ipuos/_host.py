@@ -21,11 +21,12 @@ import concurrent.futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ._backup import BackupError, unsaved_state
+from ._backup import BackupError, Unsaved, unsaved_state
 from ._collector import Collector
 from ._machine import Machine, RunHandle
 from ._mount import MountManager
-from ._rundir import MachinePaths
+from ._rundir import MachinePaths, hint
+from ._tilespec import format_tiles
 
 
 @dataclass
@@ -128,24 +129,50 @@ class MachineHost:
 
     # -- saved state -----------------------------------------------------------------------
 
-    def unsaved_state(self) -> str | None:
-        """What would be lost by halting now, or None if nothing would be: the devices
-        whose files changed since the last backup or restore (see ``_backup``)."""
-        try:
-            return unsaved_state(self.machine)
-        except BackupError as exc:
-            return str(exc)
-
     def check_halt(self, if_saved: bool) -> None:
-        """Raise HaltRefused when asked to keep unsaved state that halting would drop."""
+        """Raise HaltRefused when asked to keep unsaved state that halting would drop,
+        saying what saves it: a backup saves only what is on the devices."""
         if not if_saved:
             return
-        unsaved = self.unsaved_state()
+        try:
+            unsaved = unsaved_state(self.machine)
+        except BackupError as exc:  # (it cannot tell: a backup, which waits for busy tiles, can)
+            raise HaltRefused(f"machine {self.name!r} was not halted because {exc}; {self._back_up_first()}")
         if unsaved:
-            raise HaltRefused(
-                f"machine {self.name!r} was not halted because {unsaved}; back it up first, "
-                "or halt without --if-saved to discard its files"
-            )
+            advice = self._save_first(unsaved) if unsaved.open_files or unsaved.unimaged else self._back_up_first()
+            raise HaltRefused(f"machine {self.name!r} was not halted because {unsaved}; {advice}")
+
+    def _back_up_first(self) -> str:
+        return (f"back it up first ({hint('halt --backup IMG', self.name)} backs it up and halts), "
+                "or halt without --if-saved to discard its files")
+
+    def _save_first(self, unsaved: Unsaved) -> str:
+        """How to put what no backup holds where one does: open files' writes on their
+        disks (closing the files), RAM disks' files on a disk."""
+        steps = []
+        if unsaved.open_files:
+            files = sum(map(len, unsaved.open_files.values()))
+            them = ("it" if files == 1 else "them") if not unsaved.unimaged else (
+                "the open file" if files == 1 else "the open files")
+            programs = "the program" if len(unsaved.open_files) == 1 else "the programs"
+            steps.append(f"close {them} or end {programs} holding {'it' if files == 1 else 'them'}"
+                         f"{self._holders(unsaved.open_files)}")
+        if unsaved.unimaged:
+            steps.append("copy them to a disk" if not unsaved.open_files else
+                         "copy the files no backup takes to a disk")
+        dropped = "those writes" if not (unsaved.changed or unsaved.unimaged) else "them"
+        return f"{' and '.join(steps)}, then back the machine up; or halt without --if-saved to discard {dropped}"
+
+    def _holders(self, open_files: dict[int, list[str]]) -> str:
+        """`` (job 3 on tile 5: `ipuos kill 3`)``: the jobs started through the daemon that
+        run on ``open_files``' tiles, and how to end each; nothing if none does."""
+        holders = []
+        for job in self.jobs():
+            tiles = sorted(set(job.handle.job.ids) & set(open_files))
+            if tiles:
+                holders.append(f"job {job.id} on tile{'s' if len(tiles) > 1 else ''} {format_tiles(tiles)}: "
+                               f"{hint(f'kill {job.id}', self.name)}")
+        return f" ({', '.join(holders)})" if holders else ""
 
     def request_halt(self) -> None:
         self.halt_requested.set()

@@ -224,7 +224,7 @@ def test_writes_held_in_an_open_file_are_unsaved_and_named(tmp_path):
         assert repl.run("log.write('second')\n").ok
         assert chip.run("out.write(b'y')\n").ok
         assert _backup.unsaved(machine) == ["chip", "tile/3/disk"]
-        text = _backup.unsaved_state(machine)
+        text = str(_backup.unsaved_state(machine))
         assert "tile 0 holds 1 file open with writes not yet on its disk (/chip/out)" in text
         assert "tile 3 holds 1 file open with writes not yet on its disk (/log)" in text
         summary = _backup.backup(machine, tmp_path / "m.img")
@@ -258,6 +258,39 @@ def test_a_backup_names_files_whose_writes_it_could_not_take(machine, tmp_path):
         spin.communicate(timeout=30)
     cli(machine, "backup", str(tmp_path / "m.img"))  # the program's end closed the file
     assert run_cli("image", "cat", str(tmp_path / "m.img"), "5", "/log").stdout == "ab"
+    assert "halted machine" in cli(machine, "halt", "--if-saved").stdout
+
+
+def test_halt_if_saved_advises_a_backup_only_for_what_a_backup_would_save(machine, tmp_path):
+    """Writes still in an open file are in no image, so a backup cannot save them: the
+    refusal names the file, its tile and the program holding it, and says to end that
+    program (which commits the writes) before a backup; once they are on the disk, a
+    backup is what saves them."""
+    program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
+                               "while True:\n    sync()\n")
+    spin = subprocess.Popen([IPUOS, "run", "--tiles", "5", program], env=machine.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: json.loads(cli(machine, "ps", "--json").stdout)["jobs"], what="the spinning job")
+        (job,) = [j["job"] for j in json.loads(cli(machine, "ps", "--json").stdout)["jobs"]]
+        cli(machine, "backup", str(tmp_path / "m.img"))  # all but the open file's last write
+        refused = cli(machine, "halt", "--if-saved", check=False)
+        assert refused.returncode == 1
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert (f"ipuos: machine {machine.name!r} was not halted because tile 5 holds 1 file open with writes "
+                "not yet on its disk (/log), which no backup holds; close it or end the program holding it "
+                f"(job {job} on tile 5: `ipuos kill {job} --name {machine.name}`), then back the machine up; "
+                "or halt without --if-saved to discard those writes") in refused.stderr, refused.stderr
+        assert "back it up first" not in refused.stderr
+    finally:
+        spin.send_signal(signal.SIGINT)
+        spin.communicate(timeout=30)
+    refused = cli(machine, "halt", "--if-saved", check=False)  # the program's end wrote them to the disk
+    assert refused.returncode == 1
+    assert ("was not halted because the disk of tile 5 changed since the last backup; back it up first "
+            f"(`ipuos halt --backup IMG --name {machine.name}` backs it up and halts), or halt without "
+            "--if-saved to discard its files") in refused.stderr, refused.stderr
+    cli(machine, "backup", str(tmp_path / "m.img"))
     assert "halted machine" in cli(machine, "halt", "--if-saved").stdout
 
 
@@ -363,8 +396,9 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     assert "note: not in the image: the RAM disk on /ram of tile 0 (no backup takes RAM disks)" in result.stderr
     result = cli(machine, "halt", "--if-saved", check=False)
     assert result.returncode == 1
-    assert "the RAM disk on /ram of tile 0 holds files, which no backup takes" in result.stderr
-    assert "changed since the last backup" not in result.stderr
+    assert ("the RAM disk on /ram of tile 0 holds files, which no backup takes; copy them to a disk, then "
+            "back the machine up; or halt without --if-saved to discard them") in result.stderr, result.stderr
+    assert "changed since the last backup" not in result.stderr and "back it up first" not in result.stderr
     cli(machine, "restore", str(image))  # (its / has no /ram: the mount point needs none)
     assert cli(machine, "shell", "-c", "cat /ram/f; ls /").stdout == "kept\nchip/\nram/\ntiles/\n"
     cli(machine, "shell", "-c", "umount /ram")
