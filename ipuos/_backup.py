@@ -18,7 +18,8 @@ the last step:
 4. mount every device's filesystem there as its digest checks out (littlefs' mount walks
    every metadata pair), unmount, and check that doing so wrote nothing;
 5. freeze the target tiles; a tile refuses if it runs a program or has files open, and
-   then all are released as they were;
+   then all are released as they were; the chip tile writes the chip disk's cache back
+   before it holds, so no write-back of the old filesystem lands on the new bytes;
 6. write the devices into SRAM and release the owners, each of which drops its old mounts
    without writing, so the new bytes are mounted on first use; a device that is blank in
    the image (its tile never used storage) leaves the tile blank, formatted on first use.

@@ -264,23 +264,37 @@ def prepare_backup(tile, storage) -> str | None:
                 backend.sync()
             except OSError:
                 pass  # a full disk drops its stamps (see LittlefsBackend); the data is there
-        flush = getattr(backend.device, "flush", None)
-        if flush is not None:
-            flush()
+        _write_back(backend)
     return None
 
 
 def prepare_restore(tile, storage) -> str | None:
-    """Refuse a tile whose files are in use: a program runs there or files are open."""
+    """Refuse a tile whose files are in use: a program runs there or files are open.
+    Otherwise write the chip disk's cache back first: a write-back a sync left due goes
+    out at the next exchange, which comes while the tile holds, and may come after the
+    host has written the restored bytes (``scheduler.before_copies``)."""
     job = tile.job
     if job is not None:
         return f"it runs job {job.id} (wait for it, or stop it with `ipuos kill {job.id}`)"
     if storage.state(tile) != "up":
         return None
-    open_files = sum(backend.open_files for _, _, backend in _littlefs_mounts(tile, storage))
+    mounts = _littlefs_mounts(tile, storage)
+    open_files = sum(backend.open_files for _, _, backend in mounts)
     if open_files:
         return f"{open_files} file{'s are' if open_files > 1 else ' is'} open on it"
+    for _, _, backend in mounts:
+        try:
+            _write_back(backend)
+        except OSError:
+            pass  # a backing tile failed: a write-back is all or nothing, so none lands later
     return None
+
+
+def _write_back(backend) -> None:
+    """Write the backend's device cache (the chip disk's write-behind) back now, and wait."""
+    flush = getattr(backend.device, "flush", None)
+    if flush is not None:
+        flush()
 
 
 def describe_tiles(tiles: list[int]) -> str:

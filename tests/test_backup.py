@@ -15,15 +15,18 @@ import signal
 import socket
 import stat
 import subprocess
+import threading
 import time
 
+import numpy as np
 import pytest
 
 import ipuos
 from daemon_harness import IPUOS, Booted, boot_machine, machine, run_cli, runtime_dir, unique_name, wait_for  # noqa: F401
 from ipuos._rundir import machine_paths
 from ipuos import _backup
-from ipuos._image import FORMAT_VERSION, MAGIC
+from ipuos._backup_devices import machine_devices
+from ipuos._image import FORMAT_VERSION, MAGIC, open_image
 
 KiB = 1024
 
@@ -207,6 +210,72 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     cli(machine, "run", "--tiles", "7", _write(tmp_path, "print(open('/keep').read())\n"))  # reading changes nothing
     result = cli(machine, "halt", "--if-saved")
     assert "halted machine" in result.stdout
+
+
+def test_no_chip_disk_write_back_lands_on_the_restored_bytes(tmp_path, monkeypatch):
+    """A file on /chip closed in the superstep in which the restore's freeze reaches tile 0
+    leaves the chip disk's write-behind cache to go out at that superstep's exchange, while
+    tile 0 holds. The restore writes the stripes meanwhile, from the host: if its writes
+    come first (here the scheduler reaches that exchange late, as when other tiles compute
+    long or the host thread has the interpreter), the old filesystem's blocks must not land
+    on the restored disk."""
+    image = tmp_path / "m.img"
+    with ipuos.Machine("tiny") as machine:
+        fs, scheduler = machine.fs, machine.scheduler
+
+        def write(path: str, data: bytes) -> int:
+            handle = fs.call(0, "fs.open", path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            fs.call(0, "fs.write", handle, 0, data)
+            return handle
+
+        fs.call(0, "fs.close", write("/chip/kept", b"k" * 30000))
+        _backup.backup(machine, image)
+        fs.call(0, "fs.unlink", "/chip/kept")
+        for i in range(3):
+            fs.call(0, "fs.close", write(f"/chip/x{i}", os.urandom(3000)))
+        late = write("/chip/late", os.urandom(60000))  # closed in the restore's superstep
+
+        written = threading.Event()  # the restore has written every device
+        deadline = time.monotonic() + 30
+
+        def late_exchange() -> None:
+            # at each exchange until tile 0 holds: once it does, this exchange's copies
+            # wait for the restore's writes
+            if scheduler.tiles[0].waiting == "frozen for a restore":
+                written.wait(30)
+            elif not written.is_set() and time.monotonic() < deadline:
+                scheduler.before_copies(late_exchange)
+
+        held, go = threading.Event(), threading.Event()
+
+        def hold_scheduler() -> None:  # until the close and the freeze are both queued
+            scheduler.before_copies(late_exchange)  # (before any the close posts)
+            held.set()
+            go.wait(30)
+
+        scheduler.call(hold_scheduler)
+        assert held.wait(30)
+        fs.submit(0, "fs.close", late)
+        submit_all = fs.submit_all
+
+        def submit_all_then_go(*args):  # (the restore queues its freeze with it)
+            futures = submit_all(*args)
+            go.set()
+            return futures
+
+        monkeypatch.setattr(fs, "submit_all", submit_all_then_go)
+
+        def progress(phase: str, done: int, total) -> None:
+            if phase == "restoring" and done == total:
+                written.set()
+
+        _backup.restore(machine, image, progress=progress)
+        (chip,) = [d for d in machine_devices(machine) if d.name == "chip"]
+        with open_image(image) as img:
+            assert np.array_equal(chip.read()[0], img.read_all()["chip"])
+        # (a write-back landing after it showed the old files again: late, x0-x2, no kept)
+        listed = machine.repl("0").run("import os\nprint(os.listdir('/chip'), len(open('/chip/kept').read()))\n")
+        assert listed.outputs() == {0: "['kept'] 30000\n"}
 
 
 def test_writes_held_in_an_open_file_are_unsaved_and_named(tmp_path):
