@@ -2,11 +2,12 @@
 
 ``Client(paths).call("status")`` returns the result or raises :class:`DaemonError` with
 the daemon's message; a result or event unfit for what its command reads of it (see
-``_replies``) is a DaemonError too, saying the machine sent a bad reply. Long calls stream events to ``on_event``. With
-``interruptible=True`` a Ctrl-C does not kill the client: it sends ``cancel`` for the call
-(the daemon interrupts the job) and keeps reading, so the user still gets what the tiles
-printed; a second Ctrl-C gives up waiting. Ctrl-C only sets a flag that the read loop
-checks between short polls, so it never lands in the middle of reading a frame.
+``_replies``) is a DaemonError too, saying the machine sent a bad reply. Long calls
+stream events to ``on_event``. With ``interruptible=True`` a Ctrl-C does not kill the
+client: it sends ``cancel`` for the call (the daemon interrupts the job) and keeps
+reading, so the user still gets what the tiles printed; a second Ctrl-C gives up
+waiting. Ctrl-C only sets a flag that the read loop checks between short polls, so it
+never lands in the middle of reading a frame.
 """
 
 from __future__ import annotations
