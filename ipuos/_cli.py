@@ -292,6 +292,9 @@ def halt(name, if_saved, backup) -> None:
         except SocketMissing as exc:
             _halt_by_signal(paths, exc.pid, if_saved or backup is not None)
             return
+    # (read now: a daemon of another release may halt as asked and be gone from its lock
+    # by the time its reply turns out unreadable, below)
+    pid = lock_holder(paths.lock)
     with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup)}
         try:
@@ -301,15 +304,14 @@ def halt(name, if_saved, backup) -> None:
                 # a daemon of another ipuos release: the way to the one this client speaks
                 # is to stop it, and SIGTERM halts a daemon as cleanly as asking does
                 client.close()
-                _halt_by_signal(paths, lock_holder(paths.lock), False, "it runs another ipuos release")
+                _halt_by_signal(paths, pid, False, "it runs another ipuos release")
                 return
             plain = not (backup or if_saved)
             if plain and exc.code == BUSY and not exc.details.get("halting"):
                 # every client slot or handler is taken: SIGTERM halts it just as cleanly,
                 # and a user must always be able to stop a machine
                 client.close()
-                _halt_by_signal(paths, lock_holder(paths.lock), False,
-                                "every client slot or request handler was taken")
+                _halt_by_signal(paths, pid, False, "every client slot or request handler was taken")
                 return
             # another halt got there first: the daemon refuses new requests, or drops the
             # connection as it goes. A plain halt has what it asked for once it is gone.
