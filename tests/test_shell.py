@@ -645,6 +645,19 @@ def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine
     assert shell(shared_machine, "umount /busy; rmdir /busy").returncode == 0  # (tile 0's disk is small)
 
 
+def test_tiles_0_shows_tile_0s_own_disk_after_mount_and_umount(shared_machine):
+    # /tiles/0 had kept the mount points it saw when /tiles/0 was last listed
+    done = shell(shared_machine, "mkdir /under; echo disk > /under/d; ls /tiles/0 > /chip/under.ls; "
+                 "mount --ram 4K /under; echo ram > /under/r; cat /tiles/0/under/r; "
+                 "echo via-tiles > /tiles/0/under/w; ls /under")
+    assert done.stdout.endswith("RAM disk (tile 0's SRAM) on /under\nr\n"), done.stdout
+    assert done.stderr == ("cat: /tiles/0/under/r: No such file or directory\n"
+                           "sh: /tiles/0/under/w: No such file or directory\n")
+    done = shell(shared_machine, "ls /tiles/0 > /chip/under.ls; umount /under; cat /tiles/0/under/d; "
+                 "rm -r /under /chip/under.ls")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "disk\n", "")
+
+
 def test_help_lists_every_command(shared_machine):
     done = shell(shared_machine, "help; help cp; help nope")
     assert done.returncode == 1

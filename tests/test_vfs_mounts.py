@@ -350,3 +350,52 @@ def test_opening_a_directory_fails_as_on_the_host(place, tmp_path):
         return outcomes(vfs.open, lambda suffix: place.top + suffix or "/")
 
     assert place.run(body) == expected
+
+
+def test_tiles_view_hides_what_a_tile_mounts_or_unmounts_after_it_looked():
+    # /tiles/N is tile N's own disk: what tile N mounts later must vanish from it, and
+    # what it unmounts come back, though tile 0 learnt its mount points before
+    machine = ipuos.Machine("tiny", disk_size=32 * KiB)
+    tile0, tile5 = Place(machine, 0, "/tiles/5"), Place(machine, 5, "")
+
+    def on_disk(vfs, path):
+        vfs.mkdir("/m")
+        with vfs.open("/m/disk.txt", "w") as f:
+            f.write("disk")
+
+    def mount_ram(vfs, path):
+        device = MemoryDevice.new(512, 16)
+        mount_device(vfs, "/m", device, format=True)
+        with vfs.open("/m/ram.txt", "w") as f:
+            f.write("ram")
+
+    def look(vfs, path):  # (listing the tile's top last: it used to refresh what is hidden)
+        seen = {}
+        for name in ("m/disk.txt", "m/ram.txt"):
+            try:
+                with vfs.open(path(name)) as f:
+                    seen[name] = f.read()
+            except OSError as exc:
+                seen[name] = errno.errorcode[exc.errno]
+        try:
+            with vfs.open(path("m/new.txt"), "w") as f:
+                f.write("new")
+            seen["new"] = "written"
+        except OSError as exc:
+            seen["new"] = errno.errorcode[exc.errno]
+        seen["listing"] = sorted(vfs.listdir(path()))
+        return seen
+
+    try:
+        tile5.run(on_disk)
+        assert tile0.run(look) == {"listing": ["m"], "m/disk.txt": "disk", "m/ram.txt": "ENOENT",
+                                   "new": "written"}
+        tile5.run(mount_ram)
+        assert tile0.run(look) == {"listing": [], "m/disk.txt": "ENOENT", "m/ram.txt": "ENOENT",
+                                   "new": "ENOENT"}
+        assert tile5.run(lambda vfs, path: sorted(vfs.listdir("/m"))) == ["ram.txt"]
+        tile5.run(lambda vfs, path: vfs.umount("/m"))
+        assert tile0.run(look) == {"listing": ["m"], "m/disk.txt": "disk", "m/ram.txt": "ENOENT",
+                                   "new": "written"}
+    finally:
+        machine.close()

@@ -28,9 +28,10 @@ When they are sent, and what that promises:
 
 Kinds: ``CHANGED`` (contents, size or mtime of ``path``), ``ADDED_FILE`` (``path`` was
 created), ``ADDED_DIR`` (a new, empty directory), ``REMOVED`` (``path`` is gone),
-``MOVED`` (``path`` renamed to ``path2``, replacing what was there), ``RESET`` (anything on
-the filesystem mounted at ``path`` may have changed: a restore, a remount after a device
-error). ``ADDED_*``, ``REMOVED`` and ``MOVED`` change the parent directories' mtimes too.
+``MOVED`` (``path`` renamed to ``path2``, replacing what was there), ``RESET`` (anything at
+and below ``path`` may have changed: a mount or an unmount there, a restore, a remount
+after a device error). ``ADDED_*``, ``REMOVED`` and ``MOVED`` change the parent
+directories' mtimes too.
 
 With no watcher, a notice costs the backend one attribute check and a call that returns.
 """
@@ -58,6 +59,8 @@ class ChangeFeed:
         #: scheduler thread always goes to a consistent set
         self.watchers: tuple = ()
         self._lock = threading.Lock()
+        #: per tile: how many times its mount table has changed (see :meth:`mounts_version`)
+        self._mount_changes: dict[int, int] = {}
 
     def watch(self, watcher) -> None:
         """Call ``watcher(tile, kind, path, path2)`` for every change from now on."""
@@ -74,8 +77,18 @@ class ChangeFeed:
         return ChangeSource(self, tile, mount_point)
 
     def reset(self, tile: int, mount_point: str = "/") -> None:
-        """Everything on ``tile`` at and below ``mount_point`` may have changed."""
+        """Everything on ``tile`` at and below ``mount_point`` may have changed, because
+        ``tile``'s mount table has: a mount or an unmount there, or the tile's VFS being
+        dropped for a restore (a filesystem that changes under its mount point reports
+        ``RESET`` through its :class:`ChangeSource` instead)."""
+        self._mount_changes[tile] = self._mount_changes.get(tile, 0) + 1
         self.emit(tile, RESET, mount_point)
+
+    def mounts_version(self, tile: int) -> int:
+        """A number that changes whenever ``tile``'s mount table does: what a view that
+        keeps the tile's mount points compares (see ``_submounts``). A counter rather than
+        a watcher, so that every other notice costs nothing more."""
+        return self._mount_changes.get(tile, 0)
 
     def emit(self, tile: int, kind: str, path: str, path2: str | None = None) -> None:
         for watcher in self.watchers:

@@ -229,4 +229,4 @@ class Storage:
                     traceback.format_exc(),
                 )
         client = TileFsClient(tile, pending=vfs.pending)
-        vfs.mount(TILES_MOUNT, TilesBackend(client, len(self.scheduler.tiles)))
+        vfs.mount(TILES_MOUNT, TilesBackend(client, len(self.scheduler.tiles), self.changes))

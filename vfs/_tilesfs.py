@@ -32,10 +32,12 @@ class TilesBackend(Backend):
 
     kind = "tiles"
 
-    def __init__(self, client, ntiles: int):
+    def __init__(self, client, ntiles: int, changes):
+        """``changes``: the machine's ``ChangeFeed``, which tells when a tile's mount
+        table has changed, so that what is hidden changes with it."""
         self.client = client
         self.ntiles = ntiles
-        self._submounts = Submounts()
+        self._submounts = Submounts(changes)
         #: the time shown for ``/tiles`` and for each tile in its listing (a listing of
         #: 1472 tiles does not ask each for its time; ``stat`` of ``/tiles/N`` does)
         self._made_ns = time.time_ns()
@@ -53,8 +55,7 @@ class TilesBackend(Backend):
             raise fs_error(errno.ENOENT, path)
         tile, inner = int(name), "/" + rest if slash else "/"
         if inner != "/":
-            if self._submounts.known(tile) is None:
-                self._submounts.learn(tile, self.client.mounts(tile))
+            self._submounts.refresh(tile, self.client.mounts)
             if self._submounts.hides(tile, inner):  # only the tile's own disk is shown
                 raise fs_error(errno.ENOENT, path)
         return tile, inner
@@ -74,8 +75,8 @@ class TilesBackend(Backend):
             made = self._made_ns
             return [Entry(str(tile_id), True, 0, made) for tile_id in range(self.ntiles)]
         entries = self.client.entries(tile, rest)
-        if rest == "/":  # listing a tile's top: learn its mounts afresh, show its disk only
-            self._submounts.learn(tile, self.client.mounts(tile))
+        if rest == "/":  # (_split learns a tile's mount points only for paths below)
+            self._submounts.refresh(tile, self.client.mounts)
         prefix = rest.rstrip("/") + "/"
         return [e for e in entries if not self._submounts.hides(tile, prefix + e.name)]
 
