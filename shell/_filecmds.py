@@ -118,11 +118,41 @@ def _cd(sh, args):
     session = sh.session
     if target == "-":
         target = session.previous_cwd
-    entry = sh.fs.entry(target)
-    if not entry.is_dir:
-        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), target)
-    session.previous_cwd, session.cwd = session.cwd, sh.fs.abspath(target)
+    session.previous_cwd, session.cwd = session.cwd, _logical_directory(sh, target)
     return 0
+
+
+def _logical_directory(sh, target: str) -> str:
+    """Where ``cd target`` goes, resolved as bash's default ``cd -L`` does: from the
+    current directory's path, ``..`` taking its last name off. So ``cd ..`` leaves a
+    directory that has been removed meanwhile. A name the target gives itself must be a
+    directory before ``..`` takes it off (``cd missing/..`` fails, as in bash), and where
+    it all leads must be a directory."""
+    sh.fs.abspath(target)  # (an empty path or a NUL is refused as anywhere else)
+    names = [] if target.startswith("/") else [name for name in sh.session.cwd.split("/") if name]
+    given = 0  # the last names, the target's own (the others are the current directory's)
+    try:
+        for name in target.split("/"):
+            if name == "..":
+                if given:
+                    _require_directory(sh, "/" + "/".join(names))
+                    given -= 1
+                if names:
+                    names.pop()
+            elif name and name != ".":
+                names.append(name)
+                given += 1
+        full = "/" + "/".join(names)
+        _require_directory(sh, full)
+    except OSError as exc:
+        exc.filename = target
+        raise
+    return full
+
+
+def _require_directory(sh, path: str) -> None:
+    if not sh.fs.entry(path).is_dir:
+        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
 
 
 @command("pwd", "pwd", "print the current directory", paths=False)

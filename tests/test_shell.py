@@ -645,6 +645,23 @@ def test_a_ram_disk_is_not_unmounted_under_a_shell_standing_in_it(shared_machine
     assert shell(shared_machine, "umount /busy; rmdir /busy").returncode == 0  # (tile 0's disk is small)
 
 
+def test_cd_dotdot_climbs_out_of_a_directory_removed_under_the_shell(shared_machine):
+    # cd .. is the current path less its last name, as in sh and bash: it used to ask for
+    # /chip/cd1/gone/.., which the VFS reads as the kernel does, ENOENT once gone is gone.
+    # A name the target gives must still be there, and so must where .. leads.
+    done = shell(shared_machine, "mkdir -p /chip/cd1/gone/deep; cd /chip/cd1/gone; "
+                 "rmdir /chip/cd1/gone/deep /chip/cd1/gone; cd ..; pwd; "
+                 "cd /chip/cd1/gone/deep/../..; pwd; cd gone/..; cd ../nope/..; "
+                 "mkdir /chip/cd1/also; cd /chip/cd1/also; rmdir /chip/cd1/also /chip/cd1; "
+                 "cd ..; pwd; cd ../..; pwd")
+    assert done.stdout == "/chip/cd1\n/chip/cd1\n/chip/cd1/also\n/chip\n", done.stderr
+    assert done.stderr == ("cd: /chip/cd1/gone/deep/../..: No such file or directory\n"
+                           "cd: gone/..: No such file or directory\n"
+                           "cd: ../nope/..: No such file or directory\n"
+                           "cd: ..: No such file or directory\n")
+    assert done.returncode == 0
+
+
 def test_tiles_0_shows_tile_0s_own_disk_after_mount_and_umount(shared_machine):
     # /tiles/0 had kept the mount points it saw when /tiles/0 was last listed
     done = shell(shared_machine, "mkdir /under; echo disk > /under/d; ls /tiles/0 > /chip/under.ls; "
