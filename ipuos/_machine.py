@@ -32,7 +32,7 @@ from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
 from ._tilespec import parse_tiles
 from .scheduler import ABORTED, ERROR, OK, Job, Scheduler
-from .vfs import HostFsClient, Storage
+from .vfs import HostFsClient, Storage, working_directories
 
 class RunHandle:
     """A program started with :meth:`Machine.launch`: wait for it or interrupt it."""
@@ -207,6 +207,10 @@ def _stop_abandoned(scheduler: Scheduler, storage: Storage) -> None:
 #: when tile filesystems are formatted and mounted (see ``ipuos.vfs.Storage``)
 STORAGE_BOOT = ("lazy", "eager")
 
+#: why umount refuses a mount a program's (a repl's) current directory is in
+_PROGRAM_BUSY = "a running program's working directory is in it; let it end, or kill its job"
+_REPL_BUSY = "a repl's working directory is in it; os.chdir out of it there, or leave the repl"
+
 
 class Machine:
     """A simulated multi-chip machine running the ipuos tile kernel.
@@ -342,6 +346,11 @@ class Machine:
         ctx.extras["__modules__"] = dict.fromkeys(session.MODULES, session.provide)
         ctx.extras["__find_module__"] = session.find_module
         ctx.cleanups.append(session.close)
+        # its current directory keeps mounts on its tile busy while it lasts
+        cwds = working_directories(api.tile)
+        cwds.add(session, lambda: _REPL_BUSY if session.suspended else _PROGRAM_BUSY)
+        ctx.cleanups.append(lambda: cwds.discard(session))
+        ctx.extras["__closed__"] = lambda: cwds.discard(session)
 
     # -- state ---------------------------------------------------------------------------
 

@@ -126,6 +126,7 @@ class TileContext:
         #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os),
         #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last) and
         #: ``__resume__``/``__suspend__`` (called as a repl's later block starts / any ends)
+        #: and ``__closed__`` (the repl is closed: on the scheduler thread, no more blocks)
         self.extras: dict[str, object] = {}
         #: called when the program ends, on the tile (files left open are closed); each
         #: returns messages for the program's output, or None
@@ -861,7 +862,11 @@ class ReplState:
 
     def clear(self) -> None:
         """Forget every tile's namespace and free its data (on the scheduler thread)."""
-        self.tiles = {}
+        tiles, self.tiles = self.tiles, {}
+        for _namespace, ctx in tiles.values():
+            closed = ctx.extras.get("__closed__")
+            if closed is not None:
+                closed()
         regions, self._regions = self._regions, []
         for memory in regions:
             memory.free(self.region_name)

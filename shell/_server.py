@@ -49,11 +49,20 @@ __all__ = ["ShellServer", "SESSIONS_KEY"]
 
 #: where tile 0 keeps its sessions in ``kernel_data``
 SESSIONS_KEY = "shell.sessions"
+#: why umount refuses a mount a session's current directory is in (a shell left in a
+#: vanished directory is lost, so umount(8) says "target is busy")
+_SESSION_BUSY = "a shell's working directory is in it; cd out first"
 #: exit status of a command stopped by Ctrl-C (as sh reports SIGINT)
 EXIT_INTERRUPTED = 130
 EXIT_NOT_FOUND = 127
 
 log = logging.getLogger("ipuos.shell")
+
+
+def _working_directories(tile):
+    from ipuos.vfs import working_directories  # (see shell/__init__: what the terminal imports)
+
+    return working_directories(tile)
 
 
 class ShellServer:
@@ -124,12 +133,14 @@ class ShellServer:
         session.width = width
         self.sessions[session.id] = session
         tile.kernel_data.setdefault(SESSIONS_KEY, {})[session.id] = session
+        _working_directories(tile).add(session, _SESSION_BUSY)
         return {"session": session.id, **session.state(0)}
 
     def _serve_close(self, tile, sid) -> None:
         session = self.sessions.pop(sid, None)
         tile.kernel_data.get(SESSIONS_KEY, {}).pop(sid, None)
         if session is not None:
+            _working_directories(tile).discard(session)
             session.abandon_put(SessionFs(self.vfs_of(tile), session))  # a put cut short
             session.close()
 

@@ -662,6 +662,42 @@ def test_cd_dotdot_climbs_out_of_a_directory_removed_under_the_shell(shared_mach
     assert done.returncode == 0
 
 
+def test_a_ram_disk_is_not_unmounted_under_a_program_standing_in_it(shared_machine):
+    # only shells' working directories counted: the program's relative writes went on
+    # to tile 0's own disk, under the directory the RAM disk had covered
+    assert shell(shared_machine, "mkdir /held; mount --ram 4K /held").returncode == 0
+    program = ("import os\nos.chdir('/held')\nopen('/held-in', 'w').close()\n"
+               "while not os.path.exists('/held-go'):\n    sync()\nopen('relative', 'w').close()\n")
+    with open(os.devnull, "w") as sink:
+        runner = subprocess.Popen([IPUOS, "run", "-", "--tiles", "0"], stdin=subprocess.PIPE,
+                                  stdout=sink, stderr=sink, text=True, env=shared_machine.env())
+    runner.stdin.write(program)
+    runner.stdin.close()
+    try:
+        wait_for(lambda: shell(shared_machine, "ls /held-in").returncode == 0, timeout=30,
+                 what="the program to stand in /held")
+        done = shell(shared_machine, "umount /held; touch /held-go")
+        assert done.stderr == ("umount: /held: target is busy (a running program's working directory "
+                               "is in it; let it end, or kill its job)\n")
+        assert runner.wait(30) == 0
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    done = shell(shared_machine, "ls /held; umount /held; ls /held; rm -r /held /held-in /held-go")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "relative\n", "")
+
+
+def test_a_ram_disk_is_not_unmounted_under_a_repl_standing_in_it(shared_machine):
+    done = shell(shared_machine, "mkdir /held2; mount --ram 4K /held2; "
+                 "python -c \"import os; os.chdir('/held2')\"; umount /held2; "
+                 "python -c \"os.chdir('/')\"; umount /held2; mount --ram 4K /held2; "
+                 "python -c \"os.chdir('/held2')\"")
+    assert done.stderr == ("umount: /held2: target is busy (a repl's working directory is in it; "
+                           "os.chdir out of it there, or leave the repl)\n")
+    # the shell's repl ended with its session: its directory holds nothing any more
+    assert shell(shared_machine, "umount /held2; rmdir /held2").returncode == 0
+
+
 def test_tiles_0_shows_tile_0s_own_disk_after_mount_and_umount(shared_machine):
     # /tiles/0 had kept the mount points it saw when /tiles/0 was last listed
     done = shell(shared_machine, "mkdir /under; echo disk > /under/d; ls /tiles/0 > /chip/under.ls; "

@@ -25,11 +25,13 @@ from ._session import TileSession
 from ._storage import CHIP_DISK_MOUNT, DISK_REGION, TILES_MOUNT, Storage, mount_device
 from ._tilesfs import TilesBackend
 from ._paths import is_within
+from ._cwds import working_directories
 from ._vfs import HostOwner, MountInfo, Vfs, existing_vfs
 
 __all__ = [
     "Vfs",
     "is_within",
+    "working_directories",
     "existing_vfs",
     "HostOwner",
     "MountInfo",

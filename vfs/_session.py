@@ -35,7 +35,7 @@ class TileSession:
     """What one program on one tile sees of the tile's files (see module doc)."""
 
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
-                 "_new_globals", "_cwd", "_cwd_removed", "_removals")
+                 "_new_globals", "_cwd", "_cwd_removed", "_removals", "_suspended")
 
     #: the standard modules a program gets its own copy of, bound to its tile's files:
     #: name -> how to make it for a session
@@ -58,6 +58,7 @@ class TileSession:
         self._cwd_removed = False
         #: the VFS's count of removals when the session's last block ended
         self._removals = 0
+        self._suspended = False
         if self._vfs is not None:
             self._vfs.reset_cwd()
         #: weak references to every binary file this program opened (pruned now and then)
@@ -66,6 +67,17 @@ class TileSession:
         #: the program's own os, glob, shutil and pathlib, made when first imported
         self._modules: dict[str, types.ModuleType] = {}
         self._importer: TileImporter | None = None
+
+    @property
+    def cwd(self) -> str:
+        """The program's current directory (a repl's, between its blocks, too)."""
+        vfs = self._vfs
+        return vfs.cwd if vfs is not None and not self._suspended else self._cwd
+
+    @property
+    def suspended(self) -> bool:
+        """A repl's block has ended and its next has not started."""
+        return self._suspended
 
     @property
     def vfs(self):
@@ -126,10 +138,12 @@ class TileSession:
         if self._vfs is not None:
             self._cwd, self._cwd_removed = self._vfs.cwd, self._vfs.cwd_removed
             self._removals = self._vfs.removals
+        self._suspended = True
 
     def resume(self) -> None:
         """The session's next block starts: its current directory is back (as a string:
         had it been renamed away meanwhile, it is taken as removed, as it is if it was)."""
+        self._suspended = False
         vfs = self._vfs
         if vfs is not None:
             vfs.reset_cwd(self._cwd, self._cwd_removed)

@@ -22,6 +22,7 @@ import time
 from typing import NamedTuple
 
 from ._backend import Backend, error_name, fs_error
+from ._cwds import busy_reason
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
 from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, parse_mode, raise_pending_signal,
                      wrap_text)
@@ -124,7 +125,8 @@ class Vfs:
                 mount.backend.changes = feed.source(self.owner.id, mount.path)
 
     def umount(self, path) -> None:
-        """Remove the mount at ``path``: EINVAL if none, EBUSY if in use or the root."""
+        """Remove the mount at ``path``: EINVAL if none, EBUSY if in use (a file open on
+        it, a current directory in it: see ``_cwds``) or the root."""
         vpath = self._canonical(path)
         mount = self._mounts.get(vpath)
         if mount is None:
@@ -133,6 +135,9 @@ class Vfs:
             raise fs_error(errno.EBUSY, path, "the root filesystem cannot be unmounted")
         if any(other.path != vpath and other.path.startswith(vpath + "/") for other in self._mounts):
             raise fs_error(errno.EBUSY, path, "other filesystems are mounted below it")
+        reason = busy_reason(self.owner, vpath)
+        if reason is not None:
+            raise fs_error(errno.EBUSY, path, f"target is busy ({reason})")
         if mount.backend.open_files:
             raise fs_error(errno.EBUSY, path, f"{mount.backend.open_files} files are open on it")
         self._mounts.remove(vpath)
