@@ -28,6 +28,7 @@ from click.core import ParameterSource
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
+from ._plural import plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
 from ._rundir import (
     DEFAULT_MACHINE,
@@ -523,8 +524,7 @@ def _check_geometry(name: str, info: dict, preset: str | None, ipus: int | None)
 
 
 def _geometry(info: dict) -> str:
-    ipus = info["ipus"]
-    return f"{info['preset']}, {ipus} IPU{'s' if ipus != 1 else ''}, {info['ntiles']} tiles"
+    return f"{info['preset']}, {plural(info['ipus'], 'IPU')}, {info['ntiles']} tiles"
 
 
 def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
@@ -534,9 +534,8 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     click.echo(result.format(), nl=False, color=True)  # the tiles' bytes: ANSI codes too, piped or not
     if show_stats:
         s = result.stats
-        ntiles = len(result.tiles)
         click.echo(
-            f"-- {ntiles} tile{'s' if ntiles != 1 else ''}, {s.supersteps} supersteps, "
+            f"-- {plural(len(result.tiles), 'tile')}, {s.supersteps} supersteps, "
             f"{s.wall_seconds:.3f} s wall, {s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )

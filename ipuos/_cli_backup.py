@@ -25,6 +25,7 @@ import click
 
 from ._cli import StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
 from ._client import Client, DaemonError
+from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
@@ -61,8 +62,7 @@ class _Progress:
     def update(self, phase: str, done: int, total) -> None:
         if self._notes and phase == "waiting":
             self._notes = False
-            count = done or total
-            click.echo(f"ipuos: waiting for {count} tile{'s' if count != 1 else ''} to reach an exchange "
+            click.echo(f"ipuos: waiting for {plural(done or total, 'tile')} to reach an exchange "
                        "point (a program is computing; Ctrl-C cancels)", err=True)
         if not self.enabled:
             return
@@ -76,7 +76,7 @@ class _Progress:
                                  console=Console(stderr=True), transient=True)
             self._bar.start()
         if phase == "waiting":
-            text = f"waiting for {done or total} tile{'s' if (done or total) != 1 else ''} to reach an exchange point"
+            text = f"waiting for {plural(done or total, 'tile')} to reach an exchange point"
             if self._task is None:
                 self._task = self._bar.add_task(text, total=None)
             self._bar.update(self._task, description=text)
@@ -165,7 +165,7 @@ def echo_backup_notes(summary: dict) -> None:
     uncommitted = summary.get("uncommitted") or []
     if uncommitted:
         files = "; ".join(f"tile {item['tile']}: {item['path']}" for item in uncommitted)
-        click.echo(f"ipuos: note: {len(uncommitted)} file{'s were' if len(uncommitted) > 1 else ' was'} open "
+        click.echo(f"ipuos: note: {plural(len(uncommitted), 'file was', 'files were')} open "
                    f"with writes not yet committed, and the image holds {'them' if len(uncommitted) > 1 else 'it'} "
                    f"as last committed ({files}); a program commits a file's writes when it flushes or "
                    "closes it", err=True)
@@ -307,7 +307,7 @@ def image_info(path, as_json) -> None:
     click.echo(f"image {info['path']}: ipuos image format {info['format_version']}, "
                f"{info['digest_algorithm']} digests")
     click.echo(f"  machine   {_shown(str(meta.get('machine', '?')))}: {_shown(meta['preset'])}, "
-               f"{_count(meta['ipus'], 'IPU')}, {meta['tiles_per_chip'] * meta['ipus']} tiles")
+               f"{plural(meta['ipus'], 'IPU')}, {meta['tiles_per_chip'] * meta['ipus']} tiles")
     if taken is not None:
         click.echo(f"  taken     {_taken_at(taken)}")
     click.echo(f"  devices   {info['device_count']} ({len(formatted)} formatted, "
@@ -338,7 +338,7 @@ def image_verify(path, as_json) -> None:
         click.echo(json.dumps({"path": info["path"], "ok": True, "image_digest": info["image_digest"],
                                "device_bytes": info["device_bytes"], "seconds": seconds}, indent=1))
         return
-    click.echo(f"image {info['path']} is intact: {info['device_count']} devices, "
+    click.echo(f"image {info['path']} is intact: {plural(info['device_count'], 'device')}, "
                f"{_mib(info['device_bytes'])} checked ({seconds:.2f} s)")
 
 
@@ -429,11 +429,7 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return
-    click.echo(f"extracted {_count(result['files'], 'file')} and "
-               f"{_count(result['directories'], 'directory', 'directories')} "
+    click.echo(f"extracted {plural(result['files'], 'file')} and "
+               f"{plural(result['directories'], 'directory', 'directories')} "
                f"({result['bytes']} bytes) to {result['dest']}")
-
-
-def _count(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else many or one + 's'}"
 

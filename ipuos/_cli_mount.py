@@ -24,6 +24,7 @@ import click
 from ._cli import (_Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option,
                    not_utf8_path)
 from ._client import Client, DaemonError, MachineNotRunning
+from ._plural import plural
 from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
 from ._runresult import EXIT_INTERRUPTED
@@ -111,8 +112,7 @@ def _mount_foreground(client: Client, args: dict, name: str) -> dict:
             click.echo(f"mounted machine {name!r} at {event.get('mountpoint')} ({mode}, tiles "
                        f"{event.get('tiles')}); Ctrl-C unmounts", err=True)
         elif event.get("event") == "detached":
-            count = event.get("open_files") or 0
-            click.echo(f"unmounted lazily: {count} file{'s' if count != 1 else ''} still open "
+            click.echo(f"unmounted lazily: {plural(event.get('open_files') or 0, 'file')} still open "
                        "there, served until closed (Ctrl-C again stops waiting)", err=True)
 
     def terminate(signum, frame) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._plural import plural
 from ._tilespec import format_tiles
 
 
@@ -76,6 +77,5 @@ def format_groups(
     hidden = len(shown) - limit
     if hidden > 0:
         tiles = sum(g.count for g in shown[limit:])
-        lines.append(f"... {hidden} more distinct output{'s' if hidden != 1 else ''} from "
-                     f"{tiles} tile{'s' if tiles != 1 else ''}")
+        lines.append(f"... {plural(hidden, 'more distinct output')} from {plural(tiles, 'tile')}")
     return "\n".join(lines) + ("\n" if lines else "")

@@ -161,6 +161,7 @@ import numpy as np
 import zstandard
 
 from ._affinity import unpin_thread
+from ._plural import plural
 from ._presets import largest_machine_bytes
 from ._safepath import name_prefix
 
@@ -777,7 +778,7 @@ def _iter_pieces(data, length: int, chunk_size: int, name: str,
         mv = _as_bytes_view(mv, f"device {name!r}")
         if len(mv) != length:
             raise ValueError(
-                f"device {name!r}: data has {len(mv)} bytes, but block_size x block_count "
+                f"device {name!r}: data has {plural(len(mv), 'byte')}, but block_size x block_count "
                 f"is {length}"
             )
         # immutable bytes cannot change under us: no snapshot copy needed
@@ -804,7 +805,8 @@ def _iter_pieces(data, length: int, chunk_size: int, name: str,
             yield memoryview(bytes(buf[:chunk_size])), False
             del buf[:chunk_size]
     if seen != length:
-        raise ValueError(f"device {name!r}: data has {seen} bytes, but block_size x block_count is {length}")
+        raise ValueError(f"device {name!r}: data has {plural(seen, 'byte')}, but block_size x block_count "
+                         f"is {length}")
     if buf:
         yield memoryview(bytes(buf)), False
 
@@ -1168,13 +1170,13 @@ class Image:
         head = self._pread(0, min(size, HEADER_SIZE))
         if head[: len(MAGIC)] != MAGIC:
             if len(head) < len(MAGIC) and MAGIC.startswith(head):
-                raise self._error(f"is truncated: it has only {size} bytes, not even its magic")
+                raise self._error(f"is truncated: it has only {plural(size, 'byte')}, not even its magic")
             raise self._error(
                 f"is not an ipuos image (it starts with {head[:len(MAGIC)]!r}, not the "
                 f"magic {MAGIC!r})"
             )
         if len(head) < 10:
-            raise self._error(f"is truncated: it has only {size} bytes")
+            raise self._error(f"is truncated: it has only {plural(size, 'byte')}")
         version = struct.unpack_from("<H", head, 8)[0]
         if version != FORMAT_VERSION:
             raise self._error(
@@ -1209,7 +1211,7 @@ class Image:
             )
         if size > file_size:
             raise self._error(
-                f"has {size - file_size} bytes beyond its end ({file_size} bytes declared); "
+                f"has {plural(size - file_size, 'byte')} beyond its end ({file_size} bytes declared); "
                 f"the image is damaged"
             )
         if (
@@ -1588,5 +1590,5 @@ def _inflate_exact(dctx, stored, length: int, error: Callable[[str], ImageError]
     except zstandard.ZstdError as e:
         raise error(f"cannot be decompressed ({e}); the image is damaged") from None
     if len(raw) != length:
-        raise error(f"decompressed to {len(raw)} bytes instead of {length}; the image is damaged")
+        raise error(f"decompressed to {plural(len(raw), 'byte')} instead of {length}; the image is damaged")
     return raw

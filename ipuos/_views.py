@@ -7,6 +7,7 @@ expands it into one object per tile, which is what scripts want.
 
 from __future__ import annotations
 
+from ._plural import plural
 from ._tilespec import format_tiles, parse_tiles
 
 
@@ -140,10 +141,9 @@ def _table(rows: list[tuple]) -> list[str]:
 
 
 def format_status(status: dict) -> str:
-    ipus = status["ipus"]
     rows = [
         ("machine", f"{status['name']} (pid {status['pid']})"),
-        ("preset", f"{status['preset']}: {ipus} IPU{'s' if ipus != 1 else ''} x "
+        ("preset", f"{status['preset']}: {plural(status['ipus'], 'IPU')} x "
                    f"{status['tiles_per_chip']} tiles = {status['ntiles']} tiles, "
                    f"{human_bytes(status['sram_per_tile'])} SRAM per tile"),
         ("uptime", f"{human_duration(status['uptime_seconds'])} (booted in {status['boot_seconds']:.3f} s)"),

@@ -15,6 +15,8 @@ import re
 import time
 import unicodedata
 
+from ipuos._plural import plural
+
 from ._table import Usage, command, human_size, options
 
 #: bytes per read when printing files
@@ -332,7 +334,7 @@ def _tree(sh, args):
     sh.print(top)
     _tree_below(sh, top, "", depth, counts)
     dirs, files = counts
-    sh.print(f"\n{dirs} director{'y' if dirs == 1 else 'ies'}, {files} file{'' if files == 1 else 's'}")
+    sh.print(f"\n{plural(dirs, 'directory', 'directories')}, {plural(files, 'file')}")
     return sh.status
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ipuos._plural import plural
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 
 from ._table import COMMANDS, Usage, command, human_size, options, parse_size
@@ -122,7 +123,7 @@ def _free(sh, args):
     total = sum(size for _, (size, _, _) in reports)
     used = sum(used for _, (_, used, _) in reports)
     percent = f" ({100 * used / total:.0f}%)" if total else ""
-    sh.print(f"SRAM of {len(reports)} tile{'s' if len(reports) != 1 else ''}: {human_size(total)} total, "
+    sh.print(f"SRAM of {plural(len(reports), 'tile')}: {human_size(total)} total, "
              f"{human_size(used)} used{percent}, {human_size(total - used)} free")
     regions: dict[str, list[int]] = {}
     for _, (_, _, held) in reports:

@@ -189,7 +189,9 @@ def test_truncation_anywhere_is_refused(tmp_path, good):
 
 
 def test_bytes_appended_are_refused(tmp_path, good):
-    assert "beyond its end" in _refused(tmp_path, good + b"\0")
+    assert "has 1 byte beyond its end" in _refused(tmp_path, good + b"\0")
+    assert "has 2 bytes beyond its end" in _refused(tmp_path, good + b"\0\0")
+    assert "it has only 1 byte, not even its magic" in _refused(tmp_path, good[:1])
 
 
 @pytest.mark.parametrize(

@@ -288,7 +288,13 @@ def test_umount_refuses_while_busy_then_detaches(vfs):
     with pytest.raises(OSError) as excinfo:
         vfs.umount("/m")
     assert errno_of(excinfo) == errno.EBUSY  # a file is open
+    assert excinfo.value.strerror == "1 file is open on it"
+    g = vfs.open("/m/g", "w")
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/m")
+    assert excinfo.value.strerror == "2 files are open on it"
     f.close()
+    g.close()
     vfs.umount("/m")
     assert not backend.fs.mounted  # the mount owned it
     assert vfs.listdir("/") == []

@@ -27,6 +27,7 @@ from __future__ import annotations
 import errno
 from time import time_ns
 
+from ipuos._plural import plural
 from ipuos.blockdev import WritesLostError
 
 from ._backend import Backend, fs_error
@@ -140,7 +141,7 @@ class LittlefsBackend(Backend):
         open). If they do not mount, the filesystem stays unmounted and the error says why."""
         if self.fs.mounted and self.fs.open_files:
             raise fs_error(errno.EBUSY, None,
-                           f"{self.fs.open_files} files are open on {self.device!r}")
+                           f"{plural(self.fs.open_files, 'file is', 'files are')} open on {self.device!r}")
         size = memoryview(image).nbytes
         if size != self.device.size:
             raise ValueError(f"an image of {size} bytes cannot restore {self.device!r} "

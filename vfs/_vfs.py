@@ -21,6 +21,8 @@ import os
 import time
 from typing import NamedTuple
 
+from ipuos._plural import plural
+
 from ._backend import Backend, error_name, fs_error
 from ._cwds import busy_reason
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
@@ -139,7 +141,7 @@ class Vfs:
         if reason is not None:
             raise fs_error(errno.EBUSY, path, f"target is busy ({reason})")
         if mount.backend.open_files:
-            raise fs_error(errno.EBUSY, path, f"{mount.backend.open_files} files are open on it")
+            raise fs_error(errno.EBUSY, path, f"{plural(mount.backend.open_files, 'file is', 'files are')} open on it")
         self._mounts.remove(vpath)
         self._resolved.clear()
         if mount.owns:
