@@ -36,6 +36,7 @@ from littlefs import lfs
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
 from ._safepath import NAME_MAX, UnsafePathError, check_name, name_prefix, open_beneath
+from ._tilespec import tile_of_name
 from .blockdev import Filesystem, MemoryDevice
 
 __all__ = ["OfflineError", "Node", "device_entry", "mounted", "on_device", "list_dir", "read_file", "walk",
@@ -58,7 +59,8 @@ class Node:
 
 def device_entry(image: Image, spec: str) -> DeviceEntry:
     """The device ``spec`` names: ``tile/5/disk``, just ``5`` (tile 5's disk), or ``chip``."""
-    name = tile_disk_name(int(spec)) if spec.isascii() and spec.isdigit() else spec
+    tile = tile_of_name(spec)
+    name = tile_disk_name(tile) if tile is not None else spec
     try:
         return image.device(name)
     except KeyError:

@@ -68,6 +68,16 @@ def _tile_id(value) -> int | None:
 _DIGITS_MAX = 18
 
 
+def tile_of_name(name: str) -> int | None:
+    """The tile a tile's *name* spells (``/tiles/7``, the image device ``7`` for
+    ``tile/7/disk``), or None: a canonical decimal number, so that each tile has one name
+    ("07", "+7", " 7" and "٧" name none). Whether the machine has that tile is the
+    caller's to check. (Numbers in a tile *spec*, ``--tiles 007``, may have leading zeros.)"""
+    if name.isascii() and name.isdigit() and (name == "0" or name[0] != "0") and len(name) <= _DIGITS_MAX:
+        return int(name)
+    return None
+
+
 def _parse_text(spec: str, ntiles: int) -> list[int]:
     text = spec.strip()
     if text in ("all", "*"):

@@ -24,6 +24,7 @@ import posixpath
 import re
 from typing import Callable
 
+from ipuos._tilespec import tile_of_name
 from ipuos.scheduler import TileInterrupt
 
 __all__ = ["Session", "SessionFs", "Context", "Output", "ShellInterrupt", "absolute"]
@@ -176,12 +177,14 @@ class SessionFs:
         """(the filesystem ``path`` is on, the path inside it): equal for the same file by
         any spelling. Tile 0's own disk is ``/`` and ``/tiles/0``; tile N's, ``/tiles/N``."""
         full = self.abspath(path)
-        tile = _TILE_PATH.match(full)
-        if tile is not None:
-            inner = tile[2] or "/"
-            if tile[1] == "0" and inner.partition("/")[2].partition("/")[0] not in ("chip", "tiles"):
-                return "/", inner
-            return f"/tiles/{tile[1]}", inner
+        if full.startswith("/tiles/"):
+            name, slash, rest = full[len("/tiles/"):].partition("/")
+            tile = tile_of_name(name)
+            if tile is not None:
+                inner = "/" + rest if slash else "/"
+                if tile == 0 and inner.partition("/")[2].partition("/")[0] not in ("chip", "tiles"):
+                    return "/", inner
+                return f"/tiles/{tile}", inner
         for top in sorted((m.path for m in self.vfs.mount_points()), key=len, reverse=True):
             if top == "/" or full == top or full.startswith(top + "/"):
                 return top, (full[len(top):] or "/") if top != "/" else full
@@ -287,10 +290,6 @@ class SessionFs:
         if pattern.endswith("/") and parts:
             found = [path + "/" for path in found if self.isdir(path)]
         return sorted(found)
-
-
-#: ``/tiles/N`` and what is below it
-_TILE_PATH = re.compile(r"^/tiles/(0|[1-9][0-9]*)(/.*)?$")
 
 
 def _join(base: str, name: str) -> str:

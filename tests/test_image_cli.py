@@ -354,6 +354,13 @@ def test_a_device_number_is_ascii_digits(good):
     assert result.exit_code == 1 and "has no device '\u00b2'" in result.output
 
 
+@pytest.mark.parametrize("number", ["02", "0002", "+2", " 2"])
+def test_a_device_number_is_written_as_tile_paths_write_it(good, number):
+    # tile/02/disk and /tiles/02 name nothing: nor does 02 (one tile, one name)
+    result = ipuos("image", "ls", str(good), number)
+    assert result.exit_code == 1 and f"has no device {number!r}" in result.output
+
+
 def test_a_name_littlefs_allows_but_the_host_finds_odd_still_extracts(tmp_path):
     image = hostile_image(tmp_path, False, b"..x")  # legal: not a traversal
     result = ipuos("image", "extract", image, "2", str(tmp_path / "out"))

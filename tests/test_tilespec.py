@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ipuos import TileSpecError, format_tiles, parse_tiles
+from ipuos._tilespec import tile_of_name
 
 
 @pytest.mark.parametrize(
@@ -69,3 +70,11 @@ def test_bad_specs_say_what_is_wrong(spec, message):
 def test_format_round_trips(tiles, text):
     assert format_tiles(tiles) == text
     assert parse_tiles(text, 1472) == tiles
+
+
+@pytest.mark.parametrize("name, tile", [("0", 0), ("7", 7), ("1471", 1471), ("07", None), ("00", None),
+                                        ("+7", None), (" 7", None), ("7 ", None), ("", None),
+                                        ("\u0667", None), ("\u00b2", None), ("1" * 19, None)])
+def test_a_tile_name_is_its_number_in_canonical_decimal(name, tile):
+    # /tiles/N, the image device N: one tile, one name (a spec's numbers may have zeros)
+    assert tile_of_name(name) == tile

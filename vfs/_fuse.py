@@ -83,6 +83,7 @@ import struct
 import threading
 import time
 
+from ipuos._tilespec import tile_of_name
 from ipuos.blockdev import MTIME_MAX_NS, MTIME_MIN_NS
 
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
@@ -682,9 +683,7 @@ class ChipFilesystem:
             if not rest:
                 return _Place(_TILES)
             name, _, inner = rest.partition("/")
-            if not (name.isdigit() and name.isascii() and (name == "0" or name[0] != "0")):
-                raise _fail(errno.ENOENT)
-            tile = int(name)
+            tile = tile_of_name(name)
             if tile not in self._tile_set:
                 raise _fail(errno.ENOENT)
             if not inner:

@@ -19,6 +19,8 @@ import errno
 import os
 import time
 
+from ipuos._tilespec import tile_of_name
+
 from ._backend import Backend, fs_error
 from ._entries import Entry
 from ._client import RemoteFile
@@ -50,10 +52,10 @@ class TilesBackend(Backend):
         name, slash, rest = path[1:].partition("/")
         if not name:
             return None, "/"
-        if not (name.isdigit() and name.isascii() and (name == "0" or name[0] != "0")
-                and int(name) < self.ntiles):
+        tile = tile_of_name(name)
+        if tile is None or tile >= self.ntiles:
             raise fs_error(errno.ENOENT, path)
-        tile, inner = int(name), "/" + rest if slash else "/"
+        inner = "/" + rest if slash else "/"
         if inner != "/":
             self._submounts.refresh(tile, self.client.mounts)
             if self._submounts.hides(tile, inner):  # only the tile's own disk is shown
