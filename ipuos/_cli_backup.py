@@ -336,7 +336,8 @@ def image_verify(path, as_json) -> None:
     seconds = time.perf_counter() - started
     if as_json:
         click.echo(json.dumps({"path": info["path"], "ok": True, "image_digest": info["image_digest"],
-                               "device_bytes": info["device_bytes"], "seconds": seconds}, indent=1))
+                               "device_count": info["device_count"], "device_bytes": info["device_bytes"],
+                               "seconds": seconds}, indent=1))
         return
     click.echo(f"image {info['path']} is intact: {plural(info['device_count'], 'device')}, "
                f"{_mib(info['device_bytes'])} checked ({seconds:.2f} s)")

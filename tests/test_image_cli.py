@@ -61,7 +61,8 @@ def test_info_and_verify(good):
     assert info["verified"] is False  # info checks the structure, not every byte
     result = ipuos("image", "verify", str(good))
     assert result.exit_code == 0 and "is intact: 3 devices" in result.output
-    assert json.loads(ipuos("image", "verify", str(good), "--json").output)["ok"] is True
+    verified = json.loads(ipuos("image", "verify", str(good), "--json").output)
+    assert verified["ok"] is True and verified["device_count"] == 3  # (as the text says)
 
 
 def test_ls_devices_and_directories(good):
