@@ -20,6 +20,7 @@ from ._runresult import EXIT_INTERRUPTED, RunResult, TileRun
 from ._runtime import (
     DEFAULT_OUTPUT_LIMIT,
     ReplBlock,
+    ReplEnd,
     ReplState,
     TileProgram,
     compile_block,
@@ -31,7 +32,7 @@ from ._runtime import (
 from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
 from ._tilespec import parse_tiles
-from .scheduler import ABORTED, ERROR, OK, Job, Scheduler
+from .scheduler import ABORTED, ERROR, OK, Job, Scheduler, TileFailed
 from .vfs import HostFsClient, Storage, working_directories
 
 class RunHandle:
@@ -94,6 +95,8 @@ class Repl:
         self.tile_ids = tile_ids
         self.state = ReplState(shares, machine._program_setup, output_limit)
         self._blocks = itertools.count(1)
+        #: the session's latest job (a block, or its end)
+        self._latest: RunHandle | None = None
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
                start_timeout: float | None = None) -> RunHandle:
@@ -108,7 +111,8 @@ class Repl:
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
                                                budget=budget, timeout=start_timeout)
-        return RunHandle(self.machine, job, block)
+        self._latest = RunHandle(self.machine, job, block)
+        return self._latest
 
     def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
         """Run one block on every tile of the session and wait for its result (within
@@ -124,12 +128,61 @@ class Repl:
         entry = self.state.tiles.get(rank)
         return entry[0] if entry is not None else preview_namespace()
 
-    def close(self) -> None:
-        """Forget every tile's namespace, and free the SRAM holding its data."""
+    def end(self) -> RunHandle | None:
+        """Start ending the session, as a job on its tiles: each lets go of what the
+        blocks defined there as a program does when it ends (``__del__`` methods run on
+        their tile, and what they print is the job's output; files left open are
+        closed), and frees the SRAM holding its data. Later blocks start afresh.
+        Returns the job's handle; None if no tile has anything to end, or if a tile is
+        busy (a block still being stopped): the end then starts as soon as it is free."""
         try:
-            self.machine.scheduler.call_wait(self.state.clear)
+            return self.machine.scheduler.call_wait(self._start_end)
         except RuntimeError:  # the machine has stopped: its SRAM went with it
             self.state.tiles = {}
+            return None
+
+    def _start_end(self) -> RunHandle | None:
+        """(on the scheduler thread, where no job can take the tiles meanwhile)"""
+        scheduler = self.machine.scheduler
+        busy = next((job for job in (scheduler.tiles[i].job for i in self.tile_ids) if job is not None), None)
+        if busy is not None:  # (a block may still be making namespaces: ask again after it)
+            busy.future.add_done_callback(lambda _: scheduler.running and self._start_end())
+            return None
+        state = self.state
+        if not state.tiles:
+            state.clear()
+            return None
+        ending = ReplEnd(state)
+        try:
+            job = scheduler.start_job(self.tile_ids, ending, name="repl: end of session")
+        except TileFailed:  # (such a tile cannot let go itself)
+            state.clear()
+            return None
+        # a tile whose part an interrupt stops before it starts keeps its namespace: end
+        # it then with one job more (not stopped: only the interrupted job was)
+        job.future.add_done_callback(lambda _: state.tiles and scheduler.running and self._start_end())
+        self._latest = RunHandle(self.machine, job, ending)
+        return self._latest
+
+    def close(self) -> RunResult | None:
+        """End the session (see :meth:`end`) and wait for it; its result holds what the
+        tiles printed as they let go (None: there was nothing to end). A block still
+        running is interrupted first. On the machine's own thread (the shell on tile
+        0), it only starts the end."""
+        if self.machine.scheduler.on_own_thread():
+            self.end()
+            return None
+        latest = self._latest
+        if latest is not None and not latest.done:
+            _stop(latest, "interrupted: the repl session ends")
+            try:
+                latest.wait(_STOP_WAIT_SECONDS)
+            except (TimeoutError, RuntimeError):
+                pass  # (then the end follows it when it is over)
+        handle = self.end()
+        if handle is None:
+            return None
+        return _run_within(lambda _start_timeout: handle, None)  # (Ctrl-C meanwhile stops it)
 
     def __enter__(self) -> "Repl":
         return self

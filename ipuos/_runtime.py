@@ -126,7 +126,7 @@ class TileContext:
         #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os),
         #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last) and
         #: ``__resume__``/``__suspend__`` (called as a repl's later block starts / any ends)
-        #: and ``__closed__`` (the repl is closed: on the scheduler thread, no more blocks)
+        #: and ``__closed__`` (the repl has ended: no block runs in it again)
         self.extras: dict[str, object] = {}
         #: called when the program ends, on the tile (files left open are closed); each
         #: returns messages for the program's output, or None
@@ -675,13 +675,13 @@ class TileProgram:
                 self.errors[rank] = exc
             raise
         finally:
-            if namespace is not None:
-                _tear_down(namespace, first_own)
-            _run_cleanups(ctx)
-            tile.glet.gr_context = outer_context
-            self.outputs[rank] = output.getvalue()
-            for name in region_names:
-                memory.free(name)
+            try:
+                _end_on_tile(ctx, namespace, first_own)
+            finally:
+                tile.glet.gr_context = outer_context
+                self.outputs[rank] = output.getvalue()
+                for name in region_names:
+                    memory.free(name)
 
 
 def run_module_code(code: types.CodeType, namespace: dict) -> None:
@@ -724,6 +724,17 @@ def _global_resolver(namespace: dict, ctx: TileContext):
             ) from None
 
     return resolve
+
+
+def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> None:
+    """What ends a program, or a repl session, on its tile (its greenlet, its context):
+    its globals torn down (None: nothing of it is to run any more), then its cleanups
+    (the files it left open closed), whatever the teardown raises."""
+    try:
+        if namespace is not None:
+            _tear_down(namespace, first_own)
+    finally:
+        _run_cleanups(ctx)
 
 
 def _tear_down(namespace: dict, first_own: int) -> None:
@@ -838,38 +849,49 @@ class ReplState:
     between blocks, so names defined by one block are there for the next.
 
     Each entry belongs to its tile and is only touched on that tile's greenlet, while
-    the tile runs a block of this repl. ``shares`` are the tiles' ``__tiledata`` by rank.
-    Dropping the state (``clear``) lets go of everything the tiles defined; files they
-    left open are closed by their finalizers at the tile's next file operation.
+    the tile runs a block of this repl, or the end of the session (:class:`ReplEnd`),
+    which lets go of everything the tile defined there, as a program's end does.
+    ``shares`` are the tiles' ``__tiledata`` by rank.
     """
 
     def __init__(self, shares: list[str] | None, setup, output_limit: int = DEFAULT_OUTPUT_LIMIT):
         self.shares = shares
         self.setup = setup
         self.output_limit = output_limit
-        #: rank -> (namespace, TileContext)
-        self.tiles: dict[int, tuple[dict, TileContext]] = {}
+        #: rank -> (namespace, TileContext, first_own): first_own as for _tear_down
+        self.tiles: dict[int, tuple[dict, TileContext, int]] = {}
         #: the SRAM region each tile keeps its ``__tiledata`` in, as a program's does
         self.region_name = f"repl{next(_REPL_IDS)}.tiledata"
-        self._regions: list = []  # the TileMemory of every tile holding one
+        self._regions: dict[int, object] = {}  # rank -> the TileMemory holding its region
 
-    def reserve(self, memory, share: str) -> None:
+    def reserve(self, rank: int, memory, share: str) -> None:
         """Put a tile's share of the data in its SRAM (MemoryError if it does not fit)."""
         encoded = share.encode("utf-8")
         region = memory.alloc(self.region_name, len(encoded))
         region.view[:] = encoded
-        self._regions.append(memory)
+        self._regions[rank] = memory
+
+    def release(self, rank: int) -> None:
+        """Free the SRAM region of the tile of ``rank``, if it has one."""
+        memory = self._regions.pop(rank, None)
+        if memory is not None:
+            memory.free(self.region_name)
 
     def clear(self) -> None:
-        """Forget every tile's namespace and free its data (on the scheduler thread)."""
+        """Forget every tile's namespace and free its data (on the scheduler thread):
+        only for when the tiles cannot end the session themselves (see ReplEnd)."""
         tiles, self.tiles = self.tiles, {}
-        for _namespace, ctx in tiles.values():
-            closed = ctx.extras.get("__closed__")
-            if closed is not None:
-                closed()
-        regions, self._regions = self._regions, []
-        for memory in regions:
-            memory.free(self.region_name)
+        for _namespace, ctx, _first_own in tiles.values():
+            _repl_closed(ctx)
+        for rank in list(self._regions):
+            self.release(rank)
+
+
+def _repl_closed(ctx: TileContext) -> None:
+    """Tell the layers above that ``ctx``'s repl has ended: no block runs in it again."""
+    closed = ctx.extras.get("__closed__")
+    if closed is not None:
+        closed()
 
 
 _REPL_IDS = itertools.count(1)
@@ -907,7 +929,7 @@ class ReplBlock:
             share = state.shares[rank] if state.shares else ""
             if share:
                 try:
-                    state.reserve(api.tile.memory, share)
+                    state.reserve(rank, api.tile.memory, share)
                 except MemoryError as exc:
                     self.outputs[rank] = f"MemoryError: {exc}\n"
                     self.exit_codes[rank] = 1
@@ -917,21 +939,11 @@ class ReplBlock:
             if state.setup is not None:
                 state.setup(api, ctx)
             namespace = make_namespace(api, ctx, share)
-            state.tiles[rank] = (namespace, ctx)
+            namespace[TILE_SOURCE_LINES] = {}  # (the runtime's: not one of the session's own names)
+            state.tiles[rank] = (namespace, ctx, len(namespace))
         else:
-            namespace, ctx = entry
-            ctx.api = api  # the primitives of this block's job
-            ctx.output = output
-            bind_primitives(namespace, ctx, api)
-            # a block may have wiped its globals (globals().clear(), del __builtins__):
-            # exec would fill in the host's builtins, and the tile would print to the
-            # daemon's log and import host modules from then on
-            namespace["__builtins__"] = ctx.builtins
-            namespace[TILE_GLOBALS_MARKER] = ctx
-            namespace.setdefault("__name__", "__main__")
-            resume = ctx.extras.get("__resume__")
-            if resume is not None:
-                resume()
+            namespace, ctx, _ = entry
+            _resume_session(namespace, ctx, api, output)
         api.tile.resolve_global = _global_resolver(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         if self.mangled:
@@ -963,3 +975,60 @@ class ReplBlock:
                 suspend()
         self.exit_codes[rank] = code
         return code
+
+
+def _resume_session(namespace: dict, ctx: TileContext, api: TileAPI, output: OutputBuffer) -> None:
+    """Give a repl session's tile back its namespace for a job of the session (a block,
+    or its end): that job's primitives and output, its files where the last block left
+    them."""
+    ctx.api = api
+    ctx.output = output
+    bind_primitives(namespace, ctx, api)
+    # a block may have wiped its globals (globals().clear(), del __builtins__): exec
+    # would fill in the host's builtins, and the tile would print to the daemon's log
+    # and import host modules from then on
+    namespace["__builtins__"] = ctx.builtins
+    namespace[TILE_GLOBALS_MARKER] = ctx
+    namespace.setdefault("__name__", "__main__")
+    resume = ctx.extras.get("__resume__")
+    if resume is not None:
+        resume()
+
+
+class ReplEnd:
+    """The job target that ends a repl session on its tiles: each tears its namespace
+    down and runs its cleanups as a program's end does (:func:`_end_on_tile`), so
+    ``__del__`` methods run on their tile, in the session's context, and what they
+    print is this job's output. The shape of the result is :class:`ReplBlock`'s."""
+
+    def __init__(self, state: ReplState):
+        self.state = state
+        self.outputs: dict[int, str] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.reports: dict[int, str] = {}
+        self.exit_codes: dict[int, int] = {}
+
+    def __call__(self, api: TileAPI) -> int:
+        state = self.state
+        rank = api.tileid
+        entry = state.tiles.pop(rank, None)
+        if entry is None:  # (no block ever ran here)
+            state.release(rank)
+            self.exit_codes[rank] = 0
+            return 0
+        namespace, ctx, first_own = entry
+        output = OutputBuffer(state.output_limit)
+        _resume_session(namespace, ctx, api, output)
+        outer_context = ctx.enter(api.tile)
+        _route_unraisable()
+        try:
+            # (an interrupt, which lands in tile code only, stops a __del__: it is
+            # "ignored" there, told on the output, and the rest are still let go)
+            _end_on_tile(ctx, namespace, first_own)
+        finally:
+            _repl_closed(ctx)
+            api.tile.glet.gr_context = outer_context
+            self.outputs[rank] = output.getvalue()
+            state.release(rank)
+        self.exit_codes[rank] = 0
+        return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+import time
 
 import pytest
 from daemon_harness import IPUOS, boot_machine, runtime_dir, shared_machine  # noqa: F401
@@ -83,6 +84,35 @@ def test_multirepl_inside_the_shell_reads_a_host_data_file(shared_machine, tmp_p
                           cwd=tmp_path, env=shared_machine.env(), timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == "[4 tiles: 0-3]\n4\n/tiles/1\n"
+
+
+_GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', __physical_tile)\n"
+            "        with open('/goodbye.txt', 'w') as file:\n"
+            "            file.write(f'written by tile {__physical_tile}')\n\n"
+            "goodbye = Goodbye()\n")
+
+
+def test_a_killed_terminals_session_lets_go_on_its_tiles(shared_machine):
+    terminal = subprocess.Popen([IPUOS, "repl", "--tiles", "4-5"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=shared_machine.env())
+    try:
+        terminal.stdin.write(_GOODBYE + "print('ready')\n")
+        terminal.stdin.flush()
+        assert terminal.stdout.readline() == "[2 tiles: 4-5]\n"
+        assert terminal.stdout.readline() == "ready\n"
+    finally:
+        terminal.kill()
+        terminal.communicate()
+    deadline = time.monotonic() + 30
+    while True:  # (the daemon ends the session once it sees the connection go)
+        done = subprocess.run([IPUOS, "shell", "-c", "cat /tiles/4/goodbye.txt; echo; cat /tiles/5/goodbye.txt"],
+                              capture_output=True, text=True, env=shared_machine.env(), timeout=60)
+        if done.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert done.stdout == "written by tile 4\nwritten by tile 5"
+    subprocess.run([IPUOS, "shell", "-c", "rm /tiles/4/goodbye.txt /tiles/5/goodbye.txt"], env=shared_machine.env(),
+                   timeout=60, check=True)
 
 
 @pytest.mark.scale

@@ -190,6 +190,74 @@ def test_close_forgets_namespaces(machine):
     assert "NameError" in repl.run("print(secret)").format()
 
 
+def test_closing_a_session_lets_go_of_its_names_on_each_tile(machine):
+    """As a program's end does: each object's __del__ runs on its tile, in the session's
+    context (decimal's precision), with the tile's files; what it prints is the tile's
+    output of the session's end."""
+    repl = machine.repl("1-3")
+    assert repl.run("""
+import decimal
+decimal.getcontext().prec = 3
+
+class Goodbye:
+    def __del__(self):
+        print('bye from', __physical_tile, decimal.Decimal(1) / 3)
+        with open('/bye.txt', 'w') as file:
+            file.write(f'written by tile {__physical_tile}')
+
+goodbye = Goodbye()
+""").ok
+    ended = repl.close()
+    assert ended.outputs() == {tile: f"bye from {tile} 0.333\n" for tile in (1, 2, 3)}
+    for tile in (1, 2, 3):
+        assert machine.fs.read_file(tile, "/bye.txt") == f"written by tile {tile}".encode()
+        machine.fs.remove(tile, "/bye.txt")
+    assert "NameError" in repl.run("goodbye").format()  # (a later block starts afresh)
+
+
+def test_a_del_that_never_ends_as_a_session_ends_is_interrupted_and_the_rest_let_go(machine):
+    repl = machine.repl("0-1")
+    repl.run("class Polite:\n    def __del__(self):\n        print('bye')\n\n"
+             "class Stuck:\n    def __del__(self):\n        while True:\n            sync()\n\n"
+             "polite = Polite()\nstuck = Stuck()\n")
+    handle = repl.end()
+    time.sleep(0.2)
+    handle.interrupt("stop it")
+    result = handle.wait(10)
+    for output in result.outputs().values():  # (the latest name goes first, as for a program)
+        assert output.startswith("Exception ignored in: <function Stuck.__del__ at ")
+        assert output.endswith("\nTileInterrupt: stop it\nbye\n")
+    assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
+
+
+def test_a_sessions_end_interrupted_before_its_tiles_start_still_lets_go(machine):
+    """(Ctrl-C as soon as the end starts: the interrupted job's tiles skip their part)"""
+    repl = machine.repl("6-7")
+    repl.run("class Goodbye:\n    def __del__(self):\n        open('/bye.txt', 'w').close()\n\n"
+             "goodbye = Goodbye()\n")
+
+    def end_and_interrupt():  # (on the scheduler's thread: before any tile runs)
+        handle = repl.end()
+        handle.interrupt("at once")
+        return handle
+
+    assert machine.scheduler.call_wait(end_and_interrupt).wait(10).exit_status == 130
+    for job in machine.scheduler.live_jobs():
+        job.future.result(10)
+    for tile in (6, 7):
+        assert machine.fs.exists(tile, "/bye.txt")
+        machine.fs.remove(tile, "/bye.txt")
+
+
+def test_closing_a_session_while_its_block_runs_stops_the_block_then_lets_go(machine):
+    repl = machine.repl("4-5")
+    repl.run("class Goodbye:\n    def __del__(self):\n        print('bye')\n\ngoodbye = Goodbye()\n")
+    handle = repl.launch("while True:\n    sync()\n")
+    ended = repl.close()
+    assert handle.wait(10).exit_status == 130
+    assert ended.outputs() == {4: "bye\n", 5: "bye\n"}
+
+
 def test_programs_get_their_arguments(machine):
     result = machine.run("print(__args)", tiles="0", argv=["prog.py", "-v", "x"], filename="prog.py")
     assert result.outputs() == {0: "['prog.py', '-v', 'x']\n"}

@@ -231,6 +231,56 @@ def test_a_session_closed_while_a_multirepl_block_runs_answers_that_block(server
     assert done["result"]["prompt"].startswith("ipuos:")
 
 
+_GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', __physical_tile)\n"
+            "        with open('/goodbye.txt', 'w') as file:\n"
+            "            file.write(f'written by tile {__physical_tile}')\n\n"
+            "goodbye = Goodbye()\n")
+
+
+def _wait_for_jobs(server) -> None:
+    for job in server.scheduler.live_jobs():
+        job.future.result(30)
+
+
+def _take_goodbyes(server, tiles) -> list[bytes]:
+    fs = server.host.machine.fs
+    found = [fs.read_file(tile, "/goodbye.txt") for tile in tiles]
+    for tile in tiles:
+        fs.remove(tile, "/goodbye.txt")
+    return found
+
+
+@pytest.mark.parametrize("mode, tiles", [("python", [0]), ("multirepl --tiles 1-2", [1, 2])])
+def test_a_closed_sessions_repls_let_go_on_their_tiles(server, mode, tiles):
+    """The terminal went away: nobody sees what they print, but the objects still go on
+    their tiles, with their tiles' files."""
+    session = Session(server)
+    session.run(mode)
+    session.run(_GOODBYE)
+    call(server, "shell.close", session.id)
+    _wait_for_jobs(server)
+    assert _take_goodbyes(server, tiles) == [f"written by tile {tile}".encode() for tile in tiles]
+
+
+def test_a_session_closed_while_its_block_runs_lets_go_once_the_block_stops(server):
+    import threading
+
+    session = Session(server)
+    session.run("multirepl --tiles 1-2")
+    session.run(_GOODBYE)
+    running = threading.Thread(target=session.run, args=("while True:\n    sync()\n",))
+    running.start()
+    state = server.sessions[session.id]
+    while state.job is None:
+        pass
+    job = state.job
+    call(server, "shell.close", session.id)  # served while the block's command waits for its job
+    server.scheduler.interrupt_job(job, "the shell's terminal went away")
+    running.join(30)
+    _wait_for_jobs(server)
+    assert _take_goodbyes(server, [1, 2]) == [b"written by tile 1", b"written by tile 2"]
+
+
 def test_repl_data_takes_sram_like_a_programs():
     with ipuos.Machine("tiny") as machine:
         memory = machine.sram.memory(1)
