@@ -80,8 +80,12 @@ class _Repl:
     def namespace(self) -> dict:
         return self.repl.namespace(0)
 
-    def close(self) -> None:
-        self.repl.close()
+    def close(self) -> _Launched | None:
+        handle = self.repl.end()
+        if handle is None:
+            return None
+        self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
+        return _Launched(handle)
 
 
 @dataclass

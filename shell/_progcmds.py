@@ -154,7 +154,7 @@ def repl_line(sh, source: str, eof: bool) -> int:
     session = sh.session
     leave = _EXIT_LINE.fullmatch(source.strip())  # (bare ``exit`` too, without a job)
     if eof or leave:
-        _leave_repl(session)
+        _leave_repl(sh)
         if leave and leave.group(1):
             session.status = int(leave.group(1)) & 0xFF
         return session.status
@@ -165,13 +165,20 @@ def repl_line(sh, source: str, eof: bool) -> int:
     else:
         status, exited = run_block(sh, session.repl, source, grouped=True)
     if exited:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does
-        _leave_repl(session)
+        _leave_repl(sh)
         session.status = status & 0xFF
     return status
 
 
-def _leave_repl(session) -> None:
-    if session.mode == MULTIREPL and session.repl is not None:
-        session.repl.close()
-        session.repl = None
+def _leave_repl(sh) -> None:
+    """Back to the shell; leaving the multirepl ends its session, and what the tiles
+    print as they let go of their names (``__del__``) is shown as a block's output is."""
+    session = sh.session
+    repl = session.repl if session.mode == MULTIREPL else None
     session.mode = SHELL
+    if repl is not None:
+        session.repl = None
+        ending = repl.close()
+        if ending is not None:
+            sh.wait(ending)
+            sh.write(ending.report(MAX_GROUPS)[0])

@@ -50,8 +50,11 @@ class ReplHandle(Protocol):
     def namespace(self) -> dict:
         """The first tile's names, between blocks (for completion; read only)."""
 
-    def close(self) -> None:
-        """Forget the namespaces."""
+    def close(self) -> Launched | None:
+        """End the session: each tile lets go of its namespace as a program's end does
+        (``__del__`` methods run there). Returns the job doing it, whose report is what
+        the tiles printed meanwhile (None: there was nothing to end, or it starts once
+        a block still being stopped is over)."""
 
 
 class JobInfo(Protocol):

@@ -92,6 +92,18 @@ _GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', _
             "goodbye = Goodbye()\n")
 
 
+def test_leaving_shows_what_the_tiles_print_as_they_let_go(shared_machine):
+    """As at the end of a program (or of Python's own REPL), each object's __del__ runs,
+    on its tile: its output is that tile's."""
+    done = repl(shared_machine, _GOODBYE, "--tiles", "2-3")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "[1 tile: 2]\nbye from 2\n[1 tile: 3]\nbye from 3\n"
+    done = subprocess.run([IPUOS, "shell", "-c", "cat /tiles/2/goodbye.txt; echo; cat /tiles/3/goodbye.txt; "
+                           "rm /tiles/2/goodbye.txt /tiles/3/goodbye.txt"],
+                          capture_output=True, text=True, env=shared_machine.env(), timeout=60)
+    assert done.stdout == "written by tile 2\nwritten by tile 3"
+
+
 def test_a_killed_terminals_session_lets_go_on_its_tiles(shared_machine):
     terminal = subprocess.Popen([IPUOS, "repl", "--tiles", "4-5"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, env=shared_machine.env())

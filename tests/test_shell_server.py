@@ -4,6 +4,8 @@ them are tested in test_shell and test_shell_pty.)"""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import ipuos
@@ -248,6 +250,38 @@ def _take_goodbyes(server, tiles) -> list[bytes]:
     for tile in tiles:
         fs.remove(tile, "/goodbye.txt")
     return found
+
+
+def test_leaving_the_multirepl_shows_what_its_tiles_print_as_they_let_go(server):
+    """As a program's end: each tile's objects go on that tile, printing as it."""
+    session = Session(server)
+    session.run("multirepl --tiles 1-2")
+    session.run(_GOODBYE)
+    result = session.run("exit")
+    assert (result["text"], result["mode"]) == ("[1 tile: 1]\nbye from 1\n[1 tile: 2]\nbye from 2\n", "shell")
+    assert _take_goodbyes(server, [1, 2]) == [b"written by tile 1", b"written by tile 2"]
+
+
+def test_ctrl_c_while_the_multirepl_ends_stops_a_del_that_never_ends(server):
+    import threading
+
+    session = Session(server)
+    session.run("multirepl --tiles 1-2")
+    session.run(_GOODBYE + "\nclass Stuck:\n    def __del__(self):\n        while True:\n            sync()\n\n"
+                "stuck = Stuck()\n")
+    done = {}
+    leaving = threading.Thread(target=lambda: done.update(result=session.run("exit")))
+    leaving.start()
+    state = server.sessions[session.id]
+    deadline = time.monotonic() + 10
+    while state.job is None and time.monotonic() < deadline:  # (the shell waits for the session's end)
+        pass
+    server.interrupt(session.id, session.seq)
+    leaving.join(30)
+    text = done["result"]["text"]
+    assert text.count("TileInterrupt: interrupted (Ctrl-C)\n") == 2 and "bye from 1\n" in text
+    assert done["result"]["mode"] == "shell"
+    assert _take_goodbyes(server, [1, 2]) == [b"written by tile 1", b"written by tile 2"]
 
 
 @pytest.mark.parametrize("mode, tiles", [("python", [0]), ("multirepl --tiles 1-2", [1, 2])])
