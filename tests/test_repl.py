@@ -155,6 +155,16 @@ def test_a_sessions_context_variables_last_between_its_blocks_only(machine):
     assert other.run("import decimal\nprint(decimal.Decimal(1) / 3)").outputs()[0] == "0.3333333333333333333333333333\n"
 
 
+def test_a_sessions_csv_field_size_limit_lasts_between_its_blocks_only(machine):
+    repl = machine.repl("0-1")
+    repl.run("import csv\ncsv.field_size_limit(16)")
+    assert repl.run("print(csv.field_size_limit())").outputs() == {0: "16\n", 1: "16\n"}
+    other = machine.repl("0-1")
+    assert other.run("import csv\nprint(csv.field_size_limit())").outputs()[0] == "131072\n"
+    assert repl.run("print(len(next(csv.reader(['x' * 20]))[0]))").outputs()[0].endswith(
+        "Error: field larger than field limit (16)\n")
+
+
 def test_a_busy_tile_refuses_a_block(machine):
     repl = machine.repl("0-1")
     handle = machine.launch("while True:\n    sync()\n", tiles="1")

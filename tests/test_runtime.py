@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import textwrap
 
 import pytest
@@ -219,6 +220,46 @@ def test_a_programs_context_variables_are_its_own(machine):
     assert setting.tiles[0].output == "1.4142\n"
     after = run(machine, "import decimal\nprint(decimal.Decimal(2).sqrt())", tiles="0-1")
     assert [t.output for t in after.tiles] == ["1.414213562373095048801688724\n"] * 2
+
+
+def test_a_programs_csv_field_size_limit_is_its_own(machine):
+    """The standard csv keeps one limit for the whole process, read as each row is
+    parsed: one program's setting reached the other tiles, later programs and the host."""
+    try:
+        result = run(machine, """
+            import csv
+
+            made_before = csv.reader(['y' * 20])
+            if __tileid == 0:
+                csv.field_size_limit(16)
+
+            def lines():  # (the other tiles parse their rows while this one waits at sync)
+                for width in (10, 20, 10):
+                    sync()
+                    yield 'x' * width
+
+            rows = csv.reader(lines())
+            for _ in range(3):
+                try:
+                    print(len(next(rows)[0]), end=' ')
+                except csv.Error as exc:
+                    print(exc, end='; ')
+            for rows in (csv.DictReader(['name', 'y' * 20]), made_before):
+                try:
+                    print(len(next(rows)), end=' ')
+                except csv.Error:
+                    print(type(rows).__name__, 'too', end='; ')
+            print(csv.field_size_limit(), rows.line_num)
+        """, tiles="0-2")
+        assert result.ok, result.format()
+        assert [t.output for t in result.tiles] == [
+            "10 field larger than field limit (16); 10 DictReader too; reader too; 16 1\n"] + ["10 20 10 1 1 131072 1\n"] * 2
+        assert csv.field_size_limit() == 131072  # the host's
+        later = run(machine, "import csv\nprint(csv.field_size_limit(), next(csv.reader(['x' * 20])) == ['x' * 20])",
+                    tiles="0")
+        assert later.tiles[0].output == "131072 True\n"
+    finally:  # (the host's, were it not the program's own)
+        csv.field_size_limit(131072)
 
 
 def test_a_global_objects_del_runs_as_the_program_ends_on_its_tile(machine):
