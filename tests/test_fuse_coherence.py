@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from fuse_harness import InProcessMount, errno_of, file_id, fuse_session, host_tree, in_process_mount, mounted_machine  # noqa: F401
@@ -121,6 +122,65 @@ def test_a_file_held_open_and_replaced_by_a_directory_on_a_tile(mm):
     assert tile_tree(mm.booted, 11) == {"f": None, "f/in": file_id(b"x")}
 
 
+def test_a_file_held_open_and_made_a_directory_on_a_tile_opens_as_one(mm):
+    """Opened by path with no lookup first, the kernel takes the held name for the file:
+    the mount must make it look again (ESTALE), not answer EISDIR for the directory."""
+    path = mm.tile(10) / "opened"
+    path.write_bytes(b"f")
+    held = os.open(path, os.O_RDONLY)
+    try:
+        mm.run(10, "import os; os.remove('/opened'); os.mkdir('/opened'); open('/opened/in', 'w').close()")
+        os.close(os.open(path, os.O_RDONLY))
+        assert os.listdir(path) == ["in"]
+    finally:
+        try:
+            os.close(held)
+        except OSError:
+            pass  # (EIO: the directory has the file's node, and the kernel retired the file)
+    shutil.rmtree(path)
+
+
+def test_a_directory_made_where_a_tile_removed_a_file_held_open(mm):
+    """The kernel still holds the file's name, as a file; the mount's own mkdir there must
+    not look like a tile's change of type (ESTALE, then EEXIST on the kernel's retry)."""
+    path = mm.tile(10) / "was-a-file"
+    path.write_bytes(b"f")
+    held = os.open(path, os.O_RDONLY)
+    try:
+        mm.run(10, "import os; os.remove('/was-a-file')")
+        os.mkdir(path)
+        assert stat.S_ISDIR(os.stat(path).st_mode)
+    finally:
+        try:
+            os.close(held)
+        except OSError:
+            pass  # (EIO: the directory has the file's node, and the kernel retired the file)
+    os.rmdir(path)
+
+
+def test_names_the_host_moved_with_their_directory_and_a_tile_retyped(mm):
+    """The kernel moves the names under a directory the mount renames; held there, and
+    given another type by a tile, they are looked up afresh instead of answering EIO."""
+    base = mm.tile(10)
+    os.makedirs(base / "from" / "sub")
+    (base / "from" / "f").write_bytes(b"f")
+    held = [os.open(base / "from" / "sub", os.O_RDONLY), os.open(base / "from" / "f", os.O_RDONLY)]
+    try:
+        os.rename(base / "from", base / "to")
+        mm.run(10, "import os; os.rmdir('/to/sub'); open('/to/sub', 'w').write('x'); "
+                   "os.remove('/to/f'); os.mkdir('/to/f')")
+        assert stat.S_ISREG(os.stat(base / "to" / "sub").st_mode)
+        assert stat.S_ISDIR(os.stat(base / "to" / "f").st_mode)
+    finally:
+        for fd in held:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # (EIO: the kernel has retired the node of the old type)
+    assert tile_tree(mm.booted, 10, "/to") == {"f": None, "sub": file_id(b"x")}
+    shutil.rmtree(base / "to")
+
+
 def test_a_writer_held_open_and_a_tile_replacing_its_file(mm):
     """A handle with writes not yet committed answers for its file's size by path, until a
     tile removes or replaces that file: then the path is the tile's file. (fstat of the
@@ -155,6 +215,67 @@ def test_a_writer_held_open_follows_a_rename_on_its_tile(mm):
     finally:
         os.close(fd)
     assert (base / "b").read_bytes() == b"y" * 50 + b"z" * 10
+
+
+_REPLACING = {
+    # atomic: the name always holds one of the generations
+    "rename": """
+        for i in range(1, {rounds} + 1):
+            with open({path!r} + '.tmp', 'wb') as f:
+                f.write(b'g' * i)
+            os.rename({path!r} + '.tmp', {path!r})
+            sync()
+    """,
+}
+
+
+@pytest.mark.parametrize("how", sorted(_REPLACING))
+def test_host_lookups_racing_a_tile_replacing_a_file_never_fail_stale(mm, how):
+    """A tile replaces a file again and again while host threads stat it, open and read
+    it, and hold it open: every answer is one of the generations (or, between a removal
+    and the new file, ENOENT), as on a local disk. A name that keeps its type needs no
+    ESTALE: the kernel would retry it only once, and the next replacement was often
+    already there."""
+    rounds = 150
+    name = "replaced-" + how.replace("+", "-")
+    host_path = mm.chip / name
+    host_path.write_bytes(b"g" * rounds)
+    program = "import os\n" + textwrap.dedent(_REPLACING[how]).format(rounds=rounds, path="/chip/" + name)
+    outcomes: list = []  # sizes seen, or what went wrong
+    done = threading.Event()
+
+    def racer(look):
+        while not done.is_set():
+            try:
+                outcomes.append(look())
+            except OSError as exc:
+                outcomes.append(errno.errorcode.get(exc.errno, exc.errno))
+
+    def read():
+        with open(host_path, "rb") as f:
+            data = f.read()
+        return len(data) if data == b"g" * len(data) else "mixed generations"
+
+    held = open(host_path, "rb")  # a name in use: the kernel cannot drop it
+    racers = [threading.Thread(target=racer, args=(look,))
+              for look in (lambda: os.stat(host_path).st_size, lambda: os.stat(host_path).st_size, read)]
+    for thread in racers:
+        thread.start()
+    try:
+        mm.run(0, program)
+    finally:
+        done.set()
+        for thread in racers:
+            thread.join()
+        held.close()
+    host_path.unlink()
+    sizes = {outcome for outcome in outcomes if isinstance(outcome, int)}
+    failures = sorted({outcome for outcome in outcomes if not isinstance(outcome, int)}, key=str)
+    assert len(sizes) > 10, repr(outcomes)  # (they did race)
+    assert all(1 <= size <= rounds for size in sizes), sorted(sizes)
+    allowed = ["ENOENT"] if how == "rm+create" else []
+    assert set(failures) <= set(allowed), (
+        f"{len(outcomes)} lookups: " + ", ".join(f"{outcomes.count(e)} {e}" for e in failures))
 
 
 def test_listings_and_directories_the_mount_knows_follow_tile_changes(mm):

@@ -23,10 +23,13 @@ Why each choice:
   into 128 KiB ones; ``mmap`` of files is not supported). Looked-up *names* are kept
   (``entry_timeout``, see ``ENTRY_TIMEOUT``) because every tile reports its changes
   (``_changes``): a removal or rename made on a tile makes the kernel forget the names
-  under ``/tiles`` or ``/chip`` (:class:`_KernelNames`), and a name the kernel cannot
-  drop because it is in use answers ESTALE once, so that it is looked up again
-  (``_gone_under``). The mount keeps directories' complete listings the same way
-  (:class:`_Known`). Without change notices (or the session descriptor) it keeps nothing.
+  under ``/tiles`` or ``/chip`` (:class:`_KernelNames`). A name the kernel cannot drop
+  because it is in use (a descriptor, a cwd, a lookup under way) is still asked for by
+  path, so it is answered with what the tile has there now: a file a tile replaced by
+  another is the new file, as on a local disk. Only a name a tile has given another type
+  answers ESTALE, so that the kernel looks it up again (``_as_told``). The mount keeps
+  directories' complete listings the same way (:class:`_Known`). Without change notices
+  (or the session descriptor) it keeps nothing.
 * **Close-to-open consistency.** Data written through an open file is committed on the
   tile (and seen by new openers, the shell and tile programs) when the writer closes,
   flushes or fsyncs it, as with NFS. That is littlefs' own rule: an open handle works on
@@ -101,8 +104,8 @@ FUSE_SUBTYPE = "ipuos"
 IO_BLOCK = 128 * 1024
 #: libfuse threads serving callbacks at once (each waits on a tile for most of its time)
 MAX_THREADS = 16
-#: names a tile removed that the next lookup answers ESTALE for (see _gone_under)
-_STALE_MAX = 4096
+#: names whose type the mount remembers telling the kernel (see _as_told)
+_TOLD_MAX = 1 << 16
 #: seconds the kernel may keep a name it has looked up, when the mount can make it forget
 #: names at once (see "Kernel caching" in the module doc); attributes are never kept
 ENTRY_TIMEOUT = 30.0
@@ -532,9 +535,9 @@ class ChipFilesystem:
         self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
         #: tells libfuse's hiding renames from a user's (None until libfuse serves)
         self._requests: _Requests | None = None
-        #: (tile, path) a tile has removed or renamed (replaced) since the kernel may have
-        #: looked it up: the next lookup there answers ESTALE once (see _notice)
-        self._stale: dict[tuple[int, str], None] = {}
+        #: (tile, path) -> whether the mount last told the kernel that name is a directory:
+        #: the type of the node the kernel keeps for it, if it keeps one (see _as_told)
+        self._told: dict[tuple[int, str], bool] = {}
         #: per tile: the mount points hidden under its directory (see Submounts)
         self._submounts = Submounts()
         self._send = client.submit
@@ -625,29 +628,56 @@ class ChipFilesystem:
 
         Files this mount holds open there keep working through their handles but lose
         their names, as after the mount's own unlink (``_orphan``); a MOVED keeps them
-        under the new name. And the names themselves go on the ``_stale`` list: the
-        kernel cannot drop a name that is in use (a descriptor, a cwd), and if the tile
-        has put something of another type there, the kernel would take the new
-        attributes for a corrupt inode (EIO). ESTALE instead makes it look the name up
-        afresh. Runs on the scheduler thread: dict work under a lock nobody holds while
-        waiting for a tile."""
+        under the new name. (A name the kernel keeps while a tile gives it another type
+        is ``_as_told``'s.) Runs on the scheduler thread: dict work under a lock nobody
+        holds while waiting for a tile."""
         if kind == MOVED:
             self._renamed(tile, path, path2)
         else:
             self._orphan(tile, path, below=True)
-        with self._open_lock:
-            stale = self._stale
-            if len(stale) >= _STALE_MAX:
-                stale.clear()  # (then a name the kernel holds may EIO once more: rare)
-            stale[(tile, path)] = None
-            if kind == MOVED:
-                stale[(tile, path2)] = None
 
-    def _fresh_name(self, place: _Place) -> None:
-        """ESTALE if a tile removed or replaced this name since the kernel may have kept
-        it (see ``_gone_under``): the kernel then looks it up again, and asks once more."""
-        if self._stale and self._stale.pop((place.tile, place.inner), 0) is None:
+    def _as_told(self, place: _Place, is_dir) -> None:
+        """About to tell the kernel that ``place`` is a directory (or a file): ESTALE
+        instead if it was last told the other type there.
+
+        The kernel cannot drop a name that is in use (a descriptor, a cwd, a lookup under
+        way), and asks for its attributes by its node; if a tile has put something of
+        another type there since, the kernel would take the answer for a corrupt inode
+        (EIO). ESTALE makes it look the name up afresh and retry, once: the new type is
+        remembered now, so that the retry is answered. A name whose type is unchanged is
+        answered as it is, whatever replaced it: libfuse asks by path, so any node the
+        kernel keeps there reaches the new file. (Answering ESTALE for every replaced
+        name failed stats racing a tile's replace loop: the next replacement often came
+        before the kernel's retry.)"""
+        told = self._told
+        key = (place.tile, place.inner)
+        before = told.get(key)
+        if before == is_dir:
+            return
+        self._tell(key, is_dir)
+        if before is not None:
             raise _fail(errno.ESTALE)
+
+    def _tell(self, key: tuple[int, str], is_dir) -> None:
+        told = self._told
+        if len(told) >= _TOLD_MAX:
+            told.clear()  # (then a name the kernel holds and a tile retypes may EIO once: rare)
+        told[key] = bool(is_dir)
+
+    def _told_moved(self, tile: int, src: str, dst: str) -> None:
+        """The mount renamed ``src`` to ``dst``: the kernel has moved its nodes with it."""
+        told = self._told
+        is_dir = told.pop((tile, src), None)
+        if is_dir is None:
+            told.pop((tile, dst), None)
+            return
+        told[(tile, dst)] = is_dir
+        if is_dir:
+            prefix = src + "/"
+            for key in [key for key in list(told) if key[0] == tile and key[1].startswith(prefix)]:
+                below = told.pop(key, None)
+                if below is not None:
+                    told[(tile, dst + key[1][len(src):])] = below
 
     def _change_own(self, tile: int, path: str, service: str, *args):
         """``_call`` for a removal or rename of ``path`` made through the mount."""
@@ -708,8 +738,6 @@ class ChipFilesystem:
             raise
         if place.kind == _INSIDE and self._is_hidden(place):
             raise _fail(errno.EBUSY if creating else errno.ENOENT)
-        if creating and self._stale:
-            self._stale.pop((place.tile, place.inner), None)  # the mount makes it anew
         return place
 
     def _is_hidden(self, place: _Place) -> bool:
@@ -761,7 +789,6 @@ class ChipFilesystem:
             return self._attrs(True, 0, self.mounted_ns)
         if place.fixed:  # a tile's root: as the tile has it
             return self._attrs(*self._stat(place))
-        self._fresh_name(place)
         writer = self._dirty_open(place.tile, place.inner)
         if writer is not None:
             try:
@@ -775,7 +802,9 @@ class ChipFilesystem:
             for opened in still_open:
                 return self._open_attrs(None, opened)
             raise _fail(errno.ENOENT)
-        return self._attrs(*self._stat(place))
+        is_dir, size, mtime_ns = self._stat(place)
+        self._as_told(place, is_dir)
+        return self._attrs(is_dir, size, mtime_ns)
 
     def _stat(self, place: _Place) -> tuple:
         """(is_dir, size, mtime_ns) of a path on a tile, from what is known if possible."""
@@ -875,6 +904,7 @@ class ChipFilesystem:
         if place.fixed:
             raise _fail(errno.EEXIST)
         self._call(place.tile, "fs.mkdir", place.inner)
+        self._tell((place.tile, place.inner), True)  # (libfuse looks it up at once)
         return 0
 
     @_callback
@@ -884,6 +914,7 @@ class ChipFilesystem:
         if place.fixed:
             raise _fail(errno.EBUSY)
         self._change_own(place.tile, place.inner, "fs.rmdir", place.inner)
+        self._told.pop((place.tile, place.inner), None)  # (the kernel drops the name)
         return 0
 
     @_callback
@@ -898,6 +929,7 @@ class ChipFilesystem:
                 self._hidden_files.pop(key, None)
             return 0
         self._change_own(place.tile, place.inner, "fs.unlink", place.inner)
+        self._told.pop((place.tile, place.inner), None)
         self._orphan(place.tile, place.inner)
         return 0
 
@@ -926,6 +958,7 @@ class ChipFilesystem:
             return self._hide(src, dst)
         self._change_own(src.tile, src.inner, "fs.rename", src.inner, dst.inner,
                          bool(flags & _RENAME_NOREPLACE))  # (checked on the tile, atomically)
+        self._told_moved(src.tile, src.inner, dst.inner)
         self._renamed(src.tile, src.inner, dst.inner)
         return 0
 
@@ -954,6 +987,7 @@ class ChipFilesystem:
         """libfuse hides an open file that is unlinked (or replaced) by renaming it: unlink
         it on the tile instead, and answer for the hidden name from the open handles."""
         self._change_own(src.tile, src.inner, "fs.unlink", src.inner)
+        self._told.pop((src.tile, src.inner), None)
         opens = self._orphan(src.tile, src.inner)
         with self._open_lock:
             self._hidden_files[(hidden.tile, hidden.inner)] = opens
@@ -1031,8 +1065,8 @@ class ChipFilesystem:
         elif (place.tile, place.inner) in self._hidden_files:
             is_dir = False  # (unlinked, still open: a file)
         else:
-            self._fresh_name(place)
             is_dir = self._stat(place)[0]
+            self._as_told(place, is_dir)  # (chdir: a directory now a file is ENOTDIR)
         granted = _stat.S_IMODE(_mode(is_dir)) >> 6  # the owner's bits: rwx as R_OK W_OK X_OK
         if amode & (os.R_OK | os.W_OK | os.X_OK) & ~granted:
             raise _fail(errno.EACCES)
@@ -1073,8 +1107,6 @@ class ChipFilesystem:
         place = self._file_place(path, creating=creating)
         if place.fixed:
             raise _fail(errno.EISDIR if not creating else errno.EEXIST)
-        if not creating:
-            self._fresh_name(place)
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except FileNotFoundError:
@@ -1084,6 +1116,12 @@ class ChipFilesystem:
                 # kernel look the path up again and retry, so O_CREAT creates the file
                 raise _fail(errno.ESTALE) from None
             raise
+        except IsADirectoryError:
+            if not creating:  # the kernel opens what it takes for a file: a tile retyped it
+                self._as_told(place, True)
+            raise
+        if creating:
+            self._tell((place.tile, place.inner), False)
         opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))
         # an O_TRUNC open has changed the file already: littlefs commits that at flush (a
         # create made a new, empty file, committed as it was made: nothing to commit)
