@@ -226,6 +226,15 @@ _REPLACING = {
             os.rename({path!r} + '.tmp', {path!r})
             sync()
     """,
+    # not atomic: a superstep between the two lets the host find no file there
+    "rm+create": """
+        for i in range(1, {rounds} + 1):
+            os.remove({path!r})
+            sync()
+            with open({path!r}, 'wb') as f:
+                f.write(b'g' * i)
+            sync()
+    """,
 }
 
 

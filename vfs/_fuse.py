@@ -106,6 +106,8 @@ IO_BLOCK = 128 * 1024
 MAX_THREADS = 16
 #: names whose type the mount remembers telling the kernel (see _as_told)
 _TOLD_MAX = 1 << 16
+#: seconds within which the kernel's retry of an open answered ESTALE comes (see _first_try)
+_RETRY_SECONDS = 1.0
 #: seconds the kernel may keep a name it has looked up, when the mount can make it forget
 #: names at once (see "Kernel caching" in the module doc); attributes are never kept
 ENTRY_TIMEOUT = 30.0
@@ -357,6 +359,11 @@ class _Requests:
             return None  # (a call from outside libfuse, as tests make)
         return pointer.contents
 
+    def caller(self) -> int | None:
+        """The kernel's id of the thread whose request this callback serves."""
+        context = self._context()
+        return None if context is None else context.pid
+
     def mark(self, path: str) -> None:
         context = self._context()
         if context is not None:
@@ -538,6 +545,9 @@ class ChipFilesystem:
         #: (tile, path) -> whether the mount last told the kernel that name is a directory:
         #: the type of the node the kernel keeps for it, if it keeps one (see _as_told)
         self._told: dict[tuple[int, str], bool] = {}
+        #: (caller, tile, path) -> when an open there was answered ESTALE because the file
+        #: was gone: the kernel retries it once, and is answered as it is (see _first_try)
+        self._retrying: dict[tuple, float] = {}
         #: per tile: the mount points hidden under its directory (see Submounts)
         self._submounts = Submounts()
         self._send = client.submit
@@ -657,6 +667,36 @@ class ChipFilesystem:
         self._tell(key, is_dir)
         if before is not None:
             raise _fail(errno.ESTALE)
+
+    def _first_try(self, place: _Place) -> bool:
+        """An open found no file: is this the kernel's first try, not its one retry after
+        an ESTALE? (The retry looked the name up and found it, and a tile removed it again
+        before the open: ENOENT then, as an open racing a removal may get on any disk;
+        ESTALE again would reach the caller.) Notes the first try.
+
+        A retry is told by its caller (the kernel's thread id) and name, and by coming
+        soon: one that finds no file at its lookup ends there, unseen, and a later open
+        of that name by that thread must not pass for it."""
+        requests = self._requests
+        caller = requests.caller() if requests is not None else None
+        if caller is None:
+            return True
+        key = (caller, place.tile, place.inner)
+        retrying = self._retrying
+        now = time.monotonic()
+        first_at = retrying.pop(key, None)
+        if first_at is not None and now - first_at < _RETRY_SECONDS:
+            return False
+        if len(retrying) >= _TOLD_MAX:
+            retrying.clear()
+        retrying[key] = now
+        return True
+
+    def _retried(self, place: _Place) -> None:
+        """The caller has opened (or made) ``place``: no retry of its is pending there."""
+        requests = self._requests
+        caller = requests.caller() if requests is not None else None
+        self._retrying.pop((caller, place.tile, place.inner), None)
 
     def _tell(self, key: tuple[int, str], is_dir) -> None:
         told = self._told
@@ -1110,7 +1150,7 @@ class ChipFilesystem:
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except FileNotFoundError:
-            if self._kernel is not None and not creating:
+            if self._kernel is not None and not creating and self._first_try(place):
                 # the kernel found the name in its cache, but a tile has removed it since
                 # (while a process held it, or the cache was not told): ESTALE makes the
                 # kernel look the path up again and retry, so O_CREAT creates the file
@@ -1120,6 +1160,8 @@ class ChipFilesystem:
             if not creating:  # the kernel opens what it takes for a file: a tile retyped it
                 self._as_told(place, True)
             raise
+        if self._retrying:
+            self._retried(place)
         if creating:
             self._tell((place.tile, place.inner), False)
         opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))
