@@ -84,7 +84,8 @@ class _Repl:
         handle = self.repl.end()
         if handle is None:
             return None
-        self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
+        # (what the session kept between its blocks has been frozen: ipuos._collector)
+        self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid, thaw=True)
         return _Launched(handle)
 
 
@@ -113,10 +114,10 @@ class _DaemonShellHost:
     def open_repl(self, tiles, data, client_pid) -> _Repl:
         return _Repl(self.machine.repl(tiles, data), self, client_pid)
 
-    def track(self, handle: RunHandle, name: str, tiles: str, client_pid) -> None:
+    def track(self, handle: RunHandle, name: str, tiles: str, client_pid, *, thaw: bool = False) -> None:
         hosted = HostedJob(handle, name, tiles, time.time(), client_pid)
         self.host.add_job(hosted)
-        handle.job.future.add_done_callback(lambda _: self.host.remove_job(hosted.id))
+        handle.job.future.add_done_callback(lambda _: self.host.remove_job(hosted.id, thaw))
 
     def jobs(self) -> list[_JobInfo]:
         hosted = {job.id: job for job in self.host.jobs()}

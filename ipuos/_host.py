@@ -110,10 +110,11 @@ class MachineHost:
         with self._lock:
             self._jobs[job.id] = job
 
-    def remove_job(self, job_id: int) -> None:
+    def remove_job(self, job_id: int, thaw: bool = False) -> None:
+        """Forget a job that has ended (``thaw``: see ``Collector.job_ended``)."""
         with self._lock:
             self._jobs.pop(job_id, None)
-        self.collector.job_ended()
+        self.collector.job_ended(thaw)
 
     def job(self, job_id: int) -> HostedJob | None:
         with self._lock:

@@ -120,6 +120,23 @@ def test_the_daemon_collects_after_a_job_ended_only(machine):
     assert not walked(greenlet)
 
 
+def test_a_repl_sessions_end_frees_what_its_blocks_kept_frozen(machine):
+    """A repl session's names live through the collections after its blocks, frozen;
+    its end (a job on its tiles) makes the next collection thaw them, rather than every
+    session's leaving garbage until the thorough count comes round."""
+    from ipuos._cmd_shell import _DaemonShellHost
+
+    host = MachineHost(machine, machine_paths(unique_name()))
+    repl = _DaemonShellHost(host).open_repl([0, 1], None, None)
+    repl.launch("class Loop:\n    pass\nkept = Loop()\nkept.me = kept\n").handle.wait(30)
+    ref = weakref.ref(repl.namespace()["kept"])
+    host.collector.collect_if_due()  # (the block ended) the session's names are frozen now
+    assert ref() is not None
+    repl.close().handle.wait(30)
+    host.collector.collect_if_due()
+    assert ref() is None
+
+
 def test_thorough_every_must_be_positive(machine):
     with pytest.raises(ValueError, match="thorough_every must be at least 1, not 0"):
         Collector(machine.scheduler, thorough_every=0)
