@@ -211,10 +211,18 @@ def test_a_put_that_does_not_finish_leaves_no_partial_file(server):
 def test_a_session_closed_while_a_multirepl_block_runs_answers_that_block(server):
     # the terminal went away (or the machine is halting) during a block: the block still
     # ends with a state the closed session can give, not an AttributeError
-    import threading
-
     session = Session(server)
     assert session.run("multirepl --tiles 1-2")["prompt"] == "[1-2]>>> "
+    result = _close_while_a_block_runs(server, session)
+    assert "the shell's terminal went away" in result["text"]
+    assert result["prompt"].startswith("ipuos:")
+
+
+def _close_while_a_block_runs(server, session) -> dict:
+    """Close ``session`` while a block of its multirepl runs, as a terminal that went away
+    does, and stop the block; returns the block's answer."""
+    import threading
+
     done = {}
 
     def block():
@@ -229,8 +237,7 @@ def test_a_session_closed_while_a_multirepl_block_runs_answers_that_block(server
     call(server, "shell.close", session.id)  # served while the block's command waits for its job
     server.scheduler.interrupt_job(job, "the shell's terminal went away")
     running.join(30)
-    assert "the shell's terminal went away" in done["result"]["text"]
-    assert done["result"]["prompt"].startswith("ipuos:")
+    return done["result"]
 
 
 _GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', __physical_tile)\n"
@@ -297,20 +304,10 @@ def test_a_closed_sessions_repls_let_go_on_their_tiles(server, mode, tiles):
 
 
 def test_a_session_closed_while_its_block_runs_lets_go_once_the_block_stops(server):
-    import threading
-
     session = Session(server)
     session.run("multirepl --tiles 1-2")
     session.run(_GOODBYE)
-    running = threading.Thread(target=session.run, args=("while True:\n    sync()\n",))
-    running.start()
-    state = server.sessions[session.id]
-    while state.job is None:
-        pass
-    job = state.job
-    call(server, "shell.close", session.id)  # served while the block's command waits for its job
-    server.scheduler.interrupt_job(job, "the shell's terminal went away")
-    running.join(30)
+    _close_while_a_block_runs(server, session)
     _wait_for_jobs(server)
     assert _take_goodbyes(server, [1, 2]) == [b"written by tile 1", b"written by tile 2"]
 
