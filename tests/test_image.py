@@ -187,7 +187,7 @@ def test_source_changing_during_the_write_still_gives_a_consistent_image(tmp_pat
         (dict(META, ipus=0), [], "ipus"),
         (dict(META, sram_per_tile=True), [], "sram_per_tile"),
         (dict(META, x=object()), [], "JSON"),
-        (META, [DeviceSnapshot("a", 0, "/", 512, 2, b"x")], "1 bytes"),
+        (META, [DeviceSnapshot("a", 0, "/", 512, 2, b"x")], "data has 1 byte, but"),
         (META, [DeviceSnapshot("a", 16, "/", 512, 1, bytes(512))], "tile 16"),
         (META, [DeviceSnapshot("a", 0, "/", 512, 129, bytes(512 * 129))], "more than a tile's SRAM"),
         (META, [DeviceSnapshot("a", 0, "/", 512, 1, bytes(512))] * 2, "two devices"),
