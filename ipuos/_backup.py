@@ -58,6 +58,7 @@ import numpy as np
 from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
+from ._plural import plural
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
@@ -130,7 +131,7 @@ def _describe(devices: list[Device]) -> str:
     disks = [d.owner for d in devices if d.name != CHIP]
     parts = []
     if disks:
-        parts.append(f"{len(disks)} tile disk{'s' if len(disks) != 1 else ''} ({format_tiles(disks)})")
+        parts.append(f"{plural(len(disks), 'tile disk')} ({format_tiles(disks)})")
     if any(d.name == CHIP for d in devices):
         parts.append("the chip disk")
     return " and ".join(parts) or "no devices"
@@ -527,7 +528,7 @@ class Unsaved:
         if parts:
             reasons.append(f"{' and '.join(parts)} changed since the last backup")
         for tile, paths in self.open_files.items():
-            reasons.append(f"tile {tile} holds {len(paths)} file{'s' if len(paths) > 1 else ''} open with writes "
+            reasons.append(f"tile {tile} holds {plural(len(paths), 'file')} open with writes "
                            f"not yet on its disk ({', '.join(paths)})")
         if self.open_files:
             reasons[-1] += ", which no backup holds"

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from ._plural import plural
 from ._tilespec import format_tiles
 from .blockdev import MemoryDevice
 from .vfs import LittlefsBackend
@@ -281,7 +282,7 @@ def prepare_restore(tile, storage) -> str | None:
     mounts = _littlefs_mounts(tile, storage)
     open_files = sum(backend.open_files for _, _, backend in mounts)
     if open_files:
-        return f"{open_files} file{'s are' if open_files > 1 else ' is'} open on it"
+        return f"{plural(open_files, 'file is', 'files are')} open on it"
     for _, _, backend in mounts:
         try:
             _write_back(backend)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Callable
 
 import greenlet
 
+from ipuos._plural import plural
+
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
 from ._errors import describe_tiles
 from ._exchange import KIND_USER, pad8
@@ -361,7 +363,7 @@ class TileAPI:
                                 f"not {type(objs).__name__}") from None
             if len(items) != n:
                 raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
-                                 f"{n} tile{'s' if n != 1 else ''} (one each)")
+                                 f"{plural(n, 'tile')} (one each)")
             payloads = [encode(item, by_name=True) for item in items]
             need = sum(pad8(len(p)) for p in payloads)
             room = tile.xout.size - tile.out_used

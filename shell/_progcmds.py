@@ -13,6 +13,7 @@ import re
 
 import traceback
 
+from ipuos._plural import plural
 from ipuos._tilespec import TileSpecError
 from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
@@ -116,7 +117,7 @@ def _multirepl(sh, args):
     session.repl = repl
     session.mode = MULTIREPL
     if session.width:  # a terminal: say where we are (scripts get only their output)
-        sh.print(f"multirepl on {repl.ntiles} tile{'s' if repl.ntiles != 1 else ''} ({repl.tiles}): "
+        sh.print(f"multirepl on {plural(repl.ntiles, 'tile')} ({repl.tiles}): "
              "each block runs on every tile, names are kept between blocks, output is grouped. "
              "Ctrl-D or exit() leaves.")
     return 0
