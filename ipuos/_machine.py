@@ -173,6 +173,8 @@ class Repl:
             self.end()
             return None
         latest = self._latest
+        if latest is not None and isinstance(latest.program, ReplEnd):
+            return _run_within(lambda _start_timeout: latest, None)  # ended or ending (end())
         if latest is not None and not latest.done:
             _stop(latest, "interrupted: the repl session ends")
             try:

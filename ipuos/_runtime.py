@@ -1033,14 +1033,21 @@ class ReplEnd:
             return 0
         namespace, ctx, first_own = entry
         output = OutputBuffer(state.output_limit)
-        _resume_session(namespace, ctx, api, output)
-        outer_context = ctx.enter(api.tile)
-        _route_unraisable()
+        outer_context = api.tile.glet.gr_context
+        resumed = False
         try:
+            # (resuming may reach another tile, where an interrupt can land: the files,
+            # registrations and SRAM of the session are let go of all the same, below)
+            _resume_session(namespace, ctx, api, output)
+            ctx.enter(api.tile)
+            _route_unraisable()
+            resumed = True
             # (an interrupt, which lands in tile code only, stops a __del__: it is
             # "ignored" there, told on the output, and the rest are still let go)
             _end_on_tile(ctx, namespace, first_own)
         finally:
+            if not resumed:
+                _run_cleanups(ctx)
             _repl_closed(ctx)
             api.tile.glet.gr_context = outer_context
             self.outputs[rank] = output.getvalue()

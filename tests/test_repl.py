@@ -225,6 +225,27 @@ goodbye = Goodbye()
     assert "NameError" in repl.run("goodbye").format()  # (a later block starts afresh)
 
 
+def test_closing_a_session_already_ending_waits_for_that_end(machine):
+    # (a with-block's exit after end(), say: the end is no block to interrupt)
+    repl = machine.repl("4-5")
+    assert repl.run("""
+import os
+
+class Slow:
+    def __del__(self):
+        while not os.path.exists('/go'):
+            sync()
+        print('let go')
+
+slow = Slow()
+""").ok
+    repl.end()
+    threading.Timer(0.3, lambda: [machine.fs.write_file(t, "/go", b"") for t in (4, 5)]).start()
+    ended = repl.close()
+    assert ended is not None and ended.outputs() == {4: "let go\n", 5: "let go\n"}
+    assert repl.close().outputs() == ended.outputs()  # (closing again: the same end)
+
+
 def test_a_del_that_never_ends_as_a_session_ends_is_interrupted_and_the_rest_let_go(machine):
     repl = machine.repl("0-1")
     repl.run("class Polite:\n    def __del__(self):\n        print('bye')\n\n"
