@@ -760,6 +760,35 @@ def test_a_removed_current_directory_is_empty_and_nameless_as_on_the_host(machin
     assert output(result).splitlines() == host.stdout.splitlines()
 
 
+_RENAMED_CWD_PARITY = """
+import os
+os.chdir(ROOT)
+os.makedirs("a/sub")
+os.chdir("a/sub")
+os.rename(ROOT + "/a", ROOT + "/b")  # the directory moves, and the current one with it
+print(os.getcwd()[len(ROOT):])
+os.mkdir(ROOT + "/a")  # another directory under the old name
+with open("here", "w") as file:
+    file.write("x")
+print(sorted(os.listdir(ROOT + "/b/sub")), sorted(os.listdir(ROOT + "/a")))
+os.chdir("..")
+print(os.getcwd()[len(ROOT):], sorted(os.listdir(".")))
+"""
+
+
+@pytest.mark.parametrize("where, tile", [("/renamed-cwd", "3"), ("/chip/renamed-cwd", "0")])
+def test_a_renamed_current_directory_is_followed_as_on_the_host(machine, where, tile, tmp_path):
+    host_root = str(tmp_path / "moved")
+    os.mkdir(host_root)
+    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + _RENAMED_CWD_PARITY],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert host.returncode == 0, host.stderr
+    assert host.stdout.splitlines()[0] == "/b/sub"
+    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _RENAMED_CWD_PARITY,
+                         tiles=tile, timeout=60)
+    assert output(result).splitlines() == host.stdout.splitlines()
+
+
 def test_a_repls_next_block_is_still_in_its_removed_directory(machine):
     # as on the host, whoever removed it and whatever ran on the tile between the blocks
     is_removed = """

@@ -30,7 +30,7 @@ from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, p
                      wrap_text)
 from ._local import LittlefsBackend
 from ._mounts import Mount, MountTable
-from ._paths import checked, normalize, parent_and_name
+from ._paths import checked, is_within, normalize, parent_and_name
 
 __all__ = ["Vfs", "MountInfo", "HostOwner", "VFS_KEY", "existing_vfs"]
 
@@ -206,7 +206,8 @@ class Vfs:
     def recheck_cwd(self) -> None:
         """Take the current directory as removed if it is not there now: a repl's, when
         directories were removed while it waited (its next block is still in the one
-        it left, as on the host; one made again under that name is another)."""
+        it left, as on the host). A directory made again under that name meanwhile, or
+        moved there, is taken for it: a tile keeps no identity of directories to tell."""
         if self._removed_cwd is not None or self._cwd == "/":
             return
         try:
@@ -455,8 +456,14 @@ class Vfs:
             exc.filename, exc.filename2 = error_name(src), error_name(dst)
             raise
         self.removals += 1
-        if dst_path == self._cwd and src_path != dst_path and self._removed_cwd is None:
+        if self._removed_cwd is not None or src_path == dst_path:
+            return
+        if dst_path == self._cwd:
             self._cwd_was_removed(dst_mount)  # replaced by the directory moved onto it
+        elif is_within(self._cwd, src_path):
+            # moved with its directory: the kernel's current directory is the directory,
+            # not its name, and getcwd follows it there
+            self._cwd = dst_path + self._cwd[len(src_path):]
 
     replace = rename
 
