@@ -776,7 +776,7 @@ print(os.getcwd()[len(ROOT):], sorted(os.listdir(".")))
 """
 
 
-@pytest.mark.parametrize("where, tile", [("/renamed-cwd", "3"), ("/chip/renamed-cwd", "0")])
+@pytest.mark.parametrize("where, tile", [("/renamed-cwd", "12"), ("/chip/renamed-cwd", "0")])
 def test_a_renamed_current_directory_is_followed_as_on_the_host(machine, where, tile, tmp_path):
     host_root = str(tmp_path / "moved")
     os.mkdir(host_root)
