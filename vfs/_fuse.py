@@ -108,6 +108,8 @@ MAX_THREADS = 16
 _TOLD_MAX = 1 << 16
 #: seconds within which the kernel's retry of an open answered ESTALE comes (see _first_try)
 _RETRY_SECONDS = 1.0
+#: first tries of opens remembered at most (each is dropped once its retry is overdue)
+_RETRYING_MAX = 1 << 12
 #: seconds the kernel may keep a name it has looked up, when the mount can make it forget
 #: names at once (see "Kernel caching" in the module doc); attributes are never kept
 ENTRY_TIMEOUT = 30.0
@@ -687,7 +689,13 @@ class ChipFilesystem:
         first_at = retrying.pop(key, None)
         if first_at is not None and now - first_at < _RETRY_SECONDS:
             return False
-        if len(retrying) >= _TOLD_MAX:
+        # tries whose retry is overdue will have none: dropped, so that the table is empty
+        # again soon and a successful open does not look in it (list(): one C call, which
+        # another libfuse thread cannot interleave with)
+        for old, at in list(retrying.items()):
+            if now - at >= _RETRY_SECONDS:
+                retrying.pop(old, None)
+        if len(retrying) >= _RETRYING_MAX:
             retrying.clear()
         retrying[key] = now
         return True
