@@ -750,14 +750,20 @@ for label, call in [
 @pytest.mark.parametrize("where, tile", [("/removed-cwd", "3"), ("/chip/removed-cwd", "0"),
                                          ("/tiles/5/removed-cwd", "0")])
 def test_a_removed_current_directory_is_empty_and_nameless_as_on_the_host(machine, where, tile, tmp_path):
-    host_root = str(tmp_path / "gone")
+    host, on_tile = _on_the_host_and_a_tile(machine, _REMOVED_CWD_PARITY, where, tile, tmp_path)
+    assert on_tile == host
+
+
+def _on_the_host_and_a_tile(machine, program: str, where: str, tile: str, tmp_path):
+    """The lines ``program`` prints with ``ROOT`` an empty directory: on the host, and on
+    ``tile`` at ``where`` (made here)."""
+    host_root = str(tmp_path / "root")
     os.mkdir(host_root)
-    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + _REMOVED_CWD_PARITY],
+    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + program],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert host.returncode == 0, host.stderr
-    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _REMOVED_CWD_PARITY,
-                         tiles=tile, timeout=60)
-    assert output(result).splitlines() == host.stdout.splitlines()
+    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + program, tiles=tile, timeout=60)
+    return host.stdout.splitlines(), output(result).splitlines()
 
 
 _RENAMED_CWD_PARITY = """
@@ -778,15 +784,9 @@ print(os.getcwd()[len(ROOT):], sorted(os.listdir(".")))
 
 @pytest.mark.parametrize("where, tile", [("/renamed-cwd", "12"), ("/chip/renamed-cwd", "0")])
 def test_a_renamed_current_directory_is_followed_as_on_the_host(machine, where, tile, tmp_path):
-    host_root = str(tmp_path / "moved")
-    os.mkdir(host_root)
-    host = subprocess.run([sys.executable, "-c", f"ROOT = {host_root!r}\n" + _RENAMED_CWD_PARITY],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert host.returncode == 0, host.stderr
-    assert host.stdout.splitlines()[0] == "/b/sub"
-    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _RENAMED_CWD_PARITY,
-                         tiles=tile, timeout=60)
-    assert output(result).splitlines() == host.stdout.splitlines()
+    host, on_tile = _on_the_host_and_a_tile(machine, _RENAMED_CWD_PARITY, where, tile, tmp_path)
+    assert host[0] == "/b/sub"
+    assert on_tile == host
 
 
 def test_a_repls_next_block_is_still_in_its_removed_directory(machine):
