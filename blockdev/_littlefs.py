@@ -35,8 +35,10 @@ reproduced on this project's machine; this module exists to make them unreachabl
   which on a host sit safely in the page cache: so each file keeps a journal of what it
   wrote and truncated since it last committed (a commit is forced past 1 MiB), and the
   remount opens every file again, applies its journal and commits it. The call that ran
-  out of space is tried once more (a rewrite frees the old blocks only at that commit),
-  and fails with ENOSPC alone if it still does not fit. Only a file whose journal no
+  out of space is tried once more if that may have made room (a rewrite frees the old
+  blocks only at that commit; a handle's out-of-date view of a file holds that
+  version's blocks until it looks again, which the remount makes it do), and fails with
+  ENOSPC alone if it still does not fit. Only a file whose journal no
   longer fits is lost: it raises EIO saying why, and its sync and close say ENOSPC once.
 * littlefs keeps every open file in a list it walks (and asserts on). A handle dropped
   without closing it must outlive that filesystem handle, or the walk reads freed
