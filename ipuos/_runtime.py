@@ -130,7 +130,7 @@ class TileContext:
         #: ``__modules__`` (top-level name -> provider(name, fromlist), e.g. os),
         #: ``__find_module__`` (finder(name, fromlist) -> module or None, asked last) and
         #: ``__resume__``/``__suspend__`` (called as a repl's later block starts / any ends)
-        #: and ``__closed__`` (the repl has ended: no block runs in it again)
+        #: and ``__closed__`` (the repl has ended without its tiles, whose cleanups did not run)
         self.extras: dict[str, object] = {}
         #: called when the program ends, on the tile (files left open are closed); each
         #: returns messages for the program's output, or None
@@ -897,16 +897,11 @@ class ReplState:
         only for when the tiles cannot end the session themselves (see ReplEnd)."""
         tiles, self.tiles = self.tiles, {}
         for _namespace, ctx, _first_own in tiles.values():
-            _repl_closed(ctx)
+            closed = ctx.extras.get("__closed__")  # (the layers above let go of it too)
+            if closed is not None:
+                closed()
         for rank in list(self._regions):
             self.release(rank)
-
-
-def _repl_closed(ctx: TileContext) -> None:
-    """Tell the layers above that ``ctx``'s repl has ended: no block runs in it again."""
-    closed = ctx.extras.get("__closed__")
-    if closed is not None:
-        closed()
 
 
 _REPL_IDS = itertools.count(1)
@@ -1047,8 +1042,7 @@ class ReplEnd:
             _end_on_tile(ctx, namespace, first_own)
         finally:
             if not resumed:
-                _run_cleanups(ctx)
-            _repl_closed(ctx)
+                _run_cleanups(ctx)  # (else the end ran them)
             api.tile.glet.gr_context = outer_context
             self.outputs[rank] = output.getvalue()
             state.release(rank)
