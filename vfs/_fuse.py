@@ -679,11 +679,9 @@ class ChipFilesystem:
         A retry is told by its caller (the kernel's thread id) and name, and by coming
         soon: one that finds no file at its lookup ends there, unseen, and a later open
         of that name by that thread must not pass for it."""
-        requests = self._requests
-        caller = requests.caller() if requests is not None else None
-        if caller is None:
+        key = self._retry_key(place)
+        if key is None:
             return True
-        key = (caller, place.tile, place.inner)
         retrying = self._retrying
         now = time.monotonic()
         first_at = retrying.pop(key, None)
@@ -702,9 +700,13 @@ class ChipFilesystem:
 
     def _retried(self, place: _Place) -> None:
         """The caller has opened (or made) ``place``: no retry of its is pending there."""
+        self._retrying.pop(self._retry_key(place), None)
+
+    def _retry_key(self, place: _Place) -> tuple | None:
+        """(the kernel's thread whose request this is, tile, path); None if unknown."""
         requests = self._requests
         caller = requests.caller() if requests is not None else None
-        self._retrying.pop((caller, place.tile, place.inner), None)
+        return None if caller is None else (caller, place.tile, place.inner)
 
     def _tell(self, key: tuple[int, str], is_dir) -> None:
         told = self._told
