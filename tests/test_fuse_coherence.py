@@ -133,11 +133,16 @@ def test_a_file_held_open_and_made_a_directory_on_a_tile_opens_as_one(mm):
         os.close(os.open(path, os.O_RDONLY))
         assert os.listdir(path) == ["in"]
     finally:
-        try:
-            os.close(held)
-        except OSError:
-            pass  # (EIO: the directory has the file's node, and the kernel retired the file)
+        _close_retired(held)
     shutil.rmtree(path)
+
+
+def _close_retired(fd: int) -> None:
+    """Close a descriptor of a file a tile has replaced by a directory."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass  # (EIO: the directory has the file's node, and the kernel retired the file)
 
 
 def test_a_directory_made_where_a_tile_removed_a_file_held_open(mm):
@@ -151,10 +156,7 @@ def test_a_directory_made_where_a_tile_removed_a_file_held_open(mm):
         os.mkdir(path)
         assert stat.S_ISDIR(os.stat(path).st_mode)
     finally:
-        try:
-            os.close(held)
-        except OSError:
-            pass  # (EIO: the directory has the file's node, and the kernel retired the file)
+        _close_retired(held)
     os.rmdir(path)
 
 
