@@ -11,10 +11,12 @@ import concurrent.futures
 import itertools
 import threading
 import time
+import warnings
 import weakref
 from typing import Callable
 
 from ._costmodel import CostModel
+from ._plural import plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, Preset, get_preset
 from ._runresult import EXIT_INTERRUPTED, RunResult, TileRun
 from ._runtime import (
@@ -97,6 +99,8 @@ class Repl:
         self._blocks = itertools.count(1)
         #: the session's latest job (a block, or its end)
         self._latest: RunHandle | None = None
+        # dropped without close(), it still gives back its SRAM and current directories
+        weakref.finalize(self, _abandoned, machine.scheduler, tile_ids, self.state).atexit = False
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
                start_timeout: float | None = None) -> RunHandle:
@@ -144,7 +148,7 @@ class Repl:
     def _start_end(self) -> RunHandle | None:
         """(on the scheduler thread, where no job can take the tiles meanwhile)"""
         scheduler = self.machine.scheduler
-        busy = next((job for job in (scheduler.tiles[i].job for i in self.tile_ids) if job is not None), None)
+        busy = _busy_job(scheduler, self.tile_ids)
         if busy is not None:  # (a block may still be making namespaces: ask again after it)
             busy.future.add_done_callback(lambda _: scheduler.running and self._start_end())
             return None
@@ -191,6 +195,36 @@ class Repl:
 
     def __exit__(self, *exc_info) -> None:
         self.close()  # (the tiles' data stays in SRAM until then)
+
+
+def _busy_job(scheduler: Scheduler, tile_ids: list[int]) -> Job | None:
+    """A job running on one of the tiles, or None (on the scheduler thread)."""
+    return next((job for job in (scheduler.tiles[i].job for i in tile_ids) if job is not None), None)
+
+
+def _abandoned(scheduler: Scheduler, tile_ids: list[int], state: ReplState) -> None:
+    """A :class:`Repl` was garbage-collected without ``close()`` (any thread): free its
+    SRAM and its current directories, which would otherwise keep their mounts busy for
+    as long as the machine runs. Its tiles are not asked to end it, which would make them
+    busy with a job nobody started (:meth:`Repl.close` does that): its names are let go
+    of on the scheduler thread, where a ``__del__`` has no tile."""
+    if not state.holding:
+        return
+    warnings.warn(f"a repl session on {plural(len(tile_ids), 'tile')} was dropped without close(); "
+                  "its names were let go of off their tiles", ResourceWarning, stacklevel=1)
+    try:
+        scheduler.call(_release_when_free, scheduler, tile_ids, state)
+    except RuntimeError:
+        pass  # the machine has stopped: its SRAM went with it
+
+
+def _release_when_free(scheduler: Scheduler, tile_ids: list[int], state: ReplState) -> None:
+    busy = _busy_job(scheduler, tile_ids)
+    if busy is not None:  # (a block of the session may still run: after it, then)
+        busy.future.add_done_callback(
+            lambda _: scheduler.running and _release_when_free(scheduler, tile_ids, state))
+    else:
+        state.clear()
 
 
 def _check_output_limit(limit) -> None:

@@ -886,6 +886,11 @@ class ReplState:
         region.view[:] = encoded
         self._regions[rank] = memory
 
+    @property
+    def holding(self) -> bool:
+        """Some tile still keeps a namespace or data of the session."""
+        return bool(self.tiles or self._regions)
+
     def release(self, rank: int) -> None:
         """Free the SRAM region of the tile of ``rank``, if it has one."""
         memory = self._regions.pop(rank, None)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
 import pytest
 
 import ipuos
+from ipuos.blockdev import MemoryDevice
 from ipuos.scheduler import TileBusyError
+from ipuos.vfs import mount_device
 
 
 @pytest.fixture(scope="module")
@@ -223,6 +226,42 @@ goodbye = Goodbye()
         assert machine.fs.read_file(tile, "/bye.txt") == f"written by tile {tile}".encode()
         machine.fs.remove(tile, "/bye.txt")
     assert "NameError" in repl.run("goodbye").format()  # (a later block starts afresh)
+
+
+def test_a_session_dropped_without_close_gives_back_its_sram_and_its_cwd(machine):
+    """Its data's SRAM and its current directory, which keeps a mount busy, would
+    otherwise be held for as long as the machine runs."""
+    def mount_ram(tile):
+        vfs = machine.storage.vfs(tile)
+        vfs.mkdir("/dropped")
+        mount_device(vfs, "/dropped", MemoryDevice.new(512, 16), format=True)
+
+    def umount(tile):
+        machine.storage.vfs(tile).umount("/dropped")
+        machine.storage.vfs(tile).rmdir("/dropped")
+
+    on_tile(machine, 6, mount_ram)
+    repl = machine.repl("6", data="kept in SRAM\n")
+    assert repl.run("import os\nos.chdir('/dropped')").ok
+    region = repl.state.region_name
+    assert region in regions(machine, 6)
+    with pytest.raises(OSError, match="target is busy"):
+        on_tile(machine, 6, umount)
+    with pytest.warns(ResourceWarning, match="dropped without close"):
+        del repl
+        gc.collect()
+    assert region not in regions(machine, 6)  # (the release was queued before this ask)
+    on_tile(machine, 6, umount)
+
+
+def regions(machine, tile: int) -> list[str]:
+    return [region["name"] for region in machine.sram_usage(tile)["regions"]]
+
+
+def on_tile(machine, tile: int, function):
+    """Run ``function(tile_object)`` on the tile's own greenlet; OSError as raised there."""
+    machine.scheduler.services["test.call"] = lambda tile_obj, fn: fn(tile_obj)
+    return machine.fs.submit(tile, "test.call", function).result(10)
 
 
 def test_closing_a_session_already_ending_waits_for_that_end(machine):
