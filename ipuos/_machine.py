@@ -99,8 +99,12 @@ class Repl:
         self._blocks = itertools.count(1)
         #: the session's latest job (a block, or its end)
         self._latest: RunHandle | None = None
+        self._watch_abandonment()
+
+    def _watch_abandonment(self) -> None:
         # dropped without close(), it still gives back its SRAM and current directories
-        weakref.finalize(self, _abandoned, machine.scheduler, tile_ids, self.state).atexit = False
+        self._finalizer = weakref.finalize(self, _abandoned, self.machine.scheduler, self.tile_ids, self.state)
+        self._finalizer.atexit = False
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
                start_timeout: float | None = None) -> RunHandle:
@@ -108,6 +112,8 @@ class Repl:
         busy with another job, TimeoutError as :meth:`Machine.launch`. ``echo``: show
         the value of each expression statement, as at Python's prompt (``python -c``
         does not)."""
+        if not self._finalizer.alive:  # (ended before: this block starts the session afresh)
+            self._watch_abandonment()
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
         body = compile_block(source, filename, echo=echo)
@@ -139,6 +145,7 @@ class Repl:
         closed), and frees the SRAM holding its data. Later blocks start afresh.
         Returns the job's handle; None if no tile has anything to end, or if a tile is
         busy (a block still being stopped): the end then starts as soon as it is free."""
+        self._finalizer.detach()  # (what the session holds is let go of by this end)
         try:
             return self.machine.scheduler.call_wait(self._start_end)
         except RuntimeError:  # the machine has stopped: its SRAM went with it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -252,6 +253,25 @@ def test_a_session_dropped_without_close_gives_back_its_sram_and_its_cwd(machine
         gc.collect()
     assert region not in regions(machine, 6)  # (the release was queued before this ask)
     on_tile(machine, 6, umount)
+
+
+def test_a_closed_session_dropped_warns_only_if_a_later_block_ran(machine):
+    repl = machine.repl("7", data="x\n")
+    assert repl.run("y = 1").ok
+    repl.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del repl
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
+    repl = machine.repl("7", data="x\n")
+    repl.close()
+    assert repl.run("y = 2").ok  # (starts afresh, and holds the tile's data again)
+    region = repl.state.region_name
+    with pytest.warns(ResourceWarning, match="a repl session on 1 tile was dropped"):
+        del repl
+        gc.collect()
+    assert region not in regions(machine, 7)
 
 
 def regions(machine, tile: int) -> list[str]:
