@@ -37,8 +37,8 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, TileAPI, TileInterrupt, TilePickler,
-                             TileUnpickler)
+from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, TileAPI, TileInterrupt,
+                             TilePickler, TileUnpickler)
 
 from ._tilecsv import TILE_CSV_NAMES
 
@@ -113,7 +113,7 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context")
+    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context", "stops_ignored")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
@@ -138,6 +138,10 @@ class TileContext:
         #: the context variables the program sees (decimal's precision is one): the tile's
         #: greenlet outlives its programs, and the next must not inherit this one's
         self.context = contextvars.Context()
+        #: while the program ends (see :func:`_end_on_tile`): the stops (an interrupt, a
+        #: compute budget, another tile's failure) that its ``__del__`` methods could not
+        #: raise; None otherwise
+        self.stops_ignored: list[BaseException] | None = None
 
     def enter(self, tile) -> contextvars.Context:
         """Make this context the tile's (on its greenlet); returns the one to restore."""
@@ -692,6 +696,9 @@ class TileProgram:
         finally:
             try:
                 _end_on_tile(ctx, namespace, first_own)
+            except BaseException as exc:  # stopped as it ended: the program's failure
+                self.errors[rank] = exc
+                raise
             finally:
                 tile.glet.gr_context = outer_context
                 self.outputs[rank] = output.getvalue()
@@ -744,12 +751,25 @@ def _global_resolver(namespace: dict, ctx: TileContext):
 def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> None:
     """What ends a program, or a repl session, on its tile (its greenlet, its context):
     its globals torn down (None: nothing of it is to run any more), then its cleanups
-    (the files it left open closed), whatever the teardown raises."""
+    (the files it left open closed), whatever the teardown raises.
+
+    A stop (Ctrl-C, ``kill``, a compute budget, another tile's failure) that lands in a
+    ``__del__`` there is "ignored" as Python ignores any exception a ``__del__`` raises:
+    told on the output, and the rest is still let go of. The job was stopped all the
+    same, so the first such stop is raised once all is let go of: the tile's result
+    says so (exit status 130, or 1 for a budget), not that the program succeeded. (A
+    program already ending with an exception of its own reports that one instead.)"""
+    ctx.stops_ignored = []
     try:
         if namespace is not None:
             _tear_down(namespace, first_own)
     finally:
-        _run_cleanups(ctx)
+        try:
+            _run_cleanups(ctx)
+        finally:
+            stops, ctx.stops_ignored = ctx.stops_ignored, None
+    if stops and sys.exc_info()[1] is None:
+        raise stops[0]
 
 
 def _tear_down(namespace: dict, first_own: int) -> None:
@@ -784,8 +804,11 @@ class _UnraisableRouter:
         if not isinstance(ctx, TileContext):
             self.host_hook(unraisable)
             return
+        error = unraisable.exc_value or unraisable.exc_type()
+        if ctx.stops_ignored is not None and isinstance(error, (TileInterrupt, JobAborted)):
+            ctx.stops_ignored.append(error)
         where = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}\n"
-        ctx.output.write(where + user_traceback(unraisable.exc_value or unraisable.exc_type()))
+        ctx.output.write(where + user_traceback(error))
 
 
 def _route_unraisable() -> None:

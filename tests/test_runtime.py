@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import textwrap
+import time
 
 import pytest
 
@@ -297,12 +298,47 @@ def test_an_exception_in_del_is_told_on_the_programs_output(machine):
     assert output.endswith("ValueError: cannot let go\ngoes on\n") and "raise ValueError" in output
 
 
-def test_a_del_that_never_ends_is_stopped_by_the_budget(machine):
-    handle = machine.launch("class C:\n    def __del__(self):\n        while True:\n            pass\nc = C()\n",
-                            tiles="0", budget=0.3)
-    tile = handle.wait(10).tiles[0]
-    assert "ComputeBudgetExceeded" in tile.output
+_ENDLESS_DEL = """
+class Endless:
+    def __del__(self):
+        while True:
+            pass
+
+class Polite:
+    def __del__(self):
+        print('bye', __tileid)
+
+polite = Polite()
+endless = Endless()
+print('end', __tileid)
+"""
+
+
+def test_a_del_that_never_ends_is_stopped_by_the_budget_and_the_program_fails(machine):
+    """As the same overrun in the program's body does (exit status 1); the rest is still
+    let go of."""
+    result = machine.launch(_ENDLESS_DEL, tiles="0", budget=0.3).wait(10)
+    (tile,) = result.tiles
+    assert tile.output.startswith("end 0\nException ignored in: <function Endless.__del__ at ")
+    assert "ComputeBudgetExceeded" in tile.output and tile.output.endswith("bye 0\n")
+    assert tile.status == "error" and result.exit_status == 1
+    assert "in __del__" in tile.error and "_runtime.py" not in tile.error
+    assert tile.error.endswith("ComputeBudgetExceeded: tile 0 computed for more than 0.3 s without "
+                               "reaching an exchange point\n")
     assert run(machine, "print('alive')", tiles="0").tiles[0].output == "alive\n"
+
+
+def test_an_interrupt_that_lands_in_a_del_as_the_program_ends_interrupts_the_job(machine):
+    handle = machine.launch(_ENDLESS_DEL, tiles="0-1")
+    time.sleep(0.3)  # (the program's body is long over: its tiles let go of its objects)
+    handle.interrupt("stopped by the test")
+    result = handle.wait(10)
+    # (tile 1's turn comes after the interrupt: it is not started only to be stopped)
+    assert result.tiles[0].output.startswith("end 0\nException ignored in: <function Endless.__del__")
+    assert "TileInterrupt" in result.tiles[0].output and result.tiles[0].output.endswith("\nbye 0\n")
+    for tile in result.tiles:
+        assert (tile.status, tile.error, tile.exit_code) == ("interrupted", "stopped by the test\n", 130)
+    assert result.exit_status == 130
 
 
 def test_objects_of_the_programs_own_classes_travel_between_tiles(machine):
