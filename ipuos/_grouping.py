@@ -2,11 +2,14 @@
 
 A 1472-tile program that prints its tile id produces 1472 lines nobody reads; one that
 prints the same thing everywhere should show it once. So identical texts are shown once
-with how many tiles produced them and which, the most frequent first.
+with how many tiles produced them and which, the most frequent first. Past a cap on the
+groups shown, those of failed tiles are the last to be left out: the one tile whose
+traceback says what went wrong is rarely among the most frequent texts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ._plural import plural
@@ -17,6 +20,8 @@ from ._tilespec import format_tiles
 class OutputGroup:
     text: str
     tiles: tuple[int, ...]
+    #: its tiles failed (an error, an abort, an interrupt, a non-zero exit)
+    failed: bool = False
 
     @property
     def count(self) -> int:
@@ -46,16 +51,18 @@ class OutputGroup:
 HEADER_RANGES_MAX = 200
 
 
-def group_texts(texts: dict[int, str] | list[str]) -> list[OutputGroup]:
-    """Group ``{tile: text}`` (or a list indexed by tile) by identical text.
+def group_texts(texts: dict[int, str] | list[str], failed: Collection[int] = ()) -> list[OutputGroup]:
+    """Group ``{tile: text}`` (or a list indexed by tile) by identical text; the tiles in
+    ``failed`` make groups of their own, marked ``failed``.
 
     Most frequent first; ties keep the order of their lowest tile.
     """
     items = texts.items() if isinstance(texts, dict) else enumerate(texts)
-    by_text: dict[str, list[int]] = {}
+    by_text: dict[tuple[str, bool], list[int]] = {}
     for tile, text in items:
-        by_text.setdefault(text, []).append(tile)
-    groups = [OutputGroup(text, tuple(sorted(tiles))) for text, tiles in by_text.items()]
+        by_text.setdefault((text, tile in failed), []).append(tile)
+    groups = [OutputGroup(text, tuple(sorted(tiles)), tiles_failed)
+              for (text, tiles_failed), tiles in by_text.items()]
     groups.sort(key=lambda g: (-g.count, g.tiles[0]))
     return groups
 
@@ -63,19 +70,27 @@ def group_texts(texts: dict[int, str] | list[str]) -> list[OutputGroup]:
 def format_groups(
     groups: list[OutputGroup], max_groups: int | None = 20, skip_empty: bool = True
 ) -> str:
-    """Render groups as text, capped with an ``N more distinct outputs`` line."""
+    """Render groups as text, at most ``max_groups`` of them (None: all) and an ``N more
+    distinct outputs`` line for the rest. Failed groups are kept before any other, so
+    that a run which failed shows why; the groups shown keep their order."""
     if max_groups is not None and (type(max_groups) is not int or max_groups < 0):
         raise ValueError(f"max_groups is a count of groups (0 or more) or None, not {max_groups!r}")
     shown = [g for g in groups if g.text or not skip_empty]
+    hidden: list[OutputGroup] = []
+    if max_groups is not None and len(shown) > max_groups:
+        failed_first = sorted(range(len(shown)), key=lambda i: not shown[i].failed)  # (stable)
+        kept = set(failed_first[:max_groups])
+        hidden = [g for i, g in enumerate(shown) if i not in kept]
+        shown = [g for i, g in enumerate(shown) if i in kept]
     lines: list[str] = []
-    limit = len(shown) if max_groups is None else max_groups
-    for group in shown[:limit]:
+    for group in shown:
         lines.append(group.header())
         # the newline ending the text ends its last line here; blank lines it printed
         # after that stay
         lines.append(group.text[:-1] if group.text.endswith("\n") else group.text)
-    hidden = len(shown) - limit
-    if hidden > 0:
-        tiles = sum(g.count for g in shown[limit:])
-        lines.append(f"... {plural(hidden, 'more distinct output')} from {plural(tiles, 'tile')}")
+    if hidden:
+        tiles = sum(g.count for g in hidden)
+        failed = sum(g.count for g in hidden if g.failed)
+        lines.append(f"... {plural(len(hidden), 'more distinct output')} from {plural(tiles, 'tile')}"
+                     + (f" ({failed} failed)" if failed else ""))
     return "\n".join(lines) + ("\n" if lines else "")

@@ -27,6 +27,11 @@ class TileRun:
     exit_code: int
 
     @property
+    def ok(self) -> bool:
+        """True if the tile ran to the end without an error and exited with code 0."""
+        return self.status == OK and self.exit_code == 0
+
+    @property
     def text(self) -> str:
         """Output and error together: what a user sees for this tile."""
         if not self.error:
@@ -51,7 +56,7 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """True if every tile ran to the end without an error and exited with code 0."""
-        return all(t.status == OK and t.exit_code == 0 for t in self.tiles)
+        return all(t.ok for t in self.tiles)
 
     @property
     def exit_status(self) -> int:
@@ -73,10 +78,11 @@ class RunResult:
         return self.tiles[rank]
 
     def grouped(self) -> list[OutputGroup]:
-        """Identical tile texts grouped, most frequent first, with tile ranges."""
-        return group_texts({t.tile: t.text for t in self.tiles})
+        """Identical tile texts grouped, most frequent first, with tile ranges (the
+        failed tiles' apart from the others', marked ``failed``)."""
+        return group_texts({t.tile: t.text for t in self.tiles}, {t.tile for t in self.tiles if not t.ok})
 
     def format(self, max_groups: int | None = 20) -> str:
-        """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups;
-        None: all)."""
+        """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups,
+        failed tiles' first to be kept; None: all)."""
         return format_groups(self.grouped(), max_groups)

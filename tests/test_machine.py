@@ -154,6 +154,35 @@ def test_grouping_caps_distinct_outputs():
     assert text.endswith("... 25 more distinct outputs from 25 tiles\n")
 
 
+def test_the_cap_on_distinct_outputs_keeps_failed_groups_first_in_their_order():
+    texts = {t: f"tile {t}\n" for t in range(10)}
+    text = format_groups(group_texts(texts, failed={7}), max_groups=3)
+    assert text == "[1 tile: 0]\ntile 0\n[1 tile: 1]\ntile 1\n[1 tile: 7]\ntile 7\n" \
+        "... 7 more distinct outputs from 7 tiles\n"
+    # more failed groups than the cap: those left out are counted as failed
+    text = format_groups(group_texts(texts, failed=range(2, 10)), max_groups=3)
+    assert [line for line in text.splitlines() if line.startswith("[")] == [
+        "[1 tile: 2]", "[1 tile: 3]", "[1 tile: 4]"]
+    assert text.endswith("\n... 7 more distinct outputs from 7 tiles (5 failed)\n")
+    # a failed tile's text is its own group even where another tile's reads the same
+    groups = group_texts({0: "same\n", 1: "same\n", 2: "same\n"}, failed={1})
+    assert [(g.tiles, g.failed) for g in groups] == [((0, 2), False), ((1,), True)]
+
+
+def test_a_failed_tiles_traceback_is_shown_past_twenty_distinct_outputs():
+    program = "print('result', __tileid * 7)\nif __tileid == 31: raise ValueError('the real problem')\n"
+    with Machine("tiny", ipus=2) as machine:
+        result = machine.run(program)
+        with machine.repl("0-31") as repl:
+            block = repl.run(program)
+    for ran in (result, block):  # (a repl block's exception is its tile's output: exit code 1)
+        text = ran.format()
+        assert text.count("\n[1 tile: ") + text.startswith("[1 tile: ") == 20
+        assert "\n[1 tile: 31]\nresult 217\nTraceback (most recent call last):\n" in text
+        assert "ValueError: the real problem\n... 12 more distinct outputs from 12 tiles\n" in text
+        assert ran.exit_status == 1
+
+
 def test_grouped_output_keeps_blank_lines_and_counts_in_the_singular():
     text = format_groups(group_texts({0: "a\n\n", 1: "a\n", 2: "b", 3: ""}), max_groups=2)
     assert text == "[1 tile: 0]\na\n\n[1 tile: 1]\na\n... 1 more distinct output from 1 tile\n"
