@@ -73,7 +73,8 @@ class RunHandle:
             elif result.status == ERROR:
                 exc = program.errors.get(rank)
                 error = program.reports.get(rank) or (user_traceback(exc) if exc is not None else result.traceback)
-                code = 1
+                # (Python, uncaught KeyboardInterrupt, ends as Ctrl-C ends it: a shell sees 130)
+                code = EXIT_INTERRUPTED if isinstance(result.error, KeyboardInterrupt) else 1
             elif result.status == ABORTED:
                 error, code = f"aborted: {result.error}\n", 1
             else:

@@ -60,11 +60,15 @@ class RunResult:
 
     @property
     def exit_status(self) -> int:
-        """0 if every tile succeeded; 1 on errors; 130 if interrupted; else the largest
-        exit code, as a process exit status: its low 8 bits, but never 0 for a code that
-        is not (``exit(256)`` gives 1, not success)."""
+        """0 if every tile succeeded; on errors 1 (130 if every error was a
+        KeyboardInterrupt, as Python's); 130 if interrupted; else the largest exit code, as
+        a process exit status: its low 8 bits, but never 0 for a code that is not
+        (``exit(256)`` gives 1, not success)."""
+        errors = [t.exit_code for t in self.tiles if t.status == ERROR]
+        if errors:
+            return min(errors)
         statuses = {t.status for t in self.tiles}
-        if ERROR in statuses or ABORTED in statuses:
+        if ABORTED in statuses:
             return 1
         if INTERRUPTED in statuses:
             return EXIT_INTERRUPTED

@@ -107,6 +107,19 @@ def test_run_exit_status_reflects_errors(runner, program):
     assert "ZeroDivisionError" in result.output
 
 
+def test_a_program_raising_keyboard_interrupt_exits_130_as_python_does(runner, program):
+    path = program("if __tileid == 1: raise KeyboardInterrupt\nprint('done')")
+    result = runner.invoke(main, ["run", path, "--tiles", "0-3"])
+    assert result.exit_code == 130
+    assert result.output.endswith("\nKeyboardInterrupt\n")
+    doc = json.loads(runner.invoke(main, ["run", path, "--tiles", "0-3", "--json"]).output)
+    assert doc["exit_status"] == 130
+    assert (doc["tiles"][1]["status"], doc["tiles"][1]["exit_code"]) == ("error", 130)
+    # another tile's error of its own is the run's failure
+    path = program("if __tileid == 1: raise KeyboardInterrupt\nif __tileid == 2: 1/0")
+    assert runner.invoke(main, ["run", path, "--tiles", "0-3"]).exit_code == 1
+
+
 def test_run_exit_status_is_the_programs(runner, program):
     result = runner.invoke(main, ["run", program("exit(3)"), "--tiles", "0-1"])
     assert result.exit_code == 3
