@@ -402,11 +402,19 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
 
 def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
     """Refuse what the daemon could not take, saying which part is at fault."""
-    size = len(source) + len(data or b"")
-    if size > REQUEST_LIMITS.max_payload:
-        parts = f"FILE ({_mib(len(source))})" + (f" and --data ({_mib(len(data))})" if data else "")
-        raise click.UsageError(f"{parts} exceed the {_mib(REQUEST_LIMITS.max_payload)} one run "
-                               "request carries; split the data or read it from a tile disk")
+    limit = REQUEST_LIMITS.max_payload
+    carries = f"the {_mib(limit)} one run request carries"
+    if len(source) > limit:
+        sram = max(preset.sram_per_tile for preset in PRESETS.values())
+        raise click.UsageError(
+            f"FILE ({_mib(len(source))}) exceeds {carries}, and every tile holds the whole "
+            f"program in its SRAM ({sram // 1024} KiB at most); keep data out of the program: "
+            "give it with --data, or read it from a file")
+    if data is not None and len(source) + len(data) > limit:
+        raise click.UsageError(
+            f"FILE ({_mib(len(source))}) and --data ({_mib(len(data))}) together exceed {carries}; "
+            "split the data over several runs, or copy it to the chip disk (`put` in `ipuos "
+            "shell`) and read it from /chip on tile 0")
     for position, arg in enumerate(program_args, 1):
         try:
             arg.encode("utf-8")

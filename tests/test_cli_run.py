@@ -82,16 +82,22 @@ def test_a_data_file_that_is_not_utf8_names_the_byte_in_the_file(runner, program
     assert "is not UTF-8 text (byte 503: invalid continuation byte)" in result.output
 
 
-@pytest.mark.parametrize("case", ["data too big", "argument not UTF-8"])
+@pytest.mark.parametrize("case", ["data too big", "program too big", "argument not UTF-8"])
 def test_a_request_the_daemon_cannot_take_is_refused_before_a_machine_starts(runtime_dir, program, tmp_path, case):
     name = unique_name("nostart")
     args = ["run", program("pass"), "--tiles", "0", "--preset", "tiny"]
+    big = tmp_path / "big"
+    with open(big, "wb") as f:
+        f.truncate(65 * 2**20)
     if case == "data too big":
-        data = tmp_path / "big.txt"
-        with open(data, "wb") as f:
-            f.truncate(65 * 2**20)
-        args += ["--data", str(data)]
-        expected = "FILE (0.0 MiB) and --data (65.0 MiB) exceed the 64.0 MiB one run request carries"
+        args += ["--data", str(big)]
+        expected = ("FILE (0.0 MiB) and --data (65.0 MiB) together exceed the 64.0 MiB one run request "
+                    "carries; split the data over several runs, or copy it to the chip disk")
+    elif case == "program too big":
+        args[1] = str(big)
+        expected = ("FILE (65.0 MiB) exceeds the 64.0 MiB one run request carries, and every tile holds "
+                    "the whole program in its SRAM (624 KiB at most); keep data out of the program: give "
+                    "it with --data, or read it from a file")
     else:
         args += ["ok", b"caf\xe9".decode("utf-8", "surrogateescape")]
         expected = "argument 2 (b'caf\\xe9') is not UTF-8 text"
