@@ -550,6 +550,9 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
         if s.bytes_sent:
             click.echo(f"-- {s.bytes_exchanged:,} bytes exchanged; per tile sent "
                        f"{_spread(s.bytes_sent)}, received {_spread(s.bytes_received)}", err=True)
+        if s.dropped_messages:  # (a program that sends more than it receives may mean to)
+            click.echo(f"-- {plural(s.dropped_messages, 'message was', 'messages were')} sent "
+                       "but never received (dropped)", err=True)
 
 
 def _spread(values: list[int]) -> str:

@@ -208,6 +208,16 @@ def test_stats_go_to_stderr_and_label_simulated_time(runner, program):
     assert "received " in result.stderr
 
 
+def test_stats_count_the_messages_sent_that_no_tile_received(runner, program):
+    # tile 1 has finished before its messages arrive: they are dropped
+    result = runner.invoke(main, ["run", program("if __tileid == 0:\n    sync(); send(1, 'a'); send(1, 'b')\n"),
+                                  "--tiles", "0-1", "--stats"])
+    assert result.exit_code == 0
+    assert "\n-- 2 messages were sent but never received (dropped)\n" in result.stderr
+    result = runner.invoke(main, ["run", program("sync()"), "--tiles", "0-1", "--stats"])
+    assert "never received" not in result.stderr
+
+
 def test_budget_option(runner, program):
     result = runner.invoke(main, ["run", program("while True: pass"), "--tiles", "0", "--budget", "0.1"])
     assert result.exit_code == 1
