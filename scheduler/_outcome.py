@@ -21,6 +21,8 @@ class JobStats:
     wall_seconds: float = 0.0
     sim_seconds: float = 0.0
     bytes_exchanged: int = 0
+    #: program messages sent that no tile received: to a tile that had finished, into a
+    #: full buffer, or left unreceived as their receiver ended
     dropped_messages: int = 0
     #: per tile of the job, in rank order: bytes it sent and received through the exchange
     bytes_sent: list = field(default_factory=list)

@@ -811,6 +811,11 @@ def _stops_before_start(job: Job, signal: BaseException) -> bool:
 
 
 def _release_tile(tile: Tile) -> None:
+    if tile.inbox:
+        # the program's messages it never received are dropped with it, as are those sent
+        # to it once it has finished (program messages are filed under int keys)
+        unreceived = sum(len(queue) for key, queue in tile.inbox.items() if type(key) is int)
+        tile.job.stats.dropped_messages += unreceived
     tile.job = None
     tile.program_depth = -1
     tile.resolve_global = None

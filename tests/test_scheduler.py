@@ -404,6 +404,21 @@ def test_an_overflow_while_waiting_in_recv_fails_the_receiver_not_a_false_deadlo
     assert not any(isinstance(r.error, DeadlockError) for r in report.results)
 
 
+def test_messages_a_tile_never_received_count_as_dropped_when_it_ends(sched):
+    def prog(api):
+        if api.tileid == 0:
+            api.send(1, b"first")
+            api.send(1, b"second")
+            api.send(2, b"third")
+        api.sync()
+        if api.tileid == 1:
+            return api.recv(0)
+
+    report = run(sched, prog, tiles=[0, 1, 2])
+    assert values(report) == [None, b"first", None]
+    assert report.stats.dropped_messages == 2
+
+
 def test_messages_to_a_finished_tile_are_dropped_and_leave_it_clean(sched):
     def prog(api):
         if api.tileid == 3:
