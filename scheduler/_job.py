@@ -9,7 +9,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ._errors import CollectiveMismatchError, JobAborted, TileInterrupt, describe_exception, describe_tiles
+from ._errors import (
+    CollectiveMismatchError,
+    ComputeBudgetExceeded,
+    JobAborted,
+    TileInterrupt,
+    describe_exception,
+    describe_tiles,
+)
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK, JobStats
 
 if TYPE_CHECKING:
@@ -93,6 +100,10 @@ class Job:
         #: rank -> how a tile ended that the others may miss ("it raised ValueError: boom")
         self.endings: dict[int, str] = {}
         self.first_failure: TileResult | None = None
+        #: the superstep in which a tile's exception stopped the job, while the others
+        #: still run to their next exchange point (None: not so stopped, or stopped at
+        #: once, by an interrupt or a compute budget); see Tile.wait
+        self.failed_in: int | None = None
         self.interrupted: str | None = None
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
@@ -129,6 +140,8 @@ class Job:
         self.finished_changed = True
         if result.status == ERROR and self.first_failure is None:
             self.first_failure = result
+            if not isinstance(result.error, ComputeBudgetExceeded):
+                self.failed_in = self.sched.superstep
             self.abort(
                 JobAborted(
                     f"job {self.id} stopped: {self.describe([result.rank])} failed with {failure}"
@@ -172,10 +185,10 @@ class Job:
                 # a fresh instance per tile: each raise writes its own traceback into it
                 tile.signal = type(error)(*error.args)
             self.sched.wake(tile)
-            _drop_collective_values(tile)
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         self.interrupted = reason
+        self.failed_in = None  # (its tiles stop at once, wherever they are)
         self.abort(kind(reason))
 
     # -- reports -------------------------------------------------------------------------
@@ -260,13 +273,3 @@ class JobReport:
     @property
     def ok(self) -> bool:
         return all(r.status == OK for r in self.results)
-
-
-def _drop_collective_values(tile: "Tile") -> None:
-    """Free the values queued for ``tile`` by a reduction or scatter the abort cut short:
-    a program that catches the error and calls it again would take them for its new
-    call's. (Only collectives' channels are keyed by tuples.)"""
-    inbox = tile.inbox
-    for key in [key for key in inbox if type(key) is tuple]:
-        for msg in inbox.pop(key):
-            tile.consume(msg)

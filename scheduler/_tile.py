@@ -213,6 +213,8 @@ class Tile:
             # nothing to do with the job, and the program takes the signal when it is done
             if self.signal is not None and self.fs_depth == 0 and (
                     self.job is None or self.service_depth <= self.program_depth):
+                if self._over_before_failure(ready):
+                    return
                 self.raise_signal()
             if ready():
                 return
@@ -227,10 +229,33 @@ class Tile:
             self.park()
             self.waiting = None
 
+    def _over_before_failure(self, ready: Callable[[], bool]) -> bool:
+        """Whether this wait ended before another tile's exception stopped the job: the
+        wait is over (``ready()``), and the failure came in the superstep computing now,
+        so after the exchange that ended it. The tile then runs on to its next exchange
+        point, as tiles computing side by side on the chip would, and takes the stop
+        there (keeping its output, and maybe failing in its own way)."""
+        job = self.job
+        return (job is not None and job.failed_in == self.sched.superstep
+                and type(self.signal) is JobAborted and ready())
+
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None
         self.raised = signal
+        self._drop_collective_values()
         raise signal
+
+    def _drop_collective_values(self) -> None:
+        """Free the values queued for this tile by a reduction, scatter or prefix
+        reduction the signal cuts short: a program that catches the error and calls it
+        again would take them for its new call's. (Only collectives' channels are keyed
+        by tuples.) Dropped when the signal is raised, not when it is sent: a tile whose
+        wait was over before a failure runs on with what it received (see
+        _over_before_failure)."""
+        inbox = self.inbox
+        for key in [key for key in inbox if type(key) is tuple]:
+            for msg in inbox.pop(key):
+                self.consume(msg)
 
     def can_serve(self) -> bool:
         return self.fs_depth == 0 and self.service_depth < MAX_SERVICE_DEPTH

@@ -1,0 +1,146 @@
+"""After one tile's exception, a tile whose exchange point had already completed runs on
+to its next exchange point, in every superstep as in the first: it keeps its output and
+may fail in its own way. The stop still reaches it there (failure is contained, nothing
+hangs), and an interrupt or a compute budget still stops every tile at once."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ipuos import Machine
+from ipuos.scheduler import ABORTED, ERROR, INTERRUPTED
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with Machine("tiny") as m:
+        yield m
+
+
+def run(machine, source, tiles):
+    return machine.run(textwrap.dedent(source), tiles=tiles, timeout=20)
+
+
+def run_job(machine, target, tiles, budget=None):
+    return machine.scheduler.start_job(tiles, target, budget=budget).future.result(20)
+
+
+def test_a_failure_after_a_sync_lets_the_others_run_their_superstep(machine):
+    result = run(machine, """
+        sync()
+        print("tile", __tileid, "computing")
+        x = 1 / (__tileid - __tileid)
+    """, tiles="0-3")
+    for tile in result.tiles:
+        assert tile.status == "error", result.format()
+        assert tile.output == f"tile {tile.rank} computing\n"
+        assert tile.error.rstrip().endswith("ZeroDivisionError: division by zero")
+
+
+def test_a_recv_answered_before_the_failure_returns_its_message(machine):
+    # the messages land in the order they were sent, and wake their receivers in that
+    # order: tile 1 first, which fails before the others take their turns
+    result = run(machine, """
+        n = __numtiles
+        send((__tileid + 1) % n, __tileid)
+        got = recv((__tileid - 1) % n)
+        print("tile", __tileid, "got", got)
+        if __tileid == 1:
+            raise ValueError("tile 1 fails")
+        sync()
+        print("never")
+    """, tiles="0-3")
+    assert [tile.output for tile in result.tiles] == [f"tile {r} got {(r - 1) % 4}\n" for r in range(4)]
+    assert [tile.status for tile in result.tiles] == ["aborted", "error", "aborted", "aborted"]
+    assert result.tiles[0].error.endswith("tile 1 failed with ValueError: tile 1 fails\n")
+
+
+def test_a_scatter_over_before_the_failure_hands_every_tile_its_item(machine):
+    result = run(machine, """
+        mine = scatter([10, 11, 12, 13] if __tileid == 0 else None)
+        if __tileid == 0:
+            raise ValueError("tile 0 fails")
+        print("tile", __tileid, "got", mine)
+    """, tiles="0-3")
+    assert [tile.status for tile in result.tiles] == ["error", "ok", "ok", "ok"], result.format()
+    assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} got {10 + r}\n" for r in (1, 2, 3)]
+
+
+def test_a_tile_waiting_when_the_failure_comes_stops_at_that_exchange_point(machine):
+    # tiles take their turns in rank order: tiles 0-2 are in their second sync when tile 3
+    # fails in the same superstep, so they stop there
+    result = run(machine, """
+        sync()
+        if __tileid == 3:
+            raise ValueError("late")
+        sync()
+        print("tile", __tileid, "after the second sync")
+    """, tiles="0-3")
+    assert [tile.status for tile in result.tiles] == ["aborted", "aborted", "aborted", "error"]
+    assert all(tile.output == "" for tile in result.tiles[:3]), result.format()
+
+
+def test_a_tile_running_on_takes_the_stop_at_its_next_wait_and_never_hangs(machine):
+    result = run(machine, """
+        sync()
+        if __tileid == 0:
+            raise ValueError("boom")
+        print("tile", __tileid, "runs on")
+        recv(3 - __tileid if __tileid in (1, 2) else 1)  # nobody sends: only the stop ends it
+    """, tiles="0-3")
+    assert [tile.status for tile in result.tiles] == ["error", "aborted", "aborted", "aborted"]
+    assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} runs on\n" for r in (1, 2, 3)]
+
+
+def test_an_interrupt_after_a_failure_stops_the_other_tiles_at_once(machine):
+    ran_on = []
+
+    def target(api):
+        api.sync()
+        if api.tileid == 0:
+            raise ValueError("boom")
+        if api.tileid == 1:  # runs on after tile 0's failure, and interrupts the job
+            machine.scheduler.interrupt_job(api.job, "stopped by the test")
+            return None
+        ran_on.append(api.tileid)
+        api.sync()
+        return None
+
+    report = run_job(machine, target, [0, 1, 2, 3])
+    assert ran_on == []
+    assert [r.status for r in report.results] == [ERROR, "ok", ABORTED, ABORTED]
+
+
+def test_an_interrupt_before_the_superstep_stops_every_tile_at_once(machine):
+    ran_on = []
+
+    def target(api):
+        api.sync()
+        if api.tileid == 0:
+            machine.scheduler.interrupt_job(api.job, "stopped by the test")
+            return None
+        ran_on.append(api.tileid)
+        return None
+
+    report = run_job(machine, target, [0, 1, 2, 3])
+    assert ran_on == []
+    assert [r.status for r in report.results[1:]] == [INTERRUPTED] * 3
+
+
+def test_a_compute_budget_still_stops_every_tile_at_once(machine):
+    ran_on = []
+
+    def target(api):
+        api.sync()
+        if api.tileid == 0:
+            while True:
+                pass
+        ran_on.append(api.tileid)
+        return None
+
+    report = run_job(machine, target, [0, 1, 2, 3], budget=0.2)
+    assert ran_on == []
+    assert report.results[0].status == ERROR
+    assert [r.status for r in report.results[1:]] == [ABORTED] * 3
