@@ -690,6 +690,8 @@ class TileProgram:
         except BaseException as exc:
             if report_runs_program_code(exc):
                 self.reports[rank] = user_traceback(exc)
+                # (for the others' abort: its __str__ may use the globals torn down below)
+                api.job.describe_failure(rank, exc)
             else:
                 self.errors[rank] = exc
             raise

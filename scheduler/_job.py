@@ -99,6 +99,9 @@ class Job:
         self._blamed: dict[int, tuple[int, ...]] = {}
         #: rank -> how a tile ended that the others may miss ("it raised ValueError: boom")
         self.endings: dict[int, str] = {}
+        #: rank -> the exception its target ends with and its description, made before
+        #: the target tore its program down (see describe_failure)
+        self._described: dict[int, tuple[BaseException, str]] = {}
         self.first_failure: TileResult | None = None
         #: the superstep in which a tile's exception stopped the job, while the others
         #: still run to their next exchange point (None: not so stopped, or stopped at
@@ -203,6 +206,20 @@ class Job:
         if ids != ranks:
             text += f" (machine {describe_tiles(ids)})"
         return text
+
+    def describe_failure(self, rank: int, exc: BaseException) -> None:
+        """Describe now, on the tile, the exception rank ``rank``'s target is about to end
+        with, for the abort of the others (see :meth:`failure_of`): its ``__str__`` may
+        use the program's globals, which the target tears down before it returns."""
+        self._described[rank] = (exc, describe_exception(exc))
+
+    def failure_of(self, result: TileResult) -> str:
+        """``"Type: message"`` for a failed tile's error: as its target described it (see
+        :meth:`describe_failure`), or described now, on the tile."""
+        described = self._described.pop(result.rank, None)
+        if described is not None and described[0] is result.error:
+            return described[1]
+        return describe_exception(result.error)
 
     def ended_raising(self, rank: int, exc: BaseException) -> None:
         """Rank ``rank`` ended because its code raised ``exc``, caught by the job's own

@@ -35,7 +35,6 @@ from ._errors import (
     TileBusyError,
     TileFailed,
     TileInterrupt,
-    describe_exception,
     describe_tiles,
 )
 from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
@@ -791,7 +790,7 @@ def _run_job(tile: Tile, job: Job) -> None:
         result = TileResult(tile.rank, tile.id, OK, value=value)
     # a program's exception class may have a __str__ of its own: it runs while the tile
     # still belongs to the job, where an interrupt or the compute budget can stop it
-    failure = describe_exception(result.error) if result.status == ERROR else ""
+    failure = job.failure_of(result) if result.status == ERROR else ""
     _release_tile(tile)
     job.finish_tile(tile, result, failure)
 
