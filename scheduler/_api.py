@@ -20,7 +20,7 @@ import greenlet
 from ipuos._plural import plural
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
-from ._errors import describe_tiles
+from ._errors import ExchangeError, describe_exception, describe_tiles
 from ._exchange import KIND_USER, pad8
 from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._outcome import OK
@@ -134,6 +134,7 @@ def _wait_counted(job: "Job", tile: "Tile", gen: int, label: str) -> None:
             if job.arrived == 0:
                 job.coll_kind = None
                 job.mismatch = False
+                job.refusal = None
         raise
 
 
@@ -185,6 +186,40 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
             tile.waiting = None
     tile.waiting = None
     return job.coll_result.value_for(tile)
+
+
+def _arrive_refusing(job: "Job", tile: "Tile", key: tuple, label: str, exc: Exception):
+    """``tile`` cannot take part in the collective ``key`` (what it was to send cannot be
+    sent: ``exc``), yet arrives at it, so that it ends with an error on every tile (see
+    :func:`_refusal`), and this tile raises ``exc`` itself. Raising ``exc`` at once would
+    leave the others waiting in the collective: a program that catches it and calls the
+    collective again would have that call taken for this one, and every later value
+    would be off by one."""
+    if job.refusal is None:
+        job.refusal = _refusal(job, tile.rank, label, exc)
+    gen = job.gen
+    try:
+        _arrive(job, tile, key, label)
+    except Exception:
+        if job.gen == gen:
+            raise  # it left before the collective ended (a deadlock report): that is its error
+    raise exc  # (outside the handler: ``exc`` keeps its own context)
+
+
+def _refusal(job: "Job", rank: int, label: str, exc: Exception) -> Exception:
+    """The error the other tiles' calls of collective ``label`` raise when rank ``rank``
+    could not take part in it (``exc``). Of ``exc``'s type, so that the ``except`` a
+    program wrote for that error catches it on every tile, where the scheduler can make
+    one per tile safely: a built-in exception, not a program's own class (its code
+    would run on the scheduler's thread). Made here, on the refusing tile, where the
+    watchdog can stop an ``__str__`` of the program's that never ends."""
+    where = f"{label} failed on {job.describe([rank])}"
+    if type(exc).__module__ == "builtins":
+        try:
+            return type(exc)(f"{where}: {exc}")
+        except Exception:  # (one taking other arguments, or a str() that fails)
+            pass
+    return ExchangeError(f"{where}: {describe_exception(exc)}")
 
 
 def _rank(value, nranks: int, what: str) -> int:
@@ -354,27 +389,39 @@ class TileAPI:
         """
         root = self._check_root(root, "scatter")
         tile = self._tile
-        n = self._job.nranks
+        refused = None
         if tile.rank == root:
             try:
-                items = list(objs)
-            except TypeError:
-                raise TypeError(f"scatter(): root passes a sequence of one object per tile, "
-                                f"not {type(objs).__name__}") from None
-            if len(items) != n:
-                raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
-                                 f"{plural(n, 'tile')} (one each)")
-            payloads = [encode(item, by_name=True) for item in items]
-            need = sum(pad8(len(p)) for p in payloads)
-            room = tile.xout.size - tile.out_used
-            if need > room:
-                raise ValueError(
-                    f"scatter() payload of {need} B does not fit in the outgoing buffer ({room} B "
-                    f"of {tile.xout.size} B left this superstep); scatter smaller objects")
-            for rank, payload in enumerate(payloads):
-                self._post(rank, payload, SCATTER_CHANNEL)
-        self._collective((SCATTER, root), None, send=False)
+                payloads = self._scatter_payloads(objs)
+            except Exception as exc:  # (every tile's scatter raises it: see _arrive_refusing)
+                refused = exc
+            else:
+                for rank, payload in enumerate(payloads):
+                    self._post(rank, payload, SCATTER_CHANNEL)
+        self._collective((SCATTER, root), None, send=False, refused=refused)
         return self._recv((SCATTER_CHANNEL, root), root, f"scatter(root={root})")
+
+    def _scatter_payloads(self, objs) -> list[bytes]:
+        """The root's items for :meth:`scatter`, encoded, one per tile; an error if they
+        are not that, or do not fit in what is left of its outgoing buffer."""
+        tile = self._tile
+        n = self._job.nranks
+        try:
+            items = list(objs)
+        except TypeError:
+            raise TypeError(f"scatter(): root passes a sequence of one object per tile, "
+                            f"not {type(objs).__name__}") from None
+        if len(items) != n:
+            raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
+                             f"{plural(n, 'tile')} (one each)")
+        payloads = [encode(item, by_name=True) for item in items]
+        need = sum(pad8(len(p)) for p in payloads)
+        room = tile.xout.size - tile.out_used
+        if need > room:
+            raise ValueError(
+                f"scatter() payload of {need} B does not fit in the outgoing buffer ({room} B "
+                f"of {tile.xout.size} B left this superstep); scatter smaller objects")
+        return payloads
 
     def reduce(self, obj, op="sum", root: int = 0):
         """Combine every tile's ``obj`` with ``op`` on tile ``root``; the others get None.
@@ -472,16 +519,25 @@ class TileAPI:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _collective(self, key: tuple, obj, send: bool = True):
+    def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None):
+        """Take part in the collective ``key``, sending ``obj`` if ``send``; ``refused``:
+        this tile cannot take part (the error why), and every tile's call raises."""
         tile = self._tile
         job = self._job
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
+        label = _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})"
         if send:
-            payload = encode(obj, by_name=True)
-            job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
-            job.coll_len[tile.rank] = len(payload)
-        return _arrive(job, tile, key, _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})")
+            try:
+                payload = encode(obj, by_name=True)
+                job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
+            except Exception as exc:
+                refused = exc
+            else:
+                job.coll_len[tile.rank] = len(payload)
+        if refused is not None:
+            _arrive_refusing(job, tile, key, label, refused)
+        return _arrive(job, tile, key, label)
 
     def _check_root(self, root, name: str) -> int:
         if type(root) is not int or not 0 <= root < self._job.nranks:

@@ -104,6 +104,8 @@ def complete(job: "Job") -> None:
     elif kind != "sync" and job.nlive < job.nranks:
         finished = [r for r in range(job.nranks) if r not in job.live]
         error = job.missing_tiles(job.live, finished, f"{kind}()")
+    elif job.refusal is not None:  # a tile could not take part: every tile's call fails
+        error = job.refusal
     elif kind in _NOTHING_TO_MOVE or (kind == REDUCE and root == 0):
         error = None
         job.coll_result = _SYNC_RESULT
@@ -114,6 +116,7 @@ def complete(job: "Job") -> None:
     job.arrived = 0
     job.coll_kind = None
     job.mismatch = False
+    job.refusal = None
     if error is not None:
         # errors travel as signals, so the hot sync() path has a single check for them
         job.raise_in_tiles(error)

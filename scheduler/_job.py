@@ -88,6 +88,9 @@ class Job:
         self.coll_off = [0] * self.nranks
         self.coll_len = [0] * self.nranks
         self.coll_result = None
+        #: what the collective in progress raises on every tile, left by a tile that could
+        #: not take part in it (see _api._arrive_refusing)
+        self.refusal: BaseException | None = None
         #: tiles waiting in recv (for deadlock detection)
         self.nrecv = 0
         #: a waiting tile was woken by a message in the last exchange

@@ -1,0 +1,134 @@
+"""A tile that cannot take part in a collective (its object cannot be sent, a scatter's
+sequence is wrong) makes every tile's call of that collective raise, as a result too big
+for the incoming buffer does: a program that catches the error on every tile carries on
+in step, rather than the other tiles taking the root's next call for this one."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ipuos import Machine
+from ipuos.scheduler import ERROR
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with Machine("tiny") as m:
+        yield m
+
+
+def outputs(machine, source, tiles="0-2"):
+    result = machine.run(textwrap.dedent(source), tiles=tiles, timeout=20)
+    assert result.ok, result.format()
+    return [tile.output.splitlines() for tile in result.tiles]
+
+
+def test_a_bcast_the_root_cannot_send_raises_on_every_tile_and_the_next_is_in_step(machine):
+    got = outputs(machine, """
+        def bcast_or_error(obj):
+            try:
+                return bcast(obj)
+            except TypeError as exc:
+                return f"TypeError: {exc}"
+        print(bcast_or_error(memoryview(b"x") if __tileid == 0 else None))
+        print(bcast_or_error("second" if __tileid == 0 else None))
+        print(bcast_or_error("third" if __tileid == 0 else None))
+    """)
+    root_error = got[0][0]  # the root's own error, as raised
+    assert root_error.startswith("TypeError: cannot send an object of type memoryview through the exchange")
+    assert got[0][1:] == ["second", "third"]
+    cannot = root_error.removeprefix("TypeError: ")
+    for lines in got[1:]:
+        assert lines == [f"TypeError: bcast(root=0) failed on tile 0: {cannot}", "second", "third"]
+
+
+def test_a_bcast_too_big_for_the_roots_outgoing_buffer_raises_on_every_tile(machine):
+    got = outputs(machine, """
+        try:
+            bcast(b"x" * 100_000 if __tileid == 1 else None, root=1)
+        except ValueError as exc:
+            print("ValueError:", exc)
+        print(bcast(__tileid, root=1))
+    """)
+    assert [lines[1] for lines in got] == ["1", "1", "1"]
+    assert got[1][0].startswith("ValueError: exchange payload of 100006 B does not fit in the outgoing buffer")
+    for lines in (got[0], got[2]):
+        assert lines[0].startswith("ValueError: bcast(root=1) failed on tile 1: exchange payload of 100006 B does")
+
+
+def test_a_scatter_of_the_wrong_length_raises_on_every_tile_and_the_next_is_in_step(machine):
+    got = outputs(machine, """
+        try:
+            print(scatter([1, 2] if __tileid == 0 else None))
+        except ValueError as exc:
+            print("ValueError:", exc)
+        print(scatter([10, 11, 12] if __tileid == 0 else None))
+    """)
+    wrong = "scatter(): root's sequence has 2 items; the job has 3 tiles (one each)"
+    assert got[0] == [f"ValueError: {wrong}", "10"]
+    assert got[1] == [f"ValueError: scatter(root=0) failed on tile 0: {wrong}", "11"]
+    assert got[2] == [f"ValueError: scatter(root=0) failed on tile 0: {wrong}", "12"]
+
+
+def test_an_uncaught_refusal_fails_every_tile_with_it(machine):
+    result = machine.run("scatter(7 if __tileid == 0 else None)", tiles="0-3", timeout=20)
+    assert [tile.status for tile in result.tiles] == ["error"] * 4, result.format()
+    assert result.tiles[0].error.rstrip().endswith(
+        "TypeError: scatter(): root passes a sequence of one object per tile, not int")
+    for tile in result.tiles[1:]:
+        assert tile.error.rstrip().endswith("TypeError: scatter(root=0) failed on tile 0: scatter(): root "
+                                            "passes a sequence of one object per tile, not int")
+    assert result.exit_status == 1
+
+
+def test_a_programs_own_error_reaches_the_root_as_raised_and_the_others_as_an_exchange_error(machine):
+    # its class is not made again for each tile: that would run the program's code (this
+    # __init__ even needs two arguments) on the scheduler's thread
+    got = outputs(machine, """
+        class Refused(Exception):
+            def __init__(self, what, why):
+                super().__init__(f"{what}: {why}")
+        class Touchy:
+            def __reduce__(self):
+                raise Refused("Touchy", "not today")
+        try:
+            bcast(Touchy() if __tileid == 2 else None, root=2)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+        print(bcast("next", root=2))
+    """)
+    assert got[2] == ["Refused Touchy: not today", "next"]
+    for lines in got[:2]:
+        assert lines == ["ExchangeError bcast(root=2) failed on tile 2: Refused: Touchy: not today", "next"]
+
+
+def test_a_reduction_result_rank_0_cannot_send_raises_on_every_tile(machine):
+    def target(api):
+        try:
+            api.allreduce(1, lambda a, b: memoryview(b"x"))
+        except TypeError as exc:
+            first = str(exc)
+        return first, api.allreduce(1)
+
+    job = machine.scheduler.start_job([0, 1, 2], target)  # (one level of the tree: rank 0 combines)
+    report = job.future.result(20)
+    assert report.ok, [(r.status, r.traceback) for r in report.results]
+    values = [r.value for r in report.results]
+    assert [total for _, total in values] == [3, 3, 3]
+    assert values[0][0].startswith("cannot send an object of type memoryview")
+    assert all(first.startswith("allreduce() failed on tile 0: cannot send") for first, _ in values[1:])
+
+
+def test_a_refusal_in_a_collective_the_others_do_not_call_is_a_mismatch(machine):
+    def target(api):
+        if api.tileid == 0:
+            return api.bcast(memoryview(b"x"))
+        return api.sync()
+
+    report = machine.scheduler.start_job([0, 1], target).future.result(20)
+    assert [r.status for r in report.results] == [ERROR, ERROR]
+    assert isinstance(report.results[0].error, TypeError)  # the root's own
+    assert not isinstance(report.results[1].error, TypeError)
+    assert "collective mismatch" in str(report.results[1].error)
