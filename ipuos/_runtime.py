@@ -6,16 +6,18 @@ explicit truncation marker), and ``open`` and ``os`` bound to the tile's own fil
 storage layer adds them through ``TileProgram.setup``; see ``ipuos.vfs``). ``import`` is
 guarded: pure-compute standard modules work, and so do modules stored on the tile's files;
 modules that reach the host (sys, subprocess, socket ...) fail with an ImportError that
-says why. Each tile has its own builtins too, so ``exec``'d code prints, opens and
-imports as the tile, and its own ``random``, ``pprint`` (the standard ``pprint``
-writes to the host's stdout) and ``csv`` field size limit (otherwise the whole
-process's).
+says why, and the standard modules a program gets hold none of them (nor the host's
+builtins), nor does a pickle loaded on the tile name them. Each tile has its own
+builtins too, so ``exec``'d code prints, opens and imports as the tile, and its own
+``random``, ``pprint`` (the standard ``pprint`` writes to the host's stdout) and ``csv``
+field size limit (otherwise the whole process's).
 This is a guard rail that keeps honest programs honest, not a security boundary:
 CPython cannot be sandboxed from inside itself.
 """
 
 from __future__ import annotations
 
+import _compat_pickle
 import ast
 import builtins
 import calendar
@@ -37,8 +39,8 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, TileAPI, TileInterrupt,
-                             TilePickler, TileUnpickler)
+from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, ProgramGlobals, TileAPI,
+                             TileInterrupt, TilePickler, TileUnpickler)
 
 from ._tilecsv import TILE_CSV_NAMES
 
@@ -303,15 +305,12 @@ def _tile_pickle(ctx: TileContext) -> types.ModuleType:
                  "DEFAULT_PROTOCOL"):
         setattr(module, name, getattr(pickle, name))
 
-    def resolve(module_name: str, qualname: str):
-        return ctx.api.tile.resolve_global(module_name, qualname)
-
     class Pickler(TilePickler):
         pass
 
     class Unpickler(TileUnpickler):
         def __init__(self, file, **options):
-            super().__init__(file, resolve, **options)
+            super().__init__(file, ctx.api.tile.program_globals, **options)
 
     def dump(obj, file, protocol=None, **options) -> None:
         Pickler(file, protocol, **options).dump(obj)
@@ -348,12 +347,121 @@ def _programs_copy(ctx: TileContext, module: types.ModuleType) -> types.ModuleTy
     (``functools.reduce = ...``, ``collections.deque = None``) is its own. Rebound in the
     module every tile and the machine share, it would reach the other tiles, later
     programs and the machine's own code. The module's functions still see their own
-    module's names, as before the rebinding."""
+    module's names, as before the rebinding.
+
+    What the module holds of the host is not in the copy (see :class:`_CopyPlan`): its
+    ``__builtins__`` are the tile's, and the modules it refers to (``typing.sys``,
+    ``json.decoder``) are the tile's own versions, or absent where tiles have none."""
     copy = ctx.modules.get(module.__name__)
     if copy is None:
+        plan = _copy_plan(module)
         copy = ctx.modules[module.__name__] = types.ModuleType(module.__name__)
-        vars(copy).update(vars(module))
+        names = vars(copy)
+        names.update(plan.names)
+        if plan.has_builtins:
+            names["__builtins__"] = ctx.builtins
+        for name, builtin in plan.builtins:
+            if builtin in ctx.builtins:
+                names[name] = ctx.builtins[builtin]
+        if plan.on_demand:
+            names["__getattr__"] = _names_on_demand(ctx, copy, plan.on_demand, plan.names.get("__getattr__"))
     return copy
+
+
+#: the modules whose functions a module copy never holds, beyond HOST_MODULES: the host's
+#: files and processes under other names (``io.open``, ``posix.system``)
+_HOST_FUNCTION_MODULES = HOST_MODULES | {"io", "_io", "posix", "nt"}
+
+
+class _CopyPlan:
+    """How to make a program's copy of one standard module, worked out once for every
+    tile and program that imports it (a copy is one dict update then).
+
+    ``names``: what the copy starts with, not the module's loader (``__loader__`` and
+    ``__spec__`` are None: a loader reads any host file and loads any built-in module)
+    nor ``__builtins__`` (``has_builtins``: the copy has the tile's). ``builtins``: (name,
+    builtin's name) for the host's builtins the module holds, the tile's in the copy.
+    ``on_demand``: what the copy gives only when asked, by name: the modules the module
+    refers to (the tile's own versions: copying them all at once would make every import
+    many times dearer) and the host's functions (never)."""
+
+    __slots__ = ("module", "size", "names", "has_builtins", "builtins", "on_demand")
+
+    def __init__(self, module: types.ModuleType):
+        self.module = module
+        self.size = len(vars(module))  # (a module that gains names later, e.g. a submodule, is planned anew)
+        self.names: dict = {}
+        self.builtins: list[tuple[str, str]] = []
+        self.on_demand: dict = {}
+        self.has_builtins = "__builtins__" in vars(module)
+        for name, value in vars(module).items():
+            if name in ("__builtins__", "__loader__", "__spec__"):
+                continue
+            if isinstance(value, types.ModuleType):
+                self.on_demand[name] = value
+            elif _is_host_function(value):
+                if getattr(builtins, value.__name__, None) is value:
+                    self.builtins.append((name, value.__name__))
+                else:
+                    self.on_demand[name] = value
+            else:
+                self.names[name] = value
+
+
+def _is_host_function(value) -> bool:
+    return (isinstance(value, (types.FunctionType, types.BuiltinFunctionType))
+            and (getattr(value, "__module__", None) or "").partition(".")[0] in _HOST_FUNCTION_MODULES)
+
+
+_COPY_PLANS: dict[str, _CopyPlan] = {}
+
+
+def _copy_plan(module: types.ModuleType) -> _CopyPlan:
+    plan = _COPY_PLANS.get(module.__name__)
+    if plan is None or plan.module is not module or plan.size != len(vars(module)):
+        plan = _COPY_PLANS[module.__name__] = _CopyPlan(module)
+    return plan
+
+
+def _names_on_demand(ctx: TileContext, copy: types.ModuleType, on_demand: dict, module_getattr):
+    """The ``__getattr__`` (PEP 562) of a program's module copy, which Python calls only
+    for a name the copy lacks: one of ``on_demand`` (see :class:`_CopyPlan`), else the
+    module's own ``__getattr__``, if it has one."""
+
+    def __getattr__(name: str):
+        value = on_demand.get(name, _MISSING)
+        if value is _MISSING:
+            if module_getattr is not None:
+                return module_getattr(name)
+            raise AttributeError(f"module {copy.__name__!r} has no attribute {name!r}")
+        own = _tiles_module(ctx, value) if isinstance(value, types.ModuleType) else None
+        if own is None:
+            what = f"module {value.__name__!r}" if isinstance(value, types.ModuleType) else (
+                f"{value.__module__}.{value.__name__}")
+            raise AttributeError(f"module {copy.__name__!r} has no attribute {name!r} on a tile: on the host it is "
+                                 f"{what}, and tiles have no access to the host")
+        setattr(copy, name, own)
+        return own
+
+    return __getattr__
+
+
+def _tiles_module(ctx: TileContext, module: types.ModuleType) -> types.ModuleType | None:
+    """What the program's ``import`` of a standard ``module`` gives (its copy, or the
+    tile's own version), or None if a tile cannot import it."""
+    name = module.__name__
+    if name in _PER_TILE_MODULES:
+        return _per_tile_module(ctx, name)
+    if name.partition(".")[0] in TILE_MODULES:
+        return _programs_copy(ctx, module)
+    return None
+
+
+def _per_tile_module(ctx: TileContext, name: str) -> types.ModuleType:
+    module = ctx.modules.get(name)
+    if module is None:
+        module = ctx.modules[name] = _PER_TILE_MODULES[name](ctx)
+    return module
 
 
 def _import_copies(ctx: TileContext, name: str, fromlist, module: types.ModuleType) -> types.ModuleType:
@@ -385,10 +493,7 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
     if provider is not None:
         return provider(name, fromlist)
     if top in _PER_TILE_MODULES and name == top:
-        module = ctx.modules.get(top)
-        if module is None:
-            module = ctx.modules[top] = _PER_TILE_MODULES[top](ctx)
-        return module
+        return _per_tile_module(ctx, top)
     if top in TILE_MODULES:
         return _import_copies(ctx, name, fromlist, importlib.__import__(name, globals, locals, fromlist, level))
     finder = ctx.extras.get("__find_module__")
@@ -671,7 +776,7 @@ class TileProgram:
                 namespace["__file__"] = self.filename
             if self.mangled:
                 bind_mangled(self.mangled, namespace, ctx.builtins)
-            tile.resolve_global = _global_resolver(namespace, ctx)
+            tile.program_globals = _ProgramGlobals(namespace, ctx)
             first_own = len(namespace)
             try:
                 run_module_code(self.code, namespace)
@@ -725,21 +830,28 @@ def _machine_ending(api: TileAPI):
     return () if api.tile.sched.running else greenlet.GreenletExit
 
 
-def _global_resolver(namespace: dict, ctx: TileContext):
-    """What a class or function another tile sent by name is on this tile: the same name
-    in this tile's program, or in the module of its files it came from."""
+class _ProgramGlobals(ProgramGlobals):
+    """The globals in a program's data, on its tile (see ProgramGlobals): what arrives
+    from the exchange, or loads with the tile's pickle, names them as the program has
+    them (its builtins, its copies of modules, its own os), never the host's. Found
+    the host's way, ``builtins.open`` was the host's open and ``os.system`` the host's."""
 
-    def resolve(module: str, qualname: str):
+    __slots__ = ("namespace", "ctx")
+
+    def __init__(self, namespace: dict, ctx: TileContext):
+        self.namespace = namespace
+        self.ctx = ctx
+
+    def by_name(self, module: str, qualname: str):
+        """A class or function another tile sent by name: the same name in this tile's
+        program, or in the module of its files it came from."""
+        namespace = self.namespace
         try:
             if module == namespace.get("__name__"):
                 scope = namespace
             else:
-                scope = vars(ctx.import_module(module, namespace, None, ("__name__",)))
-            first, *rest = qualname.split(".")
-            target = scope[first]
-            for part in rest:
-                target = getattr(target, part)
-            return target
+                scope = vars(self.ctx.import_module(module, namespace, None, ("__name__",)))
+            return _lookup(scope, qualname)
         except Exception as exc:  # (what else pickle's own lookup can raise is a wrong name)
             raise pickle.UnpicklingError(
                 f"received an object of {module}.{qualname}, which this tile does not define "
@@ -747,7 +859,103 @@ def _global_resolver(namespace: dict, ctx: TileContext):
                 "its own copy of the program"
             ) from None
 
-    return resolve
+    def find_class(self, module: str, name: str):
+        """A global a pickle names, as the program has it; UnpicklingError for the
+        host's (HOST_MODULES, unless the tile has its own version, as of os) and for
+        what a tile cannot import (``_io``)."""
+        if (module, name) in _compat_pickle.NAME_MAPPING:  # (Python 2's names, as pickle maps them)
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        else:
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
+        ctx = self.ctx
+        top = module.partition(".")[0]
+        try:
+            if module == "builtins":
+                return self._builtin(name) if name in _NAMESPACE_BUILTINS else _lookup(ctx.builtins, name)
+            if top in HOST_MODULES:
+                if top not in ctx.extras.get("__modules__", ()):
+                    raise _HostGlobal
+                try:  # the tile's own version (its os)
+                    return _lookup(ctx.import_module(module, None, None, ("__name__",)), name)
+                except Exception:
+                    raise _HostGlobal from None
+            if (module, name) in _PICKLES_OWN_HELPERS:
+                return getattr(sys.modules[module], name)
+            if module == "ipuos.scheduler":  # (the runtime's errors, which a program catches and may send)
+                return _runtime_error(name)
+            if top in _C_PARTS:
+                return _c_part(ctx, module, name)
+            copy = ctx.modules.get(module)  # (imported before: no import machinery)
+            if copy is None:
+                copy = ctx.import_module(module, None, None, ("__name__",))
+            return _lookup(copy, name)
+        except _HostGlobal:
+            raise pickle.UnpicklingError(f"cannot load {module}.{name} on a tile: it is the host's, and tiles have "
+                                         "no access to the host") from None
+        except ImportError:
+            raise pickle.UnpicklingError(f"cannot load {module}.{name} on a tile: there is no module {module!r} "
+                                         "there") from None
+        except Exception as exc:  # (a name this tile does not have)
+            raise pickle.UnpicklingError(
+                f"cannot load {module}.{name} on this tile ({type(exc).__name__}: {exc})") from None
+
+    def _builtin(self, name: str):
+        """One of :data:`_NAMESPACE_BUILTINS`, acting on the program's namespace: pickle
+        calls what it loads from the exchange's code, whose namespace is the host's (an
+        object that reduces to ``eval("__import__('os')")`` had the host's os)."""
+        namespace, builtin = self.namespace, self.ctx.builtins[name]
+        if name in ("eval", "exec"):
+            def in_program(source, globals=None, locals=None, /):
+                return builtin(source, namespace if globals is None else globals, locals)
+
+            in_program.__name__ = in_program.__qualname__ = name
+            return in_program
+        if name == "vars":
+            return lambda *objects: builtin(*objects) if objects else namespace
+        return lambda: namespace  # (globals, locals: at a program's top level, the same)
+
+
+#: the builtins that act on their caller's namespace when given none
+_NAMESPACE_BUILTINS = frozenset({"eval", "exec", "globals", "locals", "vars"})
+
+
+class _HostGlobal(Exception):
+    """A pickle names one of the host's globals (see _ProgramGlobals.find_class)."""
+
+
+def _lookup(scope: dict | types.ModuleType, qualname: str):
+    """``qualname`` (dotted: a nested class, a method) in ``scope``, a namespace or a
+    module (whose ``__getattr__`` counts: a module copy's names on demand)."""
+    first, *rest = qualname.split(".")
+    target = scope[first] if isinstance(scope, dict) else getattr(scope, first)
+    for part in rest:
+        target = getattr(target, part)
+    return target
+
+
+#: globals pickle's own output names that a tile cannot import (bytes, in protocols 0-2)
+_PICKLES_OWN_HELPERS = frozenset({("_codecs", "encode")})
+
+#: the C parts of modules a tile imports (``_operator`` for ``operator``), by the name a
+#: pickle gives them: ``operator.add`` is ``_operator.add`` in a pickle
+_C_PARTS = {"_" + name: name for name in TILE_MODULES}
+
+
+def _c_part(ctx: TileContext, module: str, name: str):
+    """``module.name`` of the C part of a tile's module: only what the module itself
+    offers the program (``_operator.add``, never ``_pickle.loads``, which loads the
+    host's way, nor ``_decimal.DefaultContext``, which is the host's)."""
+    value = getattr(sys.modules[module], name)
+    if getattr(ctx.import_module(_C_PARTS[module], None, None, ("__name__",)), name, None) is not value:
+        raise LookupError(f"on a tile, {_C_PARTS[module]}.{name} is not {module}.{name}")
+    return value
+
+
+def _runtime_error(name: str) -> type:
+    error = getattr(sys.modules["ipuos.scheduler"], name)
+    if not (isinstance(error, type) and issubclass(error, BaseException)):
+        raise LookupError(f"{name} is not an exception")
+    return error
 
 
 def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> None:
@@ -984,7 +1192,7 @@ class ReplBlock:
         else:
             namespace, ctx, _ = entry
             _resume_session(namespace, ctx, api, output)
-        api.tile.resolve_global = _global_resolver(namespace, ctx)
+        api.tile.program_globals = _ProgramGlobals(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
         if self.mangled:
             bind_mangled(self.mangled, namespace, ctx.builtins)

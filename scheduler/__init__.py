@@ -30,6 +30,7 @@ __all__ = [
     "ERROR",
     "INTERRUPTED",
     "OK",
+    "ProgramGlobals",
     "TILE_GLOBALS_MARKER",
     "TILE_SOURCE_LINES",
     "CollectiveMismatchError",
@@ -59,6 +60,7 @@ __all__ = [
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "Scheduler": "._scheduler", "Tile": "._tile", "TileAPI": "._api",
     "Job": "._job", "JobReport": "._job", "TileResult": "._job",
-    "TilePickler": "._payload", "TileUnpickler": "._payload", "decode": "._payload", "encode": "._payload",
+    "ProgramGlobals": "._payload", "TilePickler": "._payload", "TileUnpickler": "._payload",
+    "decode": "._payload", "encode": "._payload",
     "TILE_GLOBALS_MARKER": "._watchdog", "TILE_SOURCE_LINES": "._watchdog",
 })

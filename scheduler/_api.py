@@ -352,7 +352,7 @@ class TileAPI:
         msg = queue.popleft()
         start = tile.xin.base + msg.off
         try:
-            return decode(self._engine.view[start : start + msg.length], tile.resolve_global)
+            return decode(self._engine.view[start : start + msg.length], tile.program_globals)
         finally:
             tile.consume(msg)
 

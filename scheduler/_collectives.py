@@ -80,7 +80,7 @@ class CollectiveResult:
             if view[off] == _MARSHAL_TAG:  # decode()'s fast path, inlined: once per tile
                 append(marshal_loads(view[off + 1 : off + n]))
             else:
-                append(decode(view[off : off + n], tile.resolve_global))
+                append(decode(view[off : off + n], tile.program_globals))
         if kind not in _TO_ROOT and not self._mutable:
             kinds = set(map(type, values))  # in C: most results are all ints, bytes ...
             if kinds <= IMMUTABLE_SCALARS or all(is_immutable(v) for v in values):

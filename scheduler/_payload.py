@@ -12,6 +12,10 @@ on its files) cannot be found by pickle's usual lookup, which searches the host'
 modules. They travel by name instead, and the receiving tile looks the name up in its
 own program, as MPI ranks each running the same program do: an instance of the
 program's ``Point`` arrives as an instance of the receiver's ``Point``.
+
+The other globals a tile's data names (``datetime.date``, ``builtins.complex``) are found
+as the receiving tile's program sees them: the runtime says how (:class:`ProgramGlobals`).
+Found the host's way, ``builtins.open`` in a payload was the host's open.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import pickle
 import re
 import sys
 import types
-from typing import Callable
 
 _MARSHAL = 0x4D  # "M"
 #: for callers that inline encode()'s fast path (the collectives)
@@ -35,6 +38,24 @@ _PICKLE = 0x50  # "P"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 IMMUTABLE_SCALARS = frozenset({int, float, complex, str, bytes, bool, type(None), range})
+
+
+class ProgramGlobals:
+    """What the globals in a tile program's data are, on its tile: the tile runtime
+    gives each tile one while a program runs (``Tile.program_globals``).
+
+    ``by_name(module, qualname)`` finds a class or function of the program's own that
+    arrived by name (see the module doc); ``find_class(module, name)`` any other global
+    a pickle names, as the tile's program sees it (its builtins, its modules), or raises
+    pickle.UnpicklingError."""
+
+    __slots__ = ()
+
+    def by_name(self, module: str, qualname: str) -> object:
+        raise NotImplementedError
+
+    def find_class(self, module: str, name: str) -> object:
+        raise NotImplementedError
 
 
 def encode(obj, *, by_name: bool = False) -> bytes:
@@ -67,21 +88,19 @@ def _cannot_send(obj, exc: BaseException) -> str:
     return f"cannot send an object of type {type(obj).__name__} through the exchange: {_ADDRESS.sub('', str(exc))}"
 
 
-#: ``resolve(module, qualname)``: what a name sent by :func:`encode` is on the receiver
-Resolver = Callable[[str, str], object]
-
 _BY_NAME = "tile-global"
 
 
-def decode(buf, resolve: Resolver | None = None) -> object:
+def decode(buf, program: ProgramGlobals | None = None) -> object:
     """Inverse of :func:`encode`; ``buf`` is any bytes-like object (a view of SRAM).
-    ``resolve`` finds the classes and functions that travelled by name (see the module
-    doc); without one, such a payload is an error saying so."""
+    ``program`` finds the globals the payload names, on the receiving tile (see
+    :class:`ProgramGlobals`); without one (the kernel's own messages) they are the
+    host's, and what travelled by name is an error saying so."""
     tag = buf[0]
     if tag == _MARSHAL:
         return marshal.loads(buf[1:])
     if tag == _PICKLE:
-        return TileUnpickler(io.BytesIO(buf[1:]), resolve).load()
+        return TileUnpickler(io.BytesIO(buf[1:]), program).load()
     raise ValueError(f"corrupt exchange payload (tag byte {tag:#x})")
 
 
@@ -103,18 +122,27 @@ class TilePickler(pickle.Pickler):
 
 
 class TileUnpickler(pickle.Unpickler):
-    def __init__(self, file, resolve: Resolver | None, **options):
+    """An unpickler that finds globals as ``program`` sees them (see
+    :class:`ProgramGlobals`), or the host's way without one."""
+
+    def __init__(self, file, program: ProgramGlobals | None, **options):
         super().__init__(file, **options)
-        self._resolve = resolve
+        self._program = program
+
+    def find_class(self, module: str, name: str):
+        program = self._program
+        if program is None:
+            return super().find_class(module, name)
+        return program.find_class(module, name)
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and len(pid) == 3 and pid[0] == _BY_NAME):
             raise pickle.UnpicklingError(f"corrupt exchange payload (reference {pid!r})")
         _, module, name = pid
-        if self._resolve is None:
+        if self._program is None:
             raise pickle.UnpicklingError(
                 f"{module}.{name} is defined by a tile program: only a tile can receive it")
-        return self._resolve(module, name)
+        return self._program.by_name(module, name)
 
 
 def _program_defined(obj) -> bool:

@@ -817,7 +817,7 @@ def _release_tile(tile: Tile) -> None:
         tile.job.stats.dropped_messages += unreceived
     tile.job = None
     tile.program_depth = -1
-    tile.resolve_global = None
+    tile.program_globals = None
     tile.rank = -1
     tile.signal = None
     tile.raised = None  # (its traceback holds the program's frames)

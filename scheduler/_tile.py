@@ -72,7 +72,7 @@ class Tile:
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "given_up",
-        "alive", "kernel_data", "resolve_global", "__weakref__",
+        "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, sched: "Scheduler", tile_id: int, chip: int, memory, xout, xin):
@@ -91,9 +91,9 @@ class Tile:
         self.raised: BaseException | None = None
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
-        #: finds, in the running program, a class or function that arrived by name (set
-        #: by the tile runtime; see ``_payload.decode``)
-        self.resolve_global = None
+        #: what the globals in the running program's data are (set by the tile runtime;
+        #: see ``_payload.ProgramGlobals``)
+        self.program_globals = None
         self.requests: collections.deque[Request] = collections.deque()
         self.service_depth = 0
         #: the service depth the job's program runs at (-1: none): deeper, the tile is

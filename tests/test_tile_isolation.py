@@ -1,0 +1,160 @@
+"""What a program reaches through the standard modules a tile offers: never the host's
+files, processes or modules (one attribute away, or loaded by pickle), and never state
+the other tiles, later programs and the host share."""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import io
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+from ipuos import Machine
+from ipuos._runtime import HOST_MODULES, TILE_MODULES
+
+
+@pytest.fixture(scope="module")
+def machine():
+    with Machine("tiny") as m:
+        yield m
+
+
+def run(machine, source, **kwargs):
+    return machine.run(textwrap.dedent(source), timeout=30, **kwargs)
+
+
+def _hosts_reach() -> tuple[dict[int, str], dict[str, list[str]]]:
+    """What of the host every module a tile may import holds, directly or through the
+    modules it refers to: ``({id(object): what it is}, {module: [its attributes]})``.
+    The program runs in this process, so an id it finds is the host's own object."""
+    host_side = (HOST_MODULES - {"builtins"}) | {"io", "_io", "posix", "nt"}  # (a builtin is the tile's too)
+    reach = {id(module): f"the host's module {name}" for name, module in
+             (("os", os), ("sys", sys), ("subprocess", subprocess), ("socket", socket), ("builtins", builtins),
+              ("io", io))}
+    reach.update({id(builtins.open): "the host's open", id(io.open): "the host's io.open",
+                  id(vars(builtins)): "the host's __builtins__"})
+    names: dict[str, list[str]] = {}
+    pending = [importlib.import_module(name) for name in sorted(TILE_MODULES)]
+    seen = set()
+    while pending:
+        module = pending.pop()
+        if module.__name__ in seen:
+            continue
+        seen.add(module.__name__)
+        for name, value in vars(module).items():
+            if isinstance(value, types.ModuleType):
+                reach[id(value)] = f"the host's module {value.__name__}"
+                if value.__name__.partition(".")[0] in TILE_MODULES:
+                    pending.append(value)
+            elif name in ("__builtins__", "__loader__", "__spec__") or (
+                    callable(value) and (getattr(value, "__module__", None) or "").partition(".")[0] in host_side):
+                if name != "__builtins__" and value is not None and not isinstance(value, type):
+                    reach[id(value)] = f"the host's {name}"
+            else:
+                continue
+            names.setdefault(module.__name__, []).append(name)
+    return reach, names
+
+
+def test_no_module_a_tile_imports_holds_the_hosts_modules_files_or_builtins(machine):
+    """A module's copy held the host's ``__builtins__`` (``json.__builtins__['open']``
+    opened host files), the modules it imported (``contextlib.os``, ``typing.sys``,
+    ``enum.bltns``) and its loader (which loads any built-in module: ``posix``). Every
+    module a program may import is walked, and the modules it reaches from them."""
+    reach, names = _hosts_reach()
+    assert {"the host's module os", "the host's module sys"} <= set(reach.values())
+    result = run(machine, f"""
+        REACH = {reach!r}
+        NAMES = {names!r}
+        found, pending, seen = [], [__import__(name, fromlist=['_']) for name in NAMES], set()
+        while pending:
+            module = pending.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            for name in set(dir(module)) | set(NAMES.get(module.__name__, ())):
+                value = getattr(module, name, None)
+                if id(value) in REACH:
+                    found.append(f"{{module.__name__}}.{{name}} is {{REACH[id(value)]}}")
+                elif name in ('__loader__', '__spec__') and value is not None:
+                    found.append(f"{{module.__name__}}.{{name}} is a loader")
+                elif name == '__builtins__' and value not in (None, __builtins__):
+                    found.append(f"{{module.__name__}}.__builtins__ are not the tile's")
+                elif type(value) is type(module):
+                    pending.append(value)
+        print(len(seen) >= {len(TILE_MODULES)}, sorted(found))
+        import contextlib, json, typing, html
+        try:
+            contextlib.os
+        except AttributeError as exc:
+            print(exc)
+        print(json.decoder.JSONDecodeError.__name__, html.entities.name2codepoint['amp'],
+              typing.collections is __import__('collections'))
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == (
+        "True []\n"
+        "module 'contextlib' has no attribute 'os' on a tile: on the host it is module 'os', and tiles have "
+        "no access to the host\n"
+        "JSONDecodeError 38 True\n")
+
+
+def test_a_pickle_loaded_on_a_tile_names_the_tiles_builtins_never_the_hosts_modules(machine):
+    """The tile's pickle found globals the host's way: ``builtins.open`` was the host's
+    open, ``os.system`` the host's."""
+    result = run(machine, r"""
+        import pickle
+
+        def load(data):
+            try:
+                return pickle.loads(data)
+            except pickle.UnpicklingError as exc:
+                return f"UnpicklingError: {exc}"
+
+        print(load(b"cbuiltins\nopen\n.") is open, load(b"cbuiltins\neval\n(S'open'\ntR.") is open)
+        for data in (b"cos\nsystem\n(S'true'\ntR.", b"csubprocess\ncall\n.", b"c_io\nopen\n.",
+                     b"\x80\x04\x8c\ncontextlib\x8c\tos.system\x93.", b"c_pickle\nloads\n."):
+            print(load(data))
+        import operator
+        print(load(b"c_operator\nadd\n.") is operator.add, load(pickle.dumps([{1}, b"x", 2j], protocol=2)))
+        print(load(b"cipuos.scheduler\nDeadlockError\n.").__name__, load(b"cipuos.scheduler\nScheduler\n."))
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == (
+        "True True\n"
+        "UnpicklingError: cannot load os.system on a tile: it is the host's, and tiles have no access to the host\n"
+        "UnpicklingError: cannot load subprocess.call on a tile: it is the host's, and tiles have no access to "
+        "the host\n"
+        "UnpicklingError: cannot load _io.open on a tile: there is no module '_io' there\n"
+        "UnpicklingError: cannot load contextlib.os.system on this tile (AttributeError: module 'contextlib' has "
+        "no attribute 'os' on a tile: on the host it is module 'os', and tiles have no access to the host)\n"
+        "UnpicklingError: cannot load _pickle.loads on this tile (LookupError: on a tile, pickle.loads is not "
+        "_pickle.loads)\n"
+        "True [{1}, b'x', 2j]\n"
+        "DeadlockError UnpicklingError: cannot load ipuos.scheduler.Scheduler on this tile (LookupError: Scheduler "
+        "is not an exception)\n")
+
+
+def test_what_arrives_through_the_exchange_runs_in_the_receivers_program(machine):
+    """An object that reduces to ``eval(...)`` or ``globals()`` was rebuilt by code in
+    the exchange's namespace, the host's: ``open`` there was the host's open."""
+    result = run(machine, """
+        class Evaluated:
+            def __init__(self, call):
+                self.call = call
+            def __reduce__(self):
+                return self.call
+
+        names = bcast(Evaluated((globals, ())), 0)
+        opened = bcast(Evaluated((eval, ("open",))), 0)
+        print(names is globals(), opened is open)
+    """, tiles="0-1")
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == ["True True\n"] * 2
