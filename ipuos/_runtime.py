@@ -9,8 +9,9 @@ modules that reach the host (sys, subprocess, socket ...) fail with an ImportErr
 says why, and the standard modules a program gets hold none of them (nor the host's
 builtins), nor does a pickle loaded on the tile name them. Each tile has its own
 builtins too, so ``exec``'d code prints, opens and imports as the tile, and its own
-``random``, ``pprint`` (the standard ``pprint`` writes to the host's stdout) and ``csv``
-field size limit (otherwise the whole process's).
+``random``, ``pprint`` (the standard ``pprint`` writes to the host's stdout), ``csv``
+field size limit, ``decimal.DefaultContext``, ``reprlib.aRepr`` and copyreg dispatch
+table (otherwise the whole process's).
 This is a guard rail that keeps honest programs honest, not a security boundary:
 CPython cannot be sandboxed from inside itself.
 """
@@ -22,7 +23,9 @@ import ast
 import builtins
 import calendar
 import contextvars
+import copyreg
 import csv
+import decimal
 import importlib
 import io
 import itertools
@@ -31,6 +34,7 @@ import pickle
 import pprint
 import random
 import re
+import reprlib
 import sys
 import traceback
 import types
@@ -42,6 +46,7 @@ import greenlet
 from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, ProgramGlobals, TileAPI,
                              TileInterrupt, TilePickler, TileUnpickler)
 
+from ._rebind import with_globals
 from ._tilecsv import TILE_CSV_NAMES
 
 #: standard modules that only compute: importable on a tile
@@ -115,7 +120,8 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context", "stops_ignored")
+    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context", "stops_ignored",
+                 "dispatch_table")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
@@ -144,6 +150,9 @@ class TileContext:
         #: compute budget, another tile's failure) that its ``__del__`` methods could not
         #: raise; None otherwise
         self.stops_ignored: list[BaseException] | None = None
+        #: copyreg's table of the program's own, once it imports copyreg (see
+        #: _tile_copyreg); until then the host's, which it cannot change, applies
+        self.dispatch_table: dict | None = None
 
     def enter(self, tile) -> contextvars.Context:
         """Make this context the tile's (on its greenlet); returns the one to restore."""
@@ -306,7 +315,10 @@ def _tile_pickle(ctx: TileContext) -> types.ModuleType:
         setattr(module, name, getattr(pickle, name))
 
     class Pickler(TilePickler):
-        pass
+        def __init__(self, file, protocol=None, **options):
+            super().__init__(file, protocol, **options)
+            if ctx.dispatch_table is not None and getattr(self, "dispatch_table", None) is None:
+                self.dispatch_table = ctx.dispatch_table  # (a subclass's own table wins, as in pickle)
 
     class Unpickler(TileUnpickler):
         def __init__(self, file, **options):
@@ -332,6 +344,72 @@ def _tile_pickle(ctx: TileContext) -> types.ModuleType:
     return module
 
 
+def _tile_copyreg(ctx: TileContext) -> types.ModuleType:
+    """The program's copy of ``copyreg`` (see :func:`_programs_copy`) with a dispatch
+    table of its own: ``copyreg.pickle(cls, reducer)`` applies to the program's pickling
+    and what it sends, and ends with it. The standard table is the whole process's: a
+    program's reducers applied to every later job's exchange data and to the kernel's
+    replies, and stayed there. Extension codes are the whole process's too (pickle reads
+    the standard registry), so a program cannot add or remove them. (``copy.copy`` and
+    ``copy.deepcopy`` still use the standard table, not the program's registrations.)"""
+    module = _programs_copy(ctx, copyreg)
+    table = ctx.dispatch_table = dict(copyreg.dispatch_table)
+    namespace = {**vars(copyreg), "dispatch_table": table}
+    module.__dict__.update(dispatch_table=table, pickle=with_globals(copyreg.pickle, namespace),
+                           add_extension=_no_extension_codes, remove_extension=_no_extension_codes)
+    return module
+
+
+def _no_extension_codes(*args, **kwargs):
+    raise NotImplementedError(
+        "copyreg's extension codes are the whole machine's (pickle reads one registry on every tile and "
+        "the host), so a program on a tile cannot add or remove them; its objects pickle without them")
+
+
+def _tile_decimal(ctx: TileContext) -> types.ModuleType:
+    """The program's copy of ``decimal`` with a ``DefaultContext`` (and BasicContext,
+    ExtendedContext) of its own: the standard ones are the whole process's, and one
+    program's ``DefaultContext.prec = 3`` was every later program's precision, on
+    every tile. Arithmetic is the standard module's, as fast.
+
+    As on the host, the program's context starts as its DefaultContext: until the
+    program first asks for its context, its DefaultContext is the one in force (a
+    change to it applies, as it would to a thread not yet started), then a copy."""
+    module = _programs_copy(ctx, decimal)
+    default, basic, extended = (decimal.DefaultContext.copy(), decimal.BasicContext.copy(),
+                                decimal.ExtendedContext.copy())
+    default.clear_flags()
+
+    def getcontext():
+        context = decimal.getcontext()
+        if context is default:  # (asked for first: the program's own from now on, as on the host)
+            context = default.copy()
+            default.clear_flags()
+            decimal.setcontext(context)
+        return context
+
+    def setcontext(context, /):
+        # (as the standard one: a template set is copied, so that it stays a template)
+        decimal.setcontext(context.copy() if context is default or context is basic or context is extended
+                           else context)
+
+    getcontext.__doc__, setcontext.__doc__ = decimal.getcontext.__doc__, decimal.setcontext.__doc__
+    module.__dict__.update(DefaultContext=default, BasicContext=basic, ExtendedContext=extended,
+                           getcontext=getcontext, setcontext=setcontext)
+    decimal.setcontext(default)  # (in the program's context variables: see TileContext.context)
+    return module
+
+
+def _tile_reprlib(ctx: TileContext) -> types.ModuleType:
+    """The program's copy of ``reprlib`` with an ``aRepr`` of its own, which
+    ``reprlib.repr`` uses: the standard one is the whole process's, and one program's
+    ``aRepr.maxlist = 2`` shortened every later program's reprs (and the host's)."""
+    module = _programs_copy(ctx, reprlib)
+    module.aRepr = reprlib.Repr()
+    module.repr = module.aRepr.repr
+    return module
+
+
 _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
     "pickle": _tile_pickle,
     "random": _tile_random,
@@ -339,6 +417,9 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
     "io": _tile_io,
     "calendar": _tile_calendar,
     "csv": _tile_csv,
+    "copyreg": _tile_copyreg,
+    "decimal": _tile_decimal,
+    "reprlib": _tile_reprlib,
 }
 
 
@@ -841,6 +922,10 @@ class _ProgramGlobals(ProgramGlobals):
     def __init__(self, namespace: dict, ctx: TileContext):
         self.namespace = namespace
         self.ctx = ctx
+
+    @property
+    def dispatch_table(self) -> dict | None:
+        return self.ctx.dispatch_table
 
     def by_name(self, module: str, qualname: str):
         """A class or function another tile sent by name: the same name in this tile's

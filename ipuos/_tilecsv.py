@@ -14,6 +14,8 @@ import contextvars
 import csv
 import types
 
+from ._rebind import with_globals
+
 __all__ = ["TILE_CSV_NAMES"]
 
 
@@ -118,10 +120,7 @@ def _with_module_names(cls: type, namespace: dict, name: str) -> type:
     methods = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     for key, function in vars(cls).items():
         if isinstance(function, types.FunctionType) and name in function.__code__.co_names:
-            copy = types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
-                                      function.__closure__)
-            copy.__kwdefaults__, copy.__qualname__ = function.__kwdefaults__, function.__qualname__
-            methods[key] = copy
+            methods[key] = with_globals(function, namespace)
     return type(cls.__name__, (cls,), methods)
 
 

@@ -152,7 +152,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
         if type(obj) in MARSHAL_TYPES:
             payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
         else:
-            payload = encode(obj, by_name=True)
+            payload = encode(obj, by_name=True, program=tile.program_globals)
         offsets[rank] = write_out(tile, payload)
         lengths[rank] = len(payload)
         return _arrive(job, tile, key, label)
@@ -326,7 +326,7 @@ class TileAPI:
         return self._recv(key, key, "")
 
     def _send(self, dst: int, obj, channel: int) -> None:
-        self._post(dst, encode(obj, by_name=True), channel)
+        self._post(dst, encode(obj, by_name=True, program=self._tile.program_globals), channel)
 
     def _post(self, dst: int, payload: bytes, channel: int) -> None:
         job = self._job
@@ -414,7 +414,7 @@ class TileAPI:
         if len(items) != n:
             raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
                              f"{plural(n, 'tile')} (one each)")
-        payloads = [encode(item, by_name=True) for item in items]
+        payloads = [encode(item, by_name=True, program=tile.program_globals) for item in items]
         need = sum(pad8(len(p)) for p in payloads)
         room = tile.xout.size - tile.out_used
         if need > room:
@@ -529,7 +529,7 @@ class TileAPI:
         label = _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})"
         if send:
             try:
-                payload = encode(obj, by_name=True)
+                payload = encode(obj, by_name=True, program=tile.program_globals)
                 job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
             except Exception as exc:
                 refused = exc

@@ -15,7 +15,8 @@ program's ``Point`` arrives as an instance of the receiver's ``Point``.
 
 The other globals a tile's data names (``datetime.date``, ``builtins.complex``) are found
 as the receiving tile's program sees them: the runtime says how (:class:`ProgramGlobals`).
-Found the host's way, ``builtins.open`` in a payload was the host's open.
+Found the host's way, ``builtins.open`` in a payload was the host's open. The sending
+program's own copyreg registrations apply to what it sends.
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ class ProgramGlobals:
     ``by_name(module, qualname)`` finds a class or function of the program's own that
     arrived by name (see the module doc); ``find_class(module, name)`` any other global
     a pickle names, as the tile's program sees it (its builtins, its modules), or raises
-    pickle.UnpicklingError."""
+    pickle.UnpicklingError; ``dispatch_table`` is copyreg's table the program's pickling
+    uses (None: the host's)."""
 
     __slots__ = ()
+
+    dispatch_table: dict | None = None
 
     def by_name(self, module: str, qualname: str) -> object:
         raise NotImplementedError
@@ -58,13 +62,14 @@ class ProgramGlobals:
         raise NotImplementedError
 
 
-def encode(obj, *, by_name: bool = False) -> bytes:
+def encode(obj, *, by_name: bool = False, program: ProgramGlobals | None = None) -> bytes:
     """Serialise ``obj`` for the exchange; TypeError naming the type if it cannot be.
 
     ``by_name``: a program's own classes and functions travel by name (see the module
     doc). Only for what a tile program sends to tile programs, which decode it on their
     own tile; a kernel request or reply is decoded by the scheduler, which has no program
-    to look names up in, so there such objects are refused here, when they are sent."""
+    to look names up in, so there such objects are refused here, when they are sent.
+    ``program``: the sending tile's (with ``by_name``), whose copyreg registrations apply."""
     if type(obj) in MARSHAL_TYPES:
         return b"M" + marshal.dumps(obj)
     try:
@@ -72,7 +77,11 @@ def encode(obj, *, by_name: bool = False) -> bytes:
             return b"P" + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         out = io.BytesIO()
         out.write(b"P")
-        TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+        pickler = TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+        table = None if program is None else program.dispatch_table
+        if table is not None:
+            pickler.dispatch_table = table
+        pickler.dump(obj)
         return out.getvalue()
     except RecursionError as exc:  # (nested deeper than pickle can go: as pickle says)
         raise RecursionError(_cannot_send(obj, exc)) from None

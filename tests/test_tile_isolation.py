@@ -158,3 +158,90 @@ def test_what_arrives_through_the_exchange_runs_in_the_receivers_program(machine
     """, tiles="0-1")
     assert result.ok, result.format()
     assert [t.output for t in result.tiles] == ["True True\n"] * 2
+
+
+def test_a_programs_decimal_default_context_is_its_own(machine):
+    """decimal's DefaultContext is the whole process's template of new contexts: one
+    program's ``DefaultContext.prec = 3`` was the precision of the other tiles and of
+    every later program."""
+    import decimal
+
+    setting = run(machine, """
+        import decimal
+        if __tileid == 0:
+            decimal.DefaultContext.prec = 3  # (before the program's first use: it applies, as on the host)
+            decimal.BasicContext.prec = 2
+        sync()
+        print(decimal.Decimal(1) / decimal.Decimal(7), decimal.getcontext().prec)
+        decimal.DefaultContext.prec = 5  # (after: its context is its own, as on the host)
+        decimal.setcontext(decimal.BasicContext)
+        decimal.getcontext().prec += 1  # (a copy of the template is set, which stays as it is)
+        print(decimal.Decimal(1) / decimal.Decimal(7), decimal.BasicContext.prec)
+    """, tiles="0-1")
+    assert setting.ok, setting.format()
+    assert [t.output for t in setting.tiles] == ["0.143 3\n0.143 2\n",
+                                                 "0.1428571428571428571428571429 28\n0.1428571429 9\n"]
+    later = run(machine, """
+        import decimal
+        print(decimal.Decimal(1) / decimal.Decimal(7), decimal.DefaultContext.prec, decimal.BasicContext.prec)
+    """, tiles="0-1")
+    assert [t.output for t in later.tiles] == ["0.1428571428571428571428571429 28 9\n"] * 2
+    assert (decimal.DefaultContext.prec, decimal.BasicContext.prec) == (28, 9)  # nor the host's
+
+
+def test_a_programs_reprlib_settings_are_its_own(machine):
+    """``reprlib.aRepr`` configures ``reprlib.repr`` for the whole process: one
+    program's ``aRepr.maxlist = 2`` shortened every later program's reprs."""
+    import reprlib
+
+    setting = run(machine, """
+        import reprlib
+        if __tileid == 0:
+            reprlib.aRepr.maxlist = 2
+        sync()
+        print(reprlib.repr(list(range(10))))
+    """, tiles="0-1")
+    assert [t.output for t in setting.tiles] == ["[0, 1, ...]\n", "[0, 1, 2, 3, 4, 5, ...]\n"]
+    later = run(machine, "import reprlib\nprint(reprlib.repr(list(range(10))))", tiles="0")
+    assert later.tiles[0].output == "[0, 1, 2, 3, 4, 5, ...]\n"
+    assert reprlib.aRepr.maxlist == 6
+
+
+def test_a_programs_copyreg_registrations_apply_to_its_own_pickling_and_end_with_it(machine):
+    """``copyreg.pickle`` wrote into the whole process's dispatch table: a reducer one
+    program registered rewrote every later job's exchange data (and the kernel's
+    replies), and each run left one entry per tile behind."""
+    import copyreg
+
+    host_table = dict(copyreg.dispatch_table)
+    hijacking = run(machine, """
+        import copyreg, pickle
+        copyreg.pickle(complex, lambda c: (str, ("HIJACKED",)))
+        print(allgather([1 + 2j])[0], pickle.loads(pickle.dumps(3j)))
+        try:
+            copyreg.add_extension('__main__', 'f', 240)
+        except NotImplementedError as exc:
+            print(exc)
+    """, tiles="0-1")
+    assert hijacking.ok, hijacking.format()
+    assert [t.output for t in hijacking.tiles] == [
+        "['HIJACKED'] HIJACKED\n"
+        "copyreg's extension codes are the whole machine's (pickle reads one registry on every tile and the "
+        "host), so a program on a tile cannot add or remove them; its objects pickle without them\n"] * 2
+    later = run(machine, "print(allgather([1 + 2j])[0])", tiles="0-1")
+    assert [t.output for t in later.tiles] == ["[(1+2j)]\n"] * 2
+    honest = """
+        import copyreg
+        class Point:
+            def __init__(self, x, y):
+                self.x, self.y = x, y
+        def reduce_point(p):
+            return (Point, (p.x * 10, p.y))
+        copyreg.pickle(Point, reduce_point)
+        p = bcast(Point(1, 2), 0)
+        print(p.x, p.y, len(copyreg.dispatch_table))
+    """
+    runs = [run(machine, honest, tiles="0-1") for _ in range(2)]
+    entries = len(host_table) + 1
+    assert [t.output for result in runs for t in result.tiles] == [f"10 2 {entries}\n"] * 4
+    assert copyreg.dispatch_table == host_table
