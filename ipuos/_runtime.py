@@ -22,6 +22,7 @@ import _compat_pickle
 import ast
 import builtins
 import calendar
+import contextlib
 import contextvars
 import copyreg
 import csv
@@ -120,12 +121,15 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "modules", "extras", "cleanups", "builtins", "context", "stops_ignored",
-                 "dispatch_table")
+    __slots__ = ("api", "output", "stdout", "stderr", "modules", "extras", "cleanups", "builtins", "context",
+                 "stops_ignored", "dispatch_table")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
-        self.output = output
+        #: the tile's output (what the run reports); ``stdout`` is where ``print`` writes
+        #: and ``stderr`` where Python's reports of errors it ignores go: the output,
+        #: unless the program redirects them (its contextlib.redirect_stdout)
+        self.output = self.stdout = self.stderr = output
         #: this tile's own builtins: a program that changes one (``__builtins__['len'] =
         #: ...``) changes it for itself alone, and code it runs with ``exec(src, {})``
         #: still prints, opens and imports as the tile
@@ -163,9 +167,18 @@ class TileContext:
         """``__import__`` on this tile (whatever the importing code's globals are)."""
         return _tile_import(self, name, globals, locals, fromlist, level)
 
+    def use_output(self, output: OutputBuffer) -> None:
+        """Make ``output`` the tile's output (each block of a repl has its own); where
+        the program has redirected ``stdout`` or ``stderr`` elsewhere, they stay there."""
+        previous, self.output = self.output, output
+        if self.stdout is previous:
+            self.stdout = output
+        if self.stderr is previous:
+            self.stderr = output
+
     def write(self, text: str) -> int:
-        """The tile's output as a stream (``print(file=...)``, ``pprint``)."""
-        return self.output.write(text)
+        """The tile's standard output as a stream (``print(file=...)``, ``pprint``)."""
+        return self.stdout.write(text)
 
     def flush(self) -> None:
         pass
@@ -176,9 +189,10 @@ class TileContext:
         for name, value in (("sep", sep), ("end", end)):
             if not isinstance(value, str):  # (in print's own words)
                 raise TypeError(f"{name} must be None or a string, not {type(value).__name__}")
-        (self.output if file is None else file).write(sep.join(map(str, args)) + end)
-        if flush and file is not None:  # (the tile's own output is never held back)
-            file.flush()
+        stream = self.stdout if file is None else file
+        stream.write(sep.join(map(str, args)) + end)
+        if flush:
+            stream.flush()
 
     print.__qualname__ = "print"  # (a wrong call's TypeError says print(), as Python's)
 
@@ -344,6 +358,94 @@ def _tile_pickle(ctx: TileContext) -> types.ModuleType:
     return module
 
 
+def _tile_contextlib(ctx: TileContext) -> types.ModuleType:
+    """The program's copy of ``contextlib`` (see :func:`_programs_copy`) whose
+    ``redirect_stdout``/``redirect_stderr`` redirect the tile's ``print`` (and error
+    reports) and whose ``chdir`` changes the tile's current directory. The standard ones
+    change the host's ``sys.stdout`` (the daemon's, which every tile and its threads
+    share, for as long as the block lasts, exchanges included, while the tile's print
+    went on to its output) and the host's current directory.
+
+    They are classes of the program's own, made when it first names one: made with
+    the copy, they would make every import of contextlib several times dearer."""
+    module = _programs_copy(ctx, contextlib)
+    names = vars(module)
+    own = [name for name in ("redirect_stdout", "redirect_stderr", "chdir") if names.pop(name, None) is not None]
+    copys_getattr = names.get("__getattr__")
+
+    def __getattr__(name: str):
+        if name in own:
+            names.update(_contextlib_on_the_tile(ctx))
+            return names[name]
+        if copys_getattr is None:
+            raise AttributeError(f"module 'contextlib' has no attribute {name!r}")
+        return copys_getattr(name)
+
+    names["__getattr__"] = __getattr__
+    return module
+
+
+def _contextlib_on_the_tile(ctx: TileContext) -> dict[str, type]:
+    """The classes of :func:`_tile_contextlib`, by name."""
+
+    class _RedirectStream:
+        _stream = ""
+
+        def __init__(self, new_target):
+            self._new_target = new_target
+            self._old_targets = []  # (a stack: the same object may be entered again)
+
+        def __enter__(self):
+            old = getattr(ctx, self._stream)
+            # (the tile's output as None: a repl's next block has another, see use_output)
+            self._old_targets.append(None if old is ctx.output else old)
+            setattr(ctx, self._stream, _NO_OUTPUT if self._new_target is None else self._new_target)
+            return self._new_target
+
+        def __exit__(self, exctype, excinst, exctb):
+            old = self._old_targets.pop()
+            setattr(ctx, self._stream, ctx.output if old is None else old)
+
+    class redirect_stdout(_RedirectStream):
+        __doc__ = contextlib.redirect_stdout.__doc__
+        _stream = "stdout"
+
+    class redirect_stderr(_RedirectStream):
+        __doc__ = contextlib.redirect_stderr.__doc__
+        _stream = "stderr"
+
+    class chdir:
+        __doc__ = getattr(contextlib, "chdir", None).__doc__  # (Python 3.11+: the copy has none before)
+
+        def __init__(self, path):
+            self.path = path
+            self._old_cwd = []
+
+        def __enter__(self):
+            os = ctx.import_module("os")  # (the tile's)
+            self._old_cwd.append(os.getcwd())
+            os.chdir(self.path)
+
+        def __exit__(self, *excinfo):
+            ctx.import_module("os").chdir(self._old_cwd.pop())
+
+    return {"redirect_stdout": redirect_stdout, "redirect_stderr": redirect_stderr, "chdir": chdir}
+
+
+class _NoOutput:
+    """Where ``redirect_stdout(None)`` sends the tile's print: nowhere (as Python's
+    print, with no ``sys.stdout``)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+_NO_OUTPUT = _NoOutput()
+
+
 def _tile_copyreg(ctx: TileContext) -> types.ModuleType:
     """The program's copy of ``copyreg`` (see :func:`_programs_copy`) with a dispatch
     table of its own: ``copyreg.pickle(cls, reducer)`` applies to the program's pickling
@@ -417,6 +519,7 @@ _PER_TILE_MODULES: dict[str, Callable[[TileContext], types.ModuleType]] = {
     "io": _tile_io,
     "calendar": _tile_calendar,
     "csv": _tile_csv,
+    "contextlib": _tile_contextlib,
     "copyreg": _tile_copyreg,
     "decimal": _tile_decimal,
     "reprlib": _tile_reprlib,
@@ -1103,7 +1206,11 @@ class _UnraisableRouter:
         if ctx.stops_ignored is not None and isinstance(error, (TileInterrupt, JobAborted)):
             ctx.stops_ignored.append(error)
         where = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}\n"
-        ctx.output.write(where + user_traceback(error))
+        report = where + user_traceback(error)
+        try:
+            ctx.stderr.write(report)
+        except Exception:  # (where the program redirected its stderr refuses: its output, not the daemon's log)
+            ctx.output.write(report)
 
 
 def _route_unraisable() -> None:
@@ -1171,7 +1278,7 @@ def echo_value(ctx: "TileContext"):
     def echo(value) -> None:
         if value is not None:
             ctx.builtins["_"] = None  # (as displayhook: not itself while repr runs)
-            ctx.output.write(repr(value) + "\n")
+            ctx.stdout.write(repr(value) + "\n")
             ctx.builtins["_"] = value
 
     return echo
@@ -1315,7 +1422,7 @@ def _resume_session(namespace: dict, ctx: TileContext, api: TileAPI, output: Out
     or its end): that job's primitives and output, its files where the last block left
     them."""
     ctx.api = api
-    ctx.output = output
+    ctx.use_output(output)
     bind_primitives(namespace, ctx, api)
     # a block may have wiped its globals (globals().clear(), del __builtins__): exec
     # would fill in the host's builtins, and the tile would print to the daemon's log

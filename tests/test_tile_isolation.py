@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 import types
 
 import pytest
@@ -245,3 +246,62 @@ def test_a_programs_copyreg_registrations_apply_to_its_own_pickling_and_end_with
     entries = len(host_table) + 1
     assert [t.output for result in runs for t in result.tiles] == [f"10 2 {entries}\n"] * 4
     assert copyreg.dispatch_table == host_table
+
+
+def test_redirect_stdout_captures_the_tiles_print_and_leaves_the_hosts_stdout_alone(machine):
+    """``contextlib.redirect_stdout`` set the host's ``sys.stdout`` (the daemon's, for
+    as long as the block lasted) while the tile's print went on to its output."""
+    hosts_stdout = sys.stdout
+    handle = machine.launch(textwrap.dedent("""
+        import contextlib, io, os
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer) as target:
+            print("captured", __tileid)
+            open("/inside", "w").close()
+            while not os.path.exists("/go"):  # (the host looks at its stdout meanwhile)
+                sync()
+            print("after the exchanges")
+        print("buffer holds:", repr(buffer.getvalue()), target is buffer)
+        with open("/log.txt", "w") as log, contextlib.redirect_stdout(log):
+            print("into a tile file", flush=True)
+            print(open("/log.txt").read(), end="", file=buffer)
+        with contextlib.redirect_stdout(None):
+            print("nowhere")
+        print(buffer.getvalue().splitlines()[-1])
+    """), tiles="0-1")
+    deadline = time.monotonic() + 20
+    while not (machine.fs.exists(0, "/inside") and machine.fs.exists(1, "/inside")):
+        assert time.monotonic() < deadline and not handle.done, handle.wait(30).format()
+        time.sleep(0.01)
+    stdout_inside = sys.stdout
+    for tile in (0, 1):
+        machine.fs.write_file(tile, "/go", b"")
+    result = handle.wait(30)
+    assert result.ok, result.format()
+    assert stdout_inside is hosts_stdout and sys.stdout is hosts_stdout
+    assert [t.output for t in result.tiles] == [
+        f"buffer holds: 'captured {rank}\\nafter the exchanges\\n' True\ninto a tile file\n" for rank in range(2)]
+
+
+def test_redirect_stderr_takes_the_tiles_error_reports_and_chdir_its_directory(machine):
+    """What Python reports on stderr (an exception a ``__del__`` raised) goes where the
+    program redirects its stderr; ``contextlib.chdir`` changed the host's directory."""
+    hosts_cwd = os.getcwd()
+    result = run(machine, """
+        import contextlib, io, os
+        class Noisy:
+            def __del__(self):
+                raise ValueError("in __del__")
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors):
+            Noisy()
+            print("printed")
+        print("stderr holds:", errors.getvalue().splitlines()[-1])
+        os.mkdir("/work")
+        with contextlib.chdir("/work"):
+            print(os.getcwd())
+        print(os.getcwd())
+    """, tiles="0")
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "printed\nstderr holds: ValueError: in __del__\n/work\n/\n"
+    assert os.getcwd() == hosts_cwd
