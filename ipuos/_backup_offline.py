@@ -17,6 +17,10 @@ littlefs itself hands out ``.`` and ``..`` for every directory, and the project'
 ``Filesystem.scandir`` drops them; a hostile image can hold *more* entries with those
 names, so directories are read here with the raw littlefs call and any name beyond the
 two littlefs makes is refused, not silently skipped.
+
+Here littlefs runs on the main thread, where Python runs signal handlers: while a device
+is mounted, SIGINT, SIGTERM and SIGHUP are held and acted on between littlefs calls (see
+``_signals``), so each loop below passes a checkpoint and a large file is read in parts.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from littlefs import lfs
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
 from ._safepath import NAME_MAX, UnsafePathError, check_name, name_prefix, open_beneath
+from ._signals import checkpoint, signals_held
 from ._tilespec import tile_of_name
 from .blockdev import Filesystem, MemoryDevice
 
@@ -71,21 +76,23 @@ def device_entry(image: Image, spec: str) -> DeviceEntry:
 
 @contextlib.contextmanager
 def mounted(image: Image, entry: DeviceEntry) -> Iterator[Filesystem]:
-    """littlefs of ``entry``, mounted over a checked copy of its bytes."""
+    """littlefs of ``entry``, mounted over a checked copy of its bytes; signals are held
+    while it is (see the module doc)."""
     if not entry.chunks:
         raise OfflineError(f"device {entry.name!r} of image {image.path} is blank: its tile "
                            "never used its storage, so it holds no filesystem")
     data = image.read_device(entry.name)  # verifies the image first, then this device again
-    try:
-        fs = Filesystem(MemoryDevice(data, entry.block_size))
-        fs.mount()
-    except (OSError, ValueError) as exc:  # (ValueError: a geometry littlefs cannot have)
-        raise OfflineError(f"device {entry.name!r} of image {image.path} holds no filesystem "
-                           f"that mounts ({exc})") from None
-    try:
-        yield fs
-    finally:
-        fs.unmount()
+    with signals_held():
+        try:
+            fs = Filesystem(MemoryDevice(data, entry.block_size))
+            fs.mount()
+        except (OSError, ValueError) as exc:  # (ValueError: a geometry littlefs cannot have)
+            raise OfflineError(f"device {entry.name!r} of image {image.path} holds no filesystem "
+                               f"that mounts ({exc})") from None
+        try:
+            yield fs
+        finally:
+            fs.unmount()
 
 
 def _component_problem(name) -> str | None:
@@ -189,8 +196,11 @@ def list_dir(fs: Filesystem, path: str = "/") -> list[Node]:
         raise OfflineError(f"{path}: {exc.strerror or exc}") from None
     if not info.is_dir:
         return [Node(info.name, False, info.size, _mtime(fs, path))]
-    return sorted((Node(name, is_dir, size, _mtime(fs, _join(path, name)))
-                   for name, is_dir, size in _entries(fs, path)), key=lambda n: n.path)
+    nodes = []
+    for name, is_dir, size in _entries(fs, path):
+        checkpoint()
+        nodes.append(Node(name, is_dir, size, _mtime(fs, _join(path, name))))
+    return sorted(nodes, key=lambda n: n.path)
 
 
 def read_file(fs: Filesystem, path: str) -> bytes:
@@ -198,10 +208,20 @@ def read_file(fs: Filesystem, path: str) -> bytes:
     try:
         if fs.stat(path).is_dir:
             raise OfflineError(f"{path} is a directory (`ipuos image ls` lists it)")
+        parts = []
         with fs.open(path, "rb") as file:
-            return file.read()
+            while True:
+                checkpoint()
+                part = file.read(READ_PART)
+                if not part:
+                    return b"".join(parts)
+                parts.append(part)
     except OSError as exc:
         raise OfflineError(f"{path}: {exc.strerror or exc}") from None
+
+
+#: bytes of a file read in one littlefs call: a signal waits for at most one such read
+READ_PART = 1 << 20
 
 
 def walk(fs: Filesystem, top: str = "/") -> list[Node]:
@@ -221,6 +241,7 @@ def walk(fs: Filesystem, top: str = "/") -> list[Node]:
     while stack:
         rel, path, depth = stack.pop()
         for name, is_dir, size in sorted(_entries(fs, path)):
+            checkpoint()
             child_rel = f"{rel}/{name}" if rel else name
             child = _join(path, name)
             if depth >= deepest or len(nodes) >= most:
@@ -286,6 +307,7 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
         files = _write_tree(fs, top, staging, nodes, file_mode, dir_mode)
+        checkpoint()  # (the last chance to leave nothing behind)
         if existing:
             _move_into(staging, dest)
         else:
@@ -349,6 +371,7 @@ def _write_tree(fs: Filesystem, top: str, root: str, nodes: list[Node], file_mod
     files = 0
     dirs = []
     for node in nodes:
+        checkpoint()
         if node.is_dir:
             os.close(_open_dir_beneath(root, node.path, create=dir_mode))
             dirs.append(node)

@@ -8,7 +8,9 @@ reads the image file (see ``_backup_offline``).
 Long work shows a progress bar on stderr when it is a terminal (rich), nothing otherwise.
 Ctrl-C cancels a backup or restore cleanly (no partial image, machine untouched) and
 exits 130; a second Ctrl-C stops waiting. Exit statuses as everywhere: 0 ok, 1 an error
-(a damaged image, a refusal), 2 a usage error, 3 no such machine.
+(a damaged image, a refusal), 2 a usage error, 3 no such machine. An ``image`` command
+ended by SIGTERM or SIGHUP while it reads a filesystem cleans up as for Ctrl-C (an
+extraction leaves nothing behind) and exits with 128 + the signal's number.
 
 Every ``ipuos`` command imports this module, so the image modules (numpy, zstandard,
 littlefs) are imported by the commands that read an image file, where they are used.
@@ -419,7 +421,8 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     """Copy DEVICE's files (or those under --path) into DEST, a new or empty directory.
 
     Every name is checked before anything is written (no '..', absolute paths, NUL,
-    control characters or over-long names); on any refusal DEST is not created.
+    control characters or over-long names); on any refusal, or an interruption before
+    it is done, DEST is as it was.
     """
     from ._backup_offline import device_entry, extract, mounted
 

@@ -1,0 +1,71 @@
+"""Signals held while littlefs runs on the main thread, and acted on between its calls.
+
+littlefs-python swallows an exception raised in one of its block-device callbacks
+(DESIGN.md): it prints "Exception ignored" and littlefs carries on with whatever the
+callback returned. The callbacks catch what they raise themselves, but Python runs a
+signal's handler where it next looks for one, and while littlefs works that is the first
+instruction of its next callback, before the callback's ``try:``. So a KeyboardInterrupt
+from Ctrl-C escapes the callback, is swallowed, and a good image reads as a corrupt
+filesystem (or, worse, as wrong bytes). Only a process that runs littlefs on its main
+thread, the one Python runs handlers on, meets this: the offline ``ipuos image``
+commands (a machine runs littlefs on its scheduler's thread).
+
+So while they use littlefs, :func:`signals_held` has SIGINT, SIGTERM and SIGHUP only
+noted, and :func:`checkpoint`, called between littlefs calls, acts on one: SIGINT raises
+KeyboardInterrupt (``ipuos: interrupted``, status 130), SIGTERM and SIGHUP raise
+SystemExit with 128 + the signal's number, the status a shell shows for a process the
+signal ended. Either unwinds through the command's cleanups (an extraction removes its
+staging directory), which the signal's default action would have skipped. A signal the
+process ignores (``nohup``, SIGINT in a background job) stays ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+__all__ = ["HELD", "checkpoint", "signals_held"]
+
+#: what ends a command from outside: Ctrl-C, kill, its terminal going away
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: the signals received while held and not yet acted on, in order
+_noted: list[int] = []
+
+
+def _note(signum: int, _frame) -> None:
+    _noted.append(signum)
+
+
+def checkpoint() -> None:
+    """Act on the first signal noted since the last checkpoint, if any (see the module
+    doc); call it only where no littlefs call is in progress."""
+    if _noted:
+        signum = _noted[0]
+        _noted.clear()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP only noted inside (acted on at each :func:`checkpoint`,
+    and on leaving). Off the main thread it changes nothing: no handler runs there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum in HELD:
+        handler = signal.getsignal(signum)
+        # (None: a handler not set from Python, which could not be put back)
+        if handler is not signal.SIG_IGN and handler is not None:
+            previous[signum] = signal.signal(signum, _note)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        checkpoint()
