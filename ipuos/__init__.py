@@ -3,9 +3,9 @@
 The public Python API. Layers live in subpackages: ``ipuos.scheduler``,
 ``ipuos.blockdev``, ``ipuos.vfs`` and ``ipuos.shell``.
 
-The machine (and with it numpy, greenlet, littlefs) is imported on first use of
-``Machine``, ``Repl`` or ``RunHandle``: every CLI command imports this package, and most
-only talk to a running daemon.
+Every public name is imported on first use: every CLI command imports this package, most
+only talk to a running daemon (the machine brings numpy, greenlet and littlefs), and
+until the CLI is imported a Ctrl-C has nothing to end it quietly (see ``_entry``).
 """
 
 import os as _os
@@ -15,12 +15,7 @@ import os as _os
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
     _os.environ.setdefault(_name, "1")
 
-from ._grouping import OutputGroup, format_groups, group_texts  # noqa: E402
 from ._lazy import lazy_exports  # noqa: E402
-from ._presets import DEFAULT_PRESET, PRESETS, Preset, get_preset  # noqa: E402
-from ._runresult import EXIT_INTERRUPTED, RunResult, TileRun  # noqa: E402
-from ._tilespec import TileSpecError, format_tiles, parse_tiles  # noqa: E402
-from .scheduler import JobStats, TileBusyError  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -46,6 +41,12 @@ __all__ = [
 ]
 
 
-#: public names imported on first use (see ipuos._lazy)
-__getattr__, __dir__ = lazy_exports(__name__, globals(),
-                                    {"Machine": "._machine", "Repl": "._machine", "RunHandle": "._machine"})
+#: public names imported on first use (see ipuos._lazy), and the modules that define them
+__getattr__, __dir__ = lazy_exports(__name__, globals(), {
+    **dict.fromkeys(["OutputGroup", "format_groups", "group_texts"], "._grouping"),
+    **dict.fromkeys(["DEFAULT_PRESET", "PRESETS", "Preset", "get_preset"], "._presets"),
+    **dict.fromkeys(["EXIT_INTERRUPTED", "RunResult", "TileRun"], "._runresult"),
+    **dict.fromkeys(["TileSpecError", "format_tiles", "parse_tiles"], "._tilespec"),
+    **dict.fromkeys(["JobStats", "TileBusyError"], ".scheduler"),
+    **dict.fromkeys(["Machine", "Repl", "RunHandle"], "._machine"),
+})

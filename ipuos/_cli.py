@@ -27,6 +27,7 @@ import click
 from click.core import ParameterSource
 
 from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
+from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
@@ -186,12 +187,19 @@ class _Commands(click.Group):
         with _whole_output():
             return super().main(*args, **kwargs)
 
+    # (a Ctrl-C while the command line is parsed, or the command runs: click would say
+    # "Aborted!" and exit 1, an error)
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted()
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # (click would say "Aborted!" and exit 1: an error)
-            click.echo("\nipuos: interrupted", err=True)
-            ctx.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt:
+            interrupted()
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
