@@ -59,6 +59,7 @@ from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_dev
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._plural import plural
+from ._safepath import directory_problem
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
@@ -226,12 +227,15 @@ def check_destination(path: str) -> None:
     """BackupError if an image cannot be written at ``path`` (absolute): what can be known
     before anything is stopped or frozen."""
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise BackupError(f"cannot write {path}: the directory {directory} does not exist")
+    problem = directory_problem(directory)
+    if problem:
+        raise BackupError(f"cannot write {path}: {problem}")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = None
+    except OSError as exc:  # a name too long, a loop of symbolic links, no permission
+        raise BackupError(f"cannot write {path}: {exc.strerror or exc}") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise BackupError(f"cannot write {path}: it is a directory")
     if mode is not None and not stat.S_ISREG(mode):

@@ -39,7 +39,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
-from ._safepath import NAME_MAX, UnsafePathError, check_name, name_prefix, open_beneath
+from ._safepath import NAME_MAX, UnsafePathError, check_name, directory_problem, name_prefix, open_beneath
 from ._signals import checkpoint, signals_held
 from ._tilespec import tile_of_name
 from .blockdev import Filesystem, MemoryDevice
@@ -330,12 +330,15 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
 
 def _check_destination(dest: str, parent: str) -> bool:
     """Whether ``dest`` exists (as an empty directory); OfflineError if it cannot be one."""
-    if not os.path.isdir(parent):
-        raise OfflineError(f"cannot extract to {dest}: the directory {parent} does not exist")
+    problem = directory_problem(parent)
+    if problem:
+        raise OfflineError(f"cannot extract to {dest}: {problem}")
     try:
         st = os.lstat(dest)
     except FileNotFoundError:
         return False
+    except OSError as exc:  # a name too long, say
+        raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise OfflineError(f"cannot extract to {dest}: it exists and is not a directory")
     if os.listdir(dest):

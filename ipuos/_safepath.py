@@ -25,6 +25,9 @@ at a time with ``O_NOFOLLOW`` so a symlink swapped in later is refused, not foll
 
 All refusals raise :class:`UnsafePathError` (a ``ValueError``) naming the path, the
 destination and the reason.
+
+:func:`directory_problem` says why a host directory cannot take a new entry, for the
+messages of the commands that write one there (an extraction, a backup image).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ import errno
 import os
 import stat
 
-__all__ = ["NAME_MAX", "PATH_MAX", "UnsafePathError", "check_name", "name_prefix", "open_beneath", "safe_path"]
+__all__ = ["NAME_MAX", "PATH_MAX", "UnsafePathError", "check_name", "directory_problem", "name_prefix", "open_beneath",
+           "safe_path"]
 
 NAME_MAX = 255
 PATH_MAX = 4096  # including the terminating NUL, as Linux counts it
@@ -41,6 +45,19 @@ PATH_MAX = 4096  # including the terminating NUL, as Linux counts it
 
 class UnsafePathError(ValueError):
     """A name from an image would be unsafe to create on the host."""
+
+
+def directory_problem(directory: str) -> str | None:
+    """Why ``directory`` cannot take a new entry, as the end of a sentence (``cannot write
+    X: ...``), or None: it does not exist, it is not a directory, or it cannot be looked
+    at (a name too long, a loop of symbolic links, no permission to search its parent)."""
+    try:
+        mode = os.stat(directory).st_mode
+    except FileNotFoundError:
+        return f"the directory {directory} does not exist"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None if stat.S_ISDIR(mode) else f"{directory} is not a directory"
 
 
 def name_prefix(name: str, limit: int) -> str:

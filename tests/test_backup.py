@@ -507,6 +507,23 @@ def test_a_read_only_destination_is_named_as_such(host_tmpfs):
         _backup.check_destination(str(readonly / "m.img"))
 
 
+def test_a_destination_that_cannot_even_be_looked_at_is_refused_by_the_client(machine, tmp_path):
+    """A name too long or a loop of symbolic links failed inside the daemon, as an internal
+    error; a file where the directory should be was called a missing directory."""
+    long_name = tmp_path / ("x" * 256)
+    os.symlink("loop2.img", tmp_path / "loop1.img")
+    os.symlink("loop1.img", tmp_path / "loop2.img")
+    (tmp_path / "snap.py").write_text("print('a program, not a directory')\n")
+    for path, why in ((long_name, "File name too long"), (tmp_path / "loop1.img", "Too many levels of symbolic links"),
+                      (tmp_path / "snap.py" / "x.img", f"{tmp_path / 'snap.py'} is not a directory")):
+        for command, after in ((["backup", str(path)], ""),
+                               (["halt", "--backup", str(path)], f"; machine {machine.name!r} was not halted")):
+            result = cli(machine, *command, check=False)
+            assert (result.returncode, result.stderr) == (1, f"ipuos: cannot write {path}: {why}{after}\n"), result
+    assert cli(machine, "status").returncode == 0  # (halt --backup refused it before stopping anything)
+    assert sorted(os.listdir(tmp_path)) == ["loop1.img", "loop2.img", "snap.py"]
+
+
 def test_a_backup_replaces_an_image_or_an_empty_file_and_nothing_else(machine, tmp_path):
     program = tmp_path / "prog.py"
     program.write_text("print('precious')\n")

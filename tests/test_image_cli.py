@@ -239,6 +239,15 @@ def test_extract_refuses_a_non_empty_destination(good, tmp_path):
     assert tree(dest) == {"mine": (stat.S_IFREG, b"keep me", (dest / "mine").stat().st_mtime_ns)}
 
 
+def test_extract_says_why_a_destination_cannot_be_made(good, tmp_path):
+    (tmp_path / "snap.py").write_text("print('a program, not a directory')\n")
+    for dest, why in ((tmp_path / "snap.py" / "out", f"{tmp_path / 'snap.py'} is not a directory"),
+                      (tmp_path / ("x" * 256), "File name too long")):
+        result = ipuos("image", "extract", str(good), "2", str(dest))
+        assert (result.exit_code, result.output) == (1, f"ipuos: cannot extract to {dest}: {why}\n")
+    assert os.listdir(tmp_path) == ["snap.py"]
+
+
 def test_damaged_images_are_refused(good, tmp_path):
     raw = bytearray(good.read_bytes())
     raw[len(raw) // 2] ^= 0x10
