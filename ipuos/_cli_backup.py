@@ -424,12 +424,12 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     control characters or over-long names); on any refusal, or an interruption before
     it is done, DEST is as it was.
     """
-    from ._backup_offline import device_entry, extract, mounted
+    from ._backup_offline import device_entry, extract, mounted, on_device
 
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
-            result = extract(fs, inner, dest, like=img.mode)
+            result = extract(fs, on_device(fs, entry, inner), dest, like=img.mode)
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return

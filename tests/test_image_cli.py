@@ -115,6 +115,18 @@ def test_paths_as_tile_0s_tree_shows_them_work_too(good):
     assert result.exit_code == 1 and "/tiles/3/hello.txt: No such file or directory" in result.output
 
 
+def test_extract_takes_the_paths_ls_and_cat_take(good, tmp_path):
+    """--path copied from the shell or the mount (/tiles/2/..., /chip) names the same
+    directory of the device, as it does for ls and cat."""
+    for device, path, expected in (("2", "/tiles/2/d", ["e", "empty", "void"]), ("chip", "/chip", ["shared"])):
+        dest = tmp_path / f"out-{device}"
+        result = ipuos("image", "extract", str(good), device, str(dest), "--path", path)
+        assert result.exit_code == 0, result.output
+        assert sorted(os.listdir(dest)) == expected
+    result = ipuos("image", "extract", str(good), "2", str(tmp_path / "x"), "--path", "/tiles/3/d")
+    assert (result.exit_code, result.output) == (1, "ipuos: /tiles/3/d: No such file or directory\n")
+
+
 def test_extract_writes_the_tree_with_mtimes(good, tmp_path):
     dest = tmp_path / "out"
     result = ipuos("image", "extract", str(good), "2", str(dest))
