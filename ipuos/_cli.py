@@ -70,23 +70,33 @@ def not_utf8_path(path: str, what: str, remedy: str) -> str | None:
     return None
 
 
-def image_path(image: str) -> str:
-    """An IMAGE argument as the absolute path of a file, resolved here: the daemon would
-    read ``/proc/self/...`` or ``/dev/stdout`` as its own. A trailing slash names a
-    directory, as for ``cp``: refused, since resolving would drop it and a file of that
-    name be written."""
+def image_path(image: str, *, writing: bool) -> str:
+    """An IMAGE argument (to write, or to read) as the absolute path of a file, resolved
+    here: the daemon would read ``/proc/self/...`` or ``/dev/stdout`` as its own."""
     if not image:
         _fail("an empty image path names no file; give the image's file name")
     if image == "-":
         _fail("'-': an image is a file, not standard input or output (a backup replaces its "
               "file once the image is complete); give the image's file name")
-    if image.endswith(os.sep):
-        _fail(f"{image}: not an image file name (it ends with {os.sep}); name the file, "
-              f"e.g. {os.path.join(image, 'machine.img')}")
+    problem = directory_name_problem(image, writing)
+    if problem:
+        _fail(problem)
     problem = not_utf8_path(image, "image path", "rename the file or give a link with a UTF-8 name")
     if problem:
         _fail(problem)
     return os.path.realpath(image)
+
+
+def directory_name_problem(image: str, writing: bool) -> str | None:
+    """Why IMAGE names no image file, if it ends with a slash: that names a directory, as
+    for ``cp`` (resolving the path would drop the slash, and read or write a file of that
+    name)."""
+    if not image.endswith(os.sep):
+        return None
+    if writing:
+        return (f"{image}: not an image file name (it ends with {os.sep}); name the file, "
+                f"e.g. {os.path.join(image, 'machine.img')}")
+    return f"{image}: not an image file name (it ends with {os.sep}, which names a directory)"
 
 
 class _Errors:
@@ -272,7 +282,7 @@ def boot(ctx, preset, ipus, name, restore) -> None:
     """Start a machine in the background."""
     paths = _paths(name)
     if restore is not None:
-        restore = image_path(restore)
+        restore = image_path(restore, writing=False)
         preset, ipus = _cli_backup.boot_geometry(ctx, restore, preset, ipus)
     with _Errors():
         try:
@@ -305,7 +315,7 @@ def halt(name, if_saved, backup) -> None:
     # by the time its reply turns out unreadable, below)
     pid = lock_holder(paths.lock)
     with _Errors(), client:
-        args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup)}
+        args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup, writing=True)}
         try:
             reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
         except DaemonError as exc:

@@ -25,7 +25,8 @@ import time
 
 import click
 
-from ._cli import StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, image_path, json_option, main, name_option
+from ._cli import (StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, directory_name_problem, image_path,
+                   json_option, main, name_option)
 from ._client import Client, DaemonError
 from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS
@@ -151,7 +152,7 @@ def backup(image, tile_spec, name, as_json) -> None:
     is consistent; IMAGE is replaced only once the new image is complete.
     """
     paths = _paths(name)
-    args = {"path": image_path(image), "tiles": tile_spec}
+    args = {"path": image_path(image, writing=True), "tiles": tile_spec}
     summary = _call_with_progress(paths, "backup", args, as_json)
     if as_json:
         click.echo(json.dumps(summary, indent=1))
@@ -193,9 +194,10 @@ def restore(image, tile_spec, name, as_json) -> None:
     everything can.
     """
     paths = _paths(name)
-    path = image_path(image)
-    if not os.path.exists(image):
-        _fail(f"image {image}: no such file")
+    path = image_path(image, writing=False)
+    problem = _unreadable_problem(path)
+    if problem:
+        _fail(problem)
     args = {"path": path, "tiles": tile_spec}
     summary = _call_with_progress(paths, "restore", args, as_json)
     if as_json:
@@ -271,12 +273,27 @@ def _error_line(exc: Exception) -> str:
     return f"{exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}"
 
 
+def _unreadable_problem(path: str) -> str | None:
+    """Why there is no image to read at ``path`` (absolute), or None: said at once (before
+    a daemon is asked, or the image opened). A file not there is "no such file"; a name
+    too long, say, is not."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return f"image {path}: no such file"
+    except OSError as exc:
+        return f"image {path}: {exc.strerror or exc}"
+    return None
+
+
 def _open(path: str, verify: bool = False):
     from ._image import ImageError, open_image
 
+    problem = directory_name_problem(path, writing=False)
     path = os.path.abspath(path)  # (reported as backup and restore report theirs)
-    if not os.path.exists(path):
-        raise ImageError(f"image {path}: no such file")
+    problem = problem or _unreadable_problem(path)
+    if problem:
+        raise ImageError(problem)
     if not verify:
         return open_image(path, verify=False)
     with _Progress(_stderr_is_terminal()) as progress:

@@ -70,8 +70,8 @@ def check_not_own_mount(host, path: str) -> None:
     except OSError:
         return  # (check_destination says what is wrong with it)
     if mount is not None:
-        raise CommandError("backup_failed", f"cannot write {path}: it is on machine {host.name!r}'s own mount "
-                           f"{mount.mountpoint}, whose tiles stop while they are backed up; "
+        raise CommandError("backup_failed", f"cannot write {path}: it is on the mount {mount.mountpoint} "
+                           f"of machine {host.name!r} itself, whose tiles stop while they are backed up; "
                            "choose a path on a host disk")
 
 

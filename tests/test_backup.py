@@ -524,6 +524,22 @@ def test_a_destination_that_cannot_even_be_looked_at_is_refused_by_the_client(ma
     assert sorted(os.listdir(tmp_path)) == ["loop1.img", "loop2.img", "snap.py"]
 
 
+def test_an_image_that_cannot_be_read_is_named_with_the_reason(machine, tmp_path):
+    """Every path a restore or an image command cannot read was "no such file", and a
+    relative one was named as given; a trailing slash had advice for writing a file."""
+    long_name = tmp_path / ("x" * 256)
+    os.symlink("loop2.img", tmp_path / "loop1.img")
+    os.symlink("loop1.img", tmp_path / "loop2.img")
+    for arg, message in ((str(long_name), f"image {long_name}: File name too long"),
+                         (str(tmp_path / "loop1.img"), f"image {tmp_path / 'loop1.img'}: Too many levels of symbolic links"),
+                         ("missing/x.img", f"image {tmp_path / 'missing' / 'x.img'}: no such file"),
+                         ("m.img/", "m.img/: not an image file name (it ends with /, which names a directory)")):
+        for command in (["restore", arg], ["image", "info", arg], ["image", "ls", arg]):
+            done = subprocess.run([IPUOS, *command], capture_output=True, text=True, env=machine.env(),
+                                  cwd=tmp_path, timeout=60)
+            assert (done.returncode, done.stderr) == (1, f"ipuos: {message}\n"), done
+
+
 def test_a_backup_replaces_an_image_or_an_empty_file_and_nothing_else(machine, tmp_path):
     program = tmp_path / "prog.py"
     program.write_text("print('precious')\n")

@@ -258,6 +258,12 @@ def test_extract_says_why_a_destination_cannot_be_made(good, tmp_path):
         result = ipuos("image", "extract", str(good), "2", str(dest))
         assert (result.exit_code, result.output) == (1, f"ipuos: cannot extract to {dest}: {why}\n")
     assert os.listdir(tmp_path) == ["snap.py"]
+    empty = tmp_path / "empty"  # an empty DEST was taken as the current directory
+    empty.mkdir()
+    done = subprocess.run([IPUOS, "image", "extract", str(good), "2", ""], capture_output=True, text=True,
+                          cwd=empty, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "ipuos: an empty destination names no directory; give one, such as .\n")
+    assert os.listdir(empty) == []
 
 
 def test_damaged_images_are_refused(good, tmp_path):

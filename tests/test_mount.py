@@ -362,7 +362,7 @@ def test_a_backup_into_the_machines_own_mount_is_refused_at_once(machine, mountp
             for args in (["backup", target], ["halt", "--backup", target]):
                 done = cli(machine, *args, timeout=20)
                 assert done.returncode == 1, done
-                assert f"is on machine {machine.name!r}'s own mount {mountpoint}" in done.stderr
+                assert f"it is on the mount {mountpoint} of machine {machine.name!r} itself," in done.stderr
                 assert "choose a path on a host disk" in done.stderr
     finally:
         os.unlink(link)
