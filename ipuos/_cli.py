@@ -22,17 +22,19 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import click
 from click.core import ParameterSource
 
-from ._client import Client, DaemonError, MachineNotRunning, SocketMissing
+from ._client import STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
 from ._rundir import (
     DEFAULT_MACHINE,
+    LOCK_HALTING,
     MACHINE_ENV,
     MachineLocked,
     MachinePaths,
@@ -40,6 +42,7 @@ from ._rundir import (
     check_name,
     hint,
     lock_holder,
+    lock_state,
     machine_paths,
     private_dir,
     running_names,
@@ -292,6 +295,15 @@ def boot(ctx, preset, ipus, name, restore) -> None:
     click.echo(f"booted machine {name!r}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
 
 
+#: how long halt waits for the daemon to answer before it turns to SIGTERM
+HALT_ANSWER_SECONDS = 30.0
+#: how long a daemon sent SIGTERM may take to start halting: one that can run Python at
+#: all does within a tick of its accept loop; one held by a call into C never does
+SIGTERM_SECONDS = 5.0
+#: how long a daemon sent SIGKILL may take to let go of its lock (the kernel's part)
+SIGKILL_SECONDS = 10.0
+
+
 @main.command()
 @name_option
 @click.option("--if-saved", is_flag=True,
@@ -302,14 +314,38 @@ def boot(ctx, preset, ipus, name, restore) -> None:
               help="stop its programs, back the machine up to IMG, then halt; if the backup "
                    "fails the machine keeps running (an IMG that cannot be written is found "
                    "before the programs are stopped; one that fails later leaves them stopped)")
-def halt(name, if_saved, backup) -> None:
-    """Stop a machine: interrupt its programs and drop its memory."""
+@click.option("--force", is_flag=True,
+              help=f"send the daemon SIGTERM (a clean halt) without asking, and SIGKILL if it "
+                   f"has not started halting {SIGTERM_SECONDS:g} s later: for a machine that "
+                   "answers nothing, held by a tile inside one long call into C code")
+def halt(name, if_saved, backup, force) -> None:
+    """Stop a machine: interrupt its programs and drop its memory.
+
+    A machine that does not answer is sent SIGTERM; if that does not stop it either, halt
+    says so, naming the daemon's pid, and `halt --force` kills it.
+    """
+    if force and (if_saved or backup is not None):
+        raise click.UsageError("--force cannot be combined with --if-saved or --backup: a daemon "
+                               "that must be killed can neither back up nor say what is unsaved")
     paths = _paths(name)
+    if force:
+        pid = lock_holder(paths.lock)
+        if pid is None:
+            _fail(str(MachineNotRunning(name)), EXIT_NOT_RUNNING)
+        _halt_by_signal(paths, pid, False, "--force", force=True)
+        return
     with _Errors():
         try:
             client = Client(paths)
         except SocketMissing as exc:
             _halt_by_signal(paths, exc.pid, if_saved or backup is not None)
+            return
+        except DaemonError as exc:
+            if exc.code != "connect":
+                raise
+            # its queue stayed full: it takes no connection, as stuck as one that does not answer
+            _halt_unanswering(paths, lock_holder(paths.lock), if_saved or backup is not None,
+                              "accepts no connection")
             return
     # (read now: a daemon of another release may halt as asked and be gone from its lock
     # by the time its reply turns out unreadable, below)
@@ -317,7 +353,8 @@ def halt(name, if_saved, backup) -> None:
     with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup, writing=True)}
         try:
-            reply = _cli_backup.halt_with_backup(client, args) if backup else client.call("halt", args)
+            reply = (_cli_backup.halt_with_backup(client, args) if backup
+                     else client.call("halt", args, wait=HALT_ANSWER_SECONDS))
         except DaemonError as exc:
             if exc.code == BAD_VERSION and not (backup or if_saved):
                 # a daemon of another ipuos release: the way to the one this client speaks
@@ -331,6 +368,10 @@ def halt(name, if_saved, backup) -> None:
                 # and a user must always be able to stop a machine
                 client.close()
                 _halt_by_signal(paths, pid, False, "every client slot or request handler was taken")
+                return
+            if exc.code == "timeout":
+                client.close()
+                _halt_unanswering(paths, pid, not plain, f"did not answer 'halt' within {HALT_ANSWER_SECONDS:g} s")
                 return
             # another halt got there first: the daemon refuses new requests, or drops the
             # connection as it goes. A plain halt has what it asked for once it is gone.
@@ -348,22 +389,58 @@ def halt(name, if_saved, backup) -> None:
         _cli_backup.echo_backup_notes(reply["backup"])
 
 
-def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket") -> None:
-    """Halt a daemon nothing can talk to (its socket is gone, or it speaks another
-    protocol) the way SIGTERM halts it. Not when asked to save first: that needs the
-    daemon's answer."""
+def _halt_unanswering(paths, pid: int | None, saving: bool, what: str) -> None:
+    """Halt a daemon that takes requests but answers none: SIGTERM, unless asked to save
+    first, which only its answer can do."""
+    if pid is None:  # (it has just halted, another halt having got there first)
+        click.echo(f"halted machine {paths.name!r} (another halt was stopping it)")
+        return
+    if saving:
+        _fail(f"machine {paths.name!r} (pid {pid}) {what}, so it cannot back up or say whether it is "
+              f"saved: {STUCK_IN_C}; it answers again once that call returns, or "
+              f"{hint('halt --force', paths.name)} ends it, discarding its files")
+    _halt_by_signal(paths, pid, False, f"it {what}")
+
+
+def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket", force: bool = False) -> None:
+    """Halt a daemon nothing can talk to (its socket is gone, it speaks another protocol,
+    it does not answer) the way SIGTERM halts it. Not when asked to save first: that needs
+    the daemon's answer. A daemon that does not start halting is named, with the way to
+    kill it; ``force`` kills it."""
     if saving:
         _fail(f"machine {paths.name!r} (pid {pid}) has no socket, so it cannot back up or say "
               "whether it is saved; `ipuos halt` without --if-saved or --backup stops it")
     if not pid:
         _fail(f"machine {paths.name!r} has no socket and its lock does not say its pid; see {paths.log}")
+    _send_signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + SIGTERM_SECONDS
+    while lock_holder(paths.lock) is not None and lock_state(paths.lock) != LOCK_HALTING:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    else:  # it is halting, as asked
+        if wait_halted(paths):
+            click.echo(f"halted machine {paths.name!r} ({why}: stopped by signal)")
+            return
+        if not force:
+            _fail(f"machine {paths.name!r} (pid {pid}) was sent SIGTERM and started halting, but "
+                  f"still runs; see {paths.log}; {hint('halt --force', paths.name)} kills it")
+    if not force:
+        _fail(f"machine {paths.name!r} (pid {pid}): {why}, and SIGTERM did not stop it: {STUCK_IN_C}. "
+              f"{hint('halt --force', paths.name)} kills it (as `kill -9 {pid}` does); its programs "
+              "and files are dropped, as any halt drops them")
+    _send_signal(pid, signal.SIGKILL)
+    if not wait_halted(paths, SIGKILL_SECONDS):
+        _fail(f"machine {paths.name!r} (pid {pid}) was sent SIGKILL but still holds its lock "
+              f"{paths.lock}; see {paths.log}")
+    click.echo(f"killed machine {paths.name!r} (pid {pid}) with SIGKILL: SIGTERM did not stop it")
+
+
+def _send_signal(pid: int, signum: int) -> None:
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signum)
     except ProcessLookupError:
         pass  # it has just ended
-    if not wait_halted(paths):
-        _fail(f"machine {paths.name!r} (pid {pid}) was sent SIGTERM but still runs; see {paths.log}")
-    click.echo(f"halted machine {paths.name!r} ({why}: stopped by signal)")
 
 
 # -- programs ---------------------------------------------------------------------------------
@@ -398,7 +475,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     paths, _ = attach_machine(name, preset, ipus, tile_spec)
     args = {"filename": filename, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
-    progress = _RunProgress(not as_json and _stderr_is_terminal(), paths.name)
+    progress = _RunProgress(not as_json and _stderr_is_terminal(), paths)
     with _Errors(), Client(paths) as client, progress:
         try:
             doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
@@ -448,6 +525,8 @@ def _mib(n: int) -> str:
 
 #: seconds a job may take to start before its client says why it waits
 START_PATIENCE_SECONDS = 3.0
+#: how long a waiting client gives the daemon to answer ``hello`` before it calls it stuck
+PROBE_SECONDS = 3.0
 
 
 class _RunProgress:
@@ -455,11 +534,11 @@ class _RunProgress:
     and, anywhere, a note on stderr if the job has not started after a few seconds: the
     machine takes new work only between supersteps, and a silent wait looks like a hang."""
 
-    def __init__(self, enabled: bool, name: str):
+    def __init__(self, enabled: bool, paths: MachinePaths):
         self.enabled = enabled
         self.job = None
         self._shown = False
-        self._patience = threading.Timer(START_PATIENCE_SECONDS, self._not_started, (name,))
+        self._patience = threading.Timer(START_PATIENCE_SECONDS, self._not_started, (paths,))
         self._patience.daemon = True
 
     def __enter__(self) -> "_RunProgress":
@@ -469,12 +548,26 @@ class _RunProgress:
     def __exit__(self, *exc_info) -> None:
         self.clear()
 
-    def _not_started(self, name: str) -> None:
-        self.clear()
-        click.echo(f"ipuos: machine {name!r} has not started the job yet: a tile is computing "
-                   "without reaching an exchange point, and the machine takes new work only "
-                   f"between supersteps ({hint('ps', name)} shows jobs, {hint('kill JOB', name)} "
-                   "stops one)", err=True)
+    def _not_started(self, paths: MachinePaths) -> None:
+        name = paths.name
+        # a tile computing in Python holds the scheduler only, and ps and kill help; one
+        # inside a call into C holds the whole daemon, which then answers nothing
+        try:
+            hello(paths, wait=PROBE_SECONDS)
+            why = ("a tile is computing without reaching an exchange point, and the machine takes "
+                   f"new work only between supersteps ({hint('ps', name)} shows jobs, "
+                   f"{hint('kill JOB', name)} stops one)")
+        except MachineNotRunning:
+            return  # (it has gone: the run call says so)
+        except DaemonError as exc:
+            if exc.code not in ("timeout", "connect"):
+                return
+            why = (f"the daemon (pid {lock_holder(paths.lock)}) does not answer at all: {STUCK_IN_C}; "
+                   f"it answers again once that call returns, or {hint('halt --force', name)} ends "
+                   "the machine (Ctrl-C twice stops waiting)")
+        if self.job is None:  # (not started while we asked)
+            self.clear()
+            click.echo(f"ipuos: machine {name!r} has not started the job yet: {why}", err=True)
 
     def event(self, event: dict) -> None:
         if event.get("event") == "started":

@@ -34,6 +34,11 @@ from ._replies import event_problem, result_problem
 from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state
 
 CONNECT_SECONDS = 5.0
+#: why a daemon answers nothing at all, not even that it is busy: Python raises no
+#: interrupt inside a call into C, and such a call holds the interpreter, so none of the
+#: daemon's threads runs until it returns
+STUCK_IN_C = ("a tile is most likely inside one long call into C code (a regular expression that "
+              "backtracks without end, say), which holds the whole daemon and cannot be interrupted")
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -194,7 +199,8 @@ class Client:
                         raise KeyboardInterrupt
                 if deadline is not None and time.monotonic() > deadline:
                     raise DaemonError("timeout", f"machine {self.paths.name!r} did not answer {cmd!r} "
-                                      f"within {wait:g} s")
+                                      f"within {wait:g} s: {STUCK_IN_C}; it answers again once that "
+                                      f"call returns, or {hint('halt --force', self.paths.name)} ends it")
                 frame = self._poll()
                 if frame is None:
                     continue

@@ -1,0 +1,115 @@
+"""``ipuos halt`` of a daemon that cannot answer: a tile inside one long call into C code
+holds the interpreter, so none of the daemon's threads runs (nor its SIGTERM handler).
+Halt must say so, naming the pid and the way out, and ``--force`` must end it."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+from daemon_harness import IPUOS, machine, runtime_dir  # noqa: F401  (fixtures)
+
+import ipuos._cli
+from ipuos._cli import main
+from ipuos._client import DaemonError
+from ipuos._rundir import lock_holder
+from ipuos._spawn import hello
+
+#: backtracks for as long as the universe lasts, inside one call of the re module
+STUCK_IN_C = "import re\nre.match(r'(a+)+$', 'a' * 40 + 'b')\n"
+
+
+def invoke(booted, *args):
+    return CliRunner(env={"IPUOS_MACHINE": booted.name}).invoke(main, list(args))
+
+
+@pytest.fixture
+def held_machine(machine, tmp_path):
+    """``machine`` held by ``ipuos run`` of a program stuck in C; yields the machine and
+    the waiting run client. Kills the daemon if the test has not."""
+    program = tmp_path / "regex.py"
+    program.write_text(STUCK_IN_C)
+    client = subprocess.Popen([IPUOS, "run", str(program), "--tiles", "1"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield machine, client
+    finally:
+        if lock_holder(machine.paths.lock) is not None:
+            os.kill(machine.pid, signal.SIGKILL)
+        client.kill()
+        client.communicate(timeout=30)
+
+
+def test_a_run_waiting_on_a_daemon_held_by_a_call_into_c_says_how_to_end_it(held_machine):
+    """Its job holds the daemon (ps and kill time out), so the client must not point at
+    them as it does when a tile computes in Python: it names the pid and halt --force."""
+    booted, client = held_machine
+    ready, _, _ = select.select([client.stderr], [], [], 30)
+    assert ready, "the waiting client said nothing"
+    line = client.stderr.readline()
+    assert line.startswith(f"ipuos: machine {booted.name!r} has not started the job yet: the daemon "
+                           f"(pid {booted.pid}) does not answer at all: a tile is most likely inside one "
+                           "long call into C code"), line
+    assert f"`ipuos halt --force --name {booted.name}` ends the machine (Ctrl-C twice stops waiting)" in line
+    assert "ipuos ps" not in line and "ipuos kill" not in line
+
+
+def test_halt_of_a_daemon_held_by_a_call_into_c_names_its_pid_and_force_kills_it(held_machine, monkeypatch):
+    booted, client = held_machine
+    select.select([client.stderr], [], [], 30)  # (once the client says the daemon is held)
+    with pytest.raises(DaemonError) as timed_out:  # what every command says, ps as well as hello
+        hello(booted.paths, wait=1.0)
+    assert timed_out.value.message == (
+        f"machine {booted.name!r} did not answer 'hello' within 1 s: a tile is most likely inside one "
+        "long call into C code (a regular expression that backtracks without end, say), which holds the "
+        "whole daemon and cannot be interrupted; it answers again once that call returns, or "
+        f"`ipuos halt --force --name {booted.name}` ends it")
+
+    monkeypatch.setattr(ipuos._cli, "HALT_ANSWER_SECONDS", 2.0)
+    monkeypatch.setattr(ipuos._cli, "SIGTERM_SECONDS", 1.0)
+    result = invoke(booted, "halt")
+    assert result.exit_code == 1, result.output
+    assert result.output == (
+        f"ipuos: machine {booted.name!r} (pid {booted.pid}): it did not answer 'halt' within 2 s, and "
+        "SIGTERM did not stop it: a tile is most likely inside one long call into C code (a regular "
+        "expression that backtracks without end, say), which holds the whole daemon and cannot be "
+        f"interrupted. `ipuos halt --force --name {booted.name}` kills it (as `kill -9 {booted.pid}` "
+        "does); its programs and files are dropped, as any halt drops them\n")
+    assert lock_holder(booted.paths.lock) == booted.pid  # (SIGTERM cannot end it)
+
+    refused = invoke(booted, "halt", "--if-saved")
+    assert refused.exit_code == 1
+    assert refused.output.startswith(f"ipuos: machine {booted.name!r} (pid {booted.pid}) did not answer "
+                                     "'halt' within 2 s, so it cannot back up or say whether it is saved")
+
+    result = invoke(booted, "halt", "--force")
+    assert result.exit_code == 0, result.output
+    assert result.output == (f"killed machine {booted.name!r} (pid {booted.pid}) with SIGKILL: SIGTERM "
+                             "did not stop it\n")
+    assert lock_holder(booted.paths.lock) is None
+    _, err = client.communicate(timeout=30)
+    assert client.returncode == 1 and f"machine {booted.name!r} closed the connection" in err
+
+
+def test_halt_force_of_a_machine_that_answers_halts_it_cleanly(machine):
+    result = invoke(machine, "halt", "--force")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"halted machine {machine.name!r} (--force: stopped by signal)\n"
+    assert lock_holder(machine.paths.lock) is None
+    assert "SIGTERM: halting" in machine.paths.log.read_text()  # (the daemon's own clean halt)
+    again = invoke(machine, "halt", "--force")
+    assert again.exit_code == 3
+    assert again.output.startswith(f"ipuos: no machine named {machine.name!r} is running")
+
+
+@pytest.mark.parametrize("option", [["--if-saved"], ["--backup", "m.img"]])
+def test_halt_force_refuses_to_promise_a_save(machine, option):
+    result = invoke(machine, "halt", "--force", *option)
+    assert result.exit_code == 2
+    assert ("--force cannot be combined with --if-saved or --backup: a daemon that must be killed can "
+            "neither back up nor say what is unsaved") in result.output
+    assert lock_holder(machine.paths.lock) == machine.pid
