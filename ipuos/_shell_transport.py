@@ -109,8 +109,11 @@ class DaemonTransport:
         while True:
             try:
                 Client(self.paths).close()
-            except MachineNotRunning:
-                why = f"machine {self.paths.name!r} has halted"
+            except MachineNotRunning as exc:
+                # (a halt removes the socket; a daemon that died leaves it, nobody listening)
+                why = (f"machine {self.paths.name!r} stopped without halting: its daemon crashed or was "
+                       f"killed (its log is {self.paths.log})" if exc.stale
+                       else f"machine {self.paths.name!r} has halted")
             except DaemonError:
                 why = f"machine {self.paths.name!r} does not answer"
             else:
