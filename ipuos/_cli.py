@@ -50,6 +50,7 @@ from ._rundir import (
 from ._runjson import run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
+from ._terminate import Terminated, die_of
 from ._tilespec import TileSpecError, parse_tiles
 from ._views import format_ps, format_status, ps_json
 
@@ -213,6 +214,8 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             interrupted()
+        except Terminated as exc:  # (a command that took the terminal over has put it back)
+            die_of(exc.signum)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -35,6 +35,8 @@ from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
+from ipuos._terminate import Terminated, on_termination
+
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
 from ._parse import ShellSyntaxError, parse_line
@@ -141,33 +143,55 @@ class Terminal:
             return sessions[kind]
 
         lost: list[str] = []
+        #: termination signals that came while a prompt had the terminal in raw mode
+        ending: list[int] = []
+        prompting = [False]
+
+        def session_lost(why: str) -> None:  # (from the thread holding the session)
+            lost.append(why)
+            _end_prompt(active[0] if active else None)
+
+        def terminated(signum: int) -> None:
+            if not prompting[0]:
+                raise Terminated(signum)  # a command runs: the terminal is as the user had it
+            # the prompt must put the terminal back (raw mode, bracketed paste) as it ends
+            ending.append(signum)
+            _end_prompt(active[0] if active else None)
+
         when_lost = getattr(self.transport, "when_lost", None)
         if when_lost is not None:  # (a transport that cannot lose its session has none)
-            when_lost(lambda why: _end_prompt(active[0] if active else None, lost, why))
-        while not self._done:
-            if lost:
-                self._write_err(f"\nipuos: {lost[0]}\n")
-                self.status = 1
-                break
-            session = session_for(SHELL if self.mode == SHELL else _PYTHON_LINES)
-            active[:] = [session]
-            try:
-                line = session.prompt(self.prompt if not self.block else "... ",
-                                      pre_run=lambda: lost and _end_prompt(session, lost, None))
-            except _SessionLost:
-                continue  # (said at the top of the loop)
-            except KeyboardInterrupt:
-                self.block = []
-                continue
-            except EOFError:
-                if self.mode == SHELL:
+            when_lost(session_lost)
+        with on_termination(terminated):
+            while not self._done:
+                if lost:
+                    self._write_err(f"\nipuos: {lost[0]}\n")
+                    self.status = 1
                     break
-                if self.block:  # Ctrl-D at "...": the block ends there and runs (as Python's)
-                    self._run_block()
+                session = session_for(SHELL if self.mode == SHELL else _PYTHON_LINES)
+                active[:] = [session]
+                try:
+                    prompting[0] = True
+                    try:
+                        line = session.prompt(self.prompt if not self.block else "... ",
+                                              pre_run=lambda: (lost or ending) and _end_prompt(session))
+                    finally:
+                        prompting[0] = False
+                        if ending:  # (whatever the prompt ended with: the terminal is back)
+                            raise Terminated(ending[0])
+                except _PromptEnded:
+                    continue  # (the session is lost: said at the top of the loop)
+                except KeyboardInterrupt:
+                    self.block = []
                     continue
-                self._execute("", eof=True)
-                continue
-            self.feed(line)
+                except EOFError:
+                    if self.mode == SHELL:
+                        break
+                    if self.block:  # Ctrl-D at "...": the block ends there and runs (as Python's)
+                        self._run_block()
+                        continue
+                    self._execute("", eof=True)
+                    continue
+                self.feed(line)
         return self.status
 
     def _load_history(self, kind: str = SHELL):
@@ -451,15 +475,14 @@ class Terminal:
         self._execute(command.text, payload=payload)
 
 
-class _SessionLost(Exception):
-    """Ends the prompt when the session has gone (the machine halted)."""
+class _PromptEnded(Exception):
+    """Ends the prompt from outside it: the session has gone (the machine halted), or a
+    termination signal came."""
 
 
-def _end_prompt(session: PromptSession | None, lost: list[str], why: str | None) -> None:
-    """Record ``why`` the session ended and end the prompt showing now, if any (from any
-    thread; a prompt that starts later ends at once through its ``pre_run``)."""
-    if why is not None:
-        lost.append(why)
+def _end_prompt(session: PromptSession | None) -> None:
+    """End the prompt showing now, if any, putting the terminal back (from any thread, or
+    a signal handler; a prompt that starts later ends at once through its ``pre_run``)."""
     if session is None:
         return
     app = session.app
@@ -469,7 +492,7 @@ def _end_prompt(session: PromptSession | None, lost: list[str], why: str | None)
 
     def end() -> None:
         if app.is_running and not app.future.done():
-            app.exit(exception=_SessionLost())
+            app.exit(exception=_PromptEnded())
 
     loop.call_soon_threadsafe(end)
 

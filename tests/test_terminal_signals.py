@@ -60,6 +60,30 @@ def only_after(written: str, on: str, off: str) -> bool:
 # -- the shell -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("where, signum", [("the prompt", signal.SIGTERM), ("the prompt", signal.SIGHUP),
+                                           ("python mode", signal.SIGTERM), ("a command", signal.SIGTERM)])
+def test_a_shell_ended_by_a_signal_puts_the_terminal_back_first(machine, tmp_path, where, signum):
+    term = Terminal(machine, tmp_path)
+    written = recorded(term.child)
+    try:
+        term.prompt()
+        if where == "python mode":
+            term.child.sendline("python")
+            term.expect_prompt(">>>")
+        if where == "a command":
+            term.run("echo 'while True: pass' > /spin.py")
+            term.child.sendline("run /spin.py --tiles 1")
+            wait_for(lambda: "spin.py" in run_cli("ps", env=machine.env()).stdout, timeout=30,
+                     what="the program to run")
+        else:
+            assert tty_modes(term.child) == RAW  # (the prompt edits the line itself)
+        term.child.kill(signum)
+        died_of(term.child, signum)
+        assert only_after(written.getvalue(), PASTE_ON, PASTE_OFF)
+    finally:
+        term.close()
+
+
 def test_a_shell_whose_daemon_was_killed_says_it_did_not_halt(machine, tmp_path):
     term = Terminal(machine, tmp_path)
     try:
