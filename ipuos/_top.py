@@ -14,6 +14,7 @@ import contextlib
 import math
 import os
 import select
+import signal
 import sys
 import termios
 import time
@@ -24,6 +25,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from ._terminate import TERMINATING_SIGNALS, Terminated, on_termination
 from ._views import human_bytes, human_duration, simulated_time, state_counts
 
 STATE_VIEW = "state"
@@ -204,13 +206,14 @@ def run_live(console: Console, fetch: Callable[[], tuple[dict, dict]], view: str
 
     ``fetch`` returns (status, ps) or raises; a machine that does not answer in time
     (a tile computing without an exchange point holds the scheduler) shows a message
-    and the last map instead of freezing the screen.
+    and the last map instead of freezing the screen. SIGTERM and SIGHUP raise
+    Terminated once the terminal is put back.
     """
     from ._client import DaemonError  # the one error worth showing and retrying
 
     last: tuple[dict, dict] | None = None
     message = None
-    with _key_reader() as read_key, Live(console=console, screen=True, auto_refresh=False) as live:
+    with _Screen(console) as screen:
         while True:
             try:
                 last = fetch()
@@ -221,31 +224,114 @@ def run_live(console: Console, fetch: Callable[[], tuple[dict, dict]], view: str
                 message = exc.message
             if last is not None:
                 rows = max(1, console.height - CHROME_LINES)
-                live.update(render_frame(*last, view, console.width, rows, message, keys_help=True,
-                                         glyphs=sram_glyphs(console.encoding)), refresh=True)
-            key = read_key(interval)
+                screen.show(render_frame(*last, view, console.width, rows, message, keys_help=True,
+                                         glyphs=sram_glyphs(console.encoding)))
+            key = screen.read_key(interval)
             if key in ("q", "Q"):
                 return
             if key in ("s", "S"):
                 view = SRAM_VIEW if view == STATE_VIEW else STATE_VIEW
 
 
-@contextlib.contextmanager
-def _key_reader():
-    """``read(timeout)`` -> a key pressed within ``timeout`` s, or None (cbreak mode on a tty)."""
-    stdin = sys.stdin
-    if not stdin.isatty():
-        yield lambda timeout: time.sleep(timeout)
-        return
-    fd = stdin.fileno()
-    saved = termios.tcgetattr(fd)
-    tty.setcbreak(fd)  # keys arrive unbuffered; Ctrl-C still raises KeyboardInterrupt
+class _Screen:
+    """top's hold on the terminal: the alternate screen with the cursor hidden (rich's
+    Live) and, when keys come from a terminal, cbreak mode (each key arrives as pressed;
+    Ctrl-C and Ctrl-Z still send their signals). Kept right across job control, as
+    curses keeps it: Ctrl-Z gives the terminal back before top stops, and ``fg`` takes
+    it again and redraws. SIGTERM and SIGHUP give it back, then raise Terminated.
 
-    def read(timeout: float):
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return os.read(fd, 1).decode("ascii", "replace") if ready else None
+    A signal handler runs between any two bytecodes of the main thread: one that comes
+    while a frame is being written waits until the frame is done, so the terminal never
+    gets half a frame written over its own modes or after them.
+    """
 
-    try:
-        yield read
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    def __init__(self, console: Console):
+        self.live = Live(console=console, screen=True, auto_refresh=False)
+        self.fd = sys.stdin.fileno() if sys.stdin.isatty() else None
+        #: the terminal's modes as top found them, to put back
+        self._saved = termios.tcgetattr(self.fd) if self.fd is not None else None
+        self._busy = False
+        self._pending: list[int] = []
+        self._signals = contextlib.ExitStack()
+
+    def __enter__(self) -> "_Screen":
+        self._signals.enter_context(on_termination(self._signal))
+        for signum in (signal.SIGTSTP, signal.SIGCONT):
+            self._signals.callback(signal.signal, signum, signal.signal(signum, self._signal))
+        try:
+            self._take()
+        except BaseException:
+            self._signals.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._busy = True  # (from here a signal only waits: the handlers are going)
+        try:
+            self._give_back()
+        finally:
+            self._signals.close()
+        ending = [signum for signum in self._pending if signum in TERMINATING_SIGNALS]
+        if ending and exc_info[0] is None:
+            raise Terminated(ending[0])
+
+    def show(self, frame) -> None:
+        self._busy = True
+        try:
+            self.live.update(frame, refresh=True)
+        finally:
+            self._busy = False
+        self._handle_pending()
+
+    def read_key(self, timeout: float) -> str | None:
+        """A key pressed within ``timeout`` s, or None."""
+        if self.fd is None:
+            time.sleep(timeout)
+            return None
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return os.read(self.fd, 1).decode("ascii", "replace") if ready else None
+
+    def _signal(self, signum: int, _frame=None) -> None:
+        self._pending.append(signum)
+        if not self._busy:
+            self._handle_pending()
+
+    def _handle_pending(self) -> None:
+        while self._pending:
+            signum = self._pending.pop(0)
+            if signum in TERMINATING_SIGNALS:
+                raise Terminated(signum)  # (__exit__ gives the terminal back)
+            self._busy = True
+            try:
+                if signum == signal.SIGTSTP:
+                    self._stop()
+                else:  # SIGCONT, after a stop top did not make (SIGSTOP): the shell may have reset the modes
+                    self._retake()
+            finally:
+                self._busy = False
+
+    def _stop(self) -> None:
+        """Ctrl-Z: give the terminal back, stop as Ctrl-Z would have, and take it again."""
+        self._give_back()
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGTSTP)  # (returns once continued)
+        finally:
+            signal.signal(signal.SIGTSTP, self._signal)
+        self._take()
+
+    def _take(self) -> None:
+        if self.fd is not None:
+            tty.setcbreak(self.fd)
+        self.live.start(refresh=True)
+
+    def _retake(self) -> None:
+        if self.fd is not None:
+            tty.setcbreak(self.fd)
+        self.live.console.show_cursor(False)
+        self.live.refresh()
+
+    def _give_back(self) -> None:
+        self.live.stop()  # (the main screen again, and the cursor)
+        if self._saved is not None:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)

@@ -97,3 +97,83 @@ def test_a_shell_whose_daemon_was_killed_says_it_did_not_halt(machine, tmp_path)
                 f"daemon crashed or was killed (its log is {machine.paths.log})") in out, out
     finally:
         term.close()
+
+
+# -- top -----------------------------------------------------------------------------------
+
+
+def top_on_a_pty(booted) -> pexpect.spawn:
+    return pexpect.spawn(IPUOS, ["top", "--interval", "0.2"], env=booted.env(TERM="xterm"),
+                         encoding="utf-8", timeout=30, dimensions=(40, 120))
+
+
+def gave_the_screen_back(written: str) -> bool:
+    """The main screen is back, and the cursor shown."""
+    return only_after(written, ALT_SCREEN_ON, ALT_SCREEN_OFF) and only_after(written, CURSOR_HIDDEN, CURSOR_SHOWN)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_top_ended_by_a_signal_puts_the_terminal_back_first(shared_machine, signum):
+    top = top_on_a_pty(shared_machine)
+    written = recorded(top)
+    try:
+        top.expect("ipuos top")
+        assert tty_modes(top) == RAW  # (keys arrive as pressed)
+        top.kill(signum)
+        died_of(top, signum)
+        assert gave_the_screen_back(written.getvalue())
+    finally:
+        top.terminate(force=True)
+
+
+def test_top_stopped_by_ctrl_z_gives_the_terminal_back_and_takes_it_again_on_fg(shared_machine, tmp_path):
+    """Under a job-control shell, as a user runs it (a stop signal to a process group
+    with no such parent is discarded)."""
+    env = shared_machine.env(HOME=str(tmp_path), TERM="xterm", PS1="host$ ")
+    bash = pexpect.spawn("bash", ["--norc", "--noprofile", "-i"], env=env, encoding="utf-8", timeout=30,
+                         dimensions=(40, 120))
+    written = recorded(bash)
+    try:
+        bash.expect_exact("host$ ")
+        bash.sendline(f"{IPUOS} top --interval 0.2")
+        bash.expect("view: state")
+        bash.sendcontrol("z")
+        bash.expect("Stopped")
+        assert gave_the_screen_back(written.getvalue())  # before bash said so
+        bash.expect_exact("host$ ")
+        bash.sendline("fg")
+        bash.expect_exact(ALT_SCREEN_ON)
+        bash.expect("view: state")  # redrawn
+        assert tty_modes(bash) == RAW
+        bash.send("s")  # (no Enter: a key works as pressed)
+        bash.expect("view: sram", timeout=10)
+        bash.send("q")
+        bash.expect_exact("host$ ")
+        assert gave_the_screen_back(written.getvalue())
+        bash.sendline("echo status $?")
+        bash.expect("status 0")
+    finally:
+        bash.terminate(force=True)
+
+
+def test_top_continued_after_sigstop_takes_the_terminal_again(shared_machine):
+    """While it was stopped, its shell may have put the terminal back in its own modes
+    (here: line editing and echo, as a shell without job control leaves them)."""
+    top = top_on_a_pty(shared_machine)
+    try:
+        top.expect("view: state")
+        top.kill(signal.SIGSTOP)
+        attributes = termios.tcgetattr(top.child_fd)
+        attributes[3] |= termios.ECHO | termios.ICANON
+        termios.tcsetattr(top.child_fd, termios.TCSANOW, attributes)
+        time.sleep(0.5)
+        top.kill(signal.SIGCONT)
+        wait_for(lambda: tty_modes(top) == RAW, timeout=10, what="top to take the terminal again")
+        top.send("s")
+        top.expect("view: sram", timeout=10)
+        top.send("q")
+        top.expect(pexpect.EOF)
+        top.close()
+        assert top.exitstatus == 0
+    finally:
+        top.terminate(force=True)
