@@ -27,7 +27,7 @@ import time
 import click
 from click.core import ParameterSource
 
-from ._client import STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing
+from ._client import STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing, stuck_daemon
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
@@ -374,7 +374,8 @@ def halt(name, if_saved, backup, force) -> None:
                 return
             if exc.code == "timeout":
                 client.close()
-                _halt_unanswering(paths, pid, not plain, f"did not answer 'halt' within {HALT_ANSWER_SECONDS:g} s")
+                _halt_unanswering(paths, pid, not plain,
+                                  f"did not answer 'halt' within {HALT_ANSWER_SECONDS:g} s")
                 return
             # another halt got there first: the daemon refuses new requests, or drops the
             # connection as it goes. A plain halt has what it asked for once it is gone.
@@ -400,8 +401,7 @@ def _halt_unanswering(paths, pid: int | None, saving: bool, what: str) -> None:
         return
     if saving:
         _fail(f"machine {paths.name!r} (pid {pid}) {what}, so it cannot back up or say whether it is "
-              f"saved: {STUCK_IN_C}; it answers again once that call returns, or "
-              f"{hint('halt --force', paths.name)} ends it, discarding its files")
+              f"saved: {stuck_daemon(paths.name)}, discarding its files")
     _halt_by_signal(paths, pid, False, f"it {what}")
 
 
@@ -414,7 +414,8 @@ def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket"
         _fail(f"machine {paths.name!r} (pid {pid}) has no socket, so it cannot back up or say "
               "whether it is saved; `ipuos halt` without --if-saved or --backup stops it")
     if not pid:
-        _fail(f"machine {paths.name!r} has no socket and its lock does not say its pid; see {paths.log}")
+        _fail(f"machine {paths.name!r}: its lock does not say its daemon's pid, so it cannot be sent a "
+              f"signal; see {paths.log}")
     _send_signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + SIGTERM_SECONDS
     while lock_holder(paths.lock) is not None and lock_state(paths.lock) != LOCK_HALTING:
@@ -565,9 +566,8 @@ class _RunProgress:
         except DaemonError as exc:
             if exc.code not in ("timeout", "connect"):
                 return
-            why = (f"the daemon (pid {lock_holder(paths.lock)}) does not answer at all: {STUCK_IN_C}; "
-                   f"it answers again once that call returns, or {hint('halt --force', name)} ends "
-                   "the machine (Ctrl-C twice stops waiting)")
+            why = (f"the daemon (pid {lock_holder(paths.lock)}) does not answer at all: "
+                   f"{stuck_daemon(name)} (Ctrl-C twice stops waiting)")
         if self.job is None:  # (not started while we asked)
             self.clear()
             click.echo(f"ipuos: machine {name!r} has not started the job yet: {why}", err=True)

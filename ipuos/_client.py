@@ -39,6 +39,11 @@ CONNECT_SECONDS = 5.0
 #: daemon's threads runs until it returns
 STUCK_IN_C = ("a tile is most likely inside one long call into C code (a regular expression that "
               "backtracks without end, say), which holds the whole daemon and cannot be interrupted")
+
+
+def stuck_daemon(name: str) -> str:
+    """Why machine ``name`` answers nothing at all, and the ways out of it."""
+    return f"{STUCK_IN_C}; it answers again once that call returns, or {hint('halt --force', name)} ends it"
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -199,8 +204,7 @@ class Client:
                         raise KeyboardInterrupt
                 if deadline is not None and time.monotonic() > deadline:
                     raise DaemonError("timeout", f"machine {self.paths.name!r} did not answer {cmd!r} "
-                                      f"within {wait:g} s: {STUCK_IN_C}; it answers again once that "
-                                      f"call returns, or {hint('halt --force', self.paths.name)} ends it")
+                                      f"within {wait:g} s: {stuck_daemon(self.paths.name)}")
                 frame = self._poll()
                 if frame is None:
                     continue

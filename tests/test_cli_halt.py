@@ -54,7 +54,7 @@ def test_a_run_waiting_on_a_daemon_held_by_a_call_into_c_says_how_to_end_it(held
     assert line.startswith(f"ipuos: machine {booted.name!r} has not started the job yet: the daemon "
                            f"(pid {booted.pid}) does not answer at all: a tile is most likely inside one "
                            "long call into C code"), line
-    assert f"`ipuos halt --force --name {booted.name}` ends the machine (Ctrl-C twice stops waiting)" in line
+    assert f"`ipuos halt --force --name {booted.name}` ends it (Ctrl-C twice stops waiting)" in line
     assert "ipuos ps" not in line and "ipuos kill" not in line
 
 
