@@ -211,15 +211,10 @@ def _busy_job(scheduler: Scheduler, tile_ids: list[int]) -> Job | None:
 
 
 def _abandoned(scheduler: Scheduler, tile_ids: list[int], state: ReplState) -> None:
-    """A :class:`Repl` was garbage-collected without ``close()`` (any thread): free its
-    SRAM and its current directories, which would otherwise keep their mounts busy for
-    as long as the machine runs. Its tiles are not asked to end it, which would make them
-    busy with a job nobody started (:meth:`Repl.close` does that): its names are let go
-    of on the scheduler thread, where a ``__del__`` has no tile."""
-    if not state.holding:
-        return
-    warnings.warn(f"a repl session on {plural(len(tile_ids), 'tile')} was dropped without close(); "
-                  "its names were let go of off their tiles", ResourceWarning, stacklevel=1)
+    """A :class:`Repl` was garbage-collected without ``close()`` (any thread): its SRAM
+    and its current directories, which keep their mounts busy, are given back once its
+    tiles are free (a block it launched may not even have started: it is looked at then,
+    on the scheduler thread)."""
     try:
         scheduler.call(_release_when_free, scheduler, tile_ids, state)
     except RuntimeError:
@@ -231,8 +226,17 @@ def _release_when_free(scheduler: Scheduler, tile_ids: list[int], state: ReplSta
     if busy is not None:  # (a block of the session may still run: after it, then)
         busy.future.add_done_callback(
             lambda _: scheduler.running and _release_when_free(scheduler, tile_ids, state))
-    else:
-        state.clear()
+        return
+    if not state.holding:
+        return
+    warnings.warn(f"a repl session on {plural(len(tile_ids), 'tile')} was dropped without close(); "
+                  "its SRAM was freed, and its names let go of off their tiles", ResourceWarning)
+    # Its tiles are not asked to end it, which would make them busy with a job nobody
+    # started (close() does that). Nor are its names dropped here, where a __del__ would
+    # hold the scheduler thread, and every tile, for as long as it runs: a thread of
+    # their own lets go of them, as the thread that dropped the Repl would have.
+    names = state.clear()
+    threading.Thread(target=names.clear, name="ipuos-repl-let-go", daemon=True).start()
 
 
 def _check_output_limit(limit) -> None:

@@ -1322,9 +1322,11 @@ class ReplState:
         if memory is not None:
             memory.free(self.region_name)
 
-    def clear(self) -> None:
+    def clear(self) -> list:
         """Forget every tile's namespace and free its data (on the scheduler thread):
-        only for when the tiles cannot end the session themselves (see ReplEnd)."""
+        only for when the tiles cannot end the session themselves (see ReplEnd).
+        Returns the tiles' (namespace, context, first_own) entries, for the caller to
+        choose where they are let go of."""
         tiles, self.tiles = self.tiles, {}
         for _namespace, ctx, _first_own in tiles.values():
             closed = ctx.extras.get("__closed__")  # (the layers above let go of it too)
@@ -1332,6 +1334,7 @@ class ReplState:
                 closed()
         for rank in list(self._regions):
             self.release(rank)
+        return list(tiles.values())
 
 
 _REPL_IDS = itertools.count(1)

@@ -251,8 +251,22 @@ def test_a_session_dropped_without_close_gives_back_its_sram_and_its_cwd(machine
     with pytest.warns(ResourceWarning, match="dropped without close"):
         del repl
         gc.collect()
-    assert region not in regions(machine, 6)  # (the release was queued before this ask)
+        assert region not in regions(machine, 6)  # (the release was queued before this ask)
     on_tile(machine, 6, umount)
+
+
+def test_a_session_dropped_before_its_block_ran_still_gives_back_its_sram(machine):
+    """The block reserves the tile's data only as it starts there: the release waits for
+    it rather than judging from what the session held as it was dropped."""
+    blocker = machine.launch("for _ in range(4):\n    sum(range(2_000_000))\n    sync()\n", tiles="0")
+    repl = machine.repl("3", data="kept in SRAM\n")
+    handle = repl.launch("x = 1")  # (runs after tile 0's compute in the same superstep)
+    region = repl.state.region_name
+    with pytest.warns(ResourceWarning, match="dropped without close"):
+        del repl
+        gc.collect()
+        assert handle.wait(30).ok and blocker.wait(30).ok
+        assert region not in regions(machine, 3)
 
 
 def test_a_closed_session_dropped_warns_only_if_a_later_block_ran(machine):
@@ -263,6 +277,7 @@ def test_a_closed_session_dropped_warns_only_if_a_later_block_ran(machine):
         warnings.simplefilter("always")
         del repl
         gc.collect()
+        regions(machine, 7)  # (after anything the drop queued)
     assert [w for w in caught if issubclass(w.category, ResourceWarning)] == []
     repl = machine.repl("7", data="x\n")
     repl.close()
@@ -271,7 +286,7 @@ def test_a_closed_session_dropped_warns_only_if_a_later_block_ran(machine):
     with pytest.warns(ResourceWarning, match="a repl session on 1 tile was dropped"):
         del repl
         gc.collect()
-    assert region not in regions(machine, 7)
+        assert region not in regions(machine, 7)
 
 
 def regions(machine, tile: int) -> list[str]:
