@@ -939,6 +939,7 @@ class TileProgram:
         memory = tile.memory
         region_names = []
         namespace, first_own = None, 0
+        failing = False
         outer_context = ctx.enter(tile)
         _route_unraisable()
         try:
@@ -975,8 +976,10 @@ class TileProgram:
         except _machine_ending(api):
             ctx.cleanups.clear()  # the machine is going away: touch nothing more
             namespace = None  # (nor run any more of the program)
+            failing = True
             raise
         except BaseException as exc:
+            failing = True
             if report_runs_program_code(exc):
                 self.reports[rank] = user_traceback(exc)
                 # (for the others' abort: its __str__ may use the globals torn down below)
@@ -986,7 +989,7 @@ class TileProgram:
             raise
         finally:
             try:
-                _end_on_tile(ctx, namespace, first_own)
+                _end_on_tile(ctx, namespace, first_own, failing)
             except BaseException as exc:  # stopped as it ended: the program's failure
                 self.errors[rank] = exc
                 raise
@@ -1058,6 +1061,10 @@ class _ProgramGlobals(ProgramGlobals):
         ctx = self.ctx
         top = module.partition(".")[0]
         try:
+            if "__" in name.partition(".")[2]:
+                # (``dumps.__globals__``: a host function's attributes lead to the host's
+                # modules and builtins, whatever module copy it was reached through)
+                _check_attribute_path(name)
             if module == "builtins":
                 return self._builtin(name) if name in _NAMESPACE_BUILTINS else _lookup(ctx.builtins, name)
             if top in HOST_MODULES:
@@ -1111,6 +1118,14 @@ class _HostGlobal(Exception):
     """A pickle names one of the host's globals (see _ProgramGlobals.find_class)."""
 
 
+def _check_attribute_path(qualname: str) -> None:
+    """Refuse a dotted name that goes through a dunder attribute after its first part:
+    pickle names nested classes and methods that way, never those."""
+    for part in qualname.split(".")[1:]:
+        if part.startswith("__") and part.endswith("__"):
+            raise _HostGlobal
+
+
 def _lookup(scope: dict | types.ModuleType, qualname: str):
     """``qualname`` (dotted: a nested class, a method) in ``scope``, a namespace or a
     module (whose ``__getattr__`` counts: a module copy's names on demand)."""
@@ -1146,7 +1161,7 @@ def _runtime_error(name: str) -> type:
     return error
 
 
-def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> None:
+def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int, failing: bool = False) -> None:
     """What ends a program, or a repl session, on its tile (its greenlet, its context):
     its globals torn down (None: nothing of it is to run any more), then its cleanups
     (the files it left open closed), whatever the teardown raises.
@@ -1156,7 +1171,8 @@ def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> No
     told on the output, and the rest is still let go of. The job was stopped all the
     same, so the first such stop is raised once all is let go of: the tile's result
     says so (exit status 130, or 1 for a budget), not that the program succeeded. (A
-    program already ending with an exception of its own reports that one instead.)"""
+    program already ending with an exception of its own, ``failing``, reports that one
+    instead.)"""
     ctx.stops_ignored = []
     try:
         if namespace is not None:
@@ -1166,7 +1182,7 @@ def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int) -> No
             _run_cleanups(ctx)
         finally:
             stops, ctx.stops_ignored = ctx.stops_ignored, None
-    if stops and sys.exc_info()[1] is None:
+    if stops and not failing:
         raise stops[0]
 
 

@@ -121,7 +121,8 @@ def test_a_pickle_loaded_on_a_tile_names_the_tiles_builtins_never_the_hosts_modu
 
         print(load(b"cbuiltins\nopen\n.") is open, load(b"cbuiltins\neval\n(S'open'\ntR.") is open)
         for data in (b"cos\nsystem\n(S'true'\ntR.", b"csubprocess\ncall\n.", b"c_io\nopen\n.",
-                     b"\x80\x04\x8c\ncontextlib\x8c\tos.system\x93.", b"c_pickle\nloads\n."):
+                     b"\x80\x04\x8c\ncontextlib\x8c\tos.system\x93.", b"c_pickle\nloads\n.",
+                     b"cjson\ndumps.__globals__\n."):
             print(load(data))
         import operator
         print(load(b"c_operator\nadd\n.") is operator.add, load(pickle.dumps([{1}, b"x", 2j], protocol=2)))
@@ -138,6 +139,8 @@ def test_a_pickle_loaded_on_a_tile_names_the_tiles_builtins_never_the_hosts_modu
         "no attribute 'os' on a tile: on the host it is module 'os', and tiles have no access to the host)\n"
         "UnpicklingError: cannot load _pickle.loads on this tile (LookupError: on a tile, pickle.loads is not "
         "_pickle.loads)\n"
+        "UnpicklingError: cannot load json.dumps.__globals__ on a tile: it is the host's, and tiles have no access "
+        "to the host\n"
         "True [{1}, b'x', 2j]\n"
         "DeadlockError UnpicklingError: cannot load ipuos.scheduler.Scheduler on this tile (LookupError: Scheduler "
         "is not an exception)\n")
