@@ -107,8 +107,9 @@ class Job:
         self._described: dict[int, tuple[BaseException, str]] = {}
         self.first_failure: TileResult | None = None
         #: the superstep in which a tile's exception stopped the job, while the others
-        #: still run to their next exchange point (None: not so stopped, or stopped at
-        #: once, by an interrupt or a compute budget); see Tile.wait
+        #: still run to their next exchange point, unhurried by the watchdog (None: not
+        #: so stopped, or stopped at once, by an interrupt or a compute budget); see
+        #: Tile.wait
         self.failed_in: int | None = None
         self.interrupted: str | None = None
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
@@ -172,13 +173,17 @@ class Job:
     def abort(self, signal: BaseException) -> None:
         """Stop the job: deliver ``signal`` to every live tile at its next exchange point.
 
-        A tile computing without reaching one is interrupted by the watchdog instead.
+        Interrupted or out of compute budget, a tile computing without reaching one is
+        stopped at once by the watchdog. After a tile's own exception (``failed_in``) the
+        others compute on to their next exchange point, however long that takes (their
+        budget or an interrupt still stops them): interrupting them after the watchdog's
+        first tick would make what they keep depend on timing.
         """
         if self.abort_reason is None:
             self.abort_reason = str(signal)
-        # a tile computing towards its next exchange point learns at once that it stops
-        stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
-        self.sched.watchdog.interrupt(self, stop)
+        if self.failed_in is None:
+            stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
+            self.sched.watchdog.interrupt(self, stop)
         self.raise_in_tiles(signal)
 
     def raise_in_tiles(self, error: BaseException) -> None:

@@ -1,7 +1,8 @@
 """After one tile's exception, a tile whose exchange point had already completed runs on
-to its next exchange point, in every superstep as in the first: it keeps its output and
-may fail in its own way. The stop still reaches it there (failure is contained, nothing
-hangs), and an interrupt or a compute budget still stops every tile at once."""
+to its next exchange point, however long it computes, in every superstep as in the
+first: it keeps its output and may fail in its own way. The stop still reaches it there
+(failure is contained, nothing hangs), and an interrupt or a compute budget still stops
+every tile at once."""
 
 from __future__ import annotations
 
@@ -144,3 +145,38 @@ def test_a_compute_budget_still_stops_every_tile_at_once(machine):
     assert ran_on == []
     assert report.results[0].status == ERROR
     assert [r.status for r in report.results[1:]] == [ABORTED] * 3
+
+
+#: compute (about 0.1-0.2 s) far longer than the watchdog's tick (10 ms): a tile running on
+#: must not be interrupted, however long it computes before its next exchange point (no
+#: `import time` to time it: an import may read a file, which is an exchange point)
+LONG_COMPUTE = """
+        x = 0
+        for i in range(2_000_000):
+            x += i
+"""
+
+
+def test_a_tile_running_on_keeps_computing_however_long_it_takes(machine):
+    result = run(machine, """
+        mine = scatter([10, 11, 12, 13] if __tileid == 0 else None)
+        if __tileid == 0:
+            raise ValueError("tile 0 fails")
+    """ + LONG_COMPUTE + """
+        print("tile", __tileid, "got", mine)
+    """, tiles="0-3")
+    assert [tile.status for tile in result.tiles] == ["error", "ok", "ok", "ok"], result.format()
+    assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} got {10 + r}\n" for r in (1, 2, 3)]
+
+
+def test_a_failure_in_the_first_superstep_lets_the_others_compute_to_their_first_exchange(machine):
+    result = run(machine, """
+        if __tileid == 0:
+            raise ValueError("tile 0 fails")
+    """ + LONG_COMPUTE + """
+        print("tile", __tileid, "reached its sync")
+        sync()
+        print("never")
+    """, tiles="0-3")
+    assert [tile.status for tile in result.tiles] == ["error", "aborted", "aborted", "aborted"], result.format()
+    assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} reached its sync\n" for r in (1, 2, 3)]
