@@ -149,11 +149,14 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     def allgather(obj) -> list:
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
-        if type(obj) in MARSHAL_TYPES:
-            payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
-        else:
-            payload = encode(obj, by_name=True, program=tile.program_globals)
-        offsets[rank] = write_out(tile, payload)
+        try:  # (free until it raises: the fast path pays nothing for it)
+            if type(obj) in MARSHAL_TYPES:
+                payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
+            else:
+                payload = encode(obj, by_name=True, program=tile.program_globals)
+            offsets[rank] = write_out(tile, payload)
+        except Exception as exc:  # cannot be sent, or too big: every tile's call raises
+            _arrive_refusing(job, tile, key, label, exc)
         lengths[rank] = len(payload)
         return _arrive(job, tile, key, label)
 

@@ -132,3 +132,25 @@ def test_a_refusal_in_a_collective_the_others_do_not_call_is_a_mismatch(machine)
     assert isinstance(report.results[0].error, TypeError)  # the root's own
     assert not isinstance(report.results[1].error, TypeError)
     assert "collective mismatch" in str(report.results[1].error)
+
+
+@pytest.mark.parametrize("name", ["allgather", "alltoall"])
+@pytest.mark.parametrize("unsendable, error", [
+    ("memoryview(b'x')", "TypeError"),
+    ("'x' * 100_000", "ValueError"),  # marshalled, but too big for the outgoing buffer
+])
+def test_an_allgather_one_tile_cannot_send_raises_on_every_tile_and_the_next_is_in_step(
+        machine, name, unsendable, error):
+    got = outputs(machine, f"""
+        try:
+            {name}({unsendable} if __tileid == 1 else __tileid)
+        except Exception as exc:
+            print(type(exc).__name__ + ":", exc)
+        print({name}(__tileid * 10))
+    """)
+    own = got[1][0]  # tile 1's own error, as raised
+    kind = f"{error}: "
+    assert own.startswith(kind), got
+    assert [lines[1] for lines in got] == ["[0, 10, 20]"] * 3
+    for lines in (got[0], got[2]):
+        assert lines[0] == f"{kind}{name}() failed on tile 1: {own.removeprefix(kind)}", got
