@@ -108,8 +108,8 @@ class Job:
         self.first_failure: TileResult | None = None
         #: the superstep in which a tile's exception stopped the job, while the others
         #: still run to their next exchange point, unhurried by the watchdog (None: not
-        #: so stopped, or stopped at once, by an interrupt or a compute budget); see
-        #: Tile.wait
+        #: so stopped, or stopped at once, by an interrupt or a compute budget, or the
+        #: job was interrupted before); see Tile.wait
         self.failed_in: int | None = None
         self.interrupted: str | None = None
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
@@ -147,7 +147,7 @@ class Job:
         self.finished_changed = True
         if result.status == ERROR and self.first_failure is None:
             self.first_failure = result
-            if not isinstance(result.error, ComputeBudgetExceeded):
+            if self.interrupted is None and not isinstance(result.error, ComputeBudgetExceeded):
                 self.failed_in = self.sched.superstep
             self.abort(
                 JobAborted(

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from ipuos import Machine
-from ipuos.scheduler import ABORTED, ERROR, INTERRUPTED
+from ipuos.scheduler import ABORTED, ERROR, INTERRUPTED, TileInterrupt
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +112,31 @@ def test_an_interrupt_after_a_failure_stops_the_other_tiles_at_once(machine):
     report = run_job(machine, target, [0, 1, 2, 3])
     assert ran_on == []
     assert [r.status for r in report.results] == [ERROR, "ok", ABORTED, ABORTED]
+
+
+def test_a_failure_after_an_interrupt_lets_no_tile_run_on(machine):
+    # both tiles swallow the interrupt, tile 1 in a sync that then completes; tile 0 fails
+    # in the next superstep: the job was interrupted first, so tile 1 stops at that sync
+    # though it is over
+    ran_on = []
+
+    def target(api):
+        try:
+            api.sync()  # (tile 1 takes the interrupt here)
+            if api.tileid == 0:
+                machine.scheduler.interrupt_job(api.job, "stopped by the test")
+                api.sync()  # (tile 0 here, once tile 1 has swallowed it and synced)
+        except TileInterrupt:
+            pass
+        if api.tileid == 0:
+            raise ValueError("boom")
+        api.sync()
+        ran_on.append(api.tileid)
+        return None
+
+    report = run_job(machine, target, [0, 1])
+    assert ran_on == []
+    assert [r.status for r in report.results] == [ERROR, ABORTED]
 
 
 def test_an_interrupt_before_the_superstep_stops_every_tile_at_once(machine):
