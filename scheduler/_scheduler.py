@@ -791,8 +791,12 @@ def _run_job(tile: Tile, job: Job) -> None:
     # a program's exception class may have a __str__ of its own: it runs while the tile
     # still belongs to the job, where an interrupt or the compute budget can stop it
     failure = job.failure_of(result) if result.status == ERROR else ""
-    _release_tile(tile)
-    job.finish_tile(tile, result, failure)
+    try:
+        _release_tile(tile)
+    finally:
+        # an interrupt the watchdog aimed at the program may still land here, after it
+        # ended: the job must count the tile as finished all the same, or it never ends
+        job.finish_tile(tile, result, failure)
 
 
 def _stops_before_start(job: Job, signal: BaseException) -> bool:

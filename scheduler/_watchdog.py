@@ -10,9 +10,13 @@ library frames (the standard library, site-packages): the first other frame deci
 tile program (its globals carry :data:`TILE_GLOBALS_MARKER`) or any other user code is
 safe, like KeyboardInterrupt in ordinary Python; an ``ipuos`` module is not.
 
-Why the check cannot be overtaken by the scheduler thread: the watchdog does it right
+Why the check is not overtaken by the scheduler thread: the watchdog does it right
 after it wakes and takes the GIL, and a thread holding the GIL keeps it until it blocks
 or another thread has waited a full switch interval (5 ms); the check takes microseconds.
+On a loaded machine the OS may still deschedule the watchdog mid-check, so right before
+injecting it checks again that the scheduler thread is in the frame it found safe
+(a window of a few bytecodes remains; ``_run_job`` finishes the job even if an
+interrupt lands there).
 """
 
 from __future__ import annotations
@@ -155,10 +159,15 @@ class Watchdog:
         kind = self._interrupts.get(job)
         if kind is None and job in self._budgets and job.budget and now - self._sample_since > job.budget:
             kind = ComputeBudgetExceeded
-            # the job fails; its other tiles must not each burn a budget of their own
-            self._interrupts[job] = JobAborted
+            with self._lock:
+                if job in self._budgets:  # (not forgotten meanwhile: the entry would stay)
+                    # the job fails; its other tiles must not each burn a budget of their own
+                    self._interrupts[job] = JobAborted
         if kind is not None and _safe_to_interrupt(frame):
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
-            )
-            self._injected, self._injected_at = sample, now
+            ident, exc = ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
+            # the OS may have descheduled this thread since the sample, and the scheduler
+            # thread run on into the kernel (ending the tile's job, say): inject only if it
+            # is still in the frame found safe, checked as late as Python allows
+            if sys._current_frames().get(sched.thread_ident) is frame:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
+                self._injected, self._injected_at = sample, now
