@@ -246,9 +246,11 @@ class ShellServer:
             status = run()
             return status if isinstance(status, int) else 0
         except Usage as exc:
+            status = sh.error(str(exc), 2)
             spec = COMMANDS.get(sh.name)
-            usage = f"\nusage: {spec.usage}" if spec else ""
-            return sh.error(f"{exc}{usage}", 2)
+            if spec:  # (a line of its own: the command's text, not the user's, is never escaped)
+                sh.output.write("err", f"usage: {spec.usage}\n")
+            return status
         except (TileInterrupt, JobAborted) as exc:
             return self._interrupted(sh, exc)
         except OSError as exc:

@@ -108,6 +108,16 @@ def test_prompt_commands_errors_and_ctrl_d(terminal):
     assert term.finish() == 127  # the status of the last command
 
 
+def test_a_usage_error_is_two_lines_on_a_terminal(terminal):
+    """The usage line is a line of its own, as with -c or a pipe (on a terminal, control
+    characters of a message show as ?, and the line break between the two did too)."""
+    term = terminal()
+    term.prompt()
+    assert term.run("ls -x") == "ls: option -x not recognized\nusage: ls [-l] [-a] [PATH...]\n"
+    assert term.run("multirepl --ti") == ("multirepl: option --ti not recognized (did you mean --tiles?)\n"
+                                          "usage: multirepl [--tiles SPEC] [--data HOSTFILE]\n")
+
+
 def test_exit_with_a_status(terminal):
     term = terminal()
     term.prompt()

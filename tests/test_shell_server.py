@@ -166,6 +166,12 @@ def test_listings_on_a_terminal_show_control_characters_as_question_marks(server
                               for text in errors), (command, errors)
 
 
+def test_a_usage_error_on_a_terminal_keeps_its_line_break_and_escapes_what_was_typed(server):
+    session = Session(server)
+    errors = "".join(text for stream, text in session.run("ls '-\x1b[2J'", width=80)["output"] if stream == "err")
+    assert errors == "ls: option -? not recognized\nusage: ls [-l] [-a] [PATH...]\n"
+
+
 def test_ls_columns_line_up_by_the_width_characters_take_on_a_terminal(server):
     # a CJK character takes two columns, a combining accent none
     session = Session(server)
