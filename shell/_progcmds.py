@@ -123,6 +123,20 @@ def _multirepl(sh, args):
     return 0
 
 
+def enters_repl(command) -> bool:
+    """multirepl, and python without -c: they take the lines that follow. (Their options
+    are read as their handlers read them: ``-cCODE`` is ``-c CODE``, and a bad option is
+    a usage error, which enters nothing.)"""
+    if command.name not in ("python", "multirepl"):
+        return False
+    args = [word.text for word in command.words[1:]]
+    try:
+        opts, _ = options(args, "c:") if command.name == "python" else multirepl_options(args)
+    except Usage:
+        return False  # (the command itself reports the mistake)
+    return "-c" not in opts
+
+
 def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:
     """multirepl's options: also read by the terminal, which sends ``--data``'s host file
     with the line, so that both read the same options from it."""

@@ -43,7 +43,7 @@ from ._changecmds import close_after_failure, resolve_target
 from ._complete import complete
 from ._parse import ShellSyntaxError, parse_line
 from ._session import SHELL, Context, Output, Session, SessionFs, ShellInterrupt
-from ._table import COMMANDS, Usage, options
+from ._table import COMMANDS, Usage
 
 __all__ = ["ShellServer", "SESSIONS_KEY"]
 
@@ -186,7 +186,7 @@ class ShellServer:
             output.write("err", f"sh: {exc}\n")
             return 2
         for index, command in enumerate(commands):
-            if _enters_repl(command):
+            if _progcmds.enters_repl(command):
                 if command.redirect is not None:
                     output.write("err", f"{command.name}: a repl's output cannot be redirected\n")
                     return 2
@@ -359,18 +359,6 @@ class ShellServer:
         except OSError as exc:
             exc.filename = path
             raise
-
-
-def _enters_repl(command) -> bool:
-    """multirepl, and python without -c: they take the lines that follow. (python's
-    options are read as its handler reads them: ``-cCODE`` is ``-c CODE``.)"""
-    if command.name != "python":
-        return command.name == "multirepl"
-    try:
-        opts, _ = options([word.text for word in command.words[1:]], "c:")
-    except Usage:
-        return False  # (the command itself reports the mistake)
-    return "-c" not in opts
 
 
 def _expand(fs: SessionFs, words) -> list[str]:

@@ -40,7 +40,7 @@ from ipuos._terminate import Terminated, on_termination
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
 from ._parse import ShellSyntaxError, parse_line
-from ._progcmds import multirepl_options
+from ._progcmds import enters_repl, multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
 from ._table import COMMANDS, Usage
@@ -98,11 +98,15 @@ class Terminal:
 
     # -- input loops --------------------------------------------------------------------------
 
-    def run_script(self, lines) -> int:
-        """Run lines from ``-c`` or a pipe; the status is the last command's."""
+    def run_script(self, lines, *, command_text: bool = False) -> int:
+        """Run lines from ``-c`` (``command_text``: a list) or a pipe; the status is the
+        last command's."""
         try:
-            for line in lines:
-                self.feed(line.rstrip("\n"))
+            for index, line in enumerate(lines):
+                line = line.rstrip("\n")
+                if command_text and index == len(lines) - 1 and self._refused_as_repl_without_input(line):
+                    return self.status
+                self.feed(line)
                 # (Ctrl-C stops the script, as it stops a bash script, not just its command)
                 if self._done or self.status == EXIT_INTERRUPTED:
                     return self.status
@@ -249,6 +253,25 @@ class Terminal:
                 self._execute(command.text)
             if self._done or self.mode != SHELL or self.status == EXIT_INTERRUPTED:
                 break
+
+    def _refused_as_repl_without_input(self, line: str) -> bool:
+        """A ``-c`` text that ends by starting python or multirepl: their input would be
+        the lines after it in the text, and there are none, so it would start and end
+        at once, silently (``sh -c python`` reads stdin, but here the text is the input;
+        piped lines are read by ``ipuos shell`` or ``ipuos repl`` without -c). Refuse
+        the line, status 2, before anything of it runs."""
+        if self.mode != SHELL:
+            return False
+        try:
+            commands = parse_line(line)
+        except ShellSyntaxError:
+            return False  # (tile 0 says what is wrong)
+        if not commands or not enters_repl(commands[-1]) or commands[-1].redirect is not None:
+            return False  # (a redirected repl is refused on tile 0, saying why)
+        name = commands[-1].name
+        hint = "python -c CODE runs one block" if name == "python" else "ipuos repl reads blocks from a pipe"
+        self._fail(name, f"its input is the lines after it in the -c text, and there are none ({hint})", 2)
+        return True
 
     def _run_block(self) -> None:
         source = "\n".join(self.block)

@@ -571,6 +571,26 @@ def test_a_repl_is_the_last_command_of_its_line_and_not_redirected(shared_machin
     assert shell(shared_machine, "ls /repl-out").returncode == 1  # (not even the echo before it)
 
 
+def test_a_c_text_that_ends_by_starting_a_repl_is_refused(shared_machine, tmp_path):
+    """Its input would be the lines after it in the text: none. It used to start and end
+    at once, silently, with status 0, leaving stdin unread."""
+    (tmp_path / "words").write_text("a b\n")
+    hints = {"python": "python -c CODE runs one block", "multirepl": "ipuos repl reads blocks from a pipe"}
+    for text, name in (("python", "python"), ("echo never > /repl-c-ran; python", "python"),
+                       ("multirepl --tiles 0-1", "multirepl"), ("multirepl --tiles 0-1 --data words", "multirepl"),
+                       ("echo first\nmultirepl --tiles 0-1", "multirepl")):
+        done = shell(shared_machine, text, stdin="print(7)\n", cwd=tmp_path)
+        message = f"{name}: its input is the lines after it in the -c text, and there are none ({hints[name]})\n"
+        assert (done.returncode, done.stderr) == (2, message), text
+        assert done.stdout == ("first\n" if "first" in text else ""), text
+    assert shell(shared_machine, "ls /repl-c-ran").returncode == 1  # nothing of that line ran
+    # with lines after it, they are its input, as before
+    done = shell(shared_machine, "python\nprint(6 * 7)")
+    assert (done.returncode, done.stdout) == (0, "42\n")
+    done = shell(shared_machine, "multirepl --tiles 0-1\nprint(allreduce(__tileid + 1))")
+    assert (done.returncode, done.stdout) == (0, "[2 tiles: 0-1]\n3\n")
+
+
 def test_python_mode_from_a_pipe(shared_machine):
     done = shell(shared_machine, stdin="python\nfor i in range(3):\n    print(i * i)\n\ntotal = 5\n"
                  "total + 1\n")
