@@ -49,6 +49,7 @@ from ._rundir import (
 )
 from ._runjson import run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
+from ._spelling import program_option_slip
 from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._terminate import Terminated, die_of
 from ._tilespec import TileSpecError, parse_tiles
@@ -450,7 +451,27 @@ def _send_signal(pid: int, signum: int) -> None:
 # -- programs ---------------------------------------------------------------------------------
 
 
-@main.command(context_settings={"ignore_unknown_options": True})  # (those are the program's)
+class _RunCommand(click.Command):
+    """``run``: the options it does not know are the program's, except one that looks like
+    a slip for its own (``--tile 0`` would run the program on every tile), unless it
+    comes after ``--`` (click drops the ``--`` from what it hands on: hence here)."""
+
+    def parse_args(self, ctx, args):
+        options = [param for param in self.params if isinstance(param, click.Option)]
+        own = [opt for option in options for opt in option.opts if opt.startswith("--")]
+        takes_value = {opt for option in options if not option.is_flag for opt in option.opts}
+        index = 0
+        while index < len(args) and args[index] != "--":
+            name, eq, _ = args[index].partition("=")
+            if name in takes_value and not eq:
+                index += 1  # (its value, whatever it looks like)
+            elif name not in own and (slip := program_option_slip(name, own)) is not None:
+                raise click.UsageError(slip, ctx)
+            index += 1
+        return super().parse_args(ctx, args)
+
+
+@main.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})  # (those are the program's)
 @click.argument("file", type=click.File("rb"))
 @click.argument("program_args", metavar="[ARGS]...", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")
@@ -466,8 +487,10 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     """Run a Python FILE on tiles of the machine and print their output, grouped.
 
     ARGS reach the program as __args, after FILE's name; options ipuos does not know
-    are the program's too (after `--`, every argument is). Starts the machine if it is
-    not running. Ctrl-C interrupts the program and still prints what its tiles printed.
+    are the program's too (after `--`, every argument is), except one that looks like a
+    slip for run's own (--tile, --dat): it is refused, and after `--` it is passed on.
+    Starts the machine if it is not running. Ctrl-C interrupts the program and still
+    prints what its tiles printed.
     """
     filename = getattr(file, "name", "<stdin>")  # ("-" is stdin, named so by Python)
     if data_file is not None and getattr(data_file, "name", "<stdin>") == filename == "<stdin>":

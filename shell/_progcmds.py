@@ -14,6 +14,7 @@ import re
 import traceback
 
 from ipuos._plural import plural
+from ipuos._spelling import program_option_slip
 from ipuos._tilespec import TileSpecError
 from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
@@ -27,8 +28,12 @@ MAX_GROUPS = 20
 _EXIT_LINE = re.compile(r"(?:exit|quit)(?:\(\s*(\d*)\s*\))?")
 
 
-@command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...]",
-         "run a Python file from the chip on tiles; output grouped (ARGs: __args)")
+@command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...] [-- ARG...]",
+         "run a Python file from the chip on tiles; output grouped (ARGs: __args)",
+         notes="ARGs reach the program as __args, after FILE's name: options run does not know\n"
+               "too, and after --, every argument. An option that looks like a slip for one of\n"
+               "run's own (--tile, --dat, --budgte) is refused; to pass it to the program, put\n"
+               "it after --.")
 def _run(sh, args):
     if not args:
         raise Usage("missing file operand")
@@ -50,6 +55,9 @@ def _run(sh, args):
                 value = rest[index]
             settings[name] = value
         else:
+            slip = program_option_slip(name, settings)
+            if slip is not None:  # (--tile 0 would run the program on every tile)
+                raise Usage(slip)
             argv.append(arg)
         index += 1
     budget = None

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ipuos._spelling import meant_options
+
 __all__ = ["CommandSpec", "COMMANDS", "command", "Usage", "options", "human_size"]
 
 
@@ -34,19 +36,22 @@ class CommandSpec:
     terminal: bool = False
     #: which operands complete as chip paths (False: none, e.g. ``kill``)
     paths: bool = True
+    #: more than the summary's line, for ``help COMMAND``
+    notes: str = ""
 
 
 #: every command, by name
 COMMANDS: dict[str, CommandSpec] = {}
 
 
-def command(name: str, usage: str, summary: str, *, terminal: bool = False, paths: bool = True):
+def command(name: str, usage: str, summary: str, *, terminal: bool = False, paths: bool = True,
+            notes: str = ""):
     """Register the decorated handler as command ``name``."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"shell command {name!r} is registered twice")
-        COMMANDS[name] = CommandSpec(name, usage, summary, fn, terminal, paths)
+        COMMANDS[name] = CommandSpec(name, usage, summary, fn, terminal, paths, notes)
         return fn
 
     return register
@@ -108,7 +113,7 @@ def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[
 def _known(name: str, takes_value: dict[str, bool]) -> None:
     if name in takes_value:
         return
-    meant = [option for option in takes_value if option.startswith(name) and len(name) > 2]
+    meant = meant_options(name, takes_value)
     hint = f" (did you mean {meant[0]}?)" if len(meant) == 1 else ""
     raise Usage(f"option {name} not recognized{hint}")
 

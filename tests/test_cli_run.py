@@ -74,6 +74,32 @@ def test_run_passes_arguments_to_the_program(runner, program):
     assert result.output == f"[1 tile: 0]\n{[path, 'x', '-v', '--level=3']}\n"
 
 
+@pytest.mark.parametrize("slip, meant", [("--tile", "--tiles"), ("--tile=0", "--tiles"), ("--dat", "--data"),
+                                         ("--budgte", "--budget"), ("--jsn", "--json")])
+def test_a_slip_for_one_of_runs_options_is_refused_unless_after_double_dash(runner, program, slip, meant):
+    """It used to reach the program as an argument: ``--tile 0`` ran it on every tile."""
+    path = program("print(__args)")
+    result = runner.invoke(main, ["run", path, slip, "0"])
+    assert result.exit_code == 2, result.output
+    name = slip.partition("=")[0]
+    assert (f"Error: option {name} not recognized (did you mean {meant}?); to pass it to the program, "
+            "put it after --\n") in result.output
+    assert "tile: 0" not in result.output and "tiles:" not in result.output  # (nothing ran)
+    result = runner.invoke(main, ["run", path, "--tiles", "0", "--", slip, "0"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"[1 tile: 0]\n{[path, slip, '0']}\n"
+
+
+def test_an_option_near_none_of_runs_is_the_programs(runner, program):
+    path = program("print(__args)")
+    result = runner.invoke(main, ["run", path, "--tiles", "0", "--time", "3", "--data-dir", "d", "--name-of", "x"])
+    assert result.exit_code == 0, result.output
+    assert result.output == f"[1 tile: 0]\n{[path, '--time', '3', '--data-dir', 'd', '--name-of', 'x']}\n"
+    # an option's value is its, whatever it looks like
+    result = runner.invoke(main, ["run", path, "--tiles", "0", "--budget", "5", "--level"])
+    assert result.output == f"[1 tile: 0]\n{[path, '--level']}\n", result.output
+
+
 def test_a_data_file_that_is_not_utf8_names_the_byte_in_the_file(runner, program, tmp_path):
     data = tmp_path / "latin.txt"
     data.write_bytes(b"line\n" * 100 + b"caf\xe9\n")  # byte 503, in the last tile's share

@@ -543,6 +543,25 @@ def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_pat
     ]
 
 
+def test_run_refuses_a_slip_for_its_own_options_unless_after_double_dash(shared_machine):
+    """``--tile 0`` used to reach the program as an argument, and it ran on every tile."""
+    assert shell(shared_machine, "echo 'print(__args)' > /runargs.py").returncode == 0
+    usage = "usage: run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...] [-- ARG...]\n"
+    for line, name, meant in (("run /runargs.py --tile 0", "--tile", "--tiles"),
+                              ("run /runargs.py --tiles 0 --dat /runargs.py", "--dat", "--data"),
+                              ("run /runargs.py a --tilse=0", "--tilse", "--tiles"),
+                              ("run /runargs.py --budgte 3", "--budgte", "--budget")):
+        done = shell(shared_machine, line)
+        assert (done.returncode, done.stdout) == (2, ""), line
+        assert done.stderr == (f"run: option {name} not recognized (did you mean {meant}?); to pass it to "
+                               "the program, put it after --\n" + usage), line
+    done = shell(shared_machine, "run /runargs.py --tiles 0 a -- --tile 0; run /runargs.py --tiles 1 --time 3")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == ("[1 tile: 0]\n['/runargs.py', 'a', '--tile', '0']\n"
+                           "[1 tile: 1]\n['/runargs.py', '--time', '3']\n")
+    assert "is refused; to pass it to the program, put\nit after --.\n" in shell(shared_machine, "help run").stdout
+
+
 def test_python_on_tile_0_keeps_its_names(shared_machine):
     done = shell(shared_machine, "python -c 'x = 6'; python -c 'print(x * 7, __tileid, __numtiles)'; "
                  "python -c 'import os; print(os.listdir(\"/\") == sorted(os.listdir(\"/\")))'")

@@ -199,6 +199,8 @@ def test_options_are_read_as_getopt_reads_them(args, letters, long, expected):
 @pytest.mark.parametrize("args, letters, long, message", [
     (["--dat", "f"], "", ("tiles=", "data="), "option --dat not recognized (did you mean --data?)"),
     (["--t", "0"], "", ("tile=", "tiles="), "option --t not recognized"),  # (either)
+    (["--tilse", "0"], "", ("tiles=", "data="), "option --tilse not recognized (did you mean --tiles?)"),
+    (["--tile", "0"], "", ("tiles=", "data="), "option --tile not recognized (did you mean --tiles?)"),
     (["-z"], "la", (), "option -z not recognized"),
     (["-n"], "n:", (), "option -n requires argument"),
     (["--tiles"], "", ("tiles=",), "option --tiles requires argument"),
@@ -210,3 +212,15 @@ def test_options_refuse_abbreviations_and_mistakes(args, letters, long, message)
     with pytest.raises(Usage) as raised:
         options(args, letters, long)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("name, meant", [
+    ("--til", ["--tiles"]), ("--tile", ["--tiles"]), ("--tilse", ["--tiles"]), ("--tiels", ["--tiles"]),
+    ("--tiless", ["--tiles"]), ("--tiler", ["--tiles"]), ("--dat", ["--data"]), ("--date", ["--data"]),
+    ("--time", []), ("--tiles-x", []), ("--", []), ("-t", []), ("--x", []), ("--d", ["--data"]),
+    ("--da", ["--data"]),
+])
+def test_what_a_mistyped_long_option_was_meant_to_be(name, meant):
+    from ipuos._spelling import meant_options
+
+    assert meant_options(name, ["--tiles", "--data", "-d"]) == meant
