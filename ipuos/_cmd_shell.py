@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from ._commands import Arg, Call, CommandError, Reply, busy_why, command
 from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
+from ._runresult import process_status
 from ._tilespec import format_tiles
 from .shell import ShellServer
 
@@ -60,8 +61,12 @@ class _Launched:
         per_tile = [(tile.tile, tile.text) for tile in result.tiles]
         return result.format(max_groups), result.exit_status, per_tile
 
-    def exited(self) -> bool:
-        return bool(getattr(self.handle.program, "exited", ()))
+    def exits(self) -> list[tuple[int, int]]:
+        ranks = getattr(self.handle.program, "exited", ())
+        if not ranks:
+            return []
+        return [(tile.tile, process_status(tile.exit_code)) for tile in self.handle.wait(0).tiles
+                if tile.rank in ranks]
 
 
 class _Repl:

@@ -15,7 +15,7 @@ import traceback
 
 from ipuos._plural import plural
 from ipuos._spelling import program_option_slip
-from ipuos._tilespec import TileSpecError
+from ipuos._tilespec import TileSpecError, format_tiles
 from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
 from ._session import MULTIREPL, PYTHON, SHELL
@@ -127,7 +127,7 @@ def _multirepl(sh, args):
     if session.width:  # a terminal: say where we are (scripts get only their output)
         sh.print(f"multirepl on {plural(repl.ntiles, 'tile')} ({repl.tiles}): "
              "each block runs on every tile, names are kept between blocks, output is grouped. "
-             "Ctrl-D or exit() leaves.")
+             "Ctrl-D or exit() leaves (exit() in a block, on any tile, too).")
     return 0
 
 
@@ -151,23 +151,24 @@ def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:
     return options(args, "", ("tiles=", "data="))
 
 
-def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, bool]:
-    """Run one block in a repl and print what the tiles printed; (its status, whether it
-    called ``exit()``). ``echo``: show a trailing expression's value."""
+def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, list[tuple[int, int]]]:
+    """Run one block in a repl and print what the tiles printed; (its status, the (tile,
+    status) of each tile on which it called ``exit()``). ``echo``: show a trailing
+    expression's value."""
     try:
         launched = repl.launch(source, echo=echo)
     except SyntaxError as exc:
         sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
-        return 1, False
+        return 1, []
     except (TileBusyError, ValueError) as exc:
-        return sh.error(str(exc)), False
+        return sh.error(str(exc)), []
     sh.wait(launched)
     text, status, per_tile = launched.report(MAX_GROUPS)
     if grouped:
         sh.write(text)
     else:
         sh.write("".join(text for _, text in per_tile))
-    return status, launched.exited()
+    return status, launched.exits()
 
 
 def repl_line(sh, source: str, eof: bool) -> int:
@@ -184,13 +185,24 @@ def repl_line(sh, source: str, eof: bool) -> int:
     if not source.strip():
         return session.status
     if session.mode == PYTHON:
-        status, exited = run_block(sh, session.python, source, grouped=False)
+        status, exits = run_block(sh, session.python, source, grouped=False)
     else:
-        status, exited = run_block(sh, session.repl, source, grouped=True)
-    if exited:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does
+        status, exits = run_block(sh, session.repl, source, grouped=True)
+    if exits:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does
+        if session.mode == MULTIREPL:  # (on some tiles only, perhaps: say why every tile's session ends)
+            sh.output.write("err", f"multirepl ended: exit() on {_tiles_by_status(exits)}\n")
         _leave_repl(sh)
         session.status = status & 0xFF
     return status
+
+
+def _tiles_by_status(exits: list[tuple[int, int]]) -> str:
+    """``tile 2 (status 3)``, ``tiles 0-1 (status 0) and tile 5 (status 3)``."""
+    by_status: dict[int, list[int]] = {}
+    for tile, status in exits:
+        by_status.setdefault(status, []).append(tile)
+    return " and ".join(f"{'tile' if len(tiles) == 1 else 'tiles'} {format_tiles(tiles)} (status {status})"
+                        for status, tiles in sorted(by_status.items()))
 
 
 def _leave_repl(sh) -> None:

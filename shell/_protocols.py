@@ -32,8 +32,9 @@ class Launched(Protocol):
     def report(self, max_groups: int | None) -> tuple[str, int, list[tuple[int, str]]]:
         """After the job ended: (grouped text, exit status, [(tile, text), ...])."""
 
-    def exited(self) -> bool:
-        """After a repl block ended: whether it called ``exit()`` on some tile."""
+    def exits(self) -> list[tuple[int, int]]:
+        """After a repl block ended: (tile, exit status) of each tile on which it called
+        ``exit()`` (none: it did not)."""
 
 
 class ReplHandle(Protocol):

@@ -358,6 +358,24 @@ def test_any_exit_a_block_calls_leaves_python_and_multirepl(server, mode, block,
     assert (result["status"], result["mode"]) == (4, "shell")
 
 
+def test_exit_on_some_tiles_ends_the_multirepl_saying_where_and_with_which_status(server):
+    """The next line goes to the shell: it must be said why (it used to end silently)."""
+    session = Session(server)
+    session.run("multirepl --tiles 1-6")
+    result = session.run("print('ran')\nif __tileid == 2:\n    exit(3)\n")
+    assert (result["status"], result["mode"]) == (3, "shell"), result
+    assert result["output"] == [["out", "[5 tiles: 1-2,4-6]\nran\n[1 tile: 3]\nran\n"],
+                                ["err", "multirepl ended: exit() on tile 3 (status 3)\n"]]
+    session.run("multirepl --tiles 1-6")
+    result = session.run("if __tileid % 2:\n    exit(-1)\nelif __tileid:\n    raise SystemExit\n")
+    assert (result["status"], result["mode"]) == (255, "shell"), result
+    assert result["output"] == [["err", "multirepl ended: exit() on tiles 3,5 (status 0) and tiles 2-6:2 "
+                                        "(status 255)\n"]]
+    session.run("python")  # (one tile: as Python's REPL, it just leaves)
+    result = session.run("exit (4)")
+    assert (result["status"], result["mode"], result["output"]) == (4, "shell", []), result
+
+
 def test_a_repl_block_raising_a_base_exception_shows_only_the_programs_frames():
     with ipuos.Machine("tiny") as machine:
         repl = machine.repl(tiles="1-2")
