@@ -23,7 +23,7 @@ class _Host:
     def add_job(self, job):
         self._jobs[job.id] = job
 
-    def remove_job(self, job_id):
+    def remove_job(self, job_id, thaw=False):
         self._jobs.pop(job_id, None)
 
     def jobs(self):
