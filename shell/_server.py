@@ -25,7 +25,8 @@ once a command has produced a lot (a ``cat`` of a big file streams).
 Ctrl-C: :meth:`ShellServer.interrupt` (from the daemon's thread that saw the client's
 cancel) marks the session's command interrupted and interrupts the job it waits for, if
 any; long commands check the mark between steps (:meth:`Context.check`) and stop with
-``^C`` (unless the terminal showed it: ``echoes_ctrl_c``) and status 130.
+``^C`` (unless the terminal showed it: ``echoes_ctrl_c``), ``cmd: interrupted`` (as the
+terminal's put and get say it) and status 130.
 """
 
 from __future__ import annotations
@@ -263,7 +264,7 @@ class ShellServer:
 
     def _interrupted(self, sh: Context, exc: BaseException) -> int:
         """A command stopped by an interrupt: print ^C (unless the user's Ctrl-C shows on
-        their terminal already). If the signal was not for this command (tile 0 served it
+        their terminal already) and, if it was the user's, that the command was. If the signal was not for this command (tile 0 served it
         while a job's part on tile 0 waited below it), give it back to the tile so that
         job still gets it."""
         session = sh.session
@@ -272,6 +273,8 @@ class ShellServer:
             sh.tile.signal = exc
         if not (mine and session.echoes_ctrl_c):
             sh.output.write("err", "^C\n")
+        if mine:  # (as put and get say: a cp cut short has not copied)
+            sh.output.write("err", f"{sh.name}: interrupted\n")
         return EXIT_INTERRUPTED
 
     # -- completion and host files ---------------------------------------------------------

@@ -86,12 +86,35 @@ def test_ctrl_c_stops_a_long_command_between_steps(server, echoes_ctrl_c):
     assert result["status"] == EXIT_INTERRUPTED
     if echoes_ctrl_c:  # (the terminal showed the user's ^C: said once is enough)
         assert "^C" not in result["text"]
+        assert result["output"][-1] == ["err", "cat: interrupted\n"]
     else:
-        assert result["output"][-1] == ["err", "^C\n"]
+        assert result["output"][-1] == ["err", "^C\ncat: interrupted\n"]
     printed = sum(len(text) for _, text in pieces + result["output"] if _ == "out")
     assert 32 * 1024 <= printed < 6 * 16001
     assert "not-reached" not in result["text"]
     assert session.run("echo next")["text"] == "next\n"  # the mark is for that command only
+
+
+def test_a_copy_stopped_by_ctrl_c_says_so_as_put_and_get_do(server):
+    """It used to print only the ^C the terminal showed: nothing said the copy had not
+    been made. (The Ctrl-C comes as the first file is put in place.)"""
+    session = Session(server)
+    made = session.run("mkdir -p /tiles/3/tree; python -c \"for i in range(5): open(f'/tiles/3/tree/f{i}', 'w').write('x')\"")
+    assert made["status"] == 0, made
+    changes = server.host.machine.storage.changes
+
+    def first_file_copied(tile, kind, path, path2):
+        if tile == 5 and kind == "moved":
+            server.interrupt(session.id, session.seq)
+
+    changes.watch(first_file_copied)
+    try:
+        result = session.run("cp -r /tiles/3/tree /tiles/5/tree", width=80, echoes_ctrl_c=True)
+    finally:
+        changes.unwatch(first_file_copied)
+    assert (result["status"], result["output"]) == (EXIT_INTERRUPTED, [["err", "cp: interrupted\n"]])
+    assert session.run("ls /tiles/5/tree")["text"] == "f0\n"  # (it did stop part way)
+    session.run("rm -r /tiles/3/tree /tiles/5/tree")
 
 
 def test_an_interrupt_for_an_old_command_is_ignored(server):
