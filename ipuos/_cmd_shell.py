@@ -135,6 +135,9 @@ class _DaemonShellHost:
                                   mine.client_pid if mine else None))
         return sorted(found, key=lambda info: info.id)
 
+    def halting(self) -> str | None:
+        return f"machine {self.host.name!r} is halting" if self.host.halt_requested.is_set() else None
+
     def kill(self, job_id: int, reason: str) -> bool:
         job = self.machine.scheduler.jobs.get(job_id)
         if job is None:

@@ -84,6 +84,9 @@ class ShellHost(Protocol):
     def kill(self, job_id: int, reason: str) -> bool:
         """Interrupt a job; False if there is no such job."""
 
+    def halting(self) -> str | None:
+        """Why the machine is ending (it halts, and every session with it), or None."""
+
 
 class Transport(Protocol):
     """How the terminal front-end reaches its session on tile 0."""
@@ -93,8 +96,8 @@ class Transport(Protocol):
         """Run ``line`` in the session; output arrives through ``on_output(stream, text)``
         (stream "out" or "err") as it is produced; ``width`` is the terminal's (0: not a
         terminal); ``echoes_ctrl_c``: it shows a Ctrl-C as ``^C`` itself, which the shell
-        need not repeat. Returns ``{"status", "cwd", "mode",
-        "prompt"}``. Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
+        need not repeat. Returns ``{"status", "cwd", "mode", "prompt"}``, and
+        ``"ended"``: why, if the session ends with the machine (it halts). Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
         if the user insists)."""
 
     def complete(self, text: str) -> tuple[int, list[str]]:

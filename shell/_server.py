@@ -178,7 +178,11 @@ class ShellServer:
             session.busy = False
             session.job = None
         session.status = status
-        return {**session.state(status), "output": output.take()}
+        result = {**session.state(status), "output": output.take()}
+        ending = self.host.halting()
+        if ending is not None:  # (what it stopped was not stopped by a Ctrl-C: the terminal says so)
+            result["ended"] = ending
+        return result
 
     def _run_line(self, tile, session: Session, vfs, line: str, payload: bytes, output: Output) -> int:
         try:
@@ -271,6 +275,8 @@ class ShellServer:
         mine = session.interrupted or (isinstance(exc, ShellInterrupt) and exc.sid == session.id)
         if not mine and sh.tile.signal is None:
             sh.tile.signal = exc
+        if self.host.halting() is not None:
+            return EXIT_INTERRUPTED  # (no Ctrl-C's: the terminal says the session ends, and why)
         if not (mine and session.echoes_ctrl_c):
             sh.output.write("err", "^C\n")
         if mine:  # (as put and get say: a cp cut short has not copied)

@@ -292,6 +292,11 @@ class Terminal:
             if getattr(exc, "fatal", False):
                 self._done = True
             return
+        if result.get("ended"):  # the machine halts: as when it does at the prompt (1, not a Ctrl-C's 130)
+            self._write_err(f"ipuos: the shell session ended: {result['ended']}\n")
+            self.status = 1
+            self._done = True
+            return
         was_repl = self.mode != SHELL
         self.status = result["status"]
         self.mode = result["mode"]

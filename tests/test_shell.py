@@ -14,7 +14,7 @@ import subprocess
 import threading
 
 import pytest
-from daemon_harness import IPUOS, runtime_dir, shared_machine, wait_for  # noqa: F401
+from daemon_harness import IPUOS, machine, run_cli, runtime_dir, shared_machine, wait_for  # noqa: F401
 
 
 def shell(booted, text=None, *, stdin=None, cwd=None, env=None, timeout=60, user_code=False):
@@ -190,6 +190,30 @@ def test_ctrl_c_stops_a_script_not_just_its_command(shared_machine, tmp_path):
         out, err = script.communicate(timeout=30)
         assert script.returncode == 130, (how, out, err)
         assert "after" not in out, how
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_a_halt_during_a_script_ends_it_with_status_1_as_at_an_interactive_prompt(machine, how):
+    """The halt stops the running program as a Ctrl-C would, but it is no Ctrl-C: the
+    shell said nothing and exited 130 (an interactive shell: 1, saying why)."""
+    assert shell(machine, "echo 'while True: sync()' > /chip/haltloop.py").returncode == 0
+    lines = "run /chip/haltloop.py --tiles 2\necho after"
+    script = subprocess.Popen([IPUOS, "shell"] + (["-c", lines] if how == "-c" else []), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=machine.env())
+    if how == "stdin":
+        script.stdin.write(lines + "\n")
+        script.stdin.flush()
+    try:
+        wait_for(lambda: "haltloop.py" in run_cli("ps", env=machine.env()).stdout, timeout=30,
+                 what="the looping program")
+        assert run_cli("halt", env=machine.env()).returncode == 0
+        out, err = script.communicate(timeout=30)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert script.returncode == 1, (out, err)
+    assert err == f"ipuos: the shell session ended: machine {machine.name!r} is halting\n"
+    assert out == f"[1 tile: 2]\nmachine {machine.name!r} is halting\n"
 
 
 def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):

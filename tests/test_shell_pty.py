@@ -398,13 +398,14 @@ def test_the_shell_ends_at_once_when_its_machine_halts(machine, tmp_path):
         term.close()
 
 
-def _halt_and_see_the_shell_end(term: Terminal, machine) -> str:
-    """Halt the machine; the shell says so and exits 1 by itself. Returns what it printed."""
+def _halt_and_see_the_shell_end(term: Terminal, machine, state: str = "has halted") -> str:
+    """Halt the machine; the shell says so (that it is in ``state``) and exits 1 by
+    itself. Returns what it printed."""
     halted = run_cli("halt", env=machine.env())
     assert halted.returncode == 0, halted.stderr
     term.child.expect(pexpect.EOF)
     out = plain(term.child.before)
-    assert f"ipuos: the shell session ended: machine {machine.name!r} has halted" in out
+    assert f"ipuos: the shell session ended: machine {machine.name!r} {state}\n" in out
     assert "Traceback" not in out
     term.child.close()
     assert term.child.exitstatus == 1
@@ -419,7 +420,8 @@ def test_a_halt_while_a_command_runs_ends_the_shell_after_it(machine, tmp_path):
         term.child.sendline("run /spin.py --tiles 1-3")
         wait_for(lambda: "spin.py" in run_cli("ps", env=machine.env()).stdout, timeout=30,
                  what="the program to run")
-        out = _halt_and_see_the_shell_end(term, machine)
+        # (said by tile 0 with the command's answer: the machine has not halted yet)
+        out = _halt_and_see_the_shell_end(term, machine, "is halting")
         assert "[3 tiles: 1-3]" in out  # the program's report first: halt interrupted it
     finally:
         term.close()

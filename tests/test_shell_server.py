@@ -4,6 +4,7 @@ them are tested in test_shell and test_shell_pty.)"""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -18,6 +19,8 @@ class _Host:
 
     def __init__(self, machine):
         self.machine = machine
+        self.name = "in-process"
+        self.halt_requested = threading.Event()
         self._jobs = {}
 
     def add_job(self, job):
