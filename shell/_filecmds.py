@@ -206,40 +206,45 @@ def _line_count(args: list[str]) -> tuple[int, bool, bool, list[str]]:
 @command("head", "head [-n N] FILE...", "print the first N lines (default 10; -n -N: all but the last N)")
 def _head(sh, args):
     count, _, negative, paths = _line_count(args)
-    for index, path in enumerate(paths):
-        try:
-            with sh.fs.open(path, "rb") as file:
-                lines = []
-                if negative:  # all but the last -count lines
-                    pieces = file.read().split(b"\n")
-                    lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
-                    lines = lines[: max(0, len(lines) + count)]
-                for _ in range(max(0, count)):
-                    line = file.readline()
-                    if not line:
-                        break
-                    lines.append(line)
-        except OSError as exc:
-            sh.oserror(exc)
-            continue
-        if len(paths) > 1:
-            sh.write(("\n" if index else "") + f"==> {path} <==\n")
-        sh.write_bytes(b"".join(lines))
-    return sh.status
+
+    def first_lines(file) -> bytes:
+        lines = []
+        if negative:  # all but the last -count lines
+            pieces = file.read().split(b"\n")
+            lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+            lines = lines[: max(0, len(lines) + count)]
+        for _ in range(max(0, count)):
+            line = file.readline()
+            if not line:
+                break
+            lines.append(line)
+        return b"".join(lines)
+
+    return _print_each(sh, paths, first_lines)
 
 
 @command("tail", "tail [-n N] FILE...", "print the last N lines (default 10; -n +N: from line N)")
 def _tail(sh, args):
     count, from_start, _, paths = _line_count(args)
-    for index, path in enumerate(paths):
+    return _print_each(sh, paths, lambda file: _from_line(sh, file, count) if from_start
+                       else _last_lines(sh, file, abs(count)))
+
+
+def _print_each(sh, paths: list[str], part) -> int:
+    """head's and tail's loop: ``part(file)`` of each file, under a ``==> path <==``
+    header when there are several, a blank line between two; a file that cannot be
+    read has none (its error instead), so the first header shown has no line before it."""
+    headed = False
+    for path in paths:
         try:
             with sh.fs.open(path, "rb") as file:
-                data = _from_line(sh, file, count) if from_start else _last_lines(sh, file, abs(count))
+                data = part(file)
         except OSError as exc:
             sh.oserror(exc)
             continue
         if len(paths) > 1:
-            sh.write(("\n" if index else "") + f"==> {path} <==\n")
+            sh.write(("\n" if headed else "") + f"==> {path} <==\n")
+            headed = True
         sh.write_bytes(data)
     return sh.status
 

@@ -516,6 +516,17 @@ def test_tail_from_a_line(shared_machine):
     assert (done.returncode, done.stdout) == (0, "2\n3\n" "1\n2\n3\n" "" "3\n")
 
 
+@pytest.mark.parametrize("command", ["head", "tail"])
+def test_headers_of_several_files_have_a_blank_line_between_them_only(shared_machine, command):
+    """As GNU's: a file that cannot be read gets its error and no header, so the first
+    header shown has no blank line before it (it had one after a missing first file)."""
+    done = shell(shared_machine, f"echo a > /hh1; echo b > /hh2; {command} -n 1 /hh-none /hh1 /hh-none /hh2")
+    shell(shared_machine, "rm /hh1 /hh2")
+    assert done.returncode == 1
+    assert done.stdout == "==> /hh1 <==\na\n\n==> /hh2 <==\nb\n"
+    assert done.stderr == f"{command}: /hh-none: No such file or directory\n" * 2
+
+
 def test_globs_redirection_head_and_tail(shared_machine):
     numbers = "; ".join(f"echo {i} >> /g/n.txt" for i in range(1, 21))
     done = shell(shared_machine, f"mkdir /g; {numbers}; touch /g/a.log /g/b.log /g/.hidden.log; "
