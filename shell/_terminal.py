@@ -59,8 +59,12 @@ _PYTHON_LINES = "python"
 
 
 def history_path() -> Path:
-    """``$XDG_DATA_HOME/ipuos/history``, else ``~/.local/share/ipuos/history``."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    """``$XDG_DATA_HOME/ipuos/history``, else ``~/.local/share/ipuos/history``. A relative
+    ``$XDG_DATA_HOME`` is ignored, as the XDG spec says (it would put the history in
+    whatever directory the shell was started from)."""
+    base = os.environ.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "ipuos" / "history"
 
 

@@ -170,6 +170,24 @@ def test_history_persists_across_sessions(terminal, tmp_path):
     assert "remembered-line" in term.prompt()
 
 
+def test_a_relative_xdg_data_home_is_ignored(shared_machine, tmp_path):
+    """As the XDG spec says; it used to put the history under the current directory."""
+    env = shared_machine.env(HOME=str(tmp_path), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", XDG_DATA_HOME="relative/dir")
+    (tmp_path / "cwd").mkdir()
+    child = pexpect.spawn(IPUOS, ["shell"], env=env, cwd=str(tmp_path / "cwd"), encoding="utf-8", timeout=30,
+                          dimensions=(40, 120))
+    try:
+        child.expect(new_prompt("ipuos:/$"))
+        child.sendline("echo relative-xdg")
+        child.expect(new_prompt("ipuos:/$"))
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert not (tmp_path / "cwd" / "relative").exists()
+    assert "echo relative-xdg" in private_history(tmp_path)
+
+
 def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     term = terminal()
     term.prompt()
