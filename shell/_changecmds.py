@@ -161,7 +161,7 @@ def _mv(sh, args):
                 sh.error(f"{source}: {why}")
                 continue
             try:
-                sh.fs.rename(source, target)
+                _rename(sh, source, target)
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise
@@ -169,6 +169,27 @@ def _mv(sh, args):
         except OSError as exc:
             sh.oserror(exc)
     return sh.status
+
+
+def _rename(sh, source: str, target: str) -> None:
+    """rename(2), with a path on tile 0's own disk spelled through ``/tiles/0`` spelled as
+    tile 0's tree has it: the VFS sees two mounts, and would refuse a rename between the
+    two spellings as EXDEV (mv would copy, and need the room for a second copy)."""
+    try:
+        sh.fs.rename(_tile_0_spelling(sh, source), _tile_0_spelling(sh, target))
+    except OSError as exc:
+        exc.filename, exc.filename2 = source, target  # (as the user wrote them)
+        raise
+
+
+def _tile_0_spelling(sh, path: str) -> str:
+    """``/tiles/0/a/b`` -> ``/a/b`` when that is the same file (not below a mount of tile
+    0's tree, which /tiles/0 does not show); any other path as it is."""
+    full = sh.fs.abspath(path)
+    if not full.startswith("/tiles/0/") or ".." in path.split("/"):  # (.. is the kernel's to read)
+        return path
+    place = sh.fs.place(full)
+    return place[1] if place[0] == "/" and sh.fs.place(place[1]) == place else path
 
 
 def _move_across(sh, source: str, target: str) -> None:

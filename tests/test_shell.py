@@ -216,6 +216,26 @@ def test_a_halt_during_a_script_ends_it_with_status_1_as_at_an_interactive_promp
     assert out == f"[1 tile: 2]\nmachine {machine.name!r} is halting\n"
 
 
+def test_mv_between_tile_0s_tree_and_tiles_0_renames_in_place(machine):
+    """Both name tile 0's own disk: a rename, with no room needed for a copy (it copied,
+    and on a disk too full for two copies failed with ENOSPC)."""
+    setup = shell(machine, "python -c \"open('/mv-big', 'wb').write(b'y' * 9000)\"; mkdir /mv-dir; touch /mv-dir/f")
+    assert setup.returncode == 0, setup.stderr  # (tile 0's disk is 16K: no room for a second copy)
+    before = shell(machine, "stat /mv-big").stdout.split("Modified:")[1].splitlines()[0]
+    done = shell(machine, "mv /mv-big /tiles/0/mv-big2; mv /tiles/0/mv-big2 mv-big3; mv /mv-dir /tiles/0/mv-dir2; "
+                 "ls / /mv-dir2")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "/:\nchip/\nmv-big3\nmv-dir2/\ntiles/\n\n/mv-dir2:\nf\n"
+    assert shell(machine, "stat /mv-big3").stdout.split("Modified:")[1].splitlines()[0] == before
+    # errors name the paths as given; a path under a mount of tile 0's tree, which
+    # /tiles/0 does not show, is not respelled into it
+    done = shell(machine, "mv /nope /tiles/0/z")
+    assert (done.returncode, done.stderr) == (1, "mv: /nope -> /tiles/0/z: No such file or directory\n")
+    done = shell(machine, "mount --ram 8K /mv-dir2; mv /mv-big3 /tiles/0/mv-dir2/x")
+    assert (done.returncode, done.stderr) == (1, "mv: /tiles/0/mv-dir2/x: No such file or directory\n")
+    assert shell(machine, "ls /mv-dir2").stdout == ""
+
+
 def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):
     spin = tmp_path / "spin.py"
     spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine
