@@ -906,6 +906,34 @@ def test_pending_stamps_are_bounded(vfs, monkeypatch):
     assert len(unwritten) <= 4, unwritten
 
 
+def test_stamps_that_find_the_disk_full_stay_and_follow_renames():
+    """A file put in place by a rename (cp, put and mv write a temporary name first) on a
+    nearly full disk lost its time: its stamp, due to be written before the rename, was
+    dropped, and a new file has no older one to fall back on."""
+    from ipuos.vfs._local import STAMP_RESERVE_BLOCKS
+
+    vfs = make_vfs(blocks=32)
+    littlefs = vfs.backend("/").fs
+    vfs.mkdir("/d")
+    for name, size in (("/filler", 20 * BLOCK), ("/old", 1)):
+        with vfs.open(name, "wb") as f:
+            f.write(b"f" * size)
+    vfs.utime("/old", ns=(5, 5))
+    with vfs.open("/.part", "wb") as f:
+        f.write(b"n" * 3000)
+    assert vfs.statvfs("/").f_bfree < STAMP_RESERVE_BLOCKS  # (no stamps are written now)
+    stamped = vfs.stat("/.part").st_mtime_ns
+    vfs.rename("/.part", "/old")
+    assert vfs.stat("/old").st_mtime_ns == stamped  # not the replaced file's 5, nor none
+    vfs.rename("/old", "/d/new")
+    vfs.rename("/d", "/e")  # (a directory's: those of what is below it)
+    assert vfs.stat("/e/new").st_mtime_ns == stamped
+    assert littlefs.get_mtime("/e/new") is None  # (in memory, as lazytime keeps them)
+    vfs.remove("/filler")
+    vfs.sync()  # room again: written
+    assert littlefs.get_mtime("/e/new") == stamped
+
+
 # -- files dropped without close --------------------------------------------------------------------
 
 

@@ -19,7 +19,10 @@ ownership bracket and the modification time:
   :data:`PENDING_STAMPS_MAX` are waiting. Writing each stamp at close would be one more
   metadata commit per file (~15 us, as much as writing a 4 KiB file); the price of not
   doing so is that a crash of the device may lose up to that many recent mtimes, never
-  data. A stamp that finds the disk full is dropped (the data is safe; its time is older).
+  data. Stamps that find the disk (nearly) full stay in memory, where stat sees them, and
+  follow a rename, until stamps are written again with room to spare; the oldest go if
+  many wait, and those still waiting when the filesystem is unmounted are lost (the data
+  is safe; its time is an older one, or none for a file made since).
 """
 
 from __future__ import annotations
@@ -37,11 +40,9 @@ from ._files import VfsFile, checked_size, raise_pending_signal
 
 __all__ = ["LittlefsBackend", "LocalFile"]
 
-#: stamping the mtime may fail for these without the data being at risk
-_STAMP_SKIPPABLE = (errno.ENOSPC, errno.ENOENT)
 #: mtimes kept in memory before they are written to littlefs together
 PENDING_STAMPS_MAX = 1024
-#: free blocks below which pending mtimes are dropped instead of written (see _write_stamps)
+#: free blocks below which pending mtimes are kept in memory instead of written (see _write_stamps)
 STAMP_RESERVE_BLOCKS = 4
 
 
@@ -216,33 +217,66 @@ class LittlefsBackend(Backend):
             else:
                 mtime = self._stamps.pop(path, None)
                 if mtime is not None:
-                    _set_mtime(self.fs, path, mtime)
+                    try:
+                        self.fs.set_mtime(path, mtime)
+                    except OSError as exc:
+                        if exc.errno == errno.ENOSPC:
+                            self._stamps[path] = mtime  # (kept, as _write_stamps keeps them)
+                        elif exc.errno != errno.ENOENT:
+                            raise
         finally:
             owner.fs_depth -= 1
 
     def _write_stamps(self) -> None:
         """Caller holds the ownership bracket.
 
-        Stamps are dropped, not written, when the disk is (nearly) full: littlefs 2.11
-        leaves its program cache dirty when a metadata commit fails with ENOSPC, and the
-        next commit to another block then aborts the process (an assertion in
+        Stamps stay in memory, not written, when the disk is (nearly) full: littlefs
+        2.11 leaves its program cache dirty when a metadata commit fails with ENOSPC, and
+        the next commit to another block then aborts the process (an assertion in
         ``lfs_bd_prog``). A user's own full-disk error can still lead there (reported to
         blockdev); the VFS at least never makes hundreds of such commits on its own.
+        Kept, not dropped: a file copied into place by a rename has no older time to
+        fall back on. Only the newer half of ``PENDING_STAMPS_MAX`` is kept, so that
+        stamping does not try again at every stamp while the disk stays full.
         """
         stamps, self._stamps = self._stamps, {}
         if not stamps:
             return
         fs = self.fs
         if fs.statvfs().blocks_free < STAMP_RESERVE_BLOCKS:
+            self._keep_unwritten(stamps)
             return
         for path, mtime in stamps.items():
             try:
                 fs.set_mtime(path, mtime)
             except OSError as exc:
                 if exc.errno == errno.ENOSPC:
-                    return  # full after all: no more metadata commits (see above)
+                    # full after all: no more metadata commits (see above); those written
+                    # already are kept too (the same time again, when there is room)
+                    self._keep_unwritten(stamps)
+                    return
                 if exc.errno != errno.ENOENT:
                     raise
+
+    def _keep_unwritten(self, stamps: dict[str, int]) -> None:
+        """Pending again: the newest of ``stamps`` (see _write_stamps)."""
+        keep = PENDING_STAMPS_MAX // 2
+        if len(stamps) > keep:
+            stamps = dict(list(stamps.items())[-keep:])
+        self._stamps = stamps
+
+    def _follow_rename(self, src: str, dst: str) -> None:
+        """After a rename: mtimes still pending (kept from a full disk) follow their
+        entries, as littlefs moves the written ones; those of what it replaced go."""
+        stamps = self._stamps
+        if not stamps:
+            return
+        src, dst = src.rstrip("/"), dst.rstrip("/")
+        replaced, moved = dst + "/", src + "/"
+        for path in [path for path in stamps if path == dst or path.startswith(replaced)]:
+            del stamps[path]
+        for path in [path for path in stamps if path == src or path.startswith(moved)]:
+            stamps[dst + path[len(src):]] = stamps.pop(path)
 
     def _mtime(self, path: str) -> int:
         """Caller holds the bracket; ``path`` canonical, without a trailing slash."""
@@ -306,6 +340,7 @@ class LittlefsBackend(Backend):
             self.fs.rename(src, dst)
         finally:
             owner.fs_depth -= 1
+        self._follow_rename(src, dst)
         self.stamp(_parent(src))
         self.stamp(_parent(dst))
         if self.changes is not None:
@@ -387,15 +422,6 @@ class LittlefsBackend(Backend):
 def _parent(path: str) -> str:
     """The directory holding ``path`` (canonical; a trailing slash is allowed)."""
     return path.rstrip("/").rpartition("/")[0] or "/"
-
-
-def _set_mtime(fs, path: str, mtime_ns: int) -> None:
-    """Write one mtime to littlefs. Caller holds the ownership bracket."""
-    try:
-        fs.set_mtime(path, mtime_ns)
-    except OSError as exc:
-        if exc.errno not in _STAMP_SKIPPABLE:
-            raise
 
 
 class LocalFile(VfsFile):
