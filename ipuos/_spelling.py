@@ -38,8 +38,13 @@ def _one_edit_apart(a: str, b: str) -> bool:
 
 def program_option_slip(name: str, options) -> str | None:
     """Why ``name``, an option ``run`` does not know and would hand to the program, is
-    refused instead: it is a slip for one of run's own ``options`` (None: it is not)."""
-    meant = meant_options(name, options)
+    refused instead: it is a slip for one of run's own ``options`` (None: it is not).
+
+    Stricter than :func:`meant_options`, since what it refuses is otherwise a program's
+    own option: a single edit counts only if it keeps the first letter and adds none
+    (``--budgte``, ``--jsn``), so that ``--files`` and ``--names`` stay the program's."""
+    meant = [option for option in meant_options(name, options)
+             if option.startswith(name) or (name[2:3] == option[2:3] and len(name) <= len(option))]
     if not meant:
         return None
     return (f"option {name} not recognized (did you mean {' or '.join(meant)}?); "

@@ -92,9 +92,11 @@ def test_a_slip_for_one_of_runs_options_is_refused_unless_after_double_dash(runn
 
 def test_an_option_near_none_of_runs_is_the_programs(runner, program):
     path = program("print(__args)")
-    result = runner.invoke(main, ["run", path, "--tiles", "0", "--time", "3", "--data-dir", "d", "--name-of", "x"])
+    result = runner.invoke(main, ["run", path, "--tiles", "0", "--time", "3", "--data-dir", "d", "--name-of", "x",
+                                  "--files", "--names"])
     assert result.exit_code == 0, result.output
-    assert result.output == f"[1 tile: 0]\n{[path, '--time', '3', '--data-dir', 'd', '--name-of', 'x']}\n"
+    assert result.output == (f"[1 tile: 0]\n{[path, '--time', '3', '--data-dir', 'd', '--name-of', 'x', '--files', "
+                             "'--names']}\n")
     # an option's value is its, whatever it looks like
     result = runner.invoke(main, ["run", path, "--tiles", "0", "--budget", "5", "--level"])
     assert result.output == f"[1 tile: 0]\n{[path, '--level']}\n", result.output
