@@ -95,8 +95,8 @@ def test_an_option_near_none_of_runs_is_the_programs(runner, program):
     result = runner.invoke(main, ["run", path, "--tiles", "0", "--time", "3", "--data-dir", "d", "--name-of", "x",
                                   "--files", "--names"])
     assert result.exit_code == 0, result.output
-    assert result.output == (f"[1 tile: 0]\n{[path, '--time', '3', '--data-dir', 'd', '--name-of', 'x', '--files', "
-                             "'--names']}\n")
+    args = [path, "--time", "3", "--data-dir", "d", "--name-of", "x", "--files", "--names"]
+    assert result.output == f"[1 tile: 0]\n{args}\n"
     # an option's value is its, whatever it looks like
     result = runner.invoke(main, ["run", path, "--tiles", "0", "--budget", "5", "--level"])
     assert result.output == f"[1 tile: 0]\n{[path, '--level']}\n", result.output
