@@ -58,17 +58,6 @@ def test_a_recv_answered_before_the_failure_returns_its_message(machine):
     assert result.tiles[0].error.endswith("tile 1 failed with ValueError: tile 1 fails\n")
 
 
-def test_a_scatter_over_before_the_failure_hands_every_tile_its_item(machine):
-    result = run(machine, """
-        mine = scatter([10, 11, 12, 13] if __tileid == 0 else None)
-        if __tileid == 0:
-            raise ValueError("tile 0 fails")
-        print("tile", __tileid, "got", mine)
-    """, tiles="0-3")
-    assert [tile.status for tile in result.tiles] == ["error", "ok", "ok", "ok"], result.format()
-    assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} got {10 + r}\n" for r in (1, 2, 3)]
-
-
 def test_a_tile_waiting_when_the_failure_comes_stops_at_that_exchange_point(machine):
     # tiles take their turns in rank order: tiles 0-2 are in their second sync when tile 3
     # fails in the same superstep, so they stop there
@@ -182,12 +171,14 @@ LONG_COMPUTE = """
 """
 
 
-def test_a_tile_running_on_keeps_computing_however_long_it_takes(machine):
+@pytest.mark.parametrize("compute", ["", LONG_COMPUTE], ids=["at once", "after a long compute"])
+def test_a_scatter_over_before_the_failure_hands_every_tile_its_item(machine, compute):
+    """However long it computes first: the watchdog leaves a tile running on alone."""
     result = run(machine, """
         mine = scatter([10, 11, 12, 13] if __tileid == 0 else None)
         if __tileid == 0:
             raise ValueError("tile 0 fails")
-    """ + LONG_COMPUTE + """
+    """ + compute + """
         print("tile", __tileid, "got", mine)
     """, tiles="0-3")
     assert [tile.status for tile in result.tiles] == ["error", "ok", "ok", "ok"], result.format()
