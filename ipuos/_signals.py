@@ -26,7 +26,7 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["HELD", "checkpoint", "signals_held"]
+__all__ = ["HELD", "checkpoint", "handling", "signals_held"]
 
 #: what ends a command from outside: Ctrl-C, kill, its terminal going away
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -53,19 +53,30 @@ def checkpoint() -> None:
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP only noted inside (acted on at each :func:`checkpoint`,
-    and on leaving). Off the main thread it changes nothing: no handler runs there."""
+    and on leaving)."""
+    try:
+        with handling(HELD, _note):
+            yield
+    finally:
+        checkpoint()
+
+
+@contextlib.contextmanager
+def handling(signums, handler) -> Iterator[None]:
+    """``handler(signum, frame)`` for each of ``signums`` inside, then the handlers
+    before it back. A signal the process ignores (``nohup``, SIGINT in a background job)
+    stays ignored, as does one whose handler was not set from Python (it could not be
+    put back). Off the main thread it changes nothing: Python runs handlers there only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
-    for signum in HELD:
-        handler = signal.getsignal(signum)
-        # (None: a handler not set from Python, which could not be put back)
-        if handler is not signal.SIG_IGN and handler is not None:
-            previous[signum] = signal.signal(signum, _note)
     try:
+        for signum in signums:
+            current = signal.getsignal(signum)
+            if current is not signal.SIG_IGN and current is not None:
+                previous[signum] = signal.signal(signum, handler)
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        checkpoint()
+        for signum, old in previous.items():
+            signal.signal(signum, old)

@@ -11,8 +11,9 @@ import contextlib
 import os
 import signal
 import sys
-import threading
 from typing import Callable, NoReturn
+
+from ._signals import handling
 
 TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -29,21 +30,10 @@ class Terminated(BaseException):
 
 @contextlib.contextmanager
 def on_termination(handler: Callable[[int], None]):
-    """Call ``handler(signum)`` on SIGTERM or SIGHUP while the block runs, then put the
-    previous handlers back. A signal the parent ignores (``nohup``) stays ignored.
-    Python runs signal handlers in the main thread only: elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
+    """Call ``handler(signum)`` on SIGTERM or SIGHUP while the block runs (see
+    :func:`._signals.handling`)."""
+    with handling(TERMINATING_SIGNALS, lambda caught, _frame: handler(caught)):
         yield
-        return
-    previous = {}
-    try:
-        for signum in TERMINATING_SIGNALS:
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, lambda caught, _frame: handler(caught))
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def die_of(signum: int) -> NoReturn:
