@@ -257,6 +257,14 @@ class Tile:
             for msg in inbox.pop(key):
                 self.consume(msg)
 
+    def kernel_state(self, key: str, make: Callable[[], object]):
+        """The layers' state under ``key`` in :attr:`kernel_data`, made by ``make()`` on
+        first use."""
+        state = self.kernel_data.get(key)
+        if state is None:
+            state = self.kernel_data[key] = make()
+        return state
+
     def can_serve(self) -> bool:
         return self.fs_depth == 0 and self.service_depth < MAX_SERVICE_DEPTH
 

@@ -49,10 +49,7 @@ class WorkingDirectories:
 
 def working_directories(tile) -> WorkingDirectories:
     """``tile``'s current directories (made on first use)."""
-    cwds = tile.kernel_data.get(_KEY)
-    if cwds is None:
-        cwds = tile.kernel_data[_KEY] = WorkingDirectories()
-    return cwds
+    return tile.kernel_state(_KEY, WorkingDirectories)
 
 
 def busy_reason(owner, path: str) -> str | None:

@@ -85,10 +85,7 @@ class HandleTable:
 
 
 def _handles(tile) -> HandleTable:
-    table = tile.kernel_data.get(_HANDLES_KEY)
-    if table is None:
-        table = tile.kernel_data[_HANDLES_KEY] = HandleTable()
-    return table
+    return tile.kernel_state(_HANDLES_KEY, HandleTable)
 
 
 def _absolute(path) -> str:
