@@ -41,6 +41,11 @@ _REDUCE_OPS: dict[str, Callable] = {
 #: children per node of the reduction tree, at most (see Scheduler.reduce_fanin)
 REDUCE_FANIN = 16
 
+#: a reduction's part that failed (see TileAPI._tree_reduce), in a tile's hands and on
+#: the wire: no payload encode() makes is that byte alone
+FAILED_PART = object()
+FAILED_PAYLOAD = b"F"
+
 _ALLTOALL_KEY = (ALLTOALL, None)
 _ALLGATHER_KEY = (ALLGATHER, None)
 _ALLREDUCE_KEY = (ALLREDUCE, 0)
@@ -338,8 +343,9 @@ class TileAPI:
         key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
         self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank, key))
 
-    def _recv(self, key, src: int, what: str):
-        """Wait for the next message queued under ``key`` (sent by rank ``src``)."""
+    def _recv(self, key, src: int, what: str, parts: bool = False):
+        """Wait for the next message queued under ``key`` (sent by rank ``src``);
+        ``parts``: a reduction's (see :meth:`_send_part`), which may be FAILED_PART."""
         tile = self._tile
         queue = tile.inbox.get(key)
         if not queue:
@@ -355,7 +361,10 @@ class TileAPI:
         msg = queue.popleft()
         start = tile.xin.base + msg.off
         try:
-            return decode(self._engine.view[start : start + msg.length], tile.program_globals)
+            payload = self._engine.view[start : start + msg.length]
+            if parts and payload == FAILED_PAYLOAD:
+                return FAILED_PART
+            return decode(payload, tile.program_globals)
         finally:
             tile.consume(msg)
 
@@ -437,17 +446,17 @@ class TileAPI:
         if self._job.nlive < self._job.nranks:  # (the tree would wait for them forever)
             _refuse_finished(self._job, ("reduce", root), self._tile)
         combine = self._reducer(op)
-        value = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
+        value, failure = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
         rank = self._tile.rank
-        moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0)
+        moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0, refused=failure)
         return value if rank == 0 == root else moved
 
     def allreduce(self, obj, op="sum"):
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
         if self._job.nlive < self._job.nranks:
             _refuse_finished(self._job, ("allreduce", None), self._tile)
-        value = self._tree_reduce(obj, self._reducer(op), "allreduce()")
-        return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0)
+        value, failure = self._tree_reduce(obj, self._reducer(op), "allreduce()")
+        return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0, refused=failure)
 
     def scan(self, obj, op="sum"):
         """Tile i gets the ``obj`` of tiles 0 to i combined with ``op``: a prefix
@@ -463,31 +472,33 @@ class TileAPI:
         """scan/exscan by recursive doubling: after the round at ``distance`` d, tile r
         holds tiles r-2d+1 to r combined, so log2(n) supersteps of one message per tile
         (never a whole row of values in one tile's SRAM). A last collective makes a
-        tile that called something else a mismatch rather than a hang."""
+        tile that called something else a mismatch rather than a hang, and a failed
+        part an error on every tile (see :meth:`_tree_reduce`)."""
         job = self._job
         if job.nlive < job.nranks:  # (a tile would wait for a finished one forever)
             _refuse_finished(job, key, self._tile)
         combine = self._reducer(op)
         label = _WAIT_LABELS[key]
         rank, n = self._tile.rank, job.nranks
-        value = obj
+        part, failure = obj, None
         distance = 1
         while distance < n:
             if rank + distance < n:
-                self._send(rank + distance, value, SCAN_CHANNEL)
+                part, failure = self._send_part(rank + distance, part, failure, SCAN_CHANNEL)
             if rank >= distance:
-                earlier = self._recv((SCAN_CHANNEL, rank - distance), rank - distance, label)
-                value = combine([earlier, value])
+                earlier = self._recv((SCAN_CHANNEL, rank - distance), rank - distance, label, parts=True)
+                part, failure = self._combine_parts(combine, [earlier, part], failure)
             distance *= 2
         if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
             if rank + 1 < n:
-                self._send(rank + 1, value, SCAN_CHANNEL)
-            value = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label) if rank else None
-        self._collective(key, None, send=False)
-        return value
+                part, failure = self._send_part(rank + 1, part, failure, SCAN_CHANNEL)
+            part = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label, parts=True) if rank else None
+        self._collective(key, None, send=False, refused=failure)  # (raises if a part failed)
+        return part
 
     def _tree_reduce(self, obj, combine, label: str):
-        """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``); the result is on rank 0.
+        """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``): the result, on rank 0,
+        and this tile's error if its part failed, for the collective that follows.
 
         A flat gather would need every value in one tile's SRAM: 47,104 tiles' worth does
         not fit. Each level costs one superstep; leaders receive at most fan-in - 1 values
@@ -498,27 +509,57 @@ class TileAPI:
         send up at once, and its value land on the next leader beside that leader's
         children of the level below. So it waits out the level instead, one exchange,
         by a message to itself.
+
+        A tile whose part fails (the op raises, or its value cannot be sent) still sends
+        and receives every message of the tree, a failure in place of its value: raising
+        at once would leave a leader waiting for it, and a program that caught the error
+        and reduced again would have stale values taken for new ones. The collective that
+        ends the reduction then raises on every tile.
         """
         tile = self._tile
         rank, n = tile.rank, self._job.nranks
         fanin = tile.sched.reduce_fanin
-        value = obj
+        part, failure = obj, None
         stride = 1
         while stride < n:
             span = stride * fanin
             if rank % span:
-                self._send(rank - rank % span, value, REDUCE_CHANNEL)
-                return None
+                failure = self._send_part(rank - rank % span, part, failure, REDUCE_CHANNEL)[1]
+                return None, failure
             if rank + stride >= n:  # no children at this level
                 self._send(rank, None, REDUCE_CHANNEL)
                 self._recv((REDUCE_CHANNEL, rank), rank, label)
             else:
-                children = range(rank + stride, min(rank + span, n), stride)
-                values = [value]
-                values.extend(self._recv((REDUCE_CHANNEL, c), c, label) for c in children)
-                value = combine(values)
+                parts = [part]
+                parts.extend(self._recv((REDUCE_CHANNEL, c), c, label, parts=True)
+                             for c in range(rank + stride, min(rank + span, n), stride))
+                part, failure = self._combine_parts(combine, parts, failure)
             stride = span
-        return value
+        return (None if part is FAILED_PART else part), failure
+
+    def _send_part(self, dst: int, part, failure, channel: int):
+        """Send a reduction's ``part`` (a value, or FAILED_PART) to rank ``dst``; a value
+        that cannot be sent fails, and the failure goes in its place. Returns the part
+        and this tile's error, as they now stand."""
+        if part is not FAILED_PART:
+            try:
+                self._send(dst, part, channel)
+                return part, failure
+            except Exception as exc:  # (unpicklable, or over the outgoing buffer)
+                part, failure = FAILED_PART, exc if failure is None else failure
+        self._post(dst, FAILED_PAYLOAD, channel)
+        return part, failure
+
+    @staticmethod
+    def _combine_parts(combine, parts: list, failure):
+        """``parts`` (see :meth:`_send_part`) combined in order, or FAILED_PART if one of
+        them failed or ``combine`` raised; and this tile's error, as it now stands."""
+        if any(part is FAILED_PART for part in parts):  # (not ``in``: that calls values' __eq__)
+            return FAILED_PART, failure
+        try:
+            return combine(parts), failure
+        except Exception as exc:  # (the program's op)
+            return FAILED_PART, exc if failure is None else failure
 
     # -- helpers -------------------------------------------------------------------------
 

@@ -154,3 +154,62 @@ def test_an_allgather_one_tile_cannot_send_raises_on_every_tile_and_the_next_is_
     assert [lines[1] for lines in got] == ["[0, 10, 20]"] * 3
     for lines in (got[0], got[2]):
         assert lines[0] == f"{kind}{name}() failed on tile 1: {own.removeprefix(kind)}", got
+
+
+REDUCTIONS = {  # a call on every tile, and what tile i gets when each passes i
+    "reduce": ("reduce({value}, {op})", lambda i, n: sum(range(n)) if i == 0 else None),
+    "allreduce": ("allreduce({value}, {op})", lambda i, n: sum(range(n))),
+    "scan": ("scan({value}, {op})", lambda i, n: sum(range(i + 1))),
+    "exscan": ("exscan({value}, {op})", lambda i, n: sum(range(i)) if i else None),
+}
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@pytest.mark.parametrize("value, op, own", [
+    # tile 5's value cannot be sent: tile 5 raises its own error
+    ("memoryview(b'x') if __tileid == 5 else __tileid", "'sum'", 5),
+    # the program's op raises where tile 5's value is combined, on whichever tile that is
+    ("'five' if __tileid == 5 else __tileid", "lambda a, b: a + b", None),
+])
+def test_a_reduction_whose_part_fails_on_one_tile_raises_on_every_tile_and_the_next_is_in_step(
+        machine, name, value, op, own):
+    call, expected = REDUCTIONS[name]
+    n = 16  # several levels of the tree: its leaders wait for the failed part
+    got = outputs(machine, f"""
+        try:
+            {call.format(value=value, op=op)}
+        except Exception as exc:
+            print(type(exc).__name__ + ":", exc)
+        print({call.format(value="__tileid", op="'sum'")})
+    """, tiles=f"0-{n - 1}")
+    assert [lines[1] for lines in got] == [str(expected(i, n)) for i in range(n)], got
+    errors = [lines[0] for lines in got]
+    # the tiles whose part failed raise their own error, as raised (in a scan, every
+    # tile that combines tile 5's value) ...
+    own_errors = {i: e for i, e in enumerate(errors) if " failed on tile " not in e}
+    if own is not None:
+        assert list(own_errors) == [own], errors
+        assert own_errors[own].startswith("TypeError: cannot send an object of type memoryview")
+    else:  # (int + str, str + int)
+        assert own_errors, errors
+        assert all(e.startswith("TypeError: ") for e in own_errors.values()), errors
+    # ... and the others, of its type, say where one was
+    label = "reduce(root=0)" if name == "reduce" else f"{name}()"
+    for i, error in enumerate(errors):
+        if i not in own_errors:
+            assert any(error == f"TypeError: {label} failed on tile {rank}: {raised.removeprefix('TypeError: ')}"
+                       for rank, raised in own_errors.items()), errors
+
+
+def test_reductions_never_compare_the_values_they_combine(machine):
+    got = outputs(machine, """
+        class Total:
+            def __init__(self, n):
+                self.n = n
+            def __add__(self, other):
+                return Total(self.n + other.n)
+            def __eq__(self, other):
+                raise AssertionError("compared")
+        print(allreduce(Total(__tileid)).n, scan(Total(1)).n, exscan(Total(1), lambda a, b: a + b) is None)
+    """, tiles="0-15")
+    assert got == [[f"120 {i + 1} {i == 0}"] for i in range(16)]
