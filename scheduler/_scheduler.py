@@ -486,7 +486,12 @@ class Scheduler:
         ok, value = replies.pop(tag)
         if ok:
             return value
-        raise value
+        try:
+            raise value
+        finally:
+            # (else this frame, in the error's traceback, holds the error: a cycle that
+            # keeps what its callers hold, such as a dropped file, until the collector runs)
+            del value
 
     def post_request(self, dst_id: int, service: str, *args) -> None:
         """Have tile ``dst_id`` run ``service(*args)`` when it can, nobody waiting for it
