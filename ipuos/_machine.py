@@ -439,7 +439,8 @@ class Machine:
         """Give a program its tile's files: ``open``, ``os``, imports from the tile's
         files, and the files it leaves open closed when it ends."""
         session = self.storage.session(
-            api.tile, lambda name, filename, code: module_namespace(ctx, name, filename, code)
+            api.tile, lambda name, filename, code: module_namespace(ctx, name, filename, code),
+            warn=ctx.warn,
         )
         ctx.extras["__names__"] = {"open": session.open}
         ctx.extras["__resume__"] = session.resume  # (a repl's later blocks)

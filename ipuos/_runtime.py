@@ -176,6 +176,11 @@ class TileContext:
         if self.stderr is previous:
             self.stderr = output
 
+    def warn(self, message: str) -> None:
+        """Tell the program's output of a problem the runtime or a layer above met for it
+        (a file it left that failed to close)."""
+        self.output.write(f"warning: {message}\n")
+
     def write(self, text: str) -> int:
         """The tile's standard output as a stream (``print(file=...)``, ``pprint``)."""
         return self.stdout.write(text)
@@ -1245,7 +1250,7 @@ def _run_cleanups(ctx: TileContext) -> None:
         except Exception as exc:
             messages = [f"cleanup failed: {exc!r}"]
         for message in messages or ():
-            ctx.output.write(f"warning: {message}\n")
+            ctx.warn(message)
 
 
 # -- interactive interpreters: the multirepl and the shell's python ----------------------------

@@ -475,6 +475,56 @@ def test_a_dropped_file_is_committed_before_anything_looks_at_it(machine):
     assert output(handle.wait(30)) == "5 3 abc\n"
 
 
+def test_a_dropped_file_that_fails_to_close_says_so_once(machine):
+    # the host reports each (``Exception ignored ... OSError: [Errno 28]``): a file
+    # on another tile is written at close, and a full disk refuses it then
+    try:
+        result = run(machine, """
+            import os
+            os.makedirs("/tiles/14/full", exist_ok=True)
+            for i in range(30):
+                open(f"/tiles/14/full/f{i}", "wb").write(b"x" * 900)
+            print("sizes", [os.path.getsize(f"/tiles/14/full/f{i}") for i in range(30)])
+            open("/tiles/14/full/last", "wb").write(b"x" * 900)  # closed as the program ends
+        """)
+        lines = output(result).splitlines()
+        sizes = eval(next(line for line in lines if line.startswith("sizes"))[len("sizes "):])
+        lost = [f"/tiles/14/full/f{i}" for i, size in enumerate(sizes) if size == 0]
+        assert lost and len(lost) < 30
+        told = lines[:lines.index(next(line for line in lines if line.startswith("sizes")))]
+        assert told == [f"warning: closing {name!r} (dropped without close()) failed: "
+                        f"[Errno 28] No space left on device: {name!r}" for name in lost]
+        assert lines[-1] == ("warning: closing '/tiles/14/full/last' at exit failed: "
+                             "[Errno 28] No space left on device: '/tiles/14/full/last'")
+    finally:
+        run(machine, "import shutil; shutil.rmtree('/tiles/14/full', ignore_errors=True)")
+
+
+def test_a_repls_dropped_file_that_fails_to_close_between_blocks_is_told_in_the_next(machine):
+    repl = machine.repl("0")
+    try:
+        assert repl.run(textwrap.dedent("""
+            import os
+            os.makedirs("/tiles/14/full", exist_ok=True)
+            try:
+                for i in range(30):
+                    with open(f"/tiles/14/full/g{i}", "wb") as f:
+                        f.write(b"x" * 900)
+            except OSError:
+                pass
+        """)).ok
+        dropped = repl.run('open("/tiles/14/full/late", "wb").write(b"x" * 900)')
+        assert "warning" not in dropped.outputs()[0]  # (not closed yet)
+        machine.fs.exists(0, "/")  # tile 0 serves the host: dropped files are closed first
+        told = ("warning: closing '/tiles/14/full/late' (dropped without close()) failed: "
+                "[Errno 28] No space left on device: '/tiles/14/full/late'\n")
+        assert repl.run("pass").outputs() == {0: told}
+        assert repl.run("pass").outputs() == {0: ""}
+    finally:
+        repl.close()
+        run(machine, "import shutil; shutil.rmtree('/tiles/14/full', ignore_errors=True)")
+
+
 def test_os_walk_from_tile_0_root_terminates_and_tiles_0_is_its_own_disk_only():
     from ipuos import Machine
 

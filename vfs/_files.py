@@ -15,7 +15,8 @@ close there would touch a filesystem its owner is not running. So a finalizer ne
 closes anything: it puts the file on its VFS's *pending* list, and the owner closes
 pending files before its next file operation of any kind and when the program ends.
 ``open(p, "w").write(s)`` then behaves as on the host: whatever looks at ``p`` next (the
-program, a remote request) sees ``s``. Text wrappers are created with ``write_through``,
+program, a remote request) sees ``s``, and a close that fails then (a full disk) is told
+on the program's output, as the host tells the error its finalizer ignored. Text wrappers are created with ``write_through``,
 so a wrapper that is dropped never strands text in itself.
 """
 
@@ -182,7 +183,7 @@ class VfsFile:
     """
 
     __slots__ = ("name", "mode", "_closed", "_readable", "_writable", "_owner", "_pending",
-                 "__weakref__")
+                 "report_failed_close", "__weakref__")
 
     def __init__(self, name: str, mode: str, readable: bool, writable: bool, owner, pending):
         self.name = name
@@ -194,6 +195,7 @@ class VfsFile:
         self._owner = owner
         #: where the finalizer puts the file for its owner to close (None: _abandon it)
         self._pending = pending
+        # (``report_failed_close``, unset unless a program opened the file: see Vfs.close_pending)
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""

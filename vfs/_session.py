@@ -8,9 +8,11 @@ littlefs at all), and ``os`` is only built when imported.
 
 When the program ends, :meth:`TileSession.close` closes every file it left open (and any
 it dropped without closing), so their writes are committed; failures come back as text
-for the program's output. Each program starts in ``/``, and the current directory is the
-program's own: a repl session's tile keeps the one its blocks left (:meth:`TileSession.resume`)
-whatever other programs and repls did on that tile between them.
+for the program's output. A file it dropped earlier is closed by the tile's next file
+operation (see ``_files``), and a failure then goes to its output at once. Each program
+starts in ``/``, and the current directory is the program's own: a repl session's tile
+keeps the one its blocks left (:meth:`TileSession.resume`) whatever other programs and
+repls did on that tile between them.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class TileSession:
     """What one program on one tile sees of the tile's files (see module doc)."""
 
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
-                 "_new_globals", "_cwd", "_cwd_removed", "_removals", "_suspended")
+                 "_new_globals", "_cwd", "_cwd_removed", "_removals", "_suspended", "_warn",
+                 "_untold", "_ending")
 
     #: the standard modules a program gets its own copy of, bound to its tile's files:
     #: name -> how to make it for a session
@@ -48,11 +51,17 @@ class TileSession:
     MODULES = tuple(_MAKERS)
 
     def __init__(self, tile, vfs_of: Callable,
-                 new_globals: Callable[[str, str, types.CodeType], dict] | None = None):
+                 new_globals: Callable[[str, str, types.CodeType], dict] | None = None,
+                 warn: Callable[[str], None] | None = None):
         self._tile = tile
         self._vfs_of = vfs_of
         #: ``new_globals(name, filename, code)``: a namespace for a module imported from the tile
         self._new_globals = new_globals
+        #: ``warn(message)`` writes a warning on the program's output now (None: kept for close)
+        self._warn = warn
+        #: warnings with no output to go to yet (a repl between blocks): told later
+        self._untold: list[str] = []
+        self._ending = False
         self._vfs = tile.kernel_data.get(VFS_KEY)
         self._cwd = "/"
         self._cwd_removed = False
@@ -92,13 +101,27 @@ class TileSession:
              opener=None):
         """The program's ``open``: the host's semantics, on the tile's own files."""
         result = self.vfs.open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        raw = result if "b" in mode else result.buffer
+        raw.report_failed_close = self._dropped_file_failed
         files = self._files
         # weakly: a file the program drops must reach its finalizer (see ``_files``)
-        files.append(_weakref(result if "b" in mode else result.buffer))
+        files.append(_weakref(raw))
         if len(files) >= self._prune_at:
             files[:] = [ref for ref in files if (f := ref()) is not None and not f.closed]
             self._prune_at = max(64, 2 * len(files))
         return result
+
+    def _dropped_file_failed(self, file, exc: Exception) -> None:
+        """A file the program dropped without closing it failed to close when the VFS
+        closed it (see ``Vfs.close_pending``): said on the program's output, once."""
+        if self._ending:
+            self._untold.append(f"closing {file.name!r} at exit failed: {exc}")
+            return
+        message = f"closing {file.name!r} (dropped without close()) failed: {exc}"
+        if self._suspended or self._warn is None:
+            self._untold.append(message)  # (no output of the repl's is read now)
+        else:
+            self._warn(message)
 
     # -- modules ---------------------------------------------------------------------------
 
@@ -144,6 +167,10 @@ class TileSession:
         """The session's next block starts: its current directory is back (as a string:
         had it been renamed away meanwhile, it is taken as removed, as it is if it was)."""
         self._suspended = False
+        if self._untold and self._warn is not None:
+            untold, self._untold = self._untold, []
+            for message in untold:
+                self._warn(message)
         vfs = self._vfs
         if vfs is not None:
             vfs.reset_cwd(self._cwd, self._cwd_removed)
@@ -161,7 +188,9 @@ class TileSession:
                 except Exception as exc:
                     problems.append(f"closing {file.name!r} at exit failed: {exc}")
         self._files.clear()
+        self._ending = True
         if self._vfs is not None:
-            for exc in self._vfs.close_pending():
-                problems.append(f"closing a file at exit failed: {exc}")
+            self._vfs.close_pending()  # (failures: see _dropped_file_failed)
+        problems.extend(self._untold)
+        self._untold.clear()
         return problems

@@ -113,10 +113,12 @@ class Storage:
             vfs = self._bring_up(tile)
         return vfs
 
-    def session(self, tile, new_globals: Callable[[str, str], dict] | None = None) -> TileSession:
+    def session(self, tile, new_globals: Callable[[str, str], dict] | None = None,
+                warn: Callable[[str], None] | None = None) -> TileSession:
         """A program's view of ``tile``'s files (cheap: nothing is brought up yet).
-        ``new_globals(name, filename)`` makes namespaces for modules imported from files."""
-        return TileSession(tile, self.vfs, new_globals)
+        ``new_globals(name, filename)`` makes namespaces for modules imported from files;
+        ``warn(message)`` writes a warning on the program's output."""
+        return TileSession(tile, self.vfs, new_globals, warn)
 
     def mount_existing(self, tiles: Iterable[int]) -> None:
         """The disks of ``tiles`` already hold filesystems (their SRAM was restored before

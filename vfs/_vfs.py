@@ -292,17 +292,22 @@ class Vfs:
             _refine_open_error(exc, mount, inner, name, spec)
             raise
 
-    def close_pending(self) -> list[BaseException]:
-        """Close the files that were dropped without being closed; returns the errors."""
-        failures = []
+    def close_pending(self) -> None:
+        """Close the files that were dropped without being closed.
+
+        A failure goes to the file's ``report_failed_close(file, exc)``, which a program's
+        session sets on the files it opens (its output then says so, as the host reports
+        the error its finalizer ignored); a file opened by no program has nobody to tell.
+        """
         pending = self.pending
         while pending:
             file = pending.pop()
             try:
                 file.close()
             except Exception as exc:
-                failures.append(exc)
-        return failures
+                report = getattr(file, "report_failed_close", None)
+                if report is not None:
+                    report(file, exc)
 
     # -- names ---------------------------------------------------------------------------------
 
