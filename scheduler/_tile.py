@@ -235,9 +235,17 @@ class Tile:
         so after the exchange that ended it. The tile then runs on to its next exchange
         point, as tiles computing side by side on the chip would, and takes the stop
         there (keeping its output, and maybe failing in its own way)."""
+        return self.runs_on_after_failure() and ready()
+
+    def runs_on_after_failure(self) -> bool:
+        """Whether the pending signal is another tile's exception that came in the
+        superstep this tile computes in: the tile runs on to its next exchange point (see
+        Job.abort) and takes the stop there, not where its program merely pauses, such as
+        a file operation on its own disk. (An interrupt or a compute budget stops it at
+        once: the job has no ``failed_in`` then.)"""
         job = self.job
         return (job is not None and job.failed_in == self.sched.superstep
-                and type(self.signal) is JobAborted and ready())
+                and type(self._signal) is JobAborted)
 
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None

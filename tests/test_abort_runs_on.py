@@ -7,6 +7,7 @@ every tile at once."""
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -196,3 +197,67 @@ def test_a_failure_in_the_first_superstep_lets_the_others_compute_to_their_first
     """, tiles="0-3")
     assert [tile.status for tile in result.tiles] == ["error", "aborted", "aborted", "aborted"], result.format()
     assert [tile.output for tile in result.tiles[1:]] == [f"tile {r} reached its sync\n" for r in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("operation", [
+    'open("/runon.txt", "w").write("hi"); open("/runon.txt").read()',
+    'import os; os.listdir("/"); os.makedirs("/runon_dir", exist_ok=True)',
+    "import runon_mod",
+], ids=["a file", "a directory", "an import"])
+def test_a_tile_running_on_is_not_stopped_by_its_own_disk(machine, operation):
+    # a file operation is an exchange point only when it reaches another tile's SRAM
+    machine.fs.makedirs(1, "/lib", exist_ok=True)
+    machine.fs.write_file(1, "/lib/runon_mod.py", b"X = 1\n")
+    result = run(machine, f"""
+        if __tileid == 0:
+            raise KeyError("t0")
+        print("before")
+        {operation}
+        print("after")
+        sync()
+        print("never")
+    """, tiles="0-1")
+    assert [tile.status for tile in result.tiles] == ["error", "aborted"], result.format()
+    assert result.tiles[1].output == "before\nafter\n"
+
+
+def test_a_tile_running_on_stops_at_a_file_operation_on_another_tile(machine):
+    result = run(machine, """
+        if __tileid == 1:
+            raise KeyError("t1")
+        print("before")
+        open("/tiles/5/runon.txt", "w").write("x")
+        print("never")
+    """, tiles="0-1")
+    assert [tile.status for tile in result.tiles] == ["aborted", "error"], result.format()
+    assert result.tiles[0].output == "before\n"
+
+
+def test_a_tile_running_on_in_a_chip_disk_loop_stops_once_it_reaches_the_stripes(machine):
+    # its exchanges happen inside littlefs, where it must not stop: the next file
+    # operation after one takes the stop
+    result = run(machine, """
+        import os
+        if __tileid == 0:
+            os.makedirs("/chip/runon", exist_ok=True)
+        sync()
+        if __tileid == 1:
+            raise KeyError("t1")
+        i = 0
+        while True:
+            open(f"/chip/runon/f{i % 4}", "wb").write(b"x" * 3000)
+            i += 1
+    """, tiles="0-1")
+    assert [tile.status for tile in result.tiles] == ["aborted", "error"], result.format()
+
+
+def test_an_interrupt_stops_a_tile_running_on_in_a_file_loop_at_once(machine):
+    handle = machine.launch(textwrap.dedent("""
+        if __tileid == 0:
+            raise KeyError("t0")
+        while True:
+            open("/runon_spin.txt", "w").write("x")
+    """), tiles="0-1")
+    time.sleep(0.3)
+    handle.interrupt()
+    assert [tile.status for tile in handle.wait(10).tiles] == ["error", "interrupted"]

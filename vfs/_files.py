@@ -37,9 +37,13 @@ def raise_pending_signal(owner) -> None:
     A tile takes signals at exchange points outside filesystem operations. A program
     whose loop only does chip-disk I/O waits for the exchange only inside littlefs, where
     it must not stop: so file operations take the signal as they start, holding nothing
-    yet. Not while the tile serves a request (the request is not the program). (Callers
-    test ``owner.signal`` first: the common case costs them one attribute test.)"""
-    if owner.fs_depth == 0 and owner.service_depth == owner.program_depth and owner.signal is not None:
+    yet. Not while the tile serves a request (the request is not the program), nor
+    another tile's exception while this tile runs on to its next exchange point (see
+    ``Tile.runs_on_after_failure``): a file operation on the tile's own disk is none,
+    and one that reached another tile's SRAM has ended that superstep. (Callers test
+    ``owner.signal`` first: the common case costs them one attribute test.)"""
+    if (owner.fs_depth == 0 and owner.service_depth == owner.program_depth and owner.signal is not None
+            and not owner.runs_on_after_failure()):
         owner.raise_signal()
 
 
