@@ -675,6 +675,8 @@ def _import_copies(ctx: TileContext, name: str, fromlist, module: types.ModuleTy
 
 
 def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(), level=0):
+    if type(name) is not str or not name:
+        _check_module_name(name, level)
     if level:
         raise ImportError("relative imports are not supported on tiles")
     top = name.partition(".")[0]
@@ -702,6 +704,14 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
         "as NAME.py or NAME/__init__.py in its current directory or /lib)",
         name=name,
     )
+
+
+def _check_module_name(name, level) -> None:
+    """Refuse what the host's ``__import__`` refuses before looking for a module."""
+    if not isinstance(name, str):
+        raise TypeError("module name must be a string")
+    if not name and not level:
+        raise ValueError("Empty module name")
 
 
 def _no_input(*args, **kwargs):

@@ -422,6 +422,28 @@ def test_a_missing_module_is_a_clear_import_error(machine):
     assert "/lib" in error
 
 
+@pytest.mark.parametrize("call, error", [
+    ('__import__("")', "ValueError: Empty module name"),
+    ('__import__(".")', "ModuleNotFoundError: no module named '.'"),
+    ('__import__("..")', "ModuleNotFoundError: no module named '..'"),
+    ('__import__("sub/x")', "ModuleNotFoundError: no module named 'sub/x'"),
+    ('__import__("/lib/sub/x")', "ModuleNotFoundError: no module named '/lib/sub/x'"),
+    ('__import__("sub..x")', "ModuleNotFoundError: no module named 'sub.'"),
+    ('__import__("sub.")', "ModuleNotFoundError: no module named 'sub.'"),
+    ('__import__("sub./x")', "ModuleNotFoundError: no module named 'sub./x'"),
+    ('__import__(b"sub")', "TypeError: module name must be a string"),
+    ('__import__("sub", fromlist=["/x"]).__dict__["/x"]', "KeyError: '/x'"),
+])
+def test_a_module_name_no_file_can_have_imports_nothing(machine, call, error):
+    # as the host's: a name is no path, and an empty part names no module (the files
+    # /lib/__init__.py and /lib/sub/x.py would otherwise be run for them)
+    put_files(machine, 12, {"/lib/__init__.py": b"print('ran /lib/__init__.py')\n",
+                            "/lib/sub/__init__.py": b"", "/lib/sub/x.py": b"X = 1\n"})
+    result = run(machine, call, tiles="12")
+    assert result.tiles[0].output == ""
+    assert error in result.tiles[0].error.splitlines()[-1]
+
+
 def test_errors_in_imported_modules_point_at_their_file(machine):
     machine.fs.makedirs(10, "/lib", exist_ok=True)
     machine.fs.write_file(10, "/lib/broken.py", b"x = 1\nraise RuntimeError('inside the module')\n")

@@ -28,6 +28,13 @@ MODULE_PATH = ("", "/lib")
 _MISSING = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
 
 
+def _names_a_file(part: str) -> bool:
+    """Whether ``part`` of a dotted module name can be a module's file name, as the
+    host's finder takes it: not empty (``a..b``, ``.``), no path of its own (``sub/x``
+    would load ``/lib/sub/x.py``), no NUL."""
+    return bool(part) and "/" not in part and "\0" not in part
+
+
 class TileImporter:
     """``__find_module__`` for the runtime: ``finder(name, fromlist)`` returns what
     ``__import__`` would, or None if no file provides the top-level module.
@@ -44,7 +51,7 @@ class TileImporter:
 
     def __call__(self, name: str, fromlist=()):
         parts = name.split(".")
-        top = self._load(parts[0], None)
+        top = self._load(parts[0], None) if _names_a_file(parts[0]) else None
         if top is None:
             return None
         module = top
@@ -53,7 +60,7 @@ class TileImporter:
             if not hasattr(module, "__path__"):
                 raise ModuleNotFoundError(f"no module named {fullname!r} on this tile; "
                                           f"{module.__name__!r} is not a package", name=fullname)
-            module = self._load(fullname, module)
+            module = self._load(fullname, module) if _names_a_file(parts[depth]) else None
             if module is None:
                 raise ModuleNotFoundError(f"no module named {fullname!r} on this tile", name=fullname)
         if fromlist and hasattr(module, "__path__"):
@@ -62,7 +69,7 @@ class TileImporter:
                 items.remove("*")
                 items.extend(item for item in getattr(module, "__all__", ()) if isinstance(item, str))
             for item in items:
-                if not hasattr(module, item):
+                if not hasattr(module, item) and _names_a_file(item) and "." not in item:
                     self._load(f"{module.__name__}.{item}", module)  # a submodule, if any
         return module if fromlist else top
 
