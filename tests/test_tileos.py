@@ -662,6 +662,68 @@ def test_glob_pathlib_and_shutil_do_on_a_tile_what_they_do_on_the_host(machine, 
     assert output(result).splitlines() == host.stdout.splitlines()
 
 
+#: every tile os function the host's takes dir_fd (or the like) for, with the defaults
+_DIR_FD_DEFAULTS = r'''
+import os
+os.chdir(ROOT)
+os.mkdir("m", dir_fd=None)
+os.mkdir("m/n", 0o777, dir_fd=None)
+open("f", "w").write("x")
+os.utime("f", ns=(5, 5 * 10**9), dir_fd=None, follow_symlinks=True)
+print(os.stat("f", dir_fd=None, follow_symlinks=True).st_mtime, os.lstat("f", dir_fd=None).st_size)
+os.rename("f", "g", src_dir_fd=None, dst_dir_fd=None)
+os.replace("g", "h", src_dir_fd=None, dst_dir_fd=None)
+print(os.access("h", os.R_OK, dir_fd=None, effective_ids=False, follow_symlinks=True))
+os.remove("h", dir_fd=None)
+open("u", "w").close()
+os.unlink("u", dir_fd=None)
+os.rmdir("m/n", dir_fd=None)
+os.rmdir("m", dir_fd=None)
+print(sorted(os.listdir()))
+'''
+
+
+@pytest.mark.parametrize("where, tile", [("/dirfd", "2"), ("/tiles/5/dirfd", "0")])
+def test_the_default_dir_fd_is_taken_as_on_the_host(machine, where, tile, tmp_path):
+    host = subprocess.run([sys.executable, "-c", f"ROOT = {str(tmp_path)!r}\n" + _DIR_FD_DEFAULTS],
+                          capture_output=True, text=True, timeout=60)
+    assert host.returncode == 0, host.stderr
+    result = machine.run(f"import os\nos.mkdir({where!r})\nROOT = {where!r}\n" + _DIR_FD_DEFAULTS,
+                         tiles=tile, timeout=60)
+    assert output(result) == host.stdout == "5.0 1\nTrue\n[]\n"
+
+
+def test_a_dir_fd_is_refused_saying_tiles_have_no_file_descriptors(machine):
+    result = run(machine, """
+        import os
+        open("/dirfd_file", "w").close()
+        for call in (lambda: os.mkdir("/x", dir_fd=3), lambda: os.stat("/", dir_fd=3),
+                     lambda: os.lstat("/", dir_fd=3), lambda: os.remove("/dirfd_file", dir_fd=3),
+                     lambda: os.unlink("/dirfd_file", dir_fd=3), lambda: os.rmdir("/x", dir_fd=3),
+                     lambda: os.rename("/dirfd_file", "/y", src_dir_fd=3),
+                     lambda: os.replace("/dirfd_file", "/y", dst_dir_fd=3),
+                     lambda: os.utime("/dirfd_file", dir_fd=3), lambda: os.access("/", os.F_OK, dir_fd=3)):
+            try:
+                call()
+            except NotImplementedError as exc:
+                print(exc)
+        print(sorted(os.listdir("/")).count("dirfd_file"), "x" in os.listdir("/"), "y" in os.listdir("/"))
+    """, tiles="2")
+    assert output(result).splitlines() == [
+        "tiles have no file descriptors: mkdir() takes a path, not dir_fd",
+        "tiles have no file descriptors: stat() takes a path, not dir_fd",
+        "tiles have no file descriptors: stat() takes a path, not dir_fd",
+        "tiles have no file descriptors: remove() takes a path, not dir_fd",
+        "tiles have no file descriptors: remove() takes a path, not dir_fd",
+        "tiles have no file descriptors: rmdir() takes a path, not dir_fd",
+        "tiles have no file descriptors: rename() takes a path, not src_dir_fd",
+        "tiles have no file descriptors: rename() takes a path, not dst_dir_fd",
+        "tiles have no file descriptors: utime() takes a path, not dir_fd",
+        "tiles have no file descriptors: access() takes a path, not dir_fd",
+        "1 False False",
+    ]
+
+
 def test_tile_pathlib_and_shutil_refuse_what_tiles_lack(machine):
     result = run(machine, """
         import pathlib, shutil, glob

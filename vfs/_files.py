@@ -28,7 +28,7 @@ import operator
 import os
 
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
-           "check_binary_arguments", "checked_size", "raise_pending_signal"]
+           "check_binary_arguments", "checked_size", "no_file_descriptors", "raise_pending_signal"]
 
 
 def raise_pending_signal(owner) -> None:
@@ -45,6 +45,11 @@ def raise_pending_signal(owner) -> None:
     if (owner.fs_depth == 0 and owner.service_depth == owner.program_depth and owner.signal is not None
             and not owner.runs_on_after_failure()):
         owner.raise_signal()
+
+
+def no_file_descriptors(call: str, argument: str = "dir_fd") -> NotImplementedError:
+    """The error for a file descriptor given to ``call`` (``dir_fd=3``): tiles have none."""
+    return NotImplementedError(f"tiles have no file descriptors: {call}() takes a path, not {argument}")
 
 
 # -- modes ----------------------------------------------------------------------------

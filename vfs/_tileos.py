@@ -18,6 +18,7 @@ import posixpath
 import types
 
 from ._entries import DirEntry
+from ._files import no_file_descriptors
 
 __all__ = ["make_os_module"]
 
@@ -92,7 +93,7 @@ def make_os_module(vfs) -> types.ModuleType:
         """``os.access``: whether ``path`` exists (``F_OK``) and allows ``mode`` (``R_OK``,
         ``W_OK``, ``X_OK``) by its permission bits; writing also needs a writable mount."""
         if dir_fd is not None:
-            raise NotImplementedError("tiles have no file descriptors: access takes a path")
+            raise no_file_descriptors("access")
         if type(mode) is not int:
             raise TypeError(f"mode must be an int, not {type(mode).__name__}")
         try:

@@ -26,8 +26,8 @@ from ipuos._plural import plural
 from ._backend import Backend, error_name, fs_error
 from ._cwds import busy_reason
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
-from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, parse_mode, raise_pending_signal,
-                     wrap_text)
+from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, no_file_descriptors, parse_mode,
+                     raise_pending_signal, wrap_text)
 from ._local import LittlefsBackend
 from ._mounts import Mount, MountTable
 from ._paths import checked, is_within, normalize, parent_and_name
@@ -319,7 +319,12 @@ class Vfs:
             entry = entry._replace(name=parent_and_name(vpath)[1])
         return entry
 
-    def stat(self, path, *, follow_symlinks: bool = True) -> os.stat_result:
+    # (``dir_fd`` and the like: the host's ``os`` takes them, and the tile's is bound
+    # to these methods; only their defaults mean anything on a tile)
+
+    def stat(self, path, *, dir_fd=None, follow_symlinks: bool = True) -> os.stat_result:
+        if dir_fd is not None:
+            raise no_file_descriptors("stat")
         vpath, mount, inner = self._resolve(path)
         entry = self._on_backend(path, mount, inner, mount.backend.entry, inner)
         return make_stat(entry.is_dir, entry.size, entry.mtime_ns, device=mount.device)
@@ -379,7 +384,9 @@ class Vfs:
         if not topdown:
             yield top, dirs, files
 
-    def mkdir(self, path, mode: int = 0o777) -> None:
+    def mkdir(self, path, mode: int = 0o777, *, dir_fd=None) -> None:
+        if dir_fd is not None:
+            raise no_file_descriptors("mkdir")
         vpath, mount, inner = self._resolve(path)
         if _last_name(path) in (".", ".."):
             # names a directory that is there, if its parent is one: never one to make
@@ -414,7 +421,9 @@ class Vfs:
         if not parts and not exist_ok:
             raise fs_error(errno.EEXIST, name)
 
-    def rmdir(self, path) -> None:
+    def rmdir(self, path, *, dir_fd=None) -> None:
+        if dir_fd is not None:
+            raise no_file_descriptors("rmdir")
         vpath, mount, inner = self._resolve(path)  # first: "missing/.." is ENOENT
         last = _last_name(path)
         if last == ".":
@@ -429,7 +438,9 @@ class Vfs:
         if vpath == self._cwd and self._removed_cwd is None:
             self._cwd_was_removed(mount)
 
-    def remove(self, path) -> None:
+    def remove(self, path, *, dir_fd=None) -> None:
+        if dir_fd is not None:
+            raise no_file_descriptors("remove")
         vpath, mount, inner = self._resolve(path)
         if vpath == mount.path:
             raise fs_error(errno.EISDIR, path)
@@ -437,11 +448,13 @@ class Vfs:
 
     unlink = remove
 
-    def rename(self, src, dst) -> None:
+    def rename(self, src, dst, *, src_dir_fd=None, dst_dir_fd=None) -> None:
         """Move ``src`` to ``dst``, replacing a file or an empty directory (POSIX rename).
 
         EXDEV between mounts (and between tiles under ``/tiles``); EBUSY for mount points.
         """
+        if src_dir_fd is not None or dst_dir_fd is not None:
+            raise no_file_descriptors("rename", "src_dir_fd" if src_dir_fd is not None else "dst_dir_fd")
         src_path, src_mount, src_inner = self._resolve(src)
         dst_path, dst_mount, dst_inner = self._resolve(dst)
         for given in (src, dst):
@@ -477,9 +490,11 @@ class Vfs:
         vpath, mount, inner = self._resolve(path)
         self._on_backend(path, mount, inner, mount.backend.truncate, inner, length, write=True)
 
-    def utime(self, path, times=None, *, ns=None, follow_symlinks: bool = True) -> None:
+    def utime(self, path, times=None, *, ns=None, dir_fd=None, follow_symlinks: bool = True) -> None:
         """Set the modification time (the only time a tile keeps): ``times`` as
         (atime, mtime) seconds, ``ns`` as nanoseconds, neither for now."""
+        if dir_fd is not None:
+            raise no_file_descriptors("utime")
         mtime_ns = _utime_ns(times, ns)
         vpath, mount, inner = self._resolve(path)
         self._on_backend(path, mount, inner, mount.backend.set_mtime, inner, mtime_ns, write=True)
