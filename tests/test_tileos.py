@@ -724,6 +724,37 @@ def test_a_dir_fd_is_refused_saying_tiles_have_no_file_descriptors(machine):
     ]
 
 
+#: reads of every size a program may pass, in each mode; the test runs it on a tile and
+#: on the host
+_READ_SIZES = r'''
+open(PATH, "wb").write(b"ab\ncd\nef\n")
+open(PATH + ".w", "wb").close()
+for mode, buffering in (("rb", -1), ("r", -1), ("rb", 0), ("wb", -1)):
+    for call in ("f.read(-5)", "f.read(-1)", "f.read(None)", "f.read(2)", "f.read(1.5)", "f.read('x')",
+                 "f.read1(-5)", "f.read1(None)", "f.readline(-5)"):
+        with open(PATH + (".w" if "w" in mode else ""), mode, buffering=buffering) as f:
+            try:
+                result = repr(eval(call))
+            except Exception as exc:  # (io.UnsupportedOperation's words differ: its kind counts)
+                result = type(exc).__name__ + (f": {exc}" if type(exc) in (ValueError, TypeError) else "")
+        print(mode, buffering, call, result)
+'''
+
+
+@pytest.mark.parametrize("where, tile", [("/sizes", "2"), ("/tiles/3/sizes", "0")])
+def test_read_sizes_are_taken_as_on_the_host(machine, where, tile, tmp_path):
+    # (read(-5) of a buffered binary file once read everything: the host's refuses it)
+    host = subprocess.run([sys.executable, "-c", f"PATH = {str(tmp_path / 'f')!r}\n" + _READ_SIZES],
+                          capture_output=True, text=True, timeout=60)
+    assert host.returncode == 0, host.stderr
+    assert "rb -1 f.read(-5) ValueError: read length must be non-negative or -1" in host.stdout
+    result = machine.run(f"PATH = {where!r}\n" + _READ_SIZES, tiles=tile, timeout=60)
+    tile_lines = output(result).splitlines()
+    # (a tile's unbuffered file has read1 where the host's raw file has none)
+    expected = [line for line in host.stdout.splitlines() if not line.startswith("rb 0 f.read1")]
+    assert [line for line in tile_lines if not line.startswith("rb 0 f.read1")] == expected
+
+
 def test_tile_pathlib_and_shutil_refuse_what_tiles_lack(machine):
     result = run(machine, """
         import pathlib, shutil, glob

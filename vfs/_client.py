@@ -322,6 +322,8 @@ class RemoteFile(VfsFile):
 
     @_naming_errors
     def read(self, size: int | None = -1) -> bytes:
+        if type(size) is not int or size < -1:
+            size = self._read_size(size)
         self._check_open()
         if not self._readable:
             raise wrong_mode_error(self.name, reading=True)
@@ -329,7 +331,7 @@ class RemoteFile(VfsFile):
         client = self._client
         chunk = client.chunk
         parts = []
-        left = -1 if size is None or size < 0 else size
+        left = size
         while left != 0:
             want = chunk if left < 0 else min(chunk, left)
             data = client.call(self._tile, "fs.read", self._handle, self._position, want)
@@ -358,6 +360,7 @@ class RemoteFile(VfsFile):
         return count
 
     def unbuffered(self) -> None:
+        VfsFile.unbuffered(self)
         self._write_now = True
 
     @_naming_errors

@@ -27,6 +27,8 @@ import io
 import operator
 import os
 
+from ipuos.blockdev import wrong_mode_error
+
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
            "check_binary_arguments", "checked_size", "no_file_descriptors", "raise_pending_signal"]
 
@@ -192,7 +194,7 @@ class VfsFile:
     """
 
     __slots__ = ("name", "mode", "_closed", "_readable", "_writable", "_owner", "_pending",
-                 "report_failed_close", "__weakref__")
+                 "report_failed_close", "_raw", "__weakref__")
 
     def __init__(self, name: str, mode: str, readable: bool, writable: bool, owner, pending):
         self.name = name
@@ -204,7 +206,8 @@ class VfsFile:
         self._owner = owner
         #: where the finalizer puts the file for its owner to close (None: _abandon it)
         self._pending = pending
-        # (``report_failed_close``, unset unless a program opened the file: see Vfs.close_pending)
+        # (``report_failed_close``, unset unless a program opened the file: see Vfs.close_pending;
+        # ``_raw``, unset unless opened unbuffered: see unbuffered)
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
@@ -259,6 +262,9 @@ class VfsFile:
         return self.read(-1)
 
     def read1(self, size: int = -1) -> bytes:
+        if type(size) is not int or size < -1:
+            self._check_reads()
+            size = max(-1, operator.index(size))  # (None is a TypeError, any negative all, as the host's)
         return self.read(size)
 
     def readinto(self, buffer) -> int:
@@ -340,9 +346,36 @@ class VfsFile:
 
     def unbuffered(self) -> None:
         """Make every write reach the file at once, as ``open(..., buffering=0)`` asks
-        (a file on the tile's own filesystem does so already)."""
+        (a file on the tile's own filesystem does so already), and take any negative
+        ``read`` size for everything, as the host's unbuffered (raw) files do."""
+        self._raw = True
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _read_size(self, size) -> int:
+        """A ``read`` size as the host's buffered files take it: None or -1 for everything,
+        else not negative (ValueError: ``read(-5)`` is a mistake, not "all"), an integer
+        (a float is TypeError); a file not open for reading says so first. (``read``
+        calls this only for a size that is not an int of -1 or more.)"""
+        self._check_reads()
+        if size is None:
+            return -1
+        if not isinstance(size, int):
+            try:
+                size = operator.index(size)
+            except TypeError:
+                raise TypeError(f"argument should be integer or None, not {type(size).__name__!r}") from None
+        if size < -1:
+            if getattr(self, "_raw", False):  # (unset unless unbuffered)
+                return -1
+            raise ValueError("read length must be non-negative or -1")
+        return size
+
+    def _check_reads(self) -> None:
+        """A file not open for reading says so before a read's size is looked at, as the
+        host's do."""
+        if not self._readable and not self._closed:
+            raise wrong_mode_error(self.name, reading=True)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -452,6 +452,8 @@ class LocalFile(VfsFile):
         self._written_at = time_ns() if dirty else 0
 
     def read(self, size: int | None = -1) -> bytes:
+        if type(size) is not int or size < -1:
+            size = self._read_size(size)
         owner = self._owner
         if owner.signal is not None:
             raise_pending_signal(owner)
