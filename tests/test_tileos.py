@@ -143,6 +143,27 @@ def test_host_only_parts_of_os_stay_out(machine):
     assert output(result) == "False False False\nImportError\n"
 
 
+def test_what_a_tiles_os_lacks_says_why(machine):
+    result = run(machine, """
+        import os
+        for name in ("chmod", "chown", "link", "symlink", "open", "system", "getuid",
+                     "sched_getaffinity", "no_such_thing"):
+            try:
+                getattr(os, name)
+            except AttributeError as exc:
+                print(exc)
+    """)
+    lacks = "module 'os' has no attribute {!r} on a tile: tiles have no {}".format
+    assert output(result).splitlines() == [
+        lacks("chmod", "permission bits"), lacks("chown", "owners"), lacks("link", "hard links"),
+        lacks("symlink", "symbolic links"), lacks("open", "file descriptors"),
+        lacks("system", "processes"), lacks("getuid", "users"),
+        "module 'os' has no attribute 'sched_getaffinity' on a tile: a tile's os has only the "
+        "functions of its files (see help(os))",
+        "module 'os' has no attribute 'no_such_thing'",
+    ]
+
+
 def test_errors_are_oserrors_with_filenames(machine):
     result = run(machine, """
         import os

@@ -8,7 +8,8 @@ statvfs, truncate, utime, sync, plus the constants (sep, curdir, SEEK_*...). ``o
 (exists, isdir, getsize, abspath, realpath, relpath, expanduser ...) rebound to the tile.
 
 What a tile does not have is absent rather than faked: file descriptors (``os.open``),
-processes, users. ``os.environ`` is an empty dict of the program's own.
+processes, users, permission bits, links; naming one is an AttributeError that says
+why. ``os.environ`` is an empty dict of the program's own.
 """
 
 from __future__ import annotations
@@ -35,6 +36,34 @@ _VFS_FUNCTION_NAMES = (
     "listdir", "scandir", "stat", "lstat", "mkdir", "makedirs", "remove", "unlink", "rmdir",
     "rename", "replace", "getcwd", "chdir", "walk", "statvfs", "truncate", "utime", "sync",
 )
+
+
+#: what the host's ``os`` has that a tile's lacks, by what the tile does not have: a
+#: program reaching for one learns why (and ``hasattr`` stays False, as feature tests
+#: such as shutil's expect)
+_LACKS = {
+    "permission bits": ("chmod", "lchmod", "fchmod", "chflags", "lchflags", "umask"),
+    "owners": ("chown", "lchown", "fchown"),
+    "users": ("getuid", "geteuid", "getgid", "getegid", "getlogin"),
+    "symbolic links": ("symlink", "readlink"),
+    "hard links": ("link",),
+    "file descriptors": ("open", "close", "read", "write", "lseek", "fstat", "dup", "dup2", "pipe",
+                         "fdopen", "ftruncate", "fsync", "fdatasync", "closerange"),
+    "processes": ("system", "popen", "fork", "kill", "getpid", "getppid", "spawnv", "execv", "execvp",
+                  "waitpid", "_exit", "abort"),
+}
+_LACKING = {name: lacks for lacks, names in _LACKS.items() for name in names}
+
+
+def _module_getattr(name: str):
+    """The tile ``os``'s ``__getattr__`` (PEP 562), called only for a name it lacks."""
+    if name in _LACKING:
+        why = f"tiles have no {_LACKING[name]}"
+    elif hasattr(os, name):
+        why = "a tile's os has only the functions of its files (see help(os))"
+    else:
+        raise AttributeError(f"module 'os' has no attribute {name!r}")
+    raise AttributeError(f"module 'os' has no attribute {name!r} on a tile: {why}")
 
 
 class _Environ(dict):
@@ -139,6 +168,7 @@ def make_os_module(vfs) -> types.ModuleType:
         statvfs_result=os.statvfs_result,
         DirEntry=DirEntry,
         PathLike=os.PathLike,
+        __getattr__=_module_getattr,
         name="posix",
         sep="/",
         altsep=None,
