@@ -88,8 +88,8 @@ class Repl:
 
     Each :meth:`launch` runs one block of source as a job on every tile, in the namespace
     that tile kept from the blocks before (``__tileid``, ``__numtiles``, ``__tiledata``,
-    the exchange primitives, ``open`` and ``os`` are there from the start; the primitives
-    are rebound to each block's job). A tile's exception is part of its output, grouped
+    the exchange primitives and ``open`` are there from the start, and ``import os``
+    gives the tile's own, as in a program; the primitives are rebound to each block's job). A tile's exception is part of its output, grouped
     like any other text; a bare expression's value is printed, as in Python's REPL.
     """
 

@@ -2,8 +2,8 @@
 
 Each tile runs the program in its own namespace holding ``__tileid``, ``__numtiles``,
 ``__tiledata``, the exchange primitives, a ``print`` captured per tile (bounded, with an
-explicit truncation marker), and ``open`` and ``os`` bound to the tile's own files (the
-storage layer adds them through ``TileProgram.setup``; see ``ipuos.vfs``). ``import`` is
+explicit truncation marker), and ``open`` bound to the tile's own files, as ``import os``
+is (the storage layer adds them through ``TileProgram.setup``; see ``ipuos.vfs``). ``import`` is
 guarded: pure-compute standard modules work, and so do modules stored on the tile's files;
 modules that reach the host (sys, subprocess, socket ...) fail with an ImportError that
 says why, and the standard modules a program gets hold none of them (nor the host's

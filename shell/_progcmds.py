@@ -103,7 +103,7 @@ def _python(sh, args):
         return run_block(sh, session.python, opts["-c"], grouped=False, echo=False)[0]  # as python -c
     session.mode = PYTHON
     if session.width:  # a terminal: say where we are (scripts get only their output)
-        sh.print("Python on tile 0: its files through open and os; names are kept until the "
+        sh.print("Python on tile 0: its files through open and import os; names are kept until the "
                  "shell exits. Ctrl-D or exit() goes back to the shell.")
     return 0
 
