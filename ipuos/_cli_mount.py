@@ -94,7 +94,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
                 raise click.BadParameter(exc.message, param_hint="--tiles") from None
             raise
     if as_json:
-        click.echo(json.dumps(reply, indent=1))
+        click.echo(json.dumps({"name": paths.name, **_mount_json(reply)}, indent=1))
     elif foreground:
         click.echo(f"unmounted {reply['mountpoint']} ({reply.get('reason') or 'unmounted'})")
     else:
@@ -133,12 +133,17 @@ def _mount_foreground(client: Client, args: dict, name: str) -> dict:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _mount_json(item: dict) -> dict:
+    """A mount as the daemon describes it, in the vocabulary of ``--json``: ``tiles`` is
+    a list of ids (the daemon gives ranges, as its messages show them)."""
+    return {**item, "tiles": parse_tiles(item["tiles"], largest_machine_tiles())}
+
+
 def _list_mounts(paths, as_json: bool) -> None:
     with _Errors(), Client(paths) as client:
         mounts = client.call("mounts")["mounts"]
     if as_json:
-        listed = [{**item, "tiles": parse_tiles(item["tiles"], largest_machine_tiles())} for item in mounts]
-        click.echo(json.dumps({"name": paths.name, "mounts": listed}, indent=1))
+        click.echo(json.dumps({"name": paths.name, "mounts": [_mount_json(item) for item in mounts]}, indent=1))
         return
     if not mounts:
         click.echo(f"machine {paths.name!r} has no mounts; `ipuos mount DIR` adds one")

@@ -233,6 +233,16 @@ def test_tiles_option_limits_what_is_shown(machine, mountpoint):
     assert os.path.isdir(os.path.join(mountpoint, "chip"))
 
 
+def test_mount_json_describes_the_mount_as_its_listing_does(machine, mountpoint):
+    done = cli(machine, "mount", mountpoint, "--tiles", "2-3,9", "--read-only", "--json")
+    assert done.returncode == 0, done.stderr
+    mounted_json = json.loads(done.stdout)
+    (listed,) = json.loads(cli(machine, "mount", "--json").stdout)["mounts"]
+    assert mounted_json["name"] == machine.name
+    assert mounted_json["tiles"] == listed["tiles"] == [2, 3, 9]  # (a list, as every --json's tiles)
+    assert mounted_json["mountpoint"] == listed["mountpoint"] == mountpoint and mounted_json["readonly"] is True
+
+
 def test_read_only_mount_refuses_every_change(machine, mountpoint):
     mount(machine, mountpoint)
     root = Path(mountpoint)
