@@ -311,9 +311,10 @@ SIGKILL_SECONDS = 10.0
 @main.command()
 @name_option
 @click.option("--if-saved", is_flag=True,
-              help="refuse to halt if a disk changed since the last backup (compared byte "
-                   "for byte: a file written and then removed counts), open files hold "
-                   "unflushed writes, or RAM disks hold files (they would be lost)")
+              help="refuse to halt if a disk changed since the last backup or restore "
+                   "(compared byte for byte: a file written and then removed counts), a disk "
+                   "no backup or restore covered holds files, open files hold unflushed "
+                   "writes, or RAM disks hold files (they would be lost)")
 @click.option("--backup", metavar="IMG", type=click.Path(dir_okay=False),
               help="stop its programs, back the machine up to IMG, then halt; if the backup "
                    "fails the machine keeps running (an IMG that cannot be written is found "
