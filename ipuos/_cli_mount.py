@@ -56,8 +56,9 @@ def _not_empty(ctx, param, value):
 def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_json) -> None:
     """Mount the machine's files at MOUNTPOINT: /tiles/<id>/... and /chip/...
 
-    Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`.
-    Without MOUNTPOINT, list the machine's mounts. Starts the machine if none runs.
+    Served by the machine's daemon until `ipuos umount MOUNTPOINT` or `ipuos halt`;
+    mounting starts the machine if none runs. Without MOUNTPOINT, list the running
+    machine's mounts.
     """
     from ._mount import MountError, already_mounted, canonical_mountpoint, mount_at, refuse_over_runtime_dir
 
