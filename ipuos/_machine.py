@@ -127,7 +127,8 @@ class Repl:
 
     def run(self, source: str, *, timeout: float | None = None, budget: float | None = None) -> RunResult:
         """Run one block on every tile of the session and wait for its result (within
-        ``timeout`` seconds of the call, as :meth:`Machine.run`); names it defines stay
+        ``timeout`` seconds of the call, as :meth:`Machine.run`: past it, the block is
+        interrupted, or never starts, and TimeoutError is raised); names it defines stay
         for the next block."""
         return _run_within(lambda start_timeout: self.launch(source, budget=budget, start_timeout=start_timeout),
                            timeout)
@@ -423,7 +424,9 @@ class Machine:
         """Run ``source`` on ``tiles`` and wait for it (see :meth:`launch`): ``timeout``
         counts from the call, start included. If the wait ends first (``timeout``,
         Ctrl-C), the program is interrupted or never starts: nobody else holds its
-        handle to stop it (use :meth:`launch` to keep a program running)."""
+        handle to stop it (use :meth:`launch` to keep a program running). Past
+        ``timeout``, it raises TimeoutError (``job 8 ran longer than 0.5 s, and was
+        interrupted``) rather than return what the tiles printed so far."""
         return _run_within(lambda start_timeout: self.launch(source, tiles, data, start_timeout=start_timeout,
                                                              **kwargs), timeout)
 
