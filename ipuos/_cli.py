@@ -491,7 +491,8 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     are the program's too (after `--`, every argument is), except one that looks like a
     slip for run's own (--tile, --dat): it is refused, and after `--` it is passed on.
     Starts the machine if it is not running. Ctrl-C interrupts the program and still
-    prints what its tiles printed.
+    prints what its tiles printed. Each tile's output is kept up to 64 KiB (65,536
+    characters); a last line `[output truncated: N more characters]` counts the rest.
     """
     filename = getattr(file, "name", "<stdin>")  # ("-" is stdin, named so by Python)
     if data_file is not None and getattr(data_file, "name", "<stdin>") == filename == "<stdin>":

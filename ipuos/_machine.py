@@ -403,7 +403,9 @@ class Machine:
         """Start ``source`` on ``tiles`` (a spec like ``"0-99,200"``, ids, or None for all).
 
         ``data`` is split on line boundaries into each tile's ``__tiledata``. ``budget``
-        caps the seconds a tile may compute in one superstep. ``argv`` is the program's
+        caps the seconds a tile may compute in one superstep. ``output_limit``: the
+        characters of output kept per tile (64 KiB by default; None keeps all), the rest
+        counted on a last ``[output truncated: N more characters]`` line. ``argv`` is the program's
         ``__args`` (default ``[filename]``). Raises SyntaxError before anything runs,
         TileSpecError for bad tile specs, TileBusyError if a tile is busy, TimeoutError
         if the machine has not taken the program after ``start_timeout`` seconds (it
