@@ -100,6 +100,8 @@ class Repl:
         self._blocks = itertools.count(1)
         #: the session's latest job (a block, or its end)
         self._latest: RunHandle | None = None
+        #: the end whose result close() returned (closing again has nothing to end)
+        self._closed_end: RunHandle | None = None
         self._watch_abandonment()
 
     def _watch_abandonment(self) -> None:
@@ -179,25 +181,30 @@ class Repl:
 
     def close(self) -> RunResult | None:
         """End the session (see :meth:`end`) and wait for it; its result holds what the
-        tiles printed as they let go (None: there was nothing to end). A block still
-        running is interrupted first. On the machine's own thread (the shell on tile
-        0), it only starts the end."""
+        tiles printed as they let go (None: there was nothing to end, as when a close()
+        before returned that end). A block still running is interrupted first. On the
+        machine's own thread (the shell on tile 0), it only starts the end."""
         if self.machine.scheduler.on_own_thread():
             self.end()
             return None
         latest = self._latest
         if latest is not None and isinstance(latest.program, ReplEnd):
-            return _run_within(lambda _start_timeout: latest, None)  # ended or ending (end())
-        if latest is not None and not latest.done:
-            _stop(latest, "interrupted: the repl session ends")
-            try:
-                latest.wait(_STOP_WAIT_SECONDS)
-            except (TimeoutError, RuntimeError):
-                pass  # (then the end follows it when it is over)
-        handle = self.end()
-        if handle is None:
-            return None
-        return _run_within(lambda _start_timeout: handle, None)  # (Ctrl-C meanwhile stops it)
+            if latest is self._closed_end:
+                return None
+            handle = latest  # ended or ending (end()): its result
+        else:
+            if latest is not None and not latest.done:
+                _stop(latest, "interrupted: the repl session ends")
+                try:
+                    latest.wait(_STOP_WAIT_SECONDS)
+                except (TimeoutError, RuntimeError):
+                    pass  # (then the end follows it when it is over)
+            handle = self.end()
+            if handle is None:
+                return None
+        result = _run_within(lambda _start_timeout: handle, None)  # (Ctrl-C meanwhile stops it)
+        self._closed_end = handle
+        return result
 
     def __enter__(self) -> "Repl":
         return self

@@ -229,6 +229,17 @@ goodbye = Goodbye()
     assert "NameError" in repl.run("goodbye").format()  # (a later block starts afresh)
 
 
+def test_closing_twice_ends_once(machine):
+    repl = machine.repl("6-7")
+    repl.run("class Goodbye:\n    def __del__(self):\n        print('bye')\n\ngoodbye = Goodbye()\n")
+    assert repl.close().outputs() == {6: "bye\n", 7: "bye\n"}
+    assert repl.close() is None  # (as documented: nothing left to end)
+    # a later block starts the session afresh, and closing ends that one
+    repl.run("class Goodbye:\n    def __del__(self):\n        print('bye again')\n\nagain = Goodbye()\n")
+    assert repl.close().outputs() == {6: "bye again\n", 7: "bye again\n"}
+    assert repl.close() is None
+
+
 def test_a_session_dropped_without_close_gives_back_its_sram_and_its_cwd(machine):
     """Its data's SRAM and its current directory, which keeps a mount busy, would
     otherwise be held for as long as the machine runs."""
@@ -317,7 +328,7 @@ slow = Slow()
     threading.Timer(0.3, lambda: [machine.fs.write_file(t, "/go", b"") for t in (4, 5)]).start()
     ended = repl.close()
     assert ended is not None and ended.outputs() == {4: "let go\n", 5: "let go\n"}
-    assert repl.close().outputs() == ended.outputs()  # (closing again: the same end)
+    assert repl.close() is None  # (closing again: nothing left to end)
 
 
 def test_a_del_that_never_ends_as_a_session_ends_is_interrupted_and_the_rest_let_go(machine):
