@@ -28,6 +28,8 @@ import zlib
 from collections import Counter
 from typing import Callable
 
+from ipuos._plural import plural
+
 from ._faults import FaultPlan
 from ._littlefs import Filesystem
 
@@ -80,8 +82,8 @@ class SweepReport:
 
     def __str__(self) -> str:
         kind = "torn " if self.torn else ""
-        head = (f"{self.workload}: {self.cuts} {kind}power cuts over {self.writes} writes, "
-                f"outcomes {dict(self.outcomes)}, {len(self.violations)} violations")
+        head = (f"{self.workload}: {plural(self.cuts, kind + 'power cut')} over {plural(self.writes, 'write')}, "
+                f"outcomes {dict(self.outcomes)}, {plural(len(self.violations), 'violation')}")
         shown = [f"  cut at write {v.cut}: {v.message}" for v in self.violations[:10]]
         if len(self.violations) > 10:
             shown.append(f"  ... and {len(self.violations) - 10} more")

@@ -49,7 +49,7 @@ class FreezeRefused(Exception):
         shown = [f"tile{'s' if len(tiles) > 1 else ''} {format_tiles(tiles)}: {why}"
                  for why, tiles in by_reason.items()]
         more = len(shown) - 5
-        super().__init__("; ".join(shown[:5]) + (f"; and {more} more reasons" if more > 0 else ""))
+        super().__init__("; ".join(shown[:5]) + (f"; and {plural(more, 'more reason')}" if more > 0 else ""))
 
 
 class FreezeCancelled(Exception):

@@ -682,7 +682,7 @@ def _print_result(result: RunResult, as_json: bool, show_stats: bool) -> None:
     if show_stats:
         s = result.stats
         click.echo(
-            f"-- {plural(len(result.tiles), 'tile')}, {s.supersteps} supersteps, "
+            f"-- {plural(len(result.tiles), 'tile')}, {plural(s.supersteps, 'superstep')}, "
             f"{s.wall_seconds:.3f} s wall, {s.sim_seconds * 1e6:.1f} us simulated exchange",
             err=True,
         )

@@ -156,7 +156,7 @@ def _list_mounts(paths, as_json: bool) -> None:
         if item.get("detached"):
             how += "  detached (unmounted lazily; served until its files are closed)"
         click.echo(f"{item['mountpoint']}  {mode}  tiles {item['tiles']}  since {since}  "
-                   f"{item['open_files']} open files{how}")
+                   f"{plural(item['open_files'], 'open file')}{how}")
 
 
 @main.command()

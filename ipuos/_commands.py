@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ._host import HaltRefused, HostedJob, MachineHost
+from ._plural import plural
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._rundir import hint
 from ._runjson import run_result_to_json
@@ -415,7 +416,7 @@ def fit_for_reply(result):
 def _cut(text: str, keep: int) -> str:
     if len(text) <= keep:
         return text
-    return text[:keep] + f"\n[output truncated for the reply: {len(text) - keep} more characters]\n"
+    return text[:keep] + f"\n[output truncated for the reply: {plural(len(text) - keep, 'more character')}]\n"
 
 
 #: how long ``kill`` waits to report how the job ended

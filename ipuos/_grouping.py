@@ -38,13 +38,12 @@ class OutputGroup:
         pattern can make thousands of ranges: past :data:`HEADER_RANGES_MAX` characters
         the list is cut at a comma and says how many ranges it leaves out (the whole list
         is ``tile_ranges``, and in ``--json``)."""
-        noun = "tile" if self.count == 1 else "tiles"
         ranges = self.tile_ranges
         if len(ranges) > HEADER_RANGES_MAX:
             kept = ranges[:HEADER_RANGES_MAX].rpartition(",")[0]
             left = ranges.count(",") - kept.count(",")
-            ranges = f"{kept},... (+{left} more ranges)"
-        return f"[{self.count} {noun}: {ranges}]"
+            ranges = f"{kept},... (+{plural(left, 'more range')})"
+        return f"[{plural(self.count, 'tile')}: {ranges}]"
 
 
 #: characters of tile ranges a group header shows (two lines of a wide terminal)

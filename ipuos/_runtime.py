@@ -47,6 +47,7 @@ import greenlet
 from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, ProgramGlobals, TileAPI,
                              TileInterrupt, TilePickler, TileUnpickler)
 
+from ._plural import plural
 from ._rebind import with_globals
 from ._tilecsv import TILE_CSV_NAMES
 
@@ -106,7 +107,7 @@ class OutputBuffer:
         if self._dropped:
             if text and not text.endswith("\n"):
                 text += "\n"
-            text += f"[output truncated: {self._dropped} more characters]\n"
+            text += f"[output truncated: {plural(self._dropped, 'more character')}]\n"
         return text
 
     def take(self) -> str:

@@ -25,6 +25,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from ._plural import plural
 from ._terminate import TERMINATING_SIGNALS, Terminated, on_termination
 from ._views import human_bytes, human_duration, simulated_time, state_counts
 
@@ -184,7 +185,7 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
                  + (f"  {human_duration(j['elapsed_seconds'])}" if j["elapsed_seconds"] is not None else "")
                  for j in jobs[:5]]
         if len(jobs) > 5:
-            lines.append(f"... and {len(jobs) - 5} more jobs")
+            lines.append(f"... and {plural(len(jobs) - 5, 'more job')}")
         parts.append(Text("\n".join(lines)))
     else:
         parts.append(Text("no jobs running", style="dim"))

@@ -424,7 +424,7 @@ class TileAPI:
             raise TypeError(f"scatter(): root passes a sequence of one object per tile, "
                             f"not {type(objs).__name__}") from None
         if len(items) != n:
-            raise ValueError(f"scatter(): root's sequence has {len(items)} items; the job has "
+            raise ValueError(f"scatter(): root's sequence has {plural(len(items), 'item')}; the job has "
                              f"{plural(n, 'tile')} (one each)")
         payloads = [encode(item, by_name=True, program=tile.program_globals) for item in items]
         need = sum(pad8(len(p)) for p in payloads)

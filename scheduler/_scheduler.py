@@ -23,6 +23,7 @@ import greenlet
 
 from ipuos._affinity import pin_thread
 from ipuos._costmodel import CostModel
+from ipuos._plural import plural
 
 from . import _collectives
 from ._api import ANY_SOURCE, REDUCE_FANIN, TileAPI
@@ -537,7 +538,8 @@ class Scheduler:
     def _await_replies(self, tile: Tile, pending: dict[int, int], results: list) -> None:
         replies = tile.replies
         try:
-            tile.wait(lambda: all(tag in replies for tag in pending), f"replies from {len(pending)} tiles")
+            tile.wait(lambda: all(tag in replies for tag in pending),
+                      plural(len(pending), "tile's reply", "tiles' replies"))
         except BaseException:
             for tag in pending:  # (see call_tile)
                 if replies.pop(tag, None) is None:
@@ -611,7 +613,8 @@ class Scheduler:
             )
         dead = [t.id for t in tiles if not t.alive]
         if dead:
-            raise TileFailed(5, f"{describe_tiles(dead)} have failed and cannot run programs")
+            verb = "has" if len(dead) == 1 else "have"
+            raise TileFailed(5, f"{describe_tiles(dead)} {verb} failed and cannot run programs")
         job = Job(self, next(self._job_ids), tiles, target, name, budget)
         self.jobs[job.id] = job
         self._count_chips()

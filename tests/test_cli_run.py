@@ -230,6 +230,7 @@ def test_stats_go_to_stderr_and_label_simulated_time(runner, program):
     assert result.stderr.startswith("-- 2 tiles, ") and "us simulated exchange" in result.stderr
     one = runner.invoke(main, ["run", program("sync()"), "--tiles", "5", "--stats"])
     assert one.stderr.startswith("-- 1 tile, ")
+    assert ", 1 superstep, " in runner.invoke(main, ["run", program("pass"), "--tiles", "5", "--stats"]).stderr
     result = runner.invoke(main, ["run", program("alltoall(b'x' * 100)"), "--tiles", "0-3", "--stats"])
     assert result.exit_code == 0
     assert "bytes exchanged; per tile sent " in result.stderr

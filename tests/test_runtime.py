@@ -498,6 +498,8 @@ def test_output_is_bounded_with_an_explicit_marker(machine):
     assert output.startswith("x" * 99 + "\n")
     assert output.endswith("[output truncated: 9000 more characters]\n")
     assert len(output) < 1100
+    one_more = run(machine, "print('x' * 9)", tiles="0", output_limit=9).tiles[0].output
+    assert one_more == "x" * 9 + "\n[output truncated: 1 more character]\n"  # (the newline)
 
 
 def test_exit_codes(machine):

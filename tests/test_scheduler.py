@@ -529,6 +529,7 @@ def test_scatter_items_are_each_tiles_own_objects(sched):
 
 @pytest.mark.parametrize("items, error", [
     ([1, 2, 3], "ValueError: scatter(): root's sequence has 3 items; the job has 4 tiles (one each)"),
+    ([1], "ValueError: scatter(): root's sequence has 1 item; the job has 4 tiles (one each)"),
     (7, "TypeError: scatter(): root passes a sequence of one object per tile, not int"),
 ])
 def test_scatter_refuses_a_root_sequence_of_the_wrong_size(sched, items, error):
