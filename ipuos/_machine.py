@@ -469,10 +469,12 @@ class Machine:
     # -- state ---------------------------------------------------------------------------
 
     def stats(self) -> dict:
-        """Machine-wide counters: supersteps, bytes exchanged, simulated exchange time
-        (from the cost model, labelled simulated), and the machine's geometry."""
+        """Machine-wide counters: ``supersteps``, ``supersteps_with_traffic``,
+        ``bytes_exchanged``, ``simulated_exchange_seconds`` (from the cost model), and the
+        machine's geometry: ``preset``, ``ipus``, ``ntiles``. The keys are those of
+        ``ipuos status --json``, where a count of tiles is ``ntiles`` and ``tiles`` a list."""
         stats = self.scheduler.call_wait(self.scheduler.stats)
-        stats.update(preset=self.preset.name, ipus=self.ipus, tiles=self.ntiles)
+        stats.update(preset=self.preset.name, ipus=self.ipus, ntiles=self.ntiles)
         return stats
 
     def sram_usage(self, tile: int) -> dict:

@@ -477,6 +477,8 @@ def test_stats_report_simulated_time_separately(machine):
     stats = machine.stats()
     assert stats["supersteps"] > 0 and stats["bytes_exchanged"] > 0
     assert 0 < stats["simulated_exchange_seconds"] < 1
+    # the geometry in the words of status --json: a count of tiles is ntiles
+    assert (stats["preset"], stats["ipus"], stats["ntiles"]) == ("tiny", 1, 16) and "tiles" not in stats
 
 
 def test_close_interrupts_running_programs():
