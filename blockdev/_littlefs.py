@@ -896,8 +896,11 @@ class Filesystem:
         """Delete a file (EISDIR for a directory: use :meth:`rmdir`)."""
         path = self._path(path)
         self._refresh_before_losing_name("remove", path)
-        self._run("remove", path, None, _remove_typed, path, False)
-        self._detach(path)
+        named = self._named(path)
+        if named:
+            self._run("remove", path, None, _orphaning, self, named, _remove_typed, path, False)
+        else:
+            self._run("remove", path, None, _remove_typed, path, False)
 
     unlink = remove
 
@@ -919,14 +922,11 @@ class Filesystem:
                     if file.path == dst.rstrip("/") and file not in moving and not file._detached]
         if replaced:
             self._refresh_before_losing_name("rename", dst.rstrip("/"))
-        if moving:
-            self._run("rename", src, dst, _rename_open, src, dst, inside, moving)
-        else:
-            self._run("rename", src, dst, _rename, src, dst, inside)
-        for file in replaced:
-            file._detached = True
+        operation = (_rename_open, src, dst, inside, moving) if moving else (_rename, src, dst, inside)
         if replaced:
-            self._reshare()
+            self._run("rename", src, dst, _orphaning, self, replaced, *operation)
+        else:
+            self._run("rename", src, dst, *operation)
 
     def _refresh_before_losing_name(self, op: str, path: str) -> None:
         """A stale handle reopens by its path (see File), which a remove or a replace is
@@ -936,15 +936,9 @@ class Filesystem:
         for file in stale:
             self._run(op, path, None, _refresh, file)
 
-    def _detach(self, path: str) -> None:
-        """Files open at ``path`` no longer have a name: another file made there later is
-        not theirs (see :func:`_catch_up`)."""
-        detached = False
-        for file in self._open:
-            if file.path == path:
-                file._detached = detached = True
-        if detached:
-            self._reshare()
+    def _named(self, path: str) -> list:
+        """The open files whose path still names their file."""
+        return [f for f in self._open if f.path == path and not f._detached]
 
     def _reshare(self) -> None:
         """Work out again which open files share their file with another handle (after a
@@ -1672,7 +1666,7 @@ class File:
 
     __slots__ = ("_fs", "_handle", "path", "flags", "closed", "lost", "lost_errno", "created", "_can", "_unsynced",
                  "_accepted", "_journal", "_journal_bytes", "_resume_at", "_detached", "_shared", "_stale",
-                 "_seeked_appender", "__weakref__")
+                 "_seeked_appender", "_content", "_position", "__weakref__")
 
     def __init__(self, fs: Filesystem, handle, path: str, flags: int):
         self._fs = fs
@@ -1696,6 +1690,9 @@ class File:
         self._resume_at: int | None = None
         #: removed, or replaced by a rename, while open: its path names another file now
         self._detached = False
+        #: (an orphan's: see _Orphan)
+        self._content: bytearray | None = None
+        self._position = 0
         #: why the file was taken away from under its user (the filesystem was remounted)
         self.lost: str | None = None
         #: the errno using a lost file raises
@@ -1716,6 +1713,12 @@ class File:
     @property
     def mode(self) -> str:
         return _mode_text(self.flags)
+
+    @property
+    def detached(self) -> bool:
+        """Removed, or replaced by a rename, while open: its path names another file now,
+        or none (its writes reach only its other handles; see :class:`_Orphan`)."""
+        return self._detached
 
     def readable(self) -> bool:
         return bool(self.flags & _LFS_RDONLY)
@@ -1843,6 +1846,8 @@ class File:
         if not self._can:
             if self.closed:
                 return
+            if self._content is not None:  # (an orphan's, through a ``with`` begun before)
+                return _Orphan.close(self)
             if self.lost is not None:
                 self.closed = True
                 if self.flags & _LFS_WRONLY:
@@ -1868,8 +1873,139 @@ class File:
             raise _error(self.lost_errno, self.path, self.lost)
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
+        if self._content is not None:  # (littlefs has no handle for it: it would abort)
+            raise RuntimeError(f"{op}: {self.path!r} was removed while open, and this is a "
+                               "method of the file taken before: look it up again")
         if need and not self.flags & need:
             raise wrong_mode_error(self.path, need == _LFS_RDONLY)
+
+
+class _Orphan(File):
+    """A file removed, or replaced by a rename, while open. As on a host, it lives on
+    unnamed for its open handles, which share its content (reads see every handle's
+    writes) until the last one is closed, and then it is gone.
+
+    littlefs keeps a handle working after its name is gone, but not when another handle
+    has committed to the file under it: the handle's later commit landed on whichever
+    entry had taken its place, and corrupted a directory. So the file leaves littlefs
+    when its name does (see :func:`_orphaning`), and its content is kept in memory: the
+    host's, not the tile's SRAM, and no bigger than the filesystem it came from.
+    """
+
+    __slots__ = ()
+
+    def read(self, size: int = -1) -> bytes:
+        self._usable(_LFS_RDONLY, "read")
+        content, start = self._content, self._position
+        end = len(content) if size is None or size < 0 else min(len(content), start + size)
+        if end <= start:
+            return b""
+        self._position = end
+        return bytes(content[start:end])
+
+    def write(self, data) -> int:
+        self._usable(_LFS_WRONLY, "write")
+        data = memoryview(data).cast("B")
+        content = self._content
+        start = len(content) if self.flags & _LFS_APPEND else self._position
+        self._room_for(start + len(data))
+        if start > len(content):
+            content.extend(bytes(start - len(content)))  # (a gap reads as zeros)
+        content[start : start + len(data)] = data
+        self._position = start + len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._usable(0, "seek")
+        try:
+            offset = checked_seek(offset, whence)
+        except OSError as exc:
+            exc.filename = self.path
+            raise
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: len(self._content)}[whence]
+        if not 0 <= base + offset <= _LFS_FILE_MAX:
+            raise _error(errno.EINVAL, self.path, "position out of range")
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        self._usable(0, "tell")
+        return self._position
+
+    def truncate(self, size: int | None = None) -> int:
+        self._usable(_LFS_WRONLY, "truncate")
+        content = self._content
+        if size is None:
+            size = self._position
+        if size < 0:
+            raise _error(errno.EINVAL, self.path, "negative size")
+        self._room_for(size)
+        if size < len(content):
+            del content[size:]
+        else:
+            content.extend(bytes(size - len(content)))
+        return size
+
+    def size(self) -> int:
+        self._usable(0, "size")
+        return len(self._content)
+
+    def sync(self) -> None:
+        self._usable(0, "sync")  # (nowhere to commit to: its name is gone)
+
+    def close(self, *_exc_info) -> None:
+        self.closed = True
+        self._content = None
+
+    __exit__ = close
+
+    def _usable(self, need: int, op: str) -> None:
+        if self.closed:
+            raise ValueError(f"{op} on closed file {self.path!r}")
+        if need and not self.flags & need:
+            raise wrong_mode_error(self.path, need == _LFS_RDONLY)
+
+    def _room_for(self, size: int) -> None:
+        cfg = self._fs._cfg
+        if size > cfg.block_size * cfg.block_count:
+            raise _error(errno.ENOSPC, self.path, "an open file whose name is gone grows no "
+                         "bigger than its filesystem")
+
+
+def _orphaning(handle, fs: Filesystem, files: list, operation, *args) -> None:
+    """Run ``operation(handle, *args)``, which takes away the name of the file ``files``
+    have open (a remove, or a rename over it); then make them its :class:`_Orphan` s.
+
+    First each handle's own writes are committed, under the name it is about to lose,
+    so that closing it afterwards commits nothing; and the content is read while the
+    name still leads to it (once it is gone, littlefs may reuse the blocks). If the
+    operation fails, the handles go on as they were."""
+    files = [file for file in files if file._handle is not None]  # (a retry after ENOSPC: see _run)
+    if not files:
+        return operation(handle, *args)
+    for file in files:
+        if file._unsynced:
+            _sync(handle, file)
+            file._unsynced = False
+            fs._committed(file)
+    reader = lfs.file_open(handle, files[0].path, _LFS_RDONLY, _ENCODING)
+    try:
+        size = lfs.file_size(handle, reader)
+        content = bytearray(lfs.file_read(handle, reader, size) if size else b"")
+    finally:
+        lfs.file_close(handle, reader)
+    positions = [lfs.file_tell(handle, file._handle) for file in files]
+    operation(handle, *args)
+    for file, position in zip(files, positions):
+        closing, file._handle = file._handle, None
+        fs._open.pop(file, None)
+        file.__class__ = _Orphan
+        file._content, file._position = content, position
+        file._can = 0  # (File's own fast paths are littlefs calls)
+        file._detached = True
+        file._accepted = file._stale = file._shared = file._seeked_appender = False
+        lfs.file_close(handle, closing)  # (commits nothing: it has nothing uncommitted)
+    fs._reshare()
 
 
 #: a file with more than this many bytes written since it last committed commits before

@@ -1107,6 +1107,93 @@ def test_a_reader_of_a_replaced_or_removed_file_never_reads_the_new_one():
     fs.unmount()
 
 
+def test_a_handle_on_a_removed_file_another_handle_truncated_leaves_the_directory_whole():
+    # what the host's create/unlink/rename/mkdir through the FUSE mount did: littlefs let
+    # the removed file's handle commit on the entry that had taken its place, and /n3
+    # could no longer be read ("no valid metadata") nor removed
+    fs = formatted(MemoryDevice.new(512, 32), read_size=512, prog_size=16)
+    create, truncate = os.O_WRONLY | os.O_CREAT | os.O_TRUNC, os.O_WRONLY | os.O_TRUNC
+    first = fs.open("/n0", create)
+    fs.mkdir("/n6")
+    one = fs.open("/n1", create)
+    seven = fs.open("/n7", create)
+    again = fs.open("/n0", truncate)
+    one_again = fs.open("/n1", truncate)
+    fs.mkdir("/n3")
+    for path in ("/", "/n0", "/n6", "/n1", "/n7", "/n3"):
+        fs.set_mtime(path, 10**18)
+    fs.rename("/n7", "/n5")
+    first.write(b"x" * 64)
+    seven.write(b"x" * 64)
+    seven.close()
+    fs.remove("/n1")
+    one_again.write(b"x" * 16)
+    one_again.sync()
+    assert fs.listdir("/n3") == []
+    fs.rmdir("/n3")
+    for f in (first, one, again, one_again):
+        f.close()
+    fs = remount(fs)
+    assert sorted(fs.listdir("/")) == ["n0", "n5", "n6"]
+
+
+def test_a_removed_files_handles_share_it_until_the_last_is_closed():
+    # as on a host: unnamed, the file lives on for its handles, each at its own position
+    fs = formatted(MemoryDevice.new(512, 64))
+    with fs.open("/f", "w") as f:
+        f.write(b"committed ")
+    writer, reader = fs.open("/f", "a"), fs.open("/f", "r")
+    writer.write(b"pending")
+    assert reader.read(3) == b"com"
+    fs.remove("/f")
+    assert writer.detached and reader.detached
+    with fs.open("/f", "w") as f:  # another file at its name is not its file
+        f.write(b"NEW")
+    writer.write(b", then more" * 100)
+    assert reader.read(14) == b"mitted pending"
+    assert writer.size() == reader.size() == 17 + 11 * 100
+    writer.seek(0)
+    writer.write(b"!")  # (append mode: to the end, wherever the position is)
+    assert reader.read()[-2:] == b"e!"
+    reader.seek(40000)
+    assert reader.read(5) == b"" and reader.tell() == 40000
+    with pytest.raises(OSError) as info:
+        writer.truncate(512 * 64 + 1)
+    assert info.value.errno == errno.ENOSPC
+    writer.truncate(4)
+    writer.sync()
+    assert reader.size() == 4
+    for f in (writer, reader):
+        f.close()
+        with pytest.raises(ValueError, match="closed file"):
+            f.size()
+    with fs.open("/f") as f:
+        assert f.read() == b"NEW"
+    assert fs.listdir("/") == ["f"]
+    fs = remount(fs)
+    with fs.open("/f") as f:
+        assert f.read() == b"NEW"
+
+
+def test_a_file_replaced_by_a_rename_keeps_its_unsynced_writes_for_its_handles():
+    fs = formatted(MemoryDevice.new(512, 64))
+    old = fs.open("/save", "w")
+    old.write(b"old, unsynced")
+    with fs.open("/save.tmp", "w") as f:
+        f.write(b"new")
+    fs.rename("/save.tmp", "/save")  # the atomic save, over a file still open
+    old.seek(0)
+    with pytest.raises(OSError) as info:  # (opened write-only)
+        old.read()
+    assert info.value.errno == errno.EBADF
+    old.write(b"OLD")
+    old.close()
+    with fs.open("/save") as f:
+        assert f.read() == b"new"
+    fs = remount(fs)
+    assert fs.listdir("/") == ["save"]
+
+
 def test_the_file_whose_write_ran_out_of_space_goes_on_from_before_that_write():
     # as on a host: that write failed, and nothing else; cp and tar close it quietly
     fs = formatted(MemoryDevice.new(512, 32))

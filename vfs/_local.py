@@ -526,7 +526,7 @@ class LocalFile(VfsFile):
             raise
         finally:
             owner.fs_depth -= 1
-        if self._written:
+        if self._written and not self._file.detached:  # (its path names another file now)
             self._backend.stamp_written(self._file.path, self._written, self._written_at)
             self._written = 0
             if self._backend.changes is not None:
@@ -555,7 +555,7 @@ class LocalFile(VfsFile):
             raise
         finally:
             owner.fs_depth -= 1
-        if self._written and self._backend.fs.mounted:  # not if an unmount closed it first
+        if self._written and self._backend.fs.mounted and not self._file.detached:  # (see flush)
             self._backend.stamp_written(self._file.path, self._written, self._written_at)
             if self._backend.changes is not None:
                 self._backend.changes.emit(CHANGED, self._file.path)
