@@ -134,15 +134,34 @@ def _multirepl(sh, args):
 def enters_repl(command) -> bool:
     """multirepl, and python without -c: they take the lines that follow. (Their options
     are read as their handlers read them: ``-cCODE`` is ``-c CODE``, and a bad option is
-    a usage error, which enters nothing.)"""
+    a usage error, which enters nothing: see :func:`meant_to_enter_repl`.)"""
+    opts = _repl_options(command)
+    return opts is not None and "-c" not in opts
+
+
+def meant_to_enter_repl(command) -> bool:
+    """Whether the lines after ``command`` are meant as a repl's input, should it start:
+    as :func:`enters_repl`, and also when its options are bad (``python --bogus``, unless
+    a word of it asks for ``-c``; ``multirepl --tiles 0-99``), since a script must then
+    not run those lines as shell commands."""
     if command.name not in ("python", "multirepl"):
         return False
+    opts = _repl_options(command)
+    if opts is None:  # (-x, --bogus ...: getopt stopped there; -c, -xc, -cCODE ask for one block)
+        return not any(re.match(r"-[^-]*c", word.text) for word in command.words[1:])
+    return "-c" not in opts
+
+
+def _repl_options(command) -> dict | None:
+    """The options of python or multirepl as their handlers read them (None: not one of
+    them, or a usage error, which the command reports itself)."""
+    if command.name not in ("python", "multirepl"):
+        return None
     args = [word.text for word in command.words[1:]]
     try:
-        opts, _ = options(args, "c:") if command.name == "python" else multirepl_options(args)
+        return (options(args, "c:") if command.name == "python" else multirepl_options(args))[0]
     except Usage:
-        return False  # (the command itself reports the mistake)
-    return "-c" not in opts
+        return None
 
 
 def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:

@@ -40,7 +40,7 @@ from ipuos._terminate import Terminated, on_termination
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
 from ._parse import ShellSyntaxError, parse_line
-from ._progcmds import enters_repl, multirepl_options
+from ._progcmds import enters_repl, meant_to_enter_repl, multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
 from ._table import COMMANDS, Usage
@@ -104,15 +104,25 @@ class Terminal:
 
     def run_script(self, lines, *, command_text: bool = False) -> int:
         """Run lines from ``-c`` (``command_text``: a list) or a pipe; the status is the
-        last command's."""
+        last command's. A failed command does not stop the lines after it, except python
+        or multirepl failing to start: its input follows, which is not shell commands."""
+        remaining = iter(lines)
         try:
-            for index, line in enumerate(lines):
+            for index, line in enumerate(remaining):
                 line = line.rstrip("\n")
                 if command_text and index == len(lines) - 1 and self._refused_as_repl_without_input(line):
                     return self.status
+                repl = self._repl_meant(line)
                 self.feed(line)
                 # (Ctrl-C stops the script, as it stops a bash script, not just its command)
                 if self._done or self.status == EXIT_INTERRUPTED:
+                    return self.status
+                if repl is not None and self.mode == SHELL:
+                    # the lines after it are Python for the repl: as shell commands they
+                    # could do anything (an `rm -r` in a string), so the script ends here
+                    if next(remaining, None) is not None:
+                        self._write_err(f"{repl}: did not start, so the script stops here (the "
+                                        "lines after it are its input, not shell commands)\n")
                     return self.status
             if self.block:
                 self._run_block()
@@ -257,6 +267,17 @@ class Terminal:
                 self._execute(command.text)
             if self._done or self.mode != SHELL or self.status == EXIT_INTERRUPTED:
                 break
+
+    def _repl_meant(self, line: str) -> str | None:
+        """The repl (python or multirepl) a shell line ends by starting, meant to take
+        the lines after it, whether or not it will start (None: none)."""
+        if self.mode != SHELL:
+            return None
+        try:
+            commands = parse_line(line)
+        except ShellSyntaxError:
+            return None  # (nothing of it runs: tile 0 says what is wrong)
+        return commands[-1].name if commands and meant_to_enter_repl(commands[-1]) else None
 
     def _refused_as_repl_without_input(self, line: str) -> bool:
         """A ``-c`` text that ends by starting python or multirepl: their input would be

@@ -665,6 +665,30 @@ def test_a_c_text_that_ends_by_starting_a_repl_is_refused(shared_machine, tmp_pa
     assert (done.returncode, done.stdout) == (0, "[2 tiles: 0-1]\n3\n")
 
 
+@pytest.mark.parametrize("start, error", [
+    ("multirepl --tiles 0-99", "multirepl: --tiles: bad tile specification '0-99': no tile 99 on this "
+                               "machine (it has tiles 0-15)\n"),
+    ("multirepl --data /no/such/host/file", "multirepl: /no/such/host/file: No such file or directory\n"),
+    ("python --bogus", "python: option --bogus not recognized\nusage: python [-c CODE]\n"),
+])
+@pytest.mark.parametrize("how", ["-c", "pipe"])
+def test_a_repl_that_fails_to_start_in_a_script_ends_it_there(shared_machine, start, error, how):
+    """The lines after it are Python for the repl: they used to run as shell commands
+    (a line of Python could be `rm -r ...`), and the script ended with status 0."""
+    lines = f"{start}\nprint('hello')\necho THIS-RAN-AS-SHELL\n"
+    done = shell(shared_machine, lines) if how == "-c" else shell(shared_machine, stdin=lines)
+    name = start.split()[0]
+    assert (done.returncode, done.stdout) == (1 if "--data" in start else 2, "")
+    assert done.stderr == error + (f"{name}: did not start, so the script stops here (the lines after "
+                                   "it are its input, not shell commands)\n")
+    # the last line of a script: nothing more to say
+    done = shell(shared_machine, stdin=f"echo first\n{start}\n")
+    assert (done.returncode, done.stdout, done.stderr) == (1 if "--data" in start else 2, "first\n", error)
+    # other failed commands do not stop a script, nor does python -c with a bad option
+    done = shell(shared_machine, "python -c 1 --bogus\necho ran")
+    assert (done.returncode, done.stdout) == (0, "ran\n")
+
+
 def test_python_mode_from_a_pipe(shared_machine):
     done = shell(shared_machine, stdin="python\nfor i in range(3):\n    print(i * i)\n\ntotal = 5\n"
                  "total + 1\n")
