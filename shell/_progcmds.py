@@ -19,7 +19,7 @@ from ipuos._tilespec import TileSpecError, format_tiles
 from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
 from ._session import MULTIREPL, PYTHON, SHELL
-from ._table import Usage, command, options
+from ._table import COMMANDS, Usage, check_known, command, options
 
 #: distinct outputs shown before "N more distinct outputs"
 MAX_GROUPS = 20
@@ -30,36 +30,18 @@ _EXIT_LINE = re.compile(r"(?:exit|quit)(?:\(\s*(\d*)\s*\))?")
 
 @command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...] [-- ARG...]",
          "run a Python file from the chip on tiles; output grouped (ARGs: __args)",
-         notes="ARGs reach the program as __args, after FILE's name: options run does not know\n"
+         notes="run's own options may also come before FILE (run --tiles 0-3 FILE).\n"
+               "ARGs reach the program as __args, after FILE's name: options run does not know\n"
                "too, and after --, every argument. An option that looks like a slip for one of\n"
                "run's own (--tile, --dat, --budgte) is refused; to pass it to the program, put\n"
                "it after --.")
 def _run(sh, args):
-    if not args:
-        raise Usage("missing file operand")
-    path, rest = args[0], args[1:]
     settings = {"--tiles": "all", "--data": None, "--budget": None}
-    argv = [path]
-    index = 0
-    while index < len(rest):
-        arg = rest[index]
-        if arg == "--":
-            argv.extend(rest[index + 1 :])
-            break
-        name, eq, value = arg.partition("=")
-        if name in settings:
-            if not eq:
-                if index + 1 >= len(rest):
-                    raise Usage(f"{name} needs a value")
-                index += 1
-                value = rest[index]
-            settings[name] = value
-        else:
-            slip = program_option_slip(name, settings)
-            if slip is not None:  # (--tile 0 would run the program on every tile)
-                raise Usage(slip)
-            argv.append(arg)
-        index += 1
+    argv = _run_arguments(args, settings)
+    if argv is None:  # (--help before FILE: as `ipuos run --help`)
+        sh.write(COMMANDS["run"].help_text())
+        return 0
+    path = argv[0]
     budget = None
     if settings["--budget"] is not None:
         try:
@@ -84,6 +66,43 @@ def _run(sh, args):
     text, status, _ = launched.report(MAX_GROUPS)
     sh.write(text)
     return status
+
+
+def _run_arguments(args: list[str], settings: dict) -> list[str] | None:
+    """FILE and the program's arguments (its ``__args``), with run's own options put in
+    ``settings``; None for ``--help``. Before FILE only run's options are taken (as
+    ``ipuos run --tiles 0 FILE``); after it, options run does not know are the program's,
+    except a slip for run's own, and after ``--`` every argument is."""
+    argv: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            argv.extend(args[index:])
+            break
+        name, eq, value = arg.partition("=")
+        if name in settings:
+            if not eq:
+                if index >= len(args):
+                    raise Usage(f"{name} needs a value")
+                value = args[index]
+                index += 1
+            settings[name] = value
+        elif argv:
+            slip = program_option_slip(name, settings)
+            if slip is not None:  # (--tile 0 would run the program on every tile)
+                raise Usage(slip)
+            argv.append(arg)
+        elif arg == "--help":
+            return None
+        elif arg.startswith("-") and arg != "-":  # (a file named so: ./-x.py, or after --)
+            check_known(name, settings)
+        else:
+            argv.append(arg)  # FILE
+    if not argv:
+        raise Usage("missing file operand")
+    return argv
 
 
 # -- interpreters ---------------------------------------------------------------------------------

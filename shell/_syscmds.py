@@ -42,7 +42,7 @@ def _help(sh, args):
         spec = COMMANDS.get(args[0])
         if spec is None:
             return sh.error(f"{args[0]}: no such command (help lists them)")
-        sh.print(f"usage: {spec.usage}\n{spec.summary}" + (f"\n{spec.notes}" if spec.notes else ""))
+        sh.write(spec.help_text())
         return 0
     width = max(len(name) for name in COMMANDS)
     for name in sorted(COMMANDS):

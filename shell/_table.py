@@ -19,7 +19,7 @@ from typing import Callable
 
 from ipuos._spelling import meant_options
 
-__all__ = ["CommandSpec", "COMMANDS", "command", "Usage", "options", "human_size"]
+__all__ = ["CommandSpec", "COMMANDS", "command", "Usage", "options", "check_known", "human_size"]
 
 
 class Usage(Exception):
@@ -38,6 +38,10 @@ class CommandSpec:
     paths: bool = True
     #: more than the summary's line, for ``help COMMAND``
     notes: str = ""
+
+    def help_text(self) -> str:
+        """What ``help COMMAND`` prints: usage, summary and notes."""
+        return f"usage: {self.usage}\n{self.summary}\n" + (f"{self.notes}\n" if self.notes else "")
 
 
 #: every command, by name
@@ -95,12 +99,12 @@ def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[
             break
         if arg.startswith("--"):
             name, eq, given = arg.partition("=")
-            _known(name, takes_value)
+            check_known(name, takes_value)
             found[name] = value_of(name, given if eq else None)
         elif arg.startswith("-") and arg != "-":
             for position in range(1, len(arg)):
                 name = "-" + arg[position]
-                _known(name, takes_value)
+                check_known(name, takes_value)
                 if takes_value[name]:  # the rest of the word, else the next one, is its value
                     found[name] = value_of(name, arg[position + 1 :] or None)
                     break
@@ -110,10 +114,11 @@ def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[
     return found, operands
 
 
-def _known(name: str, takes_value: dict[str, bool]) -> None:
-    if name in takes_value:
+def check_known(name: str, known) -> None:
+    """Usage (with a "did you mean" for a slip) unless option ``name`` is one of ``known``."""
+    if name in known:
         return
-    meant = meant_options(name, takes_value)
+    meant = meant_options(name, known)
     hint = f" (did you mean {meant[0]}?)" if len(meant) == 1 else ""
     raise Usage(f"option {name} not recognized{hint}")
 

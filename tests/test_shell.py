@@ -617,6 +617,25 @@ def test_run_refuses_a_slip_for_its_own_options_unless_after_double_dash(shared_
     assert "is refused; to pass it to the program, put\nit after --.\n" in shell(shared_machine, "help run").stdout
 
 
+def test_run_takes_its_options_before_file_as_ipuos_run_does(shared_machine):
+    """They used to be taken for FILE: `run --tiles 0 F` said `run: --tiles: No such file
+    or directory`, status 1, and `run --help` the same of --help."""
+    assert shell(shared_machine, "echo 'print(__args)' > /runfirst.py").returncode == 0
+    done = shell(shared_machine, "run --tiles 0 /runfirst.py a --x; run --tiles=1 --budget 5 -- /runfirst.py --tiles 3")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == ("[1 tile: 0]\n['/runfirst.py', 'a', '--x']\n"
+                           "[1 tile: 1]\n['/runfirst.py', '--tiles', '3']\n")
+    done = shell(shared_machine, "run --help")
+    assert (done.returncode, done.stdout, done.stderr) == (0, shell(shared_machine, "help run").stdout, "")
+    assert "run's own options may also come before FILE" in done.stdout
+    usage = "usage: run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...] [-- ARG...]\n"
+    for line, error in (("run --tile 0 /runfirst.py", "option --tile not recognized (did you mean --tiles?)"),
+                        ("run -v /runfirst.py", "option -v not recognized"),
+                        ("run --tiles 0", "missing file operand")):
+        done = shell(shared_machine, line)
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", f"run: {error}\n{usage}"), line
+
+
 def test_python_on_tile_0_keeps_its_names(shared_machine):
     done = shell(shared_machine, "python -c 'x = 6'; python -c 'print(x * 7, __tileid, __numtiles)'; "
                  "python -c 'import os; print(os.listdir(\"/\") == sorted(os.listdir(\"/\")))'")
