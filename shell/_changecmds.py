@@ -14,6 +14,8 @@ import os
 import re
 import secrets
 
+from ._parse import quote
+from ._syscmds import is_ram_disk
 from ._table import Usage, command, options
 
 #: bytes per read when copying
@@ -40,7 +42,12 @@ def _protected(sh, path: str) -> str | None:
     if _TILE_ROOT.match(full):
         return "a tile's files are not removed wholesale (remove what is inside it instead)"
     if sh.fs.ismount(full):
-        return "is a mount point (umount it first)"
+        if is_ram_disk(sh, full):
+            return "is a mount point (umount it first)"
+        # (the machine's own, such as /chip: umount cannot remove it)
+        instead = (f"remove what is inside it instead: rm -r {quote(path.rstrip('/') + '/')}*"
+                   if sh.name == "rm" else "move what is inside it instead")
+        return f"the machine's own mount point, which stays ({instead})"
     from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
 
     below = [m.path for m in sh.fs.vfs.mount_points() if m.path != full and is_within(m.path, full)]

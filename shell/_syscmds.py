@@ -23,6 +23,12 @@ REPLY_ROOM = 256
 RAMDISK_PREFIX = "ramdisk:"
 
 
+def is_ram_disk(sh, full: str) -> bool:
+    """Whether a ``mount --ram`` disk is mounted at absolute path ``full``: the only
+    mounts ``umount`` removes (the machine's own, such as /chip, stay)."""
+    return RAMDISK_PREFIX + full in sh.tile.memory
+
+
 # -- help ----------------------------------------------------------------------------------------
 
 _HELP_NOTES = """\
@@ -222,7 +228,7 @@ def _mount_ram(sh, size_text: str, path: str) -> int:
     name = RAMDISK_PREFIX + full
     if sh.fs.ismount(full):
         mounted = next((tuple(info) for info in sh.fs.vfs.mount_points() if info[0] == full), None)
-        what = ("a RAM disk; umount it first" if name in memory
+        what = ("a RAM disk; umount it first" if is_ram_disk(sh, full)
                 else _source_name(*mounted[:3]) if mounted else "something is mounted there")
         return sh.error(f"{path}: already a mount point ({what})")
     try:
@@ -243,8 +249,7 @@ def _umount(sh, args):
     if len(args) != 1:
         raise Usage("umount DIR")
     full = sh.fs.abspath(args[0])
-    name = RAMDISK_PREFIX + full
-    if name not in sh.tile.memory:
+    if not is_ram_disk(sh, full):
         if sh.fs.ismount(full):
             return sh.error(f"{args[0]}: the machine's own mounts stay (only RAM disks made "
                             "with mount --ram can be unmounted)")
@@ -254,7 +259,7 @@ def _umount(sh, args):
     except OSError as exc:
         exc.filename = args[0]
         raise
-    sh.tile.memory.free(name)
+    sh.tile.memory.free(RAMDISK_PREFIX + full)
     return 0
 
 

@@ -923,6 +923,14 @@ def test_tiles_list_in_numeric_order(shared_machine):
     ("mkdir -p /mmx/r; mount --ram 16K /mmx/r; echo data > /mmx/r/f; echo top > /mmx/t",
      "rm -r /mmx; cat /mmx/r/f /mmx/t; umount /mmx/r", "data\ntop\n",
      "rm: /mmx: a filesystem is mounted at /mmx/r inside it (umount it first)\n", 0),
+    # the chip disk cannot be unmounted: what to do instead (it said "umount it first");
+    # a RAM disk can
+    ("echo kept > /chip/rmc", "rm -r /chip; cd /; rm -rf chip/; mv /chip /chipmoved; cat /chip/rmc", "kept\n",
+     "rm: /chip: the machine's own mount point, which stays (remove what is inside it instead: rm -r /chip/*)\n"
+     "rm: chip/: the machine's own mount point, which stays (remove what is inside it instead: rm -r chip/*)\n"
+     "mv: /chip: the machine's own mount point, which stays (move what is inside it instead)\n", 0),
+    ("mkdir /rmr; mount --ram 16K /rmr", "rm -r /rmr; umount /rmr; rmdir /rmr", "",
+     "rm: /rmr: is a mount point (umount it first)\n", 0),
     # du lists in the order ls does: n2 before n10
     ("mkdir -p /chip/dun/n10 /chip/dun/n2 /chip/dun/n1", "du /chip/dun",
      "0\t/chip/dun/n1\n0\t/chip/dun/n2\n0\t/chip/dun/n10\n0\t/chip/dun\n", "", 0),
