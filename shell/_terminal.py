@@ -396,8 +396,13 @@ class Terminal:
             else:
                 matches = sorted(glob.glob(os.path.expanduser(word.pattern)))
                 if len(matches) != 1:
-                    self._fail(name, f"{word.text}: " + ("No such file or directory" if not matches
-                                                         else f"matches {len(matches)} files; {name} takes one"))
+                    if matches:
+                        why = f"matches {len(matches)} files; {name} takes one"
+                    elif name == "get":  # (bash would write a file named as the pattern)
+                        why = "matches no file; to write a new file, name it without * ? [ ] (or quote them)"
+                    else:
+                        why = "matches no file"
+                    self._fail(name, f"{word.text}: {why}")
                     return None
                 args.append(matches[0])
         return args

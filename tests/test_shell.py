@@ -389,14 +389,19 @@ def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
     assert gone.stderr == "ls: /tiles/5/copy: No such file or directory\n"
 
 
-def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, tmp_path):
+def test_put_and_get_expand_a_host_pattern_to_one_file_and_refuse_one_on_the_chip(shared_machine, tmp_path):
     (tmp_path / "only-one.txt").write_text("one\n")
     (tmp_path / "a.log").write_text("a")
     (tmp_path / "b.log").write_text("b")
     done = shell(shared_machine, "mkdir /pp; put only-*.txt /pp; cat /pp/only-one.txt", cwd=tmp_path)
     assert (done.returncode, done.stdout) == (0, "one\n")
     for line, error in (("put *.log /pp", "put: *.log: matches 2 files; put takes one"),
-                        ("put *.none /pp", "put: *.none: No such file or directory"),
+                        ("put *.none /pp", "put: *.none: matches no file"),
+                        # a host directory that is there: it was "No such file or directory"
+                        (f"get /pp/only-one.txt {tmp_path}/got*.txt",
+                         f"get: {tmp_path}/got*.txt: matches no file; to write a new file, name it "
+                         "without * ? [ ] (or quote them)"),
+                        ("get /pp/only-one.txt *.log", "get: *.log: matches 2 files; get takes one"),
                         ("put a.log /p*", "put: /p*: name the file on the chip without * ? [ ] "
                                           "(they are not expanded here; `ls` shows the names)"),
                         ("get /pp/only-* here", "get: /pp/only-*: name the file on the chip without * ? [ ] "
@@ -405,6 +410,7 @@ def test_put_expands_a_host_pattern_and_refuses_one_on_the_chip(shared_machine, 
         assert done.returncode in (1, 2) and done.stderr == error + "\n", line
     assert shell(shared_machine, "ls /pp; rm -r /pp").stdout == "only-one.txt\n"  # no file named /p*
     assert not (tmp_path / "here").exists()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a.log", "b.log", "only-one.txt"]
 
 
 def test_get_gives_host_files_the_usual_mode_and_names_them_in_errors(shared_machine, tmp_path):
