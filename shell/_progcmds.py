@@ -24,8 +24,9 @@ from ._table import COMMANDS, Usage, check_known, command, options
 #: distinct outputs shown before "N more distinct outputs"
 MAX_GROUPS = 20
 
-#: what leaves python or multirepl mode: exit, quit, exit(), quit(N) ...
-_EXIT_LINE = re.compile(r"(?:exit|quit)(?:\(\s*(\d*)\s*\))?")
+#: what leaves python or multirepl mode at once, without a job: exit, quit, exit(), quit()
+#: (``exit(N)`` runs as a block, so the multirepl reports it as it does any block's exit())
+_EXIT_LINE = re.compile(r"(?:exit|quit)(?:\(\s*\))?")
 
 
 @command("run", "run FILE [--tiles SPEC] [--data PATH] [--budget SECONDS] [ARG...] [-- ARG...]",
@@ -212,13 +213,10 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tup
 def repl_line(sh, source: str, eof: bool) -> int:
     """A block typed in python or multirepl mode (``eof``: Ctrl-D, back to the shell).
     Leaving keeps the status of the last block (``ipuos repl -c`` exits with it), or
-    takes the one ``exit(N)`` gives."""
+    takes the one a block's ``exit(N)`` gives."""
     session = sh.session
-    leave = _EXIT_LINE.fullmatch(source.strip())  # (bare ``exit`` too, without a job)
-    if eof or leave:
+    if eof or _EXIT_LINE.fullmatch(source.strip()):  # (bare ``exit`` too, without a job)
         _leave_repl(sh)
-        if leave and leave.group(1):
-            session.status = int(leave.group(1)) & 0xFF
         return session.status
     if not source.strip():
         return session.status

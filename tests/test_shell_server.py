@@ -363,10 +363,18 @@ def test_repl_data_takes_sram_like_a_programs():
 
 
 def test_exit_with_a_status_leaves_the_multirepl(server):
+    """A block of just ``exit(N)`` is reported as any block calling exit() is (it left
+    silently); ``exit`` and ``exit()`` alone leave quietly, keeping the last status."""
     session = Session(server)
     session.run("multirepl --tiles 1-2")
     result = session.run("exit(3)")
     assert result["status"] == 3 and result["prompt"].startswith("ipuos:")
+    assert result["output"] == [["err", "multirepl ended: exit() on tiles 1-2 (status 3)\n"]]
+    for line in ("exit", "exit()", "quit( )"):
+        session.run("multirepl --tiles 1-2")
+        session.run("x = 1/0")
+        result = session.run(line)
+        assert (result["status"], result["mode"], result["output"]) == (1, "shell", []), line
 
 
 @pytest.mark.parametrize("block, status", [("exit(-1)", 255), ("exit('bye')", 1), ("exit (2)", 2),
