@@ -895,7 +895,6 @@ class Filesystem:
     def remove(self, path: str) -> None:
         """Delete a file (EISDIR for a directory: use :meth:`rmdir`)."""
         path = self._path(path)
-        self._refresh_before_losing_name("remove", path)
         named = self._named(path)
         if named:
             self._run("remove", path, None, _orphaning, self, named, _remove_typed, path, False)
@@ -920,21 +919,11 @@ class Filesystem:
                   and (file.path == base or file.path.startswith(base + "/"))]
         replaced = [file for file in self._open
                     if file.path == dst.rstrip("/") and file not in moving and not file._detached]
-        if replaced:
-            self._refresh_before_losing_name("rename", dst.rstrip("/"))
         operation = (_rename_open, src, dst, inside, moving) if moving else (_rename, src, dst, inside)
         if replaced:
             self._run("rename", src, dst, _orphaning, self, replaced, *operation)
         else:
             self._run("rename", src, dst, *operation)
-
-    def _refresh_before_losing_name(self, op: str, path: str) -> None:
-        """A stale handle reopens by its path (see File), which a remove or a replace is
-        about to take away: it takes the file as last committed now, or it would keep
-        seeing what it saw before the other handles' writes for as long as it is open."""
-        stale = [f for f in self._open if f._stale and f.path == path and not f._detached]
-        for file in stale:
-            self._run(op, path, None, _refresh, file)
 
     def _named(self, path: str) -> list:
         """The open files whose path still names their file."""

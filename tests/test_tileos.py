@@ -993,3 +993,23 @@ except FileNotFoundError:
     machine.fs.rmdir(4, "/gone2")
     for repl in (itself, by_host, by_host_later):
         assert repl.run(is_removed).outputs() == {4: "removed []\n"}
+
+
+def test_a_file_removed_while_open_lives_on_for_its_handles_and_stamps_nothing(machine):
+    result = run(machine, """
+        import os
+        f = open("/orphan.txt", "w+")
+        f.write("first ")
+        f.flush()
+        os.remove("/orphan.txt")
+        with open("/orphan.txt", "w") as g:  # another file at its name
+            g.write("new")
+        os.utime("/orphan.txt", (1, 1))
+        f.write("second")
+        f.seek(0)
+        print(f.read())
+        f.close()  # (stamps no mtime on the file that took its name)
+        print(open("/orphan.txt").read(), os.stat("/orphan.txt").st_mtime, os.listdir("/").count("orphan.txt"))
+        os.remove("/orphan.txt")
+    """)
+    assert output(result) == "first second\nnew 1.0 1\n"
