@@ -21,6 +21,8 @@ from ._errors import (
     TileFailed,
     TileInterrupt,
     describe_syntax_error,
+    ended_call,
+    foreign_call,
 )
 from ._budget import budget_seconds
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK, JobStats
@@ -54,6 +56,8 @@ __all__ = [
     "decode",
     "describe_syntax_error",
     "encode",
+    "ended_call",
+    "foreign_call",
 ]
 
 #: public names imported on first use (see ipuos._lazy)

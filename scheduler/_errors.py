@@ -35,6 +35,25 @@ def describe_syntax_error(filename: str, exc: SyntaxError) -> str:
     return f"{filename}: syntax error{where}: {exc.msg}"
 
 
+def ended_call(what: str, tiles: str) -> str:
+    """Why ``what`` (``"send()"``, ``"print()"``, ``"open()"``) refuses for a program that
+    has ended on ``tiles`` (``"tile 3"``): its objects in reference cycles outlive it
+    (only Python's cycle collector frees them, whenever and wherever it next runs), and
+    their ``__del__`` must act on nothing of the tile then."""
+    return (f"{what}: the program that made this object has ended on {tiles}, and what it had of its "
+            "tile (files, print, exchange) ended with it: an object in a reference cycle outlives its "
+            "program (Python's cycle collector frees it later), so its __del__ can use none of that; "
+            "release such things before the program ends (a with block, close(), or breaking the cycle)")
+
+
+def foreign_call(what: str, tiles: str, where: str) -> str:
+    """Why ``what`` of the program on ``tiles`` refuses on ``where`` (another tile, the
+    scheduler's loop, a host thread): see ``Tile.elsewhere``."""
+    return (f"{what}: this belongs to the program on {tiles} and works only there, not on {where}, "
+            "where Python's cycle collector ran the __del__ of an object in a reference cycle; "
+            "release such things explicitly (a with block, close(), or breaking the cycle)")
+
+
 class ExchangeError(RuntimeError):
     """A tile program used the exchange in a way that cannot complete."""
 

@@ -10,6 +10,8 @@ thread sleeps until the host queues something, so an idle machine costs no CPU.
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import itertools
 import sys
 import threading
@@ -88,6 +90,11 @@ class Scheduler:
         self.superstep = 0
         #: True while tile greenlets run (the compute phase); read by the watchdog
         self.in_compute = False
+        #: True while Python's cyclic garbage collector runs, in any thread: only then
+        #: does a ``__del__`` run far from its tile, maybe after its program ended (in
+        #: a reference cycle), so only then do the primitives look at where they are
+        #: called from (see _api._check_sync_caller)
+        self.collecting = False
         #: problems inside the scheduler itself, kept for ``status`` and tests
         self.internal_errors: list[str] = []
         self.thread_ident: int | None = None
@@ -121,9 +128,14 @@ class Scheduler:
         if self._thread is not None:
             raise RuntimeError("the scheduler is already running")
         self._thread = threading.Thread(target=self._thread_main, name="ipuos-scheduler", daemon=True)
+        gc.callbacks.append(self._note_collection)
         self._thread.start()
         self._started.wait()
         self.watchdog.start()
+
+    def _note_collection(self, phase: str, info: dict) -> None:
+        """``gc.callbacks``: keep :attr:`collecting`."""
+        self.collecting = phase == "start"
 
     def stop(self, timeout: float = STOP_GRACE_SECONDS) -> bool:
         """Interrupt running jobs, let tiles reach a safe point, and end the thread.
@@ -142,6 +154,8 @@ class Scheduler:
         self.watchdog.stop()
         self.engine.close()
         self._thread = None
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._note_collection)
         return ended
 
     def on_own_thread(self) -> bool:
@@ -163,6 +177,17 @@ class Scheduler:
             return None
         tile = running_tile(sys._current_frames().get(self.thread_ident))
         return tile if self.in_compute else None
+
+    def running_where(self) -> str:
+        """Where the code running now is: ``"tile 3"`` (its greenlet), ``"the scheduler's
+        loop"`` or ``"host thread 'NAME'"``, for errors that say where something was
+        called from (see Tile.elsewhere)."""
+        tile = self.tile_of.get(greenlet.getcurrent())
+        if tile is not None:
+            return f"tile {tile.id}"
+        if threading.get_ident() == self.thread_ident:
+            return "the scheduler's loop"
+        return f"host thread {threading.current_thread().name!r}"
 
     def _thread_main(self) -> None:
         pin_thread()  # host requests hand off to this thread: see ipuos._affinity
@@ -465,6 +490,7 @@ class Scheduler:
         ``abandoned(ok, value)`` if given (on the scheduler thread: it must not wait; an
         open whose file nobody will close can close it with :meth:`post_request`).
         """
+        tile.check_own_greenlet(f"a request to tile {dst_id}")  # (before it is sent: see Tile.elsewhere)
         if dst_id == tile.id:
             return self.services[service](tile, *args)
         if not 0 <= dst_id < self.ntiles:
@@ -511,6 +537,7 @@ class Scheduler:
         in order (``value`` is the exception when ``ok`` is False), so one failing tile
         does not hide the others' answers. Calls to ``tile`` itself run directly.
         """
+        tile.check_own_greenlet("requests to other tiles")
         results: list = [None] * len(calls)
         pending: dict[int, int] = {}
         for index, (dst_id, service, args) in enumerate(calls):
@@ -560,6 +587,7 @@ class Scheduler:
         """
         if not transfers:
             return
+        tile.check_own_greenlet(what)
         outcome: list = []
 
         def done(error):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 import greenlet
 
-from ._errors import JobAborted, TileInterrupt
+from ._errors import JobAborted, TileInterrupt, foreign_call
 
 #: signals that stop a job's program (a deadlock report concerns the wait it ended)
 _JOB_SIGNALS = (JobAborted, TileInterrupt)
@@ -198,14 +198,33 @@ class Tile:
         self.sched.queued_requests -= 1
         return request
 
+    # -- where code runs ---------------------------------------------------------------
+
+    def elsewhere(self) -> str | None:
+        """Where the running code is, if not on this tile's greenlet (None: on it):
+        ``"tile 3"``, ``"the scheduler's loop"`` or a host thread. Only the tile's own
+        greenlet may wait, exchange or touch its filesystems as the tile, yet a program's
+        objects may be freed anywhere: Python's cycle collector runs wherever it is due,
+        and with it the ``__del__`` of objects in reference cycles."""
+        return None if greenlet.getcurrent() is self.glet else self.sched.running_where()
+
+    def check_own_greenlet(self, what: str) -> None:
+        """RuntimeError unless on this tile's greenlet (see :meth:`elsewhere`): waiting
+        there would park another tile's greenlet (which nothing then resumes) or switch
+        greenlets from another thread, and leave this tile's state half-changed."""
+        if greenlet.getcurrent() is not self.glet:
+            raise RuntimeError(foreign_call(what, f"tile {self.id}", self.elsewhere()))
+
     # -- waiting -------------------------------------------------------------------------
 
     def wait(self, ready: Callable[[], bool], what: str) -> None:
         """Park until ``ready()`` holds, serving requests meanwhile.
 
         Raises the tile's pending signal (an abort, an interrupt, a deadlock report) if
-        one arrives first. ``what`` describes the wait for ``ps`` and error reports.
+        one arrives first. ``what`` describes the wait for ``ps`` and error reports. Only
+        on the tile's own greenlet (RuntimeError elsewhere: see :meth:`elsewhere`).
         """
+        self.check_own_greenlet(f"waiting for {what}")
         while True:
             # never inside a filesystem operation: littlefs would be left half-way through
             # it; the signal is raised at the next exchange point after the operation. Nor
