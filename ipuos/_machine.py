@@ -464,7 +464,7 @@ class Machine:
         cwds = working_directories(api.tile)
         cwds.add(session, lambda: _REPL_BUSY if session.suspended else _PROGRAM_BUSY)
         ctx.cleanups.append(lambda: cwds.discard(session))
-        ctx.extras["__closed__"] = lambda: cwds.discard(session)
+        ctx.extras["__closed__"] = lambda: (session.end(), cwds.discard(session))
 
     # -- state ---------------------------------------------------------------------------
 

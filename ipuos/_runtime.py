@@ -45,7 +45,7 @@ from typing import Callable
 import greenlet
 
 from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, ProgramGlobals, TileAPI,
-                             TileInterrupt, TilePickler, TileUnpickler)
+                             TileInterrupt, TilePickler, TileUnpickler, ended_call)
 
 from ._plural import plural
 from ._rebind import with_globals
@@ -123,7 +123,7 @@ class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
     __slots__ = ("api", "output", "stdout", "stderr", "modules", "extras", "cleanups", "builtins", "context",
-                 "stops_ignored", "dispatch_table")
+                 "stops_ignored", "dispatch_table", "ended")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
@@ -158,6 +158,8 @@ class TileContext:
         #: copyreg's table of the program's own, once it imports copyreg (see
         #: _tile_copyreg); until then the host's, which it cannot change, applies
         self.dispatch_table: dict | None = None
+        #: the program (or repl session) has ended (see :attr:`running`)
+        self.ended = False
 
     def enter(self, tile) -> contextvars.Context:
         """Make this context the tile's (on its greenlet); returns the one to restore."""
@@ -182,14 +184,31 @@ class TileContext:
         (a file it left that failed to close)."""
         self.output.write(f"warning: {message}\n")
 
+    @property
+    def running(self) -> bool:
+        """The program (a repl session's block) runs on its tile, and what it prints is
+        read. Not once it has ended, nor between a repl's blocks: then only the
+        ``__del__`` of an object that outlived it in a reference cycle, run wherever
+        Python's cycle collector next runs (another job, a host thread), can still call
+        its print, which refuses, as its files and primitives do."""
+        api = self.api
+        return not self.ended and api.tile.job is api.job
+
     def write(self, text: str) -> int:
         """The tile's standard output as a stream (``print(file=...)``, ``pprint``)."""
+        if not self.running:
+            self._refuse("print()")
         return self.stdout.write(text)
+
+    def _refuse(self, what: str) -> None:
+        raise RuntimeError(ended_call(what, f"tile {self.api.physical_tile}"))
 
     def flush(self) -> None:
         pass
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
+        if not self.running:
+            self._refuse("print()")
         sep = " " if sep is None else sep
         end = "\n" if end is None else end
         for name, value in (("sep", sep), ("end", end)):
@@ -1180,7 +1199,8 @@ def _runtime_error(name: str) -> type:
 def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int, failing: bool = False) -> None:
     """What ends a program, or a repl session, on its tile (its greenlet, its context):
     its globals torn down (None: nothing of it is to run any more), then its cleanups
-    (the files it left open closed), whatever the teardown raises.
+    (the files it left open closed), whatever the teardown raises; then it has ended
+    (TileContext.ended).
 
     A stop (Ctrl-C, ``kill``, a compute budget, another tile's failure) that lands in a
     ``__del__`` there is "ignored" as Python ignores any exception a ``__del__`` raises:
@@ -1205,11 +1225,20 @@ def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int, faili
 def _tear_down(namespace: dict, first_own: int) -> None:
     """Drop an ended program's globals on its tile, as Python does as it exits: objects
     only they hold are freed now, their ``__del__`` running as part of the program
-    (output and files its own, under the watchdog), not wherever the cyclic collector
-    next runs (a host thread, another job). The program's own names (those after the
-    first ``first_own``, which the runtime put there) go first, latest first, while what
-    they may use (a module imported before) is still there. The markers stay: a
-    traceback's frames find the program's source lines through them."""
+    (output and files its own, under the watchdog). The program's own names (those
+    after the first ``first_own``, which the runtime put there) go first, latest first,
+    while what they may use (a module imported before) is still there. The markers
+    stay: a traceback's frames find the program's source lines through them.
+
+    An object in a reference cycle is not freed here: only Python's cycle collector
+    frees it, later and wherever that next runs (another job, the scheduler's loop, a
+    host thread). By then the program has ended, and what its ``__del__`` may call of
+    the program refuses (its print: TileContext.running; its files: the session; its
+    primitives), so it touches nothing of the tile. Collecting here would catch few
+    such cycles, dearly: a young collection (``gc.collect(0)``) at each tile's end made
+    a 1472-tile launch of ``pass`` take 115-160 ms more (on ~200 ms) and caught none of
+    the cycles of a program with two ``sync()`` calls (older by its end); a full one
+    walks the whole machine (~70 ms on mk2), per tile."""
     for name in reversed(list(namespace)[first_own:]):
         namespace.pop(name, None)
     kept = {key: namespace[key] for key in (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES) if key in namespace}
@@ -1221,7 +1250,10 @@ class _UnraisableRouter:
     """``sys.unraisablehook`` while programs run: an exception a program's ``__del__`` (or
     other code Python calls on its own) could not raise is told on that program's
     output, as Python tells it on the program's stderr; the host's hook would write it
-    to the daemon's log. Another's goes to the host's hook (``host_hook``)."""
+    to the daemon's log. Another's goes to the host's hook (``host_hook``), as does one
+    of a program that no longer runs, whose output nobody reads any more (the
+    ``__del__`` of an object that outlived it in a reference cycle: see
+    TileContext.running)."""
 
     def __init__(self, host_hook):
         self.host_hook = host_hook
@@ -1231,7 +1263,7 @@ class _UnraisableRouter:
         tb = unraisable.exc_traceback
         while ctx is None and tb is not None:
             ctx, tb = tb.tb_frame.f_globals.get(TILE_GLOBALS_MARKER), tb.tb_next
-        if not isinstance(ctx, TileContext):
+        if not isinstance(ctx, TileContext) or not ctx.running:
             self.host_hook(unraisable)
             return
         error = unraisable.exc_value or unraisable.exc_type()
@@ -1253,15 +1285,19 @@ def _route_unraisable() -> None:
 
 
 def _run_cleanups(ctx: TileContext) -> None:
-    """Run the program's cleanups (latest first); their complaints go to its output."""
-    while ctx.cleanups:
-        cleanup = ctx.cleanups.pop()
-        try:
-            messages = cleanup()
-        except Exception as exc:
-            messages = [f"cleanup failed: {exc!r}"]
-        for message in messages or ():
-            ctx.warn(message)
+    """Run the program's cleanups (latest first), its last act: their complaints go to
+    its output, and then it has ended (see TileContext.ended)."""
+    try:
+        while ctx.cleanups:
+            cleanup = ctx.cleanups.pop()
+            try:
+                messages = cleanup()
+            except Exception as exc:
+                messages = [f"cleanup failed: {exc!r}"]
+            for message in messages or ():
+                ctx.warn(message)
+    finally:
+        ctx.ended = True
 
 
 # -- interactive interpreters: the multirepl and the shell's python ----------------------------
@@ -1361,6 +1397,7 @@ class ReplState:
         choose where they are let go of."""
         tiles, self.tiles = self.tiles, {}
         for _namespace, ctx, _first_own in tiles.values():
+            ctx.ended = True  # (its names are let go of off its tile: see TileContext.ended)
             closed = ctx.extras.get("__closed__")  # (the layers above let go of it too)
             if closed is not None:
                 closed()

@@ -13,13 +13,23 @@ operation (see ``_files``), and a failure then goes to its output at once. Each 
 starts in ``/``, and the current directory is the program's own: a repl session's tile
 keeps the one its blocks left (:meth:`TileSession.resume`) whatever other programs and
 repls did on that tile between them.
+
+Once the program has ended (or a repl's block, until the next), the session refuses
+(OSError EBADF): its ``open``, its ``os`` (and glob, shutil, pathlib) and its imports
+from files are then called only by the ``__del__`` of an object that outlived it in a
+reference cycle, run wherever Python's cycle collector next runs. It refuses anywhere
+but on the tile's own greenlet too (EPERM), which alone touches the tile's filesystems.
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import types
 import weakref
 from typing import Callable
+
+from ipuos.scheduler import ended_call, foreign_call
 
 from ._importer import TileImporter
 from ._tileglob import make_glob_module
@@ -38,12 +48,12 @@ class TileSession:
 
     __slots__ = ("_vfs_of", "_tile", "_vfs", "_files", "_prune_at", "_modules", "_importer",
                  "_new_globals", "_cwd", "_cwd_removed", "_removals", "_suspended", "_warn",
-                 "_untold", "_ending")
+                 "_untold", "_ending", "_closed")
 
     #: the standard modules a program gets its own copy of, bound to its tile's files:
     #: name -> how to make it for a session
     _MAKERS: dict[str, Callable] = {
-        "os": lambda session: make_os_module(session.vfs),
+        "os": lambda session: make_os_module(_CheckedVfs(session)),
         "glob": lambda session: make_glob_module(session.module("os")),
         "shutil": lambda session: make_shutil_module(session.module("os"), session.open),
         "pathlib": lambda session: make_pathlib_module(session.module("os"), session.open),
@@ -68,6 +78,7 @@ class TileSession:
         #: the VFS's count of removals when the session's last block ended
         self._removals = 0
         self._suspended = False
+        self._closed = False
         if self._vfs is not None:
             self._vfs.reset_cwd()
         #: weak references to every binary file this program opened (pruned now and then)
@@ -100,6 +111,7 @@ class TileSession:
              errors: str | None = None, newline: str | None = None, closefd: bool = True,
              opener=None):
         """The program's ``open``: the host's semantics, on the tile's own files."""
+        self.check("open()")
         result = self.vfs.open(file, mode, buffering, encoding, errors, newline, closefd, opener)
         raw = result if "b" in mode else result.buffer
         raw.report_failed_close = self._dropped_file_failed
@@ -123,10 +135,25 @@ class TileSession:
         else:
             self._warn(message)
 
+    def check(self, what: str) -> None:
+        """Refuse ``what`` (``"open()"``, ``"listdir()"``) once the program has ended, or
+        a repl's block (until its next), and anywhere but on the tile's own greenlet
+        (see module doc)."""
+        if self._closed or self._suspended or self._tile.elsewhere() is not None:
+            self._refuse(what)
+
+    def _refuse(self, what: str) -> None:
+        tile = f"tile {self._tile.id}"
+        where = None if self._closed else self._tile.elsewhere()
+        if where is None:
+            raise OSError(errno.EBADF, ended_call(what, tile))
+        raise OSError(errno.EPERM, foreign_call(what, tile, where))
+
     # -- modules ---------------------------------------------------------------------------
 
     def module(self, name: str) -> types.ModuleType:
         """The program's ``name`` (one of :attr:`MODULES`), made on first use."""
+        self.check(f"import {name}")
         module = self._modules.get(name)
         if module is None:
             module = self._modules[name] = self._MAKERS[name](self)
@@ -147,6 +174,7 @@ class TileSession:
     def find_module(self, name: str, fromlist=()):
         """The runtime's finder for modules stored on the tile (see ``_importer``):
         the module ``__import__`` returns, or None if no file provides it."""
+        self.check(f"import {name}")
         if self._importer is None:
             if self._new_globals is None:
                 return None
@@ -177,8 +205,14 @@ class TileSession:
             if vfs.removals != self._removals:  # (else nothing can have taken it away)
                 vfs.recheck_cwd()
 
+    def end(self) -> None:
+        """The program has ended: refuse from now on (see module doc)."""
+        self._closed = True
+
     def close(self) -> list[str]:
-        """Close what the program left open; returns one message per failure."""
+        """End the session, then close what the program left open (a ``__del__`` that
+        runs meanwhile opens nothing more); returns one message per failure."""
+        self.end()
         problems = []
         for ref in self._files:
             file = ref()
@@ -194,3 +228,26 @@ class TileSession:
         problems.extend(self._untold)
         self._untold.clear()
         return problems
+
+
+class _CheckedVfs:
+    """The tile's Vfs as the program's ``os`` (and the glob, shutil and pathlib made over
+    it) reaches it: every call is checked by the session first (see
+    :meth:`TileSession.check`)."""
+
+    __slots__ = ("_session",)
+
+    def __init__(self, session: TileSession):
+        self._session = session
+
+    def __getattr__(self, name: str):
+        session = self._session
+        value = getattr(session.vfs, name)
+        if not callable(value):
+            return value
+
+        def checked(*args, **kwargs):
+            session.check(f"{name}()")
+            return getattr(session.vfs, name)(*args, **kwargs)
+
+        return functools.update_wrapper(checked, value)
