@@ -1771,11 +1771,7 @@ class File:
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._check(0, "seek")
-        try:
-            offset = checked_seek(offset, whence)
-        except OSError as exc:
-            exc.filename = self.path
-            raise
+        offset = self._checked_offset(offset, whence)
         if self._stale:
             self._fs._run("seek", self.path, None, _refresh, self)
         if self.flags & _LFS_APPEND:
@@ -1783,6 +1779,14 @@ class File:
         if whence == os.SEEK_END and not self._unsynced:
             self._fs._run("seek", self.path, None, _catch_up, self)  # the end as it is now
         return self._fs._run("seek", self.path, None, _seek, self, offset, whence)
+
+    def _checked_offset(self, offset, whence: int) -> int:
+        """``offset`` as :func:`checked_seek` takes it, its error naming this file."""
+        try:
+            return checked_seek(offset, whence)
+        except OSError as exc:
+            exc.filename = self.path
+            raise
 
     def tell(self) -> int:
         self._check(0, "tell")
@@ -1906,11 +1910,7 @@ class _Orphan(File):
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
         self._usable(0, "seek")
-        try:
-            offset = checked_seek(offset, whence)
-        except OSError as exc:
-            exc.filename = self.path
-            raise
+        offset = self._checked_offset(offset, whence)
         base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: len(self._content)}[whence]
         if not 0 <= base + offset <= _LFS_FILE_MAX:
             raise _error(errno.EINVAL, self.path, "position out of range")
