@@ -1086,7 +1086,7 @@ class Filesystem:
         would sit in the page cache, and a write its user was told succeeded must not be
         lost because another write ran out of space. Only a file whose journal does not
         fit either is lost (EIO saying why, or, for the culprit, ENOSPC from its sync and
-        close), as is one removed while open, which has no name to be opened by.
+        close). (A file removed while open is no longer littlefs': see _Orphan.)
 
         Returns whether its failed call may fit now: the culprit had writes pending
         that are committed now (a rewrite frees the old blocks only then), or another
@@ -1139,7 +1139,7 @@ class Filesystem:
                     if exc.code in _COMMIT_FAILURES:  # the caches are dirty again
                         restart = index
                         break
-                    # otherwise removed while open: its name went with the old mount
+                    # otherwise its name is gone (removed by what failed, which committed)
                 else:
                     self._open[file] = None
             if self._callbacks.fault is not None:
@@ -1899,6 +1899,8 @@ class _Orphan(File):
     def write(self, data) -> int:
         self._usable(_LFS_WRONLY, "write")
         data = memoryview(data).cast("B")
+        if not data:
+            return 0  # (as File's: a gap is filled only by data after it)
         content = self._content
         start = len(content) if self.flags & _LFS_APPEND else self._position
         self._room_for(start + len(data))
@@ -1965,36 +1967,54 @@ def _orphaning(handle, fs: Filesystem, files: list, operation, *args) -> None:
     """Run ``operation(handle, *args)``, which takes away the name of the file ``files``
     have open (a remove, or a rename over it); then make them its :class:`_Orphan` s.
 
-    First each handle's own writes are committed, under the name it is about to lose,
-    so that closing it afterwards commits nothing; and the content is read while the
-    name still leads to it (once it is gone, littlefs may reuse the blocks). If the
-    operation fails, the handles go on as they were."""
-    files = [file for file in files if file._handle is not None]  # (a retry after ENOSPC: see _run)
-    if not files:
-        return operation(handle, *args)
-    for file in files:
-        if file._unsynced:
-            _sync(handle, file)
-            file._unsynced = False
-            fs._committed(file)
+    Nothing is committed first: on a full disk that commit is what would fail, and
+    removing a file must free space, not need it. The content is the file as committed,
+    read while the name still leads to it (once it is gone, littlefs may reuse the
+    blocks), with what a handle wrote and has not committed applied from its journal
+    (see File). If the operation fails, nothing has changed. Then a handle with nothing
+    uncommitted is closed, which commits nothing; one with writes is let go of, since
+    closing it would commit them (onto whatever entry littlefs takes for its: see
+    :class:`_Orphan`), and the blocks they took stay taken until the next unmount."""
     reader = lfs.file_open(handle, files[0].path, _LFS_RDONLY, _ENCODING)
     try:
         size = lfs.file_size(handle, reader)
         content = bytearray(lfs.file_read(handle, reader, size) if size else b"")
     finally:
         lfs.file_close(handle, reader)
+    for file in files:
+        if file._unsynced:
+            _apply_journal(content, file._journal)
     positions = [lfs.file_tell(handle, file._handle) for file in files]
     operation(handle, *args)
     for file, position in zip(files, positions):
-        closing, file._handle = file._handle, None
+        if file._unsynced:
+            fs._let_go(file)
+        else:
+            closing, file._handle = file._handle, None
+            lfs.file_close(handle, closing)
         fs._open.pop(file, None)
         file.__class__ = _Orphan
         file._content, file._position = content, position
         file._can = 0  # (File's own fast paths are littlefs calls)
         file._detached = True
-        file._accepted = file._stale = file._shared = file._seeked_appender = False
-        lfs.file_close(handle, closing)  # (commits nothing: it has nothing uncommitted)
+        file._unsynced = file._accepted = file._stale = file._shared = file._seeked_appender = False
+        file._journal, file._journal_bytes = [], 0
     fs._reshare()
+
+
+def _apply_journal(content: bytearray, journal: list) -> None:
+    """Apply a file's journal (``(offset, bytes)`` writes and ``(size, None)`` truncates,
+    in order) to ``content``, as littlefs applied them to the handle's view."""
+    for offset, data in journal:
+        if data is None:
+            if offset < len(content):
+                del content[offset:]
+            else:
+                content.extend(bytes(offset - len(content)))
+            continue
+        if offset > len(content):
+            content.extend(bytes(offset - len(content)))
+        content[offset : offset + len(data)] = data
 
 
 #: a file with more than this many bytes written since it last committed commits before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -1173,6 +1174,45 @@ def test_a_removed_files_handles_share_it_until_the_last_is_closed():
     fs = remount(fs)
     with fs.open("/f") as f:
         assert f.read() == b"NEW"
+
+
+@pytest.mark.parametrize("seed", [62, 647, 1404])
+def test_removing_an_open_file_with_writes_on_a_full_disk_keeps_its_writes(seed):
+    # the way out of a full disk: remove the file being written. Committing its writes
+    # first, under the name about to go, ran out of space on these disks and lost them
+    rnd = random.Random(seed)
+    fs = formatted(MemoryDevice.new(512, rnd.choice([6, 8, 10, 12])))
+    for index in range(300):
+        try:
+            with fs.open(f"/g{index}", "w") as f:
+                f.write(bytes(rnd.randint(1, 200)))
+        except OSError:
+            break
+    handles = {}
+    for index in range(rnd.randint(1, 3)):
+        try:
+            handles[f"/open{index}"] = fs.open(f"/open{index}", "w"), b""
+        except OSError:
+            pass
+    for path, (f, _) in handles.items():
+        data = bytes(rnd.randint(1, 300))
+        try:
+            f.write(data)
+            handles[path] = f, data
+        except OSError:
+            pass
+    for path, (f, written) in handles.items():
+        if written:
+            fs.remove(path)
+            assert path[1:] not in fs.listdir("/")
+            assert f.lost is None and f.size() == len(written)
+            f.seek(len(written) + 100)
+            assert f.write(b"") == 0 and f.size() == len(written)  # (an empty write fills no gap)
+            f.seek(0)
+            f.close()
+            break
+    else:
+        pytest.fail("no file took a write")
 
 
 def test_a_file_replaced_by_a_rename_keeps_its_unsynced_writes_for_its_handles():
