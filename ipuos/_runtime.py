@@ -122,8 +122,8 @@ class OutputBuffer:
 class TileContext:
     """Per-tile runtime state, reachable from the program's globals (and so from imports)."""
 
-    __slots__ = ("api", "output", "stdout", "stderr", "modules", "extras", "cleanups", "builtins", "context",
-                 "stops_ignored", "dispatch_table", "ended")
+    __slots__ = ("_api", "_tile", "_job", "output", "stdout", "stderr", "modules", "extras", "cleanups",
+                 "builtins", "context", "stops_ignored", "dispatch_table", "ended")
 
     def __init__(self, api: TileAPI, output: OutputBuffer):
         self.api = api
@@ -185,18 +185,27 @@ class TileContext:
         self.output.write(f"warning: {message}\n")
 
     @property
+    def api(self) -> TileAPI:
+        """The primitives of the job the program (a repl's block) runs in."""
+        return self._api
+
+    @api.setter
+    def api(self, api: TileAPI) -> None:
+        # (kept beside it for :attr:`running`, which every print tests)
+        self._api, self._tile, self._job = api, api.tile, api.job
+
+    @property
     def running(self) -> bool:
         """The program (a repl session's block) runs on its tile, and what it prints is
         read. Not once it has ended, nor between a repl's blocks: then only the
         ``__del__`` of an object that outlived it in a reference cycle, run wherever
         Python's cycle collector next runs (another job, a host thread), can still call
         its print, which refuses, as its files and primitives do."""
-        api = self.api
-        return not self.ended and api.tile.job is api.job
+        return not self.ended and self._tile.job is self._job
 
     def write(self, text: str) -> int:
         """The tile's standard output as a stream (``print(file=...)``, ``pprint``)."""
-        if not self.running:
+        if self.ended or self._tile.job is not self._job:  # (not running: written out)
             self._refuse("print()")
         return self.stdout.write(text)
 
@@ -207,7 +216,7 @@ class TileContext:
         pass
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
-        if not self.running:
+        if self.ended or self._tile.job is not self._job:  # (not running: written out)
             self._refuse("print()")
         sep = " " if sep is None else sep
         end = "\n" if end is None else end

@@ -235,19 +235,21 @@ class _CheckedVfs:
     it) reaches it: every call is checked by the session first (see
     :meth:`TileSession.check`)."""
 
-    __slots__ = ("_session",)
-
     def __init__(self, session: TileSession):
         self._session = session
 
     def __getattr__(self, name: str):
+        """Called once per name: the wrapper made then is kept in the instance's dict
+        (``os.path.relpath`` looks up ``abspath`` at every call)."""
         session = self._session
         value = getattr(session.vfs, name)
         if not callable(value):
             return value
+        what = f"{name}()"
 
         def checked(*args, **kwargs):
-            session.check(f"{name}()")
+            session.check(what)
             return getattr(session.vfs, name)(*args, **kwargs)
 
-        return functools.update_wrapper(checked, value)
+        checked = self.__dict__[name] = functools.update_wrapper(checked, value)
+        return checked
