@@ -490,7 +490,7 @@ class Scheduler:
         ``abandoned(ok, value)`` if given (on the scheduler thread: it must not wait; an
         open whose file nobody will close can close it with :meth:`post_request`).
         """
-        tile.check_own_greenlet(f"a request to tile {dst_id}")  # (before it is sent: see Tile.elsewhere)
+        tile.check_own_greenlet("a request to tile {}", dst_id)  # (before it is sent: see Tile.elsewhere)
         if dst_id == tile.id:
             return self.services[service](tile, *args)
         if not 0 <= dst_id < self.ntiles:
@@ -587,7 +587,7 @@ class Scheduler:
         """
         if not transfers:
             return
-        tile.check_own_greenlet(what)
+        tile.check_own_greenlet("{}", what)
         outcome: list = []
 
         def done(error):

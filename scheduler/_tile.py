@@ -208,12 +208,13 @@ class Tile:
         and with it the ``__del__`` of objects in reference cycles."""
         return None if greenlet.getcurrent() is self.glet else self.sched.running_where()
 
-    def check_own_greenlet(self, what: str) -> None:
+    def check_own_greenlet(self, what: str, *details) -> None:
         """RuntimeError unless on this tile's greenlet (see :meth:`elsewhere`): waiting
         there would park another tile's greenlet (which nothing then resumes) or switch
-        greenlets from another thread, and leave this tile's state half-changed."""
+        greenlets from another thread, and leave this tile's state half-changed.
+        (``what.format(*details)`` says what was refused: made only then.)"""
         if greenlet.getcurrent() is not self.glet:
-            raise RuntimeError(foreign_call(what, f"tile {self.id}", self.elsewhere()))
+            raise RuntimeError(foreign_call(what.format(*details), f"tile {self.id}", self.elsewhere()))
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class Tile:
         one arrives first. ``what`` describes the wait for ``ps`` and error reports. Only
         on the tile's own greenlet (RuntimeError elsewhere: see :meth:`elsewhere`).
         """
-        self.check_own_greenlet(f"waiting for {what}")
+        self.check_own_greenlet("waiting for {}", what)
         while True:
             # never inside a filesystem operation: littlefs would be left half-way through
             # it; the signal is raised at the next exchange point after the operation. Nor
