@@ -1,6 +1,6 @@
 """Several host processes using one mount at once: writing, reading and renaming on the
 same tile (and on the chip disk), while libfuse serves them on many threads and their
-requests share supersteps.
+requests share supersteps; creating a file while others unlink it.
 
 Each worker writes versions of its own files through a temporary name and renames them into
 place, reads its own files back, and reads the other workers' files while they are being
@@ -116,3 +116,53 @@ def test_many_readers_of_one_file(mm):
     errors = [p.communicate(timeout=120)[1] for p in processes if p.wait(timeout=120)]
     assert not errors, errors
     os.unlink(path)
+
+
+_OPENER = textwrap.dedent("""
+    import errno, json, sys, time
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    opened, failed = 0, {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            open(path, "w").close()
+            opened += 1
+        except OSError as exc:
+            name = errno.errorcode.get(exc.errno, str(exc.errno))
+            failed[name] = failed.get(name, 0) + 1
+    print(json.dumps([opened, failed]))
+""")
+
+_UNLINKER = textwrap.dedent("""
+    import os, sys, time
+    path, seconds = sys.argv[1], float(sys.argv[2])
+    removed = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    print(removed)
+""")
+
+
+@pytest.mark.parametrize("where", ["tile", "chip"])
+def test_opens_with_o_creat_racing_unlinks_never_fail(mm, where):
+    """Two processes loop ``open(f, "w")`` while two others loop ``unlink(f)``: an open
+    may find the file it looked up gone (libfuse hid it, or forgot its name, or the tile
+    has none), and must create it, never fail with ESTALE or ENOENT (as on tmpfs)."""
+    path = (mm.tile(31) if where == "tile" else mm.chip) / "contended"
+    seconds = "2.5"
+    processes = [subprocess.Popen([sys.executable, "-c", source, str(path), seconds], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+                 for source in (_OPENER, _OPENER, _UNLINKER, _UNLINKER)]
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        results.append(json.loads(out))
+    (opened1, failed1), (opened2, failed2), removed1, removed2 = results
+    assert removed1 + removed2 > 50 and opened1 + opened2 > 100  # (they did race)
+    assert failed1 == failed2 == {}, f"{opened1 + opened2} opens: {failed1} {failed2}"

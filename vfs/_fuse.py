@@ -91,6 +91,7 @@ from ipuos.blockdev import MTIME_MAX_NS, MTIME_MIN_NS
 
 from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._client import await_reply
+from ._retries import Retries
 from ._submounts import Submounts
 
 __all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
@@ -106,10 +107,8 @@ IO_BLOCK = 128 * 1024
 MAX_THREADS = 16
 #: names whose type the mount remembers telling the kernel (see _as_told)
 _TOLD_MAX = 1 << 16
-#: seconds within which the kernel's retry of an open answered ESTALE comes (see _first_try)
-_RETRY_SECONDS = 1.0
-#: first tries of opens remembered at most (each is dropped once its retry is overdue)
-_RETRYING_MAX = 1 << 12
+#: names of files libfuse hid remembered at most (hidden names are never reused)
+_HIDDEN_FROM_MAX = 1 << 12
 #: seconds the kernel may keep a name it has looked up, when the mount can make it forget
 #: names at once (see "Kernel caching" in the module doc); attributes are never kept
 ENTRY_TIMEOUT = 30.0
@@ -542,14 +541,16 @@ class ChipFilesystem:
         self._fh = itertools.count(1)
         #: (tile, path) -> the open files libfuse hid there after they were unlinked
         self._hidden_files: dict[tuple[int, str], set[_Open]] = {}
+        #: (tile, path) -> the name a file libfuse hid there had, kept after libfuse has
+        #: removed the hidden name too (see _unhidden)
+        self._hidden_from: dict[tuple[int, str], str] = {}
         #: tells libfuse's hiding renames from a user's (None until libfuse serves)
         self._requests: _Requests | None = None
         #: (tile, path) -> whether the mount last told the kernel that name is a directory:
         #: the type of the node the kernel keeps for it, if it keeps one (see _as_told)
         self._told: dict[tuple[int, str], bool] = {}
-        #: (caller, tile, path) -> when an open there was answered ESTALE because the file
-        #: was gone: the kernel retries it once, and is answered as it is (see _first_try)
-        self._retrying: dict[tuple, float] = {}
+        #: the kernel's retries of opens that found their file gone (see _first_try)
+        self._retries = Retries(ENTRY_TIMEOUT)
         #: per tile: the mount points hidden under its directory (see Submounts)
         self._submounts = Submounts()
         self._send = client.submit
@@ -632,8 +633,10 @@ class ChipFilesystem:
         everything = kind == RESET and path == "/"
         if tile == self.chip_tile and (chip or everything):
             kernel.forget("chip")
+            self._retries.forgot("chip")  # (after: a lookup meanwhile is a fresh one)
         if tile in self._tile_set and (not chip or everything):
             kernel.forget("tiles")
+            self._retries.forgot("tiles")
 
     def _gone_under(self, tile: int, kind: str, path: str, path2) -> None:
         """A tile removed or renamed ``path`` (a RESET: everything under it may be new).
@@ -672,41 +675,25 @@ class ChipFilesystem:
 
     def _first_try(self, place: _Place) -> bool:
         """An open found no file: is this the kernel's first try, not its one retry after
-        an ESTALE? (The retry looked the name up and found it, and a tile removed it again
-        before the open: ENOENT then, as an open racing a removal may get on any disk;
-        ESTALE again would reach the caller.) Notes the first try.
+        an ESTALE? (See :mod:`._retries`: the retry's lookups are told the file is gone.)"""
+        caller = self._caller()
+        return caller is None or self._retries.first_try(caller, place.tile, place.inner)
 
-        A retry is told by its caller (the kernel's thread id) and name, and by coming
-        soon: one that finds no file at its lookup ends there, unseen, and a later open
-        of that name by that thread must not pass for it."""
-        key = self._retry_key(place)
-        if key is None:
-            return True
-        retrying = self._retrying
-        now = time.monotonic()
-        first_at = retrying.pop(key, None)
-        if first_at is not None and now - first_at < _RETRY_SECONDS:
-            return False
-        # tries whose retry is overdue will have none: dropped, so that the table is empty
-        # again soon and a successful open does not look in it (list(): one C call, which
-        # another libfuse thread cannot interleave with)
-        for old, at in list(retrying.items()):
-            if now - at >= _RETRY_SECONDS:
-                retrying.pop(old, None)
-        if len(retrying) >= _RETRYING_MAX:
-            retrying.clear()
-        retrying[key] = now
-        return True
+    def _retry_lookup(self, place: _Place) -> bool:
+        """Is this lookup of ``place`` the kernel's retry of an open that found no file?"""
+        caller = self._caller()
+        return caller is not None and self._retries.lookup(caller, place.tile, place.inner)
 
     def _retried(self, place: _Place) -> None:
         """The caller has opened (or made) ``place``: no retry of its is pending there."""
-        self._retrying.pop(self._retry_key(place), None)
+        caller = self._caller()
+        if caller is not None:
+            self._retries.done(caller, place.tile, place.inner)
 
-    def _retry_key(self, place: _Place) -> tuple | None:
-        """(the kernel's thread whose request this is, tile, path); None if unknown."""
+    def _caller(self) -> int | None:
+        """The kernel's id of the thread whose request this is; None if unknown."""
         requests = self._requests
-        caller = requests.caller() if requests is not None else None
-        return None if caller is None else (caller, place.tile, place.inner)
+        return requests.caller() if requests is not None else None
 
     def _tell(self, key: tuple[int, str], is_dir) -> None:
         told = self._told
@@ -836,9 +823,13 @@ class ChipFilesystem:
                 # file is still there, as last committed
         place = self._file_place(path)
         if place.synthetic:
+            if fh is None and place.kind != _ROOT and self._kernel is not None:
+                self._retries.root_lookup("tiles" if place.kind == _TILES else "chip", self._caller)
             return self._attrs(True, 0, self.mounted_ns)
         if place.fixed:  # a tile's root: as the tile has it
             return self._attrs(*self._stat(place))
+        if fh is None and self._retries.active and self._retry_lookup(place):
+            raise _fail(errno.ENOENT)  # (see _retries)
         writer = self._dirty_open(place.tile, place.inner)
         if writer is not None:
             try:
@@ -850,7 +841,12 @@ class ChipFilesystem:
             with self._open_lock:  # (release changes the set from other threads)
                 still_open = list(hidden)
             for opened in still_open:
-                return self._open_attrs(None, opened)
+                try:
+                    return self._open_attrs(None, opened)
+                except OSError as exc:
+                    if exc.errno != errno.EBADF:
+                        raise
+                    # closed meanwhile (a release after the list was taken): the next one
             raise _fail(errno.ENOENT)
         is_dir, size, mtime_ns = self._stat(place)
         self._as_told(place, is_dir)
@@ -981,6 +977,8 @@ class ChipFilesystem:
         self._change_own(place.tile, place.inner, "fs.unlink", place.inner)
         self._told.pop((place.tile, place.inner), None)
         self._orphan(place.tile, place.inner)
+        if self._kernel is not None:
+            self._retries.unlinked(place.tile, place.inner, self._caller())
         return 0
 
     @_callback
@@ -1041,7 +1039,18 @@ class ChipFilesystem:
         opens = self._orphan(src.tile, src.inner)
         with self._open_lock:
             self._hidden_files[(hidden.tile, hidden.inner)] = opens
+            if len(self._hidden_from) >= _HIDDEN_FROM_MAX:
+                self._hidden_from.clear()
+            self._hidden_from[(hidden.tile, hidden.inner)] = src.inner
         return 0
+
+    def _unhidden(self, place: _Place) -> _Place:
+        """The name the file libfuse hid at ``place`` had, else ``place``. (libfuse opens
+        by its hidden name a file a process looked up just before it was unlinked, even
+        once the hidden name is gone too: the kernel's retry of that open looks up the
+        name the process gave.)"""
+        name = self._hidden_from.get((place.tile, place.inner))
+        return place if name is None else _Place(_INSIDE, place.tile, name, place.base)
 
     def _renamed(self, tile: int, src: str, dst: str) -> None:
         """Keep the paths of open files right (getattr and utimens look them up)."""
@@ -1160,17 +1169,18 @@ class ChipFilesystem:
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except FileNotFoundError:
-            if self._kernel is not None and not creating and self._first_try(place):
-                # the kernel found the name in its cache, but a tile has removed it since
-                # (while a process held it, or the cache was not told): ESTALE makes the
-                # kernel look the path up again and retry, so O_CREAT creates the file
+            if self._kernel is not None and not creating and self._first_try(self._unhidden(place)):
+                # the kernel found the name in its cache, but it was removed since (by a
+                # tile, or through the mount while another process held it open, which
+                # libfuse hid): ESTALE makes the kernel look the path up again and retry,
+                # so O_CREAT creates the file
                 raise _fail(errno.ESTALE) from None
             raise
         except IsADirectoryError:
             if not creating:  # the kernel opens what it takes for a file: a tile retyped it
                 self._as_told(place, True)
             raise
-        if self._retrying:
+        if self._retries.active:
             self._retried(place)
         if creating:
             self._tell((place.tile, place.inner), False)

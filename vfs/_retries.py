@@ -1,0 +1,151 @@
+"""The kernel's retries of opens that found their file gone, told apart so that the names
+they look up can be answered "no such file" (see :class:`Retries`).
+
+An open reaches the FUSE mount by the node of the name the kernel looked up. If the file
+has gone meanwhile (a tile removed it, or another process unlinked it through the mount),
+the open fails with ESTALE, and the kernel walks the path again, looking up every name on
+it (even those it keeps), and retries once. Told the truth, that retry could find a new
+file there and open it after it had gone too: a second ESTALE, or ENOENT, reaches the
+caller, even one that asked for O_CREAT. Told "no such file", an O_CREAT open creates the
+file (the kernel sends a create: O_CREAT never reaches an open, the kernel keeps it back),
+and any other fails with ENOENT, as an open racing a removal may on a local disk.
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["Retries"]
+
+#: seconds within which the kernel's retry of an open answered ESTALE comes
+RETRY_SECONDS = 0.5
+#: first tries of opens remembered at most (each is dropped once its retry is overdue)
+_FIRST_TRIES_MAX = 1 << 12
+
+
+class Retries:
+    """Which lookups belong to the kernel's retry of an open that found its file gone.
+
+    A retry is told by its caller (the kernel's thread id) and name, and by coming within
+    RETRY_SECONDS. It may look the name up several times (a name the kernel keeps, checked
+    and told gone, is looked up afresh), and nothing says which lookup is its last: so a
+    thread whose open without O_CREAT failed so is told the name is gone until then, or
+    until it opens or creates it.
+
+    An open finds its file gone in two ways:
+
+    * the mount sees it (the tile has no such file, or libfuse asks by a name it hid):
+      :meth:`first_try` notes it;
+    * libfuse answers it with ESTALE itself, unseen, when an unlink through the mount has
+      made it forget the node's name first (libfuse holds an open back while an unlink
+      of its file is under way). The retry's walk gives it away: it looks up ``tiles``
+      (or ``chip``), a name the kernel keeps and would not look up otherwise
+      (:meth:`root_lookup`), soon after another thread unlinked the name it then looks
+      up (:meth:`unlinked`). Any walk that looks everything up again looks the same (a
+      stat of ``/tiles`` itself, or the retry after another ESTALE): one that then looks
+      up a name another thread has just unlinked is told it is gone, though a new file
+      may have been made there since.
+
+    ``entry_timeout``: how long the kernel keeps a name it has looked up. Plain dict work,
+    called from libfuse's threads at once (and :meth:`forgot` from the scheduler thread).
+    """
+
+    def __init__(self, entry_timeout: float):
+        self.entry_timeout = entry_timeout
+        #: (caller, tile, path) -> when its open found the file gone
+        self._first: dict[tuple, float] = {}
+        #: (tile, path) -> when the mount unlinked it, and for whom
+        self._unlinked: dict[tuple[int, str], tuple[float, int | None]] = {}
+        #: caller -> when it looked up a name in the mount's root that the kernel keeps
+        self._walks: dict[int, float] = {}
+        #: when anything above was last noted: all of it is dropped once that is old
+        self._latest = 0.0
+        #: "tiles" or "chip" -> when the kernel last looked it up (absent: it keeps none)
+        self._root_kept: dict[str, float] = {}
+
+    @property
+    def active(self) -> bool:
+        """Might a lookup be a retry's? (Asked first: most of the time none is.)"""
+        return time.monotonic() - self._latest < RETRY_SECONDS
+
+    def _note(self) -> float:
+        """The time now, noted; what was noted before is dropped if too old to matter."""
+        now = time.monotonic()
+        if now - self._latest >= RETRY_SECONDS:
+            self._first.clear()
+            self._unlinked.clear()
+            self._walks.clear()
+        self._latest = now
+        return now
+
+    def first_try(self, caller: int, tile: int, path: str) -> bool:
+        """An open found no file: is it the kernel's first try, not its retry? Notes the
+        first try. (A retry's lookups are told the file is gone, so it opens nothing; one
+        that opens anyway is to get ENOENT: ESTALE again would reach the caller.)"""
+        now = self._note()
+        key = (caller, tile, path)
+        first = self._first
+        first_at = first.pop(key, None)
+        if first_at is not None and now - first_at < RETRY_SECONDS:
+            return False
+        # tries whose retry is overdue will have none (list(): one C call, which another
+        # libfuse thread cannot interleave with)
+        for old, at in list(first.items()):
+            if now - at >= RETRY_SECONDS:
+                first.pop(old, None)
+        if len(first) >= _FIRST_TRIES_MAX:
+            first.clear()
+        first[key] = now
+        return True
+
+    def lookup(self, caller: int, tile: int, path: str) -> bool:
+        """Is this lookup of ``path`` by ``caller`` one of a retry's? (Then it is to be
+        told the file is gone.)"""
+        key = (caller, tile, path)
+        first_at = self._first.get(key)
+        if first_at is None:
+            first_at = self._unseen_first_try(caller, tile, path)
+            if first_at is None:
+                return False
+            self._first[key] = first_at
+        if time.monotonic() - first_at >= RETRY_SECONDS:
+            self._first.pop(key, None)
+            return False
+        self._walks.pop(caller, None)  # its walk is accounted for
+        return True
+
+    def _unseen_first_try(self, caller: int, tile: int, path: str) -> float | None:
+        """When libfuse failed an open of ``path`` by ``caller`` itself, if its retry's
+        walk says so: it began after another thread unlinked ``path`` through the mount."""
+        unlinked = self._unlinked.get((tile, path))
+        walked_at = self._walks.get(caller)
+        if unlinked is None or walked_at is None or walked_at < unlinked[0] or unlinked[1] == caller:
+            return None
+        return unlinked[0]
+
+    def done(self, caller: int, tile: int, path: str) -> None:
+        """``caller`` has opened or made ``path``: its retry, if any, is over."""
+        self._first.pop((caller, tile, path), None)
+
+    def unlinked(self, tile: int, path: str, caller: int | None) -> None:
+        """The mount has unlinked ``path`` for ``caller``: libfuse forgets the name of its
+        node."""
+        self._unlinked[(tile, path)] = (self._note(), caller)
+
+    def root_lookup(self, name: str, caller) -> None:
+        """The kernel looks up ``name`` (``tiles`` or ``chip``) in the mount's root;
+        ``caller()`` tells by whom. If the kernel keeps that name, this is a walk that looks
+        up every name again: a retry's."""
+        now = time.monotonic()
+        kept_at = self._root_kept.get(name)
+        self._root_kept[name] = now
+        if not self._unlinked or kept_at is None or now - kept_at >= self.entry_timeout or not self.active:
+            return
+        who = caller()
+        if who is not None:
+            self._walks[who] = now
+
+    def forgot(self, name: str) -> None:
+        """The kernel has been told to forget ``name`` in the mount's root (a lookup of it
+        now is a fresh one, not a retry's)."""
+        self._root_kept.pop(name, None)
