@@ -5,8 +5,10 @@ at once); ``--foreground`` keeps the command attached until Ctrl-C or SIGTERM, w
 unmount. ``ipuos mount`` alone lists the machine's mounts.
 
 ``ipuos umount MNT`` reads the host's mount table to learn which machine serves ``MNT``
-(its source is ``ipuos:NAME``), so it needs no ``--name``. If that machine is gone, the
-mount is dead (nobody answers it) and is removed here, without any daemon.
+(its source is ``ipuos:NAME``), so it needs no ``--name``. If the runtime dir knows no such
+machine serving it, the mount is removed here, without any daemon, only if it is dead
+(nobody answers it); one that answers is another runtime dir's, and is left to it (or
+detached with ``--lazy``).
 
 Every ``ipuos`` command imports this module, so ``_mount`` (and with it the VFS and
 FUSE) is imported by these two commands only.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shlex
 import signal
 
 import click
@@ -160,12 +163,13 @@ def _list_mounts(paths, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("mountpoint", type=click.Path(), callback=_not_empty)
+# (not click.Path: it stats the path, which waits forever on a mount whose daemon is stopped)
+@click.argument("mountpoint", callback=_not_empty)
 @click.option("--lazy", is_flag=True,
               help="detach now even if files are open there; they are served until closed")
 def umount(mountpoint, lazy) -> None:
     """Unmount MOUNTPOINT, an ipuos mount, even one whose machine has died."""
-    from ._mount import canonical_mountpoint, mount_at, remove_mount
+    from ._mount import canonical_mountpoint, mount_answers, mount_at, remove_mount, unmount_path
 
     path = canonical_mountpoint(mountpoint)
     entry = mount_at(path)
@@ -181,16 +185,49 @@ def umount(mountpoint, lazy) -> None:
         with Client(paths) as client:
             client.call("umount", {"mountpoint": path, "lazy": lazy}, timeout=MOUNT_SECONDS)
     except MachineNotRunning:
-        dead = "its machine is not running"
+        dead, unknown = "its machine is not running", f"no machine {machine!r} runs with it"
     except DaemonError as exc:
         if exc.code != "not_mounted":
             _fail(exc.message)
         dead = f"machine {machine!r} no longer serves it"
+        unknown = f"its own machine {machine!r} is another one"
     else:
         click.echo(f"unmounted {path}" + (" (lazily: open files are served until closed)" if lazy else ""))
         return
-    # nobody serves it: every use fails with ENOTCONN until it is removed
-    if not remove_mount(path):
-        _fail(f"{path} is a dead mount ({dead}) and could not be removed; try `umount -l {path}`")
-    click.echo(f"removed the dead mount at {path} ({dead})")
+    answers = mount_answers(path)
+    if answers is False:
+        # nobody serves it: every use fails with ENOTCONN until it is removed
+        if not remove_mount(path):
+            _fail(f"{path} is a dead mount ({dead}) and could not be removed; try `umount -l {shlex.quote(path)}`")
+        click.echo(f"removed the dead mount at {path} ({dead})")
+        return
+    # a live mount, served by a machine of another runtime dir: not this command's to end
+    if not lazy:
+        _fail(_served_elsewhere(path, machine, paths.dir, unknown, answers))
+    gone, said = unmount_path(path, lazy=True)
+    if not gone:
+        _fail(f"could not detach {path}: {said or 'fusermount3 failed'}")
+    click.echo(f"detached {path} lazily (machine {machine!r}, which the runtime dir {paths.dir} does not "
+               "know, serves the files still open there until they are closed)")
 
+
+def _served_elsewhere(path: str, machine: str, runtime_dir, unknown: str, answers: bool | None) -> str:
+    """Why ``ipuos umount`` leaves the mount at ``path`` alone: a machine that this runtime
+    dir does not know serves it (``answers`` None: it did not answer in time)."""
+    from ._mount import PROBE_SECONDS, mount_server
+
+    elsewhere = f"a running machine, {machine!r}, that the runtime dir {runtime_dir} does not know ({unknown})"
+    if answers:
+        message = f"{path} is served by {elsewhere}; "
+    else:
+        message = (f"{path} did not answer within {PROBE_SECONDS:g} s, but it is not dead: {elsewhere} "
+                   "serves it, and may be stopped or busy; ")
+    server = mount_server(path)
+    if server is not None and server.runtime_dir is not None:
+        message += (f"its daemon, pid {server.pid}, uses the runtime dir {server.runtime_dir}: "
+                    f"`IPUOS_RUNTIME_DIR={shlex.quote(server.runtime_dir)} ipuos umount {shlex.quote(path)}` "
+                    "unmounts it")
+    else:
+        served = f"pid {server.pid} serves it: " if server is not None else ""
+        message += f"{served}unmount it with its machine's runtime dir (set IPUOS_RUNTIME_DIR)"
+    return message + f", or `ipuos umount --lazy {shlex.quote(path)}` detaches it from here"

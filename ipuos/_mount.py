@@ -35,6 +35,7 @@ its mount points through the mount table.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -50,8 +51,9 @@ from ._affinity import pin_thread
 from ._tilespec import TileSpecError, format_tiles, parse_tiles
 from .vfs import CHIP_DISK_MOUNT, FUSE_SUBTYPE, ChipFilesystem, FuseUnavailable, fuse_options, serve_fuse
 
-__all__ = ["MountManager", "MountError", "MountEntry", "mount_at", "mount_entries",
-           "remove_mount", "unmount_path", "MOUNT_TYPE", "SOURCE_PREFIX"]
+__all__ = ["MountManager", "MountError", "MountEntry", "MountServer", "mount_answers", "mount_at",
+           "mount_entries", "mount_server", "remove_mount", "unmount_path", "MOUNT_TYPE", "SOURCE_PREFIX",
+           "PROBE_SECONDS"]
 
 log = logging.getLogger("ipuos.daemon")
 
@@ -62,6 +64,8 @@ SOURCE_PREFIX = "ipuos:"
 MOUNT_SECONDS = 10.0
 #: how long an unmounted loop may take to return
 LOOP_EXIT_SECONDS = 10.0
+#: how long a mount may take to answer a probe (see mount_answers)
+PROBE_SECONDS = 5.0
 
 
 class MountError(Exception):
@@ -140,7 +144,9 @@ def canonical_mountpoint(path: str) -> str:
     if not name:
         return path
     path = os.path.join(os.path.realpath(parent), name)
-    if os.path.islink(path):  # (lstat: the link itself, never a mount behind it)
+    if mount_at(path) is not None:
+        return path  # (even lstat of a mount point asks the mount, which may never answer)
+    if os.path.islink(path):
         # fusermount3 and umount(8) follow it: so must every check of the mount table
         return os.path.realpath(path)
     return path
@@ -199,24 +205,77 @@ def unmount_path(path: str, *, lazy: bool = False) -> tuple[bool, str]:
 
 def _watchdogs(mountpoint: str) -> set[int]:
     """This process's ``fusermount3`` children left watching a mount at ``mountpoint``."""
-    me, found = os.getpid(), set()
+    me = os.getpid()
+    return {pid for pid, parent in _watchdog_parents(mountpoint).items() if parent == me}
+
+
+def _watchdog_parents(mountpoint: str) -> dict[int, int]:
+    """The ``fusermount3`` processes left watching a mount at ``mountpoint`` (libfuse's
+    auto_unmount watchdogs), each with its parent: the process that serves the mount."""
+    found = {}
     target = os.fsencode(mountpoint)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                fields = handle.read().rpartition(b")")[2].split()
-            if int(fields[1]) != me:
-                continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
                 argv = handle.read().split(b"\0")
+            if not (os.path.basename(argv[0]) == b"fusermount3" and target in argv
+                    and any(b"auto_unmount" in arg for arg in argv)):
+                continue
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rpartition(b")")[2].split()
+            found[int(entry.name)] = int(fields[1])
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        if os.path.basename(argv[0]) == b"fusermount3" and target in argv and any(
-                b"auto_unmount" in arg for arg in argv):
-            found.add(int(entry.name))
     return found
+
+
+@dataclass(frozen=True)
+class MountServer:
+    """The process serving a mount, as the host tells it."""
+
+    pid: int
+    #: the runtime directory it was started with, if it is a machine's daemon
+    runtime_dir: str | None
+
+
+def mount_server(mountpoint: str) -> MountServer | None:
+    """Who serves the FUSE mount at ``mountpoint``: the parent of its auto_unmount
+    watchdog. None if that is not known (no watchdog, or several for that path)."""
+    parents = set(_watchdog_parents(mountpoint).values())
+    if len(parents) != 1:
+        return None
+    (pid,) = parents
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = [arg.decode("utf-8", "surrogateescape") for arg in handle.read().split(b"\0")]
+    except OSError:
+        return None
+    runtime_dir = None
+    if "ipuos._daemon" in argv and "--rundir" in argv[:-1]:
+        runtime_dir = argv[argv.index("--rundir") + 1]
+    return MountServer(pid, runtime_dir)
+
+
+def mount_answers(path: str, timeout: float = PROBE_SECONDS) -> bool | None:
+    """Does the FUSE mount at ``path`` answer? False if it is dead: its connection is
+    gone (ENOTCONN, ECONNABORTED), nobody serves it. None if no answer came within
+    ``timeout`` (its server may be stopped, or busy): the thread that asked is left
+    waiting. Never ask from the process serving the mount: it would wait for itself."""
+    answer = {}
+
+    def probe() -> None:
+        try:
+            os.statvfs(path)  # (a stat could be answered from what the kernel keeps)
+            answer["alive"] = True
+        except OSError as exc:  # any other error is an answer too
+            answer["alive"] = exc.errno not in (errno.ENOTCONN, errno.ECONNABORTED)
+
+    thread = threading.Thread(target=probe, daemon=True, name="ipuos-mount-probe")
+    thread.start()
+    thread.join(timeout)
+    return answer.get("alive")
 
 
 # sock_diag (linux/sock_diag.h, linux/unix_diag.h): what ``ss -x`` asks the kernel

@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -445,6 +446,57 @@ def test_umount_removes_a_dead_mount(machine, mountpoint):
     assert done.returncode == 0, done.stderr
     assert "removed the dead mount" in done.stdout
     assert not mounted(mountpoint) and os.listdir(mountpoint) == []
+
+
+def test_umount_with_another_runtime_dir_leaves_a_live_mount_alone(machine, mountpoint):
+    """A runtime dir that does not know the machine serving a mount must not take the
+    mount for a dead one: it still answers, and its machine runs."""
+    import tempfile
+
+    mount(machine, mountpoint)
+    other = tempfile.mkdtemp(prefix="ipo", dir="/tmp")
+    elsewhere = machine.env(**{RUNTIME_DIR_ENV: other})
+    try:
+        path = Path(mountpoint, "tiles", "2", "held")
+        path.write_bytes(b"held open")
+        with open(path, "rb") as held:
+            refused = run_cli("umount", mountpoint, env=elsewhere)
+            assert refused.returncode == 1, refused.stdout
+            assert "removed" not in refused.stdout and mounted(mountpoint)
+            message = refused.stderr
+            assert (f"is served by a running machine, {machine.name!r}, that the runtime dir {other} "
+                    "does not know") in message, message
+            assert f"its daemon, pid {machine.pid}, uses the runtime dir {machine.paths.dir}" in message
+            assert f"`IPUOS_RUNTIME_DIR={machine.paths.dir} ipuos umount {mountpoint}`" in message
+            assert f"`ipuos umount --lazy {mountpoint}`" in message
+            assert held.read() == b"held open"  # still served
+        idle = run_cli("umount", mountpoint, env=elsewhere)  # nothing open: still not its to end
+        assert idle.returncode == 1 and mounted(mountpoint), idle.stderr
+        lazy = run_cli("umount", "--lazy", mountpoint, env=elsewhere)
+        assert lazy.returncode == 0, lazy.stderr
+        assert f"detached {mountpoint} lazily" in lazy.stdout and not mounted(mountpoint)
+        wait_for(lambda: machine.call("mounts")["mounts"] == [], what="the machine to see its mount end")
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_umount_with_another_runtime_dir_leaves_a_stopped_daemons_mount_alone(machine, mountpoint):
+    """A mount whose daemon is stopped does not answer, but is not dead either: `ipuos
+    umount` says so in a few seconds, neither waiting for it nor removing it."""
+    import tempfile
+
+    mount(machine, mountpoint)
+    other = tempfile.mkdtemp(prefix="ipo", dir="/tmp")
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        refused = run_cli("umount", mountpoint, env=machine.env(**{RUNTIME_DIR_ENV: other}), timeout=60)
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+        shutil.rmtree(other, ignore_errors=True)
+    assert refused.returncode == 1 and mounted(mountpoint), refused.stdout
+    assert f"{mountpoint} did not answer within 5 s, but it is not dead" in refused.stderr, refused.stderr
+    assert f"`IPUOS_RUNTIME_DIR={machine.paths.dir} ipuos umount {mountpoint}`" in refused.stderr
+    assert cli(machine, "umount", mountpoint).returncode == 0  # (its own runtime dir)
 
 
 def _dead(path: str) -> bool:
