@@ -31,7 +31,7 @@ from ._client import STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketM
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
-from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS, largest_machine_tiles
+from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._rundir import (
     DEFAULT_MACHINE,
     LOCK_HALTING,
@@ -632,8 +632,9 @@ def attach_machine(name: str, preset: str | None = None, ipus: int | None = None
     not running; a ``--preset``/``--ipus`` the running machine does not have is refused.
     A ``--tiles`` spec is checked first: a typo must not leave a machine started for it."""
     paths = _paths(name)
-    if tile_spec is not None:
-        _check_tile_spec(tile_spec, paths, preset, ipus)
+    if tile_spec is not None and lock_holder(paths.lock) is None:
+        # against the machine about to be started for it
+        _check_tile_spec(tile_spec, PRESETS[preset or DEFAULT_PRESET].tiles_per_chip * (ipus or 1))
     with _Errors():
         info, booted = ensure_running(paths, preset or DEFAULT_PRESET, ipus or 1)
     if booted:
@@ -641,17 +642,14 @@ def attach_machine(name: str, preset: str | None = None, ipus: int | None = None
                    f"{hint('halt', name)} stops it", err=True)
     else:
         _check_geometry(name, info, preset, ipus)
+        if tile_spec is not None:
+            _check_tile_spec(tile_spec, info["ntiles"])  # the running machine's own tiles
     return paths, info
 
 
-def _check_tile_spec(tile_spec: str, paths: MachinePaths, preset: str | None, ipus: int | None) -> None:
-    """BadParameter for a spec that is malformed, or, when no machine runs, that names
-    tiles the machine about to be started would not have. (A running machine checks the
-    range itself.)"""
-    if lock_holder(paths.lock) is None:
-        ntiles = PRESETS[preset or DEFAULT_PRESET].tiles_per_chip * (ipus or 1)
-    else:
-        ntiles = largest_machine_tiles()
+def _check_tile_spec(tile_spec: str, ntiles: int) -> None:
+    """BadParameter for a spec that is malformed or names a tile a machine of ``ntiles``
+    tiles lacks."""
     try:
         parse_tiles(tile_spec, ntiles)
     except TileSpecError as exc:

@@ -161,6 +161,7 @@ def test_run_exit_status_is_the_programs(runner, program):
 
 @pytest.mark.parametrize("spec, message", [
     ("0-99", "no tile 99 on this machine"),
+    ("0-1000000000000", "no tile 1000000000000 on this machine (it has tiles 0-15)"),
     ("x", "'x' is not a tile id"),
     ("", "empty tile specification"),
     ("0" * 4301, "far too many digits"),

@@ -95,6 +95,8 @@ def test_mount_refusals(machine, mountpoint, tmp_path):
     assert not_dir.returncode != 0
     bad_tiles = cli(machine, "mount", mountpoint, "--tiles", "7-99")
     assert bad_tiles.returncode == 2 and "no tile 99" in bad_tiles.stderr
+    huge = cli(machine, "mount", mountpoint, "--tiles", "0-1000000000000")  # (checked in the CLI)
+    assert huge.returncode == 2 and "no tile 1000000000000 on this machine (it has tiles 0-15)" in huge.stderr
     assert cli(machine, "mount", mountpoint).returncode == 0
     twice = cli(machine, "mount", mountpoint)
     assert twice.returncode == 1 and "already" in twice.stderr
