@@ -104,7 +104,7 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
     else:
         mode = "read-only" if reply["readonly"] else "read-write"
         click.echo(f"mounted machine {name!r} at {reply['mountpoint']} ({mode}, tiles {reply['tiles']}); "
-                   f"`ipuos umount {reply['mountpoint']}` unmounts it")
+                   f"`ipuos umount {shlex.quote(reply['mountpoint'])}` unmounts it")
 
 
 def _mount_foreground(client: Client, args: dict, name: str) -> dict:

@@ -79,6 +79,21 @@ def test_mount_list_and_umount(machine, mountpoint):
     assert cli(machine, "umount", mountpoint).returncode == 0
 
 
+def test_the_umount_command_mount_prints_can_be_pasted(machine, fuse_session):
+    path = os.path.join(new_mountpoint(), "a b\n$c")  # (a shell would split, or expand, it)
+    os.mkdir(path)
+    try:
+        done = cli(machine, "mount", path)
+        assert done.returncode == 0, done.stderr
+        command = done.stdout.split("`")[1]
+        env = machine.env(PATH=os.path.dirname(IPUOS) + os.pathsep + os.environ.get("PATH", ""))
+        umounted = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+        assert umounted.returncode == 0, umounted.stderr
+        assert not mounted(path)
+    finally:
+        cleanup_mountpoint(path)
+
+
 def test_a_missing_mount_point_starts_no_machine(runtime_dir, tmp_path):
     env = dict(os.environ, IPUOS_MACHINE="never-started")
     done = run_cli("mount", str(tmp_path / "missing"), env=env)
