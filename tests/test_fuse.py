@@ -453,3 +453,14 @@ def test_chip_disk_round_trip_of_a_bigger_file(mm):
     digest = mm.run(0, "import hashlib; print(hashlib.sha256(open('/chip/big.bin', 'rb').read()).hexdigest())")
     assert digest.strip() == hashlib.sha256(data).hexdigest()
     os.unlink(mm.chip / "big.bin")
+
+
+def test_a_listing_gives_the_inode_numbers_stat_gives(mm):
+    base = mm.tile(14)
+    (base / "d").mkdir()
+    (base / "d" / "f").write_bytes(b"f")
+    ino = {name: os.stat(base / "d" / name).st_ino for name in ("f", ".")}
+    assert {entry.name: entry.inode() for entry in os.scandir(base / "d")} == {"f": ino["f"]}
+    found = subprocess.run(["find", str(base), "-inum", str(ino["f"])], capture_output=True, text=True, timeout=60)
+    assert found.stdout.split() == [str(base / "d" / "f")], found.stderr
+    assert {entry.name: entry.inode() for entry in os.scandir(base)}["d"] == ino["."]

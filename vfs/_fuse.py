@@ -1356,6 +1356,10 @@ def fuse_options(*, fsname: str, readonly: bool, auto_unmount: bool = True,
         "attr_timeout": 0,
         "entry_timeout": 0,
         "negative_timeout": 0,
+        # a listing gives the inode number stat gives (libfuse's node id) for every name
+        # libfuse has a node for (those the kernel looked up); others stay unknown
+        # (0xffffffff): naming each one would have the kernel keep a node per name listed
+        "readdir_ino": True,
         "max_threads": max_threads,
         # libfuse 3.12-3.14 warns about max_threads without it
         "max_idle_threads": max_threads,
