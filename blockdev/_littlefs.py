@@ -842,7 +842,7 @@ class Filesystem:
 
     def _handles_on(self, path: str) -> list:
         """The usable open files whose path still names their file."""
-        return [f for f in self._open if f.path == path and f._can and not f._detached]
+        return [f for f in self._open if f.path == path and f._can]
 
     def _committed(self, file: "File") -> None:
         """``file`` has just committed changes: every other handle on its path must look
@@ -915,10 +915,10 @@ class Filesystem:
         base = src.rstrip("/")
         # (not a file removed or replaced while open: its old path names another file now)
         moving = [file for file in self._open
-                  if file._handle is not None and not file._detached
+                  if file._handle is not None
                   and (file.path == base or file.path.startswith(base + "/"))]
         replaced = [file for file in self._open
-                    if file.path == dst.rstrip("/") and file not in moving and not file._detached]
+                    if file.path == dst.rstrip("/") and file not in moving]
         operation = (_rename_open, src, dst, inside, moving) if moving else (_rename, src, dst, inside)
         if replaced:
             self._run("rename", src, dst, _orphaning, self, replaced, *operation)
@@ -927,14 +927,14 @@ class Filesystem:
 
     def _named(self, path: str) -> list:
         """The open files whose path still names their file."""
-        return [f for f in self._open if f.path == path and not f._detached]
+        return [f for f in self._open if f.path == path]
 
     def _reshare(self) -> None:
         """Work out again which open files share their file with another handle (after a
         sharer was closed, lost, removed or replaced)."""
-        paths = collections.Counter(f.path for f in self._open if f._can and not f._detached)
+        paths = collections.Counter(f.path for f in self._open if f._can)
         for f in self._open:
-            f._shared = bool(f._can) and not f._detached and paths[f.path] > 1
+            f._shared = bool(f._can) and paths[f.path] > 1
 
     # -- attributes ----------------------------------------------------------------------
 
@@ -1101,8 +1101,8 @@ class Filesystem:
             if culprit is not None and (file is culprit or file._handle is culprit):
                 culprit_file = file
             position = file._resume_at
-            if file._detached or (file._handle is None and position is None):
-                continue  # (no name to open it by; or no longer littlefs' at all)
+            if file._handle is None and position is None:
+                continue  # (no longer littlefs' at all)
             if position is None:
                 position = lfs.file_tell(self._lfs, file._handle)
             file._resume_at = None
@@ -2088,10 +2088,8 @@ def _read_clamped(handle, file: File, size: int) -> bytes:
 def _catch_up(handle, file: File) -> bool:
     """If the file has grown since ``file``'s handle was opened (another handle committed
     more), give it a new handle at the same position, and say so. Only for a handle with
-    nothing uncommitted of its own (closing it writes nothing), and only while its path
-    is still its own file's: after a replace the reader must not see a mix of two."""
-    if file._detached:
-        return False
+    nothing uncommitted of its own (closing it writes nothing). (A handle whose file was
+    removed or replaced is an orphan, which never comes here: see _Orphan.)"""
     try:
         info = lfs.stat(handle, file.path, _ENCODING)
     except LittleFSError:
@@ -2106,15 +2104,15 @@ def _unsynced_sizes(handle, fs: Filesystem) -> dict[str, int]:
     """path -> the size open handles with uncommitted writes give it: what ``stat`` and
     listings report, as the host's page cache would."""
     return {f.path: lfs.file_size(handle, f._handle) for f in fs._open
-            if f._unsynced and f._can and not f._detached}
+            if f._unsynced and f._can}
 
 
 def _refresh(handle, file: File) -> None:
     """Give a stale handle (another handle committed since its view was taken) the file
-    as it is now, at the same position. Not a handle that was removed or replaced (its
-    path names another file), nor one with uncommitted writes of its own."""
+    as it is now, at the same position. Not one with uncommitted writes of its own. (A
+    removed or replaced file's handles are orphans, which never come here.)"""
     file._stale = False
-    if file._can and file._handle is not None and not file._detached and not file._unsynced:
+    if file._can and file._handle is not None and not file._unsynced:
         _reopen_in_place(handle, file, "the file changed and could not be opened again; open it again")
         if file.flags & _LFS_APPEND:
             file._seeked_appender = True  # the end may have moved below its position
