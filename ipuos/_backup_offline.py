@@ -267,7 +267,7 @@ MAX_WALK_PATH = 64 * 1024
 _SMALLEST_ENTRY = 12
 
 
-def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
+def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=checkpoint) -> dict:
     """Write the tree under ``top`` to the host directory ``dest`` (created, or an empty
     directory that is kept as it is: a mount point, someone's cwd, its mode), files with
     their mtimes. All or nothing.
@@ -275,6 +275,10 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
     Files get the read and write permissions of ``like`` (the image file's mode: a
     private image extracts private), directories those plus search where reading is
     allowed; the umask applies as to any new file.
+
+    ``before_commit()`` runs once the tree is staged, just before it moves into place:
+    the last point a held signal stops it (the CLI passes ``_signals.settle``: one that
+    comes after it must not make a finished extraction look stopped).
     """
     file_mode = like & 0o666
     dir_mode = file_mode | (file_mode & 0o444) >> 2
@@ -309,7 +313,7 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644) -> dict:
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
         files = _write_tree(fs, top, staging, nodes, file_mode, dir_mode)
-        checkpoint()  # (the last chance to leave nothing behind)
+        before_commit()
         if existing:
             _move_into(staging, dest)
         else:

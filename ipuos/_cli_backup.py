@@ -10,7 +10,8 @@ Ctrl-C cancels a backup or restore cleanly (no partial image, machine untouched)
 exits 130; a second Ctrl-C stops waiting. Exit statuses as everywhere: 0 ok, 1 an error
 (a damaged image, a refusal), 2 a usage error, 3 no such machine. An ``image`` command
 ended by SIGTERM or SIGHUP while it reads a filesystem cleans up as for Ctrl-C (an
-extraction leaves nothing behind) and exits with 128 + the signal's number.
+extraction leaves nothing behind) and exits with 128 + the signal's number; once an
+extraction is moved into place it is done, and a signal then does not report it stopped.
 
 Every ``ipuos`` command imports this module, so the image modules (numpy, zstandard,
 littlefs) are imported by the commands that read an image file, where they are used.
@@ -442,11 +443,12 @@ def image_extract(path, device, dest, inner, as_json) -> None:
     it is done, DEST is as it was.
     """
     from ._backup_offline import device_entry, extract, mounted, on_device
+    from ._signals import settle
 
     with _ImageErrors(), _open(path) as img:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
-            result = extract(fs, on_device(fs, entry, inner), dest, like=img.mode)
+            result = extract(fs, on_device(fs, entry, inner), dest, like=img.mode, before_commit=settle)
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return

@@ -26,7 +26,7 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["HELD", "checkpoint", "handling", "signals_held"]
+__all__ = ["HELD", "checkpoint", "handling", "settle", "signals_held"]
 
 #: what ends a command from outside: Ctrl-C, kill, its terminal going away
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -34,9 +34,13 @@ HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: the signals received while held and not yet acted on, in order
 _noted: list[int] = []
 
+#: whether :func:`settle` was called: held signals are dropped, and stay held
+_settled = False
+
 
 def _note(signum: int, _frame) -> None:
-    _noted.append(signum)
+    if not _settled:
+        _noted.append(signum)
 
 
 def checkpoint() -> None:
@@ -50,21 +54,32 @@ def checkpoint() -> None:
         raise SystemExit(128 + signum)
 
 
+def settle() -> None:
+    """Act on a signal noted so far (as :func:`checkpoint`), then drop the held signals
+    for the rest of the process: call it inside :func:`signals_held` just before the
+    command commits its work, where a signal is the last time a stop leaves nothing
+    behind. After it, the work is done and the command only reports it; the process is
+    ending, so the held signals are not handed back to their handlers before it does."""
+    global _settled
+    checkpoint()
+    _settled = True
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP only noted inside (acted on at each :func:`checkpoint`,
-    and on leaving)."""
+    and on leaving; dropped for good once :func:`settle` was called)."""
     try:
-        with handling(HELD, _note):
+        with handling(HELD, _note, keep=lambda: _settled):
             yield
     finally:
         checkpoint()
 
 
 @contextlib.contextmanager
-def handling(signums, handler) -> Iterator[None]:
+def handling(signums, handler, keep=lambda: False) -> Iterator[None]:
     """``handler(signum, frame)`` for each of ``signums`` inside, then the handlers
-    before it back. A signal the process ignores (``nohup``, SIGINT in a background job)
+    before it back (unless ``keep()`` says at the end to leave ``handler`` in place). A signal the process ignores (``nohup``, SIGINT in a background job)
     stays ignored, as does one whose handler was not set from Python (it could not be
     put back). Off the main thread it changes nothing: Python runs handlers there only."""
     if threading.current_thread() is not threading.main_thread():
@@ -78,5 +93,6 @@ def handling(signums, handler) -> Iterator[None]:
                 previous[signum] = signal.signal(signum, handler)
         yield
     finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+        if not keep():
+            for signum, old in previous.items():
+                signal.signal(signum, old)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -160,3 +161,37 @@ def test_a_signal_during_extract_leaves_nothing_behind(image, tmp_path, signum):
             assert extracted == ["big", "d"] and sorted(os.listdir(dest / "d")) == sorted(SMALL), outcome
     assert {p.name for p in tmp_path.iterdir()} <= {d.name for d in dests}  # nothing staged beside them
     assert ended, "the sweep missed the extraction: no signal came while it ran"
+
+
+#: runs ``ipuos image extract`` with a signal sent to itself right after the rename that
+#: moves the extraction into place: a signal after it is done, the moment a sweep only
+#: rarely hits
+_SIGNAL_ONCE_MOVED = """
+import os, signal, sys
+rename, moved_to, signum = os.rename, sys.argv[1], int(sys.argv[2])
+def renaming(src, dst):
+    rename(src, dst)
+    if os.path.basename(dst) == moved_to:
+        os.kill(os.getpid(), signum)
+os.rename = renaming
+sys.argv = ["ipuos"] + sys.argv[3:]
+from ipuos._entry import main
+main()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("existing", [False, True], ids=["new", "empty"])
+def test_a_signal_once_the_extraction_is_in_place_does_not_report_it_stopped(image, tmp_path, signum, existing):
+    """Once the tree is moved into DEST the extraction is done: a signal then ends it
+    with status 0 and its report, never a status that says nothing was extracted."""
+    dest = tmp_path / "out"
+    if existing:
+        dest.mkdir()
+    moved_to = "d" if existing else "out"  # (into an empty DEST, big and d move one by one)
+    done = subprocess.run([sys.executable, "-c", _SIGNAL_ONCE_MOVED, moved_to, str(int(signum)),
+                           "image", "extract", image, "chip", str(dest)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, ""), done
+    assert done.stdout.startswith("extracted 101 files and 1 directory"), done
+    assert sorted(os.listdir(dest)) == ["big", "d"] and sorted(os.listdir(dest / "d")) == sorted(SMALL)
+    assert (dest / "big").read_bytes() == BIG
