@@ -46,7 +46,8 @@ def _not_empty(ctx, param, value):
 
 
 @main.command()
-@click.argument("mountpoint", required=False, type=click.Path(file_okay=False), callback=_not_empty)
+# (not click.Path: it stats the path, which waits forever on a mount whose server is stopped)
+@click.argument("mountpoint", required=False, callback=_not_empty)
 @click.option("--read-only", is_flag=True, help="refuse every change (EROFS)")
 @click.option("--tiles", "tile_spec", default="all", show_default=True,
               help="tiles to show under /tiles, e.g. 0-15")
@@ -79,7 +80,9 @@ def mount(mountpoint, read_only, tile_spec, foreground, preset, ipus, name, as_j
     except MountError as exc:
         raise click.BadParameter(exc.message, param_hint="MOUNTPOINT") from None
     entry = mount_at(where)
-    if not os.path.isdir(where) and entry is None:  # (a dead mount fails stat)
+    # (the mount table first: stat of a mount point asks its server, and a dead one
+    # fails it, a stopped one never answers)
+    if entry is None and not os.path.isdir(where):
         raise click.BadParameter(f"{mountpoint!r} is not a directory; create it first",
                                  param_hint="MOUNTPOINT")
     if entry is not None:

@@ -516,6 +516,19 @@ def test_umount_with_another_runtime_dir_leaves_a_stopped_daemons_mount_alone(ma
     assert cli(machine, "umount", mountpoint).returncode == 0  # (its own runtime dir)
 
 
+def test_mount_over_a_stopped_daemons_mount_says_it_is_mounted_at_once(machine, mountpoint):
+    """`ipuos mount` where a mount is already, one whose server never answers, refuses
+    from the mount table without waiting for the mount."""
+    mount(machine, mountpoint)
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        again = cli(machine, "mount", mountpoint, "--name", "another", timeout=20)
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+    assert again.returncode == 1, again
+    assert f"{mountpoint} is already a mount point (machine {machine.name!r}); unmount it first" in again.stderr
+
+
 def _dead(path: str) -> bool:
     try:
         os.statvfs(path)
