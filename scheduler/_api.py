@@ -485,9 +485,9 @@ class TileAPI:
         """
         self._check_caller("reduce()")
         root = self._check_root(root, "reduce")
+        combine = self._reducer(op)  # (a wrong op is each tile's own error, first)
         if self._job.nlive < self._job.nranks:  # (the tree would wait for them forever)
             _refuse_finished(self._job, ("reduce", root), self._tile)
-        combine = self._reducer(op)
         value, failure = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
         rank = self._tile.rank
         moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0, refused=failure)
@@ -496,9 +496,10 @@ class TileAPI:
     def allreduce(self, obj, op="sum"):
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
         self._check_caller("allreduce()")
+        combine = self._reducer(op)
         if self._job.nlive < self._job.nranks:
             _refuse_finished(self._job, ("allreduce", None), self._tile)
-        value, failure = self._tree_reduce(obj, self._reducer(op), "allreduce()")
+        value, failure = self._tree_reduce(obj, combine, "allreduce()")
         return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0, refused=failure)
 
     def scan(self, obj, op="sum"):
@@ -520,9 +521,9 @@ class TileAPI:
         tile that called something else a mismatch rather than a hang, and a failed
         part an error on every tile (see :meth:`_tree_reduce`)."""
         job = self._job
+        combine = self._reducer(op)
         if job.nlive < job.nranks:  # (a tile would wait for a finished one forever)
             _refuse_finished(job, key, self._tile)
-        combine = self._reducer(op)
         label = _WAIT_LABELS[key]
         rank, n = self._tile.rank, job.nranks
         part, failure = obj, None

@@ -112,11 +112,7 @@ def complete(job: "Job") -> None:
     else:
         job.coll_result = result = _move_payloads(job, engine, kind, root)
         error = result.error
-    job.gen += 1
-    job.arrived = 0
-    job.coll_kind = None
-    job.mismatch = False
-    job.refusal = None
+    job.end_collective()
     if error is not None:
         # errors travel as signals, so the hot sync() path has a single check for them
         job.raise_in_tiles(error)

@@ -186,6 +186,23 @@ class Job:
             self.sched.watchdog.interrupt(self, stop)
         self.raise_in_tiles(signal)
 
+    def end_collective(self) -> None:
+        """The collective in progress is over (done, or failed on every tile): the next
+        one starts afresh. Its waiters see the generation change; a tile's wait that
+        ends by an exception then no longer counts itself out (see _api._wait_counted):
+        a tile that caught the error may already have arrived at the next one."""
+        self.gen += 1
+        self.arrived = 0
+        self.coll_kind = None
+        self.mismatch = False
+        self.refusal = None
+
+    def fail_waits(self, error: BaseException) -> None:
+        """End what every live tile waits in (a collective, a barrier, recv) with
+        ``error`` on each: a deadlock, or tiles in different collectives."""
+        self.end_collective()
+        self.raise_in_tiles(error)
+
     def raise_in_tiles(self, error: BaseException) -> None:
         """Raise ``error`` in every live tile where it waits: a collective's or a deadlock's
         error, found when every live tile waits. A program may catch it and carry on, so

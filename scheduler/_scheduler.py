@@ -706,7 +706,7 @@ class Scheduler:
                         f"deadlock in job {job.id}: every live tile waits and nothing in "
                         f"flight can wake them: {job.waiting_report()}"
                     )
-                job.raise_in_tiles(error)
+                job.fail_waits(error)
 
     def _fail_hopeless_recvs(self, job: Job) -> bool:
         """Signal every tile waiting to recv from a tile that has finished; True if any."""

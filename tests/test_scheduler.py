@@ -645,6 +645,28 @@ def test_a_barrier_after_a_caught_deadlock_still_waits_for_every_tile(sched):
     assert values(run(sched, prog, tiles=[0, 1, 2])) == [None, True, None]
 
 
+@pytest.mark.parametrize("error, first, others", [
+    (DeadlockError, lambda api: api.recv(1), lambda api: api.sync()),
+    (CollectiveMismatchError, lambda api: api.allreduce(1), lambda api: api.allgather(1)),
+    (CollectiveMismatchError, lambda api: api.reduce(1), lambda api: api.allgather(1)),
+    (CollectiveMismatchError, lambda api: api.allreduce(1), lambda api: api.sync()),
+], ids=["recv-sync", "allreduce-allgather", "reduce-allgather", "allreduce-sync"])
+@pytest.mark.parametrize("after", ["allgather", "allreduce", "sync"])
+def test_the_collective_after_a_caught_error_completes(sched, error, first, others, after):
+    """Every tile caught the error and calls the same collective next: it completes. The
+    failed one was left counting the tiles still to wake as arrived, and the first tile
+    to call the next one (rank 0, woken first) was taken for a mismatch."""
+    def prog(api):
+        with pytest.raises(error):
+            (first if api.tileid == 0 else others)(api)
+        return getattr(api, after)(api.tileid) if after != "sync" else api.sync()
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
+    expected = {"allgather": [0, 1, 2, 3], "allreduce": 6, "sync": None}[after]
+    assert values(report) == [expected] * 4
+
+
 def test_a_deeply_nested_broadcast_arrives(sched):
     def prog(api):
         value = 1
@@ -747,6 +769,17 @@ def test_unknown_reduction_is_a_clear_error(sched):
     report = run(sched, prog, tiles=[0])
     assert report.results[0].status == ERROR
     assert "unknown reduction 'average'" in str(report.results[0].error)
+
+
+@pytest.mark.parametrize("call", [lambda api: api.reduce(1, None), lambda api: api.allreduce(1, None),
+                                  lambda api: api.scan(1, "mean"), lambda api: api.exscan(1, "mean")],
+                         ids=["reduce", "allreduce", "scan", "exscan"])
+def test_a_wrong_op_is_every_tiles_own_error_even_once_a_tile_finished(sched, call):
+    """Tile 0 raises first and finishes; the others' calls name their own mistake, not
+    tile 0's end."""
+    report = run(sched, call, tiles=[0, 1, 2, 3])
+    errors = [r.error for r in report.results]
+    assert all(isinstance(e, ValueError) and "unknown reduction" in str(e) for e in errors), errors
 
 
 def test_a_reduction_after_a_caught_mismatch_sees_only_its_own_values(sched):
