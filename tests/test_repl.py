@@ -336,8 +336,11 @@ def test_a_del_that_never_ends_as_a_session_ends_is_interrupted_and_the_rest_let
     repl.run("class Polite:\n    def __del__(self):\n        print('bye')\n\n"
              "class Stuck:\n    def __del__(self):\n        while True:\n            sync()\n\n"
              "polite = Polite()\nstuck = Stuck()\n")
+    start = machine.scheduler.superstep
     handle = repl.end()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30  # (until Stuck.__del__ syncs: not a fixed sleep, a loaded host is slow)
+    while machine.scheduler.superstep < start + 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
     handle.interrupt("stop it")
     result = handle.wait(10)
     for output in result.outputs().values():  # (the latest name goes first, as for a program)
