@@ -59,6 +59,7 @@ from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_dev
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._plural import plural
+from ._presets import MAX_IPUS, PRESETS
 from ._safepath import directory_problem
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
@@ -289,6 +290,16 @@ def image_geometry_problems(meta: dict, machine) -> list[str]:
             for key in GEOMETRY_KEYS if meta.get(key) != ours[key]]
 
 
+def _bootable(meta: dict) -> bool:
+    """Whether ``ipuos boot --restore`` (the image's preset and IPUs, the default layout)
+    starts a machine the image fits: not for a preset this ipuos lacks, nor for a machine
+    made through the Python API with a geometry of its own."""
+    preset, ipus = PRESETS.get(meta.get("preset")), meta.get("ipus")
+    if preset is None or type(ipus) is not int or not 1 <= ipus <= MAX_IPUS or meta.get("chip_tile") != 0:
+        return False
+    return all(meta.get(key) == getattr(preset, key) for key in GEOMETRY_KEYS if hasattr(preset, key))
+
+
 def restore(machine, path, tiles=None, *, name: str | None = None,
             progress: Progress | None = None, cancelled: threading.Event | None = None) -> dict:
     """Restore ``machine``'s devices from the image at ``path``: everything it holds, or
@@ -308,11 +319,14 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
             problems = [f"its devices hold {image.device_bytes} bytes (this machine's SRAM: "
                         f"{machine.sram.nbytes})"]
         if problems:
-            raise BackupError(
-                f"image {path} was taken on another kind of machine: {'; '.join(problems)}. "
-                f"Nothing was restored; `ipuos boot --restore {path} --name NEW` (no --preset "
-                f"or --ipus) starts a machine like it"
-            )
+            if _bootable(image.meta):
+                hint = (f"`ipuos boot --restore {path} --name NEW` (no --preset or --ipus) starts "
+                        "a machine like it")
+            else:
+                hint = ("this ipuos cannot start a machine like it (`ipuos image extract` copies its "
+                        "files out without one)")
+            raise BackupError(f"image {path} was taken on another kind of machine: {'; '.join(problems)}. "
+                              f"Nothing was restored; {hint}")
         devices = {d.name: d for d in machine_devices(machine)}
         entries = {e.name: e for e in image.devices}
         strangers = [n for n in entries if n not in devices]

@@ -27,6 +27,7 @@ from ipuos._rundir import machine_paths
 from ipuos import _backup
 from ipuos._backup_devices import machine_devices
 from ipuos._image import FORMAT_VERSION, MAGIC, open_image
+from ipuos._presets import PRESETS
 
 KiB = 1024
 
@@ -689,6 +690,24 @@ def test_an_image_of_a_bigger_machine_is_refused_as_such(tmp_path):
         with pytest.raises(_backup.BackupError, match="taken on another kind of machine: ipus 3") as info:
             _backup.restore(small, image)
         assert "(no --preset or --ipus) starts a machine like it" in str(info.value)
+
+
+@pytest.mark.parametrize("preset", [PRESETS["tiny"].replace(name="custom"),
+                                    PRESETS["tiny"].replace(disk_size=8 * KiB)],
+                         ids=["unknown-preset", "own-geometry"])
+def test_an_image_no_boot_can_match_is_refused_without_suggesting_one(tmp_path, preset):
+    """`ipuos boot --restore` starts the image's preset with its IPUs: for an image of a
+    preset this ipuos lacks, or of a machine given its own geometry, it could not."""
+    image = tmp_path / "odd.img"
+    with ipuos.Machine(preset) as odd:
+        _backup.backup(odd, image)
+    with ipuos.Machine("tiny", ipus=2) as other:
+        with pytest.raises(_backup.BackupError, match="taken on another kind of machine") as info:
+            _backup.restore(other, image)
+    message = str(info.value)
+    assert "boot --restore" not in message, message
+    assert message.endswith("Nothing was restored; this ipuos cannot start a machine like it "
+                            "(`ipuos image extract` copies its files out without one)"), message
 
 
 def test_an_empty_machine_image_is_small(tmp_path):
