@@ -55,6 +55,28 @@ _WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()", _ALL
                 _SCAN_KEY: "scan()", _EXSCAN_KEY: "exscan()"}
 
 
+def _label(key: tuple) -> str:
+    """How a call of the collective ``key`` is named to the user: ``bcast(root=0)``."""
+    return _WAIT_LABELS.get(key[:2]) or f"{key[0]}(root={key[1]})"
+
+
+def _closing(key: tuple, op) -> tuple[tuple, str]:
+    """The key and wait label of the collective that closes a reduction ``key`` with
+    ``op``. The op is part of it: tiles passing different ops (MPI calls it erroneous)
+    are a mismatch, not a result made with whichever op each tree node had. A function
+    is known by its qualified name (each tile's program makes its own function
+    objects)."""
+    if type(op) is str:
+        name, shown = op, repr(op)
+    else:
+        shown = getattr(op, "__qualname__", None) or type(op).__name__
+        name = f"{shown}()"  # (never a string op's name)
+    label = _label(key)
+    if name != "sum":
+        label = f"{label[:-1]}{'' if label.endswith('()') else ', '}op={shown})"
+    return key + (name,), label
+
+
 def _note_kind(job: "Job", key: tuple) -> None:
     # the first tile to arrive fixes the collective; anyone else arriving at another is a mismatch
     if job.arrived == 1:
@@ -238,8 +260,8 @@ def _arrive_refusing(job: "Job", tile: "Tile", key: tuple, label: str, exc: Exce
     leave the others waiting in the collective: a program that catches it and calls the
     collective again would have that call taken for this one, and every later value
     would be off by one."""
-    if job.refusal is None:
-        job.refusal = _refusal(job, tile.rank, label, exc)
+    if job.refusal is None:  # (named as called, without a reduction's op)
+        job.refusal = _refusal(job, tile.rank, _label(key), exc)
     gen = job.gen
     try:
         _arrive(job, tile, key, label)
@@ -490,7 +512,8 @@ class TileAPI:
             _refuse_finished(self._job, ("reduce", root), self._tile)
         value, failure = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
         rank = self._tile.rank
-        moved = self._collective((REDUCE, root), value, send=rank == 0 and root != 0, refused=failure)
+        key, label = _closing((REDUCE, root), op)
+        moved = self._collective(key, value, send=rank == 0 and root != 0, refused=failure, label=label)
         return value if rank == 0 == root else moved
 
     def allreduce(self, obj, op="sum"):
@@ -500,7 +523,8 @@ class TileAPI:
         if self._job.nlive < self._job.nranks:
             _refuse_finished(self._job, ("allreduce", None), self._tile)
         value, failure = self._tree_reduce(obj, combine, "allreduce()")
-        return self._collective(_ALLREDUCE_KEY, value, send=self._tile.rank == 0, refused=failure)
+        key, label = _closing(_ALLREDUCE_KEY, op)
+        return self._collective(key, value, send=self._tile.rank == 0, refused=failure, label=label)
 
     def scan(self, obj, op="sum"):
         """Tile i gets the ``obj`` of tiles 0 to i combined with ``op``: a prefix
@@ -539,7 +563,8 @@ class TileAPI:
             if rank + 1 < n:
                 part, failure = self._send_part(rank + 1, part, failure, SCAN_CHANNEL)
             part = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label, parts=True) if rank else None
-        self._collective(key, None, send=False, refused=failure)  # (raises if a part failed)
+        key, label = _closing(key, op)
+        self._collective(key, None, send=False, refused=failure, label=label)  # (raises if a part failed)
         return part
 
     def _tree_reduce(self, obj, combine, label: str):
@@ -620,14 +645,16 @@ class TileAPI:
         if tile.job is not self._job or tile.sched.collecting:
             _check_call(tile, self._job, what)
 
-    def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None):
+    def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None,
+                    label: str | None = None):
         """Take part in the collective ``key``, sending ``obj`` if ``send``; ``refused``:
-        this tile cannot take part (the error why), and every tile's call raises."""
+        this tile cannot take part (the error why), and every tile's call raises.
+        ``label``: its wait as ``ps`` and reports show it (None: made from ``key``)."""
         tile = self._tile
         job = self._job
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
-        label = _WAIT_LABELS.get(key) or f"{key[0]}(root={key[1]})"
+        label = label or _label(key)
         if send:
             try:
                 payload = encode(obj, by_name=True, program=tile.program_globals)

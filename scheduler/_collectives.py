@@ -98,7 +98,7 @@ def complete(job: "Job") -> None:
     """Finish the collective every live tile of ``job`` has arrived at, and wake them."""
     engine = job.sched.engine
     key = job.coll_kind
-    kind, root = key if key is not None else SYNC
+    kind, root = key[:2] if key is not None else SYNC  # (a reduction's key adds its op)
     if job.mismatch:
         error = CollectiveMismatchError(f"collective mismatch in job {job.id}: {job.waiting_report()}")
     elif kind != "sync" and job.nlive < job.nranks:

@@ -6,6 +6,8 @@ tile-program runtime is tested separately (test_runtime.py).
 
 from __future__ import annotations
 
+import operator
+import re
 import sys
 import threading
 import time
@@ -780,6 +782,26 @@ def test_a_wrong_op_is_every_tiles_own_error_even_once_a_tile_finished(sched, ca
     report = run(sched, call, tiles=[0, 1, 2, 3])
     errors = [r.error for r in report.results]
     assert all(isinstance(e, ValueError) and "unknown reduction" in str(e) for e in errors), errors
+
+
+@pytest.mark.parametrize("call, report", [
+    (lambda api: api.allreduce(1, "max" if api.tileid == 0 else "sum"),
+     "tile 0 waits in allreduce(op='max'); tiles 1-3 wait in allreduce()"),
+    (lambda api: api.reduce(1, "min" if api.tileid == 3 else "prod", root=2),
+     "tiles 0-2 wait in reduce(root=2, op='prod'); tile 3 waits in reduce(root=2, op='min')"),
+    (lambda api: api.scan(1, operator.add if api.tileid == 1 else operator.mul),
+     "tiles 0,2-3 wait in scan(op=mul); tile 1 waits in scan(op=add)"),
+    (lambda api: api.exscan(1, "sum" if api.tileid else max), "tile 0 waits in exscan(op=max); tiles 1-3 wait in exscan()"),
+], ids=["allreduce", "reduce", "scan", "exscan"])
+def test_tiles_reducing_with_different_ops_are_a_mismatch(sched, call, report):
+    """(Each node of the tree combined with its own op: the result was made with
+    whichever op tile 0 had, say, and no tile was told.)"""
+    def prog(api):
+        with pytest.raises(CollectiveMismatchError, match=re.escape(report)):
+            call(api)
+        return api.allreduce(api.tileid, max)  # (the same function on every tile: fine)
+
+    assert values(run(sched, prog, tiles=[0, 1, 2, 3])) == [3] * 4
 
 
 def test_a_reduction_after_a_caught_mismatch_sees_only_its_own_values(sched):
