@@ -9,6 +9,9 @@ something else.
 * words are separated by blanks; ``'...'`` keeps everything literally, ``"..."`` too but
   for ``\\`` before ``$``, a backtick, ``"``, ``\\`` or a newline, which it escapes (as
   in sh: before anything else it stays); outside quotes ``\\`` escapes the next character;
+* a quote may span lines, and ``\\`` before a newline (outside single quotes) joins the
+  line to the next, as in sh: :func:`continues_on_next_line` tells a reader of lines
+  that one is not finished, so that it reads the next before running anything;
 * ``;`` (or a newline) ends a command; ``# ...`` at the start of a word is a comment;
 * ``> FILE`` and ``>> FILE`` send the command's output to a file on the chip;
 * ``*``, ``?`` and ``[...]`` in an unquoted word are glob patterns (expanded against
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ShellSyntaxError", "Word", "Command", "parse_line", "quote"]
+__all__ = ["ShellSyntaxError", "Word", "Command", "continues_on_next_line", "parse_line", "quote"]
 
 _GLOB_CHARS = frozenset("*?[")
 #: what ``\`` escapes inside double quotes (before anything else it is itself, as in sh)
@@ -93,6 +96,9 @@ def parse_line(line: str) -> list[Command]:
         char = line[pos]
         if char in " \t\r":
             pos += 1
+            continue
+        if line.startswith("\\\n", pos):  # a line joined to the next, between words
+            pos += 2
             continue
         if char in ";\n":
             finish(pos)
@@ -184,7 +190,8 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
         elif char == "\\":
             if pos + 1 >= n:
                 raise ShellSyntaxError("syntax error: '\\' at the end of the line")
-            literal(line[pos + 1])
+            if line[pos + 1] != "\n":  # (a line joined to the next, as in sh: nothing of it stays)
+                literal(line[pos + 1])
             pos += 2
         else:
             if char in _GLOB_CHARS:
@@ -196,6 +203,52 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
             pattern.append("!" if char == "^" and pattern and pattern[-1] == "[" else char)
             pos += 1
     return Word("".join(parts), "".join(pattern) if glob else None), pos
+
+
+def continues_on_next_line(text: str) -> bool:
+    """Whether ``text`` ends inside a quote or with a ``\\`` escaping its end: the
+    command goes on in the next line, as sh reads it, and nothing of it may run before
+    that line is read (a line inside quotes is not a command: it may say ``rm -r``).
+
+    Only quotes, ``\\`` and comments are read here, so that a syntax error earlier in
+    the text (``$X "...``) still joins the quoted lines: the whole is then refused, and
+    no line from inside its quotes runs on its own."""
+    pos = 0
+    n = len(text)
+    word_start = True  # (a # starts a comment only there, as in parse_line)
+    while pos < n:
+        char = text[pos]
+        if char == "\\":
+            if pos + 1 >= n:
+                return True
+            pos += 2
+            if text[pos - 1] == "\n":
+                continue  # (joined lines: a word may still start after it)
+        elif char == "'":
+            end = text.find("'", pos + 1)
+            if end < 0:
+                return True
+            pos = end + 1
+        elif char == '"':
+            pos += 1
+            while pos < n and text[pos] != '"':
+                # (skipping the character after any \ is right for finding the end: it
+                # skips an escaped " or \, and anything else is not the end either)
+                pos += 2 if text[pos] == "\\" else 1
+            if pos >= n:
+                return True
+            pos += 1
+        elif char == "#" and word_start:
+            end = text.find("\n", pos)
+            if end < 0:
+                return False
+            pos = end
+        else:
+            word_start = char in " \t\r\n;<>|&()"
+            pos += 1
+            continue
+        word_start = False
+    return False
 
 
 def quote(text: str) -> str:

@@ -6,6 +6,7 @@ import pytest
 
 from ipuos.shell import COMMANDS, ShellSyntaxError, block_complete, parse_line, quote
 from ipuos.shell._complete import _current_word, complete_host_path, host_word
+from ipuos.shell._parse import continues_on_next_line
 
 
 def argvs(line):
@@ -32,6 +33,23 @@ def test_a_backslash_in_double_quotes_escapes_what_sh_has_it_escape():
     assert argvs('echo "a\\\nb"') == [["echo", "ab"]]
     (command,) = parse_line(r'ls "\*"*')
     assert command.words[1].pattern == "\\[*]*"  # (the quoted star matches itself only)
+
+
+def test_a_backslash_before_a_newline_joins_the_lines_as_in_sh():
+    # (it was kept as a newline in the word; outside any word it made an empty one)
+    assert argvs("echo a \\\nb c\\\nd \\\n  e") == [["echo", "a", "b", "cd", "e"]]
+    assert argvs("echo 'a\\\nb'") == [["echo", "a\\\nb"]]  # (in single quotes it stays)
+    assert argvs('echo "a\nb"') == [["echo", "a\nb"]]
+
+
+@pytest.mark.parametrize("text, continues", [
+    ('echo "a', True), ("echo 'a", True), ("echo a \\", True), ('echo "a\\"', True),
+    ("echo 'a\\", True), ('echo $X "a', True), ('echo a#"b', True),
+    ('echo "a\nb"', False), ("echo 'a\nb'", False), ("echo a \\\nb", False), ('echo "a\\\\"', False),
+    ("echo it\\'s", False), ("echo # it's", False), ("ls\n# don't", False), ("", False),
+])
+def test_a_line_continues_on_the_next_inside_a_quote_or_after_a_backslash(text, continues):
+    assert continues_on_next_line(text) is continues
 
 
 def test_command_text_is_kept_for_the_front_end():
