@@ -51,7 +51,8 @@ def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_li
                 return terminal.status or 1
         if command_text is not None:
             # lines end at newlines only, as the shell splits piped input (splitlines
-            # would also break at a form feed or U+2028 inside quotes)
+            # would also break at a form feed or U+2028 inside quotes); run_script joins
+            # the lines of a quote that spans them again
             lines = command_text.split("\n")
             while lines and not lines[-1]:
                 lines.pop()

@@ -39,7 +39,7 @@ from ipuos._terminate import Terminated, on_termination
 
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
-from ._parse import ShellSyntaxError, parse_line
+from ._parse import ShellSyntaxError, continues_on_next_line, parse_line
 from ._progcmds import enters_repl, meant_to_enter_repl, multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
@@ -107,10 +107,22 @@ class Terminal:
         last command's. A failed command does not stop the lines after it, except python
         or multirepl failing to start: its input follows, which is not shell commands."""
         remaining = iter(lines)
+        read = 0  # (lines read so far: for -c, whether this line is its last)
         try:
-            for index, line in enumerate(remaining):
+            for line in remaining:
+                read += 1
                 line = line.rstrip("\n")
-                if command_text and index == len(lines) - 1 and self._refused_as_repl_without_input(line):
+                if self.mode == SHELL:
+                    # a quote (or a \) that goes on in the next line: that line is part of
+                    # this command, never a command of its own, as in sh; a repl's lines
+                    # are its input, left as they are
+                    while continues_on_next_line(line):
+                        following = next(remaining, None)
+                        if following is None:
+                            break  # (an unterminated quote: tile 0 refuses the whole)
+                        read += 1
+                        line += "\n" + following.rstrip("\n")
+                if command_text and read == len(lines) and self._refused_as_repl_without_input(line):
                     return self.status
                 repl = self._repl_meant(line)
                 self.feed(line)
@@ -146,6 +158,17 @@ class Terminal:
         def _indent(event):  # (anywhere else Tab completes, as in Python's own REPL)
             event.current_buffer.insert_text("    ")
 
+        def _continues() -> bool:
+            return self.mode == SHELL and continues_on_next_line(get_app().current_buffer.text)
+
+        @bindings.add("enter", filter=Condition(_continues))
+        def _next_line(event):
+            # an open quote or a final \: Enter goes on to a "> " line, as in sh, rather
+            # than run the line (whatever was typed in the quote would run as commands)
+            buffer = event.current_buffer
+            buffer.cursor_position = len(buffer.text)
+            buffer.insert_text("\n")
+
         # shell lines and Python lines each have a history of their own, as bash's and
         # Python's do: Up in python mode brings back Python, not a shell command
         sessions: dict[str, PromptSession] = {}
@@ -157,7 +180,8 @@ class Terminal:
                 # command runs (without it, a literal ^Z went into the line)
                 sessions[kind] = PromptSession(history=self._load_history(kind), completer=_TileCompleter(self),
                                                complete_while_typing=False, key_bindings=bindings,
-                                               enable_suspend=True)
+                                               enable_suspend=True,
+                                               prompt_continuation="> " if kind == SHELL else None)
             return sessions[kind]
 
         lost: list[str] = []

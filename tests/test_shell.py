@@ -174,6 +174,51 @@ def test_c_lines_split_at_newlines_only(shared_machine):
     assert done.returncode == 127
 
 
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_a_quote_spanning_lines_is_one_word_and_never_runs_as_commands(shared_machine, how):
+    """Each line was parsed alone: the line inside the quotes ran (an `rm -r` in a note
+    removed the files), between two "unterminated quote" errors."""
+    def script(text):
+        return shell(shared_machine, text) if how == "-c" else shell(shared_machine, stdin=text + "\n")
+
+    directory = f"/chip/quoted-{how[-1]}"
+    assert script(f"mkdir {directory}; echo precious > {directory}/f").returncode == 0
+    done = script(f'echo "notes:\nrm -r {directory}\n" > {directory}/notes.txt\n'
+                  f"echo 'two\nls /nothing-here'; cat {directory}/f")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "two\nls /nothing-here\nprecious\n", "")
+    done = script(f"cat {directory}/notes.txt")
+    assert (done.returncode, done.stdout) == (0, f"notes:\nrm -r {directory}\n\n")
+    # a quote left open to the end of the text: a syntax error, and nothing of it runs
+    done = script(f'echo before\necho "open\nrm -r {directory}\necho never > {directory}/g')
+    assert (done.returncode, done.stdout, done.stderr) == (2, "before\n", 'sh: syntax error: unterminated " quote\n')
+    # ...even after a syntax error earlier in the command: its quoted lines go with it
+    done = script(f'echo $X "not a command:\nrm -r {directory}\n"\necho after')
+    assert done.returncode == 0 and done.stdout == "after\n", done.stderr
+    assert done.stderr.startswith("sh: syntax error near '$X'") and done.stderr.count("\n") == 1
+    assert script(f"ls {directory}").stdout == "f\nnotes.txt\n"
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_a_backslash_at_the_end_of_a_line_joins_it_to_the_next(shared_machine, how):
+    def script(text):
+        return shell(shared_machine, text) if how == "-c" else shell(shared_machine, stdin=text + "\n")
+
+    done = script("echo a \\\nb\necho c\\\nd \\\n  e; echo \"f\\\ng\" 'h\\\ni'")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "a b\ncd e\nfg h\\\ni\n", "")
+    done = script("echo never \\")  # (nothing follows it to join)
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", "sh: syntax error: '\\' at the end of the line\n")
+
+
+def test_a_quote_spanning_lines_is_joined_for_shell_lines_only(shared_machine):
+    """A repl's lines are its input, quotes and all; after it, the shell's lines join."""
+    done = shell(shared_machine, "echo 'shell\nline'; python\nprint('it''s')\nprint(\"x\")\nexit()\n"
+                                 "echo \"back\nagain\"")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "shell\nline\nits\nx\nback\nagain\n", "")
+    # a quote that opens the line starting python: the python line is inside it
+    done = shell(shared_machine, "echo 'a\npython'\necho b")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "a\npython\nb\n", "")
+
+
 def test_ctrl_c_stops_a_script_not_just_its_command(shared_machine, tmp_path):
     assert shell(shared_machine, "echo 'while True: sync()' > /chip/syncloop.py").returncode == 0
     for how in ("-c", "stdin"):

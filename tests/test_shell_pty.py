@@ -285,6 +285,33 @@ def test_ctrl_c_at_the_prompt_clears_the_line(terminal):
     assert term.run("echo after") == "after\n"
 
 
+def test_enter_in_an_open_quote_goes_on_to_a_continuation_line_as_in_sh(terminal):
+    """The line ran at once, a syntax error, and what was typed next inside the quote
+    ran as commands of its own."""
+    term = terminal()
+    term.prompt()
+    assert term.run("mkdir /pty-quote; echo kept > /pty-quote/f") == ""
+    term.child.sendline('echo "notes:')
+    term.expect("\n>")  # (the "> " line: its space is drawn as a cursor move)
+    term.child.sendline("rm -r /pty-quote")
+    term.expect("rm -r /pty-quote")
+    term.child.sendline('" > /pty-quote/notes \\')
+    term.expect("/pty-quote/notes")
+    term.expect("\n>")
+    term.child.sendline("; echo joined")
+    out = term.prompt()
+    assert out.endswith("joined\n") and "rror" not in out, out
+    assert term.run("cat /pty-quote/notes /pty-quote/f") == "notes:\nrm -r /pty-quote\n\nkept\n"
+    # Ctrl-C at the continuation line drops the whole command, quoted lines and all
+    term.child.sendline("echo 'never")
+    term.expect("\n>")
+    term.child.sendline("rm -r /pty-quote")
+    term.expect("rm -r /pty-quote")
+    term.child.sendintr()
+    term.prompt()
+    assert term.run("cat /pty-quote/f") == "kept\n"
+
+
 def in_python_mode(terminal) -> Terminal:
     """A new shell, switched into python mode (tile 0's interpreter)."""
     term = terminal()
