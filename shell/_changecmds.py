@@ -50,7 +50,10 @@ def _protected(sh, path: str) -> str | None:
         return f"the machine's own mount point, which stays ({instead})"
     from ipuos.vfs import is_within  # (see shell/__init__: what the terminal imports)
 
-    below = [m.path for m in sh.fs.vfs.mount_points() if m.path != full and is_within(m.path, full)]
+    # by tile 0's own name for it: /tiles/0 shows no mounts, so a walk of /tiles/0/DIR
+    # would empty DIR around a mount point inside it, then fail on that
+    in_tree = _in_tile_0s_tree(sh, full) or full
+    below = [m.path for m in sh.fs.vfs.mount_points() if m.path != in_tree and is_within(m.path, in_tree)]
     if below:  # (rm -r would empty that filesystem, then fail on its mount point)
         return f"a filesystem is mounted at {below[0]} inside it (umount it first)"
     return None
@@ -190,13 +193,22 @@ def _rename(sh, source: str, target: str) -> None:
 
 
 def _tile_0_spelling(sh, path: str) -> str:
-    """``/tiles/0/a/b`` -> ``/a/b`` when that is the same file (not below a mount of tile
-    0's tree, which /tiles/0 does not show); any other path as it is."""
-    full = sh.fs.abspath(path)
-    if not full.startswith("/tiles/0/") or ".." in path.split("/"):  # (.. is the kernel's to read)
+    """``/tiles/0/a/b`` -> ``/a/b`` when that is the same file (see _in_tile_0s_tree);
+    any other path as it is."""
+    if ".." in path.split("/"):  # (.. is the kernel's to read: missing/.. is ENOENT)
         return path
+    return _in_tile_0s_tree(sh, sh.fs.abspath(path)) or path
+
+
+def _in_tile_0s_tree(sh, full: str) -> str | None:
+    """Where tile 0's tree has the file that the absolute path ``full`` names through
+    /tiles/0 (``/tiles/0/a/b`` -> ``/a/b``: tile 0's own disk by its other name); None for
+    any other path, and for one at or below a mount point of tile 0's tree, since /tiles/0
+    shows the disk under it, not what is mounted there (two different files)."""
+    if not full.startswith("/tiles/0/"):
+        return None
     place = sh.fs.place(full)
-    return place[1] if place[0] == "/" and sh.fs.place(place[1]) == place else path
+    return place[1] if place[0] == "/" and sh.fs.place(place[1]) == place else None
 
 
 def _move_across(sh, source: str, target: str) -> None:

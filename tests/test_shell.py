@@ -281,6 +281,23 @@ def test_mv_between_tile_0s_tree_and_tiles_0_renames_in_place(machine):
     assert shell(machine, "ls /mv-dir2").stdout == ""
 
 
+def test_a_tree_with_a_mount_inside_is_refused_by_its_tiles_0_name_too(machine):
+    """/tiles/0 shows tile 0's disk without what is mounted on it: rm -r /tiles/0/DIR
+    emptied DIR around the mount point, then failed on it. (A fresh machine: the shared
+    one's tile 0 disk is too full by now for the directories.)"""
+    setup = shell(machine, "mkdir -p /t0m/r; mount --ram 8K /t0m/r; echo data > /t0m/r/f; echo top > /t0m/t")
+    assert (setup.returncode, setup.stderr) == (0, "")
+    # mv of /tiles/0/DIR renames /DIR in place, which the VFS refuses; a spelling with ..
+    # is left to the kernel, not renamed in place: a copy to tile 3, then the same removal
+    done = shell(machine, "rm -r /tiles/0/t0m; rm -r /tiles/0/t0m/; mv /tiles/0/t0m /tiles/3/t0m; "
+                 "mv /tiles/0/t0m/../t0m /tiles/3/t0m; cat /t0m/r/f /t0m/t; ls /tiles/3")
+    assert (done.returncode, done.stdout) == (0, "data\ntop\n")
+    assert done.stderr.splitlines() == [
+        f"{command}: {path}: a filesystem is mounted at /t0m/r inside it (umount it first)"
+        for command, path in (("rm", "/tiles/0/t0m"), ("rm", "/tiles/0/t0m/"), ("mv", "/tiles/0/t0m"),
+                              ("mv", "/tiles/0/t0m/../t0m"))]
+
+
 def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):
     spin = tmp_path / "spin.py"
     spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine
