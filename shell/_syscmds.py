@@ -293,9 +293,10 @@ def _ps(sh, args):
 
 @command("kill", "kill JOB...", "interrupt jobs (ps lists them)", paths=False)
 def _kill(sh, args):
-    if not args:
+    _opts, jobs = options(args, "")  # (none: kill -9 is no signal here; -- ends them)
+    if not jobs:
         raise Usage("missing job number")
-    for arg in args:
+    for arg in jobs:
         if not (arg.isascii() and arg.isdigit()):  # ('²' is a digit to str.isdigit)
             sh.error(f"{arg}: not a job number")
             continue

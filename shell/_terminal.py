@@ -43,7 +43,7 @@ from ._parse import ShellSyntaxError, continues_on_next_line, parse_line
 from ._progcmds import enters_repl, meant_to_enter_repl, multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
-from ._table import COMMANDS, Usage
+from ._table import COMMANDS, Usage, options
 
 __all__ = ["Terminal", "history_path"]
 
@@ -407,9 +407,20 @@ class Terminal:
 
     def _transfer_args(self, name: str, command) -> list[str] | None:
         """put/get words with the host file's pattern expanded here (it must match one
-        file); a pattern on the chip side is refused: it would become a literal name."""
+        file); a pattern on the chip side is refused: it would become a literal name.
+        Their options are read as tile 0's commands read theirs: there are none, and ``--``
+        ends them (``put -- -x.dat``)."""
+        words = command.words[1:]
+        texts = [word.text for word in words]
+        try:
+            options(texts, "")
+        except Usage as exc:
+            self._fail(name, f"{exc}\nusage: {COMMANDS[name].usage}", 2)
+            return None
+        if "--" in texts:  # (with no options, the first -- is the one that ends them)
+            del words[texts.index("--")]
         args = []
-        for index, word in enumerate(command.words[1:]):
+        for index, word in enumerate(words):
             on_host = (index == 0) == (name == "put")
             if word.pattern is None:
                 args.append(word.text)

@@ -77,6 +77,7 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "run /missing.py", "run: /missing.py: No such file or directory", 1),
     ("", "kill 4242", "kill: 4242: no such job", 1),
     ("", "kill \u00b2", "kill: \u00b2: not a job number", 1),
+    ("", "kill -9 4242", "kill: option -9 not recognized\nusage: kill JOB...", 2),
     ("", "get /", "get: /: Is a directory", 1),
     ("", "clear the screen", "clear: usage: clear", 2),
     ("", "history 5", "history: usage: history", 2),
@@ -163,6 +164,19 @@ def test_a_double_dash_ends_the_options_of_every_command(shared_machine):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("-x\n") and "Path: /chip/dd/-x" in done.stdout
     assert done.stdout.endswith("-x\n") and "--" not in done.stdout.split()
+
+
+def test_a_double_dash_ends_the_options_of_put_get_and_kill(shared_machine, tmp_path):
+    # (the terminal does put and get: it read "--" as the host file)
+    (tmp_path / "-x.dat").write_bytes(b"dashed\n")
+    done = shell(shared_machine, "put -- -x.dat /chip/; get -- /chip/-x.dat -y.dat; kill -- 4242", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (1, "kill: 4242: no such job\n")
+    assert (tmp_path / "-y.dat").read_bytes() == b"dashed\n"
+    # without it, a name starting with a dash is an option, refused as tile 0 refuses one
+    for line, message in (("put -x.dat /chip/", "put: option -x not recognized\nusage: put HOSTFILE [PATH]\n"),
+                          ("get -z /chip/-x.dat", "get: option -z not recognized\nusage: get PATH [HOSTFILE]\n")):
+        done = shell(shared_machine, line, cwd=tmp_path)
+        assert (done.returncode, done.stderr) == (2, message), line
 
 
 def test_c_lines_split_at_newlines_only(shared_machine):
