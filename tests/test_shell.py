@@ -312,6 +312,39 @@ def test_a_tree_with_a_mount_inside_is_refused_by_its_tiles_0_name_too(machine):
                               ("mv", "/tiles/0/t0m/../t0m"))]
 
 
+def _mounted_there(name: str) -> str:
+    return f"a filesystem is mounted there (tile 0's {name}, which /tiles/0 does not show)"
+
+
+@pytest.mark.parametrize("line, message", [
+    ("mkdir /tiles/0/chip", f"mkdir: /tiles/0/chip: {_mounted_there('/chip')}"),
+    ("mkdir /tiles/0/tiles/", f"mkdir: /tiles/0/tiles/: {_mounted_there('/tiles')}"),
+    ("touch /tiles/0/chip", f"touch: /tiles/0/chip: {_mounted_there('/chip')}"),
+    ("echo x > /tiles/0/hidr", f"sh: /tiles/0/hidr: {_mounted_there('/hidr')}"),
+    ("cp /chip/hid.txt /tiles/0/tiles", f"cp: /tiles/0/tiles: {_mounted_there('/tiles')}"),
+    ("mv /chip/hid.txt /tiles/0/hidr", f"mv: /tiles/0/hidr: {_mounted_there('/hidr')}"),
+    ("rmdir /tiles/0/chip", f"rmdir: /tiles/0/chip: {_mounted_there('/chip')}"),
+    # looking such a name up, or a path below it, still finds nothing there
+    ("stat /tiles/0/hidr", "stat: /tiles/0/hidr: No such file or directory"),
+    ("cat /tiles/0/chip/hid.txt", "cat: /tiles/0/chip/hid.txt: No such file or directory"),
+    ("mkdir /tiles/0/hidr/d", "mkdir: /tiles/0/hidr/d: No such file or directory"),
+])
+def test_a_name_tile_0_has_mounted_on_is_busy_under_tiles_0(shared_machine, line, message):
+    """/tiles/0 leaves out tile 0's mount points (/chip, /tiles, RAM disks): making such a
+    name there said "No such file or directory", which left the user guessing; the FUSE
+    mount says EBUSY (something is mounted there), and so does the shell now."""
+    setup = shell(shared_machine, "echo data > /chip/hid.txt; mkdir /hidr; mount --ram 8K /hidr")
+    assert (setup.returncode, setup.stderr) == (0, ""), setup.stderr
+    try:
+        done = shell(shared_machine, line)
+        assert (done.returncode, done.stderr) == (1, message + "\n"), line
+        listing = shell(shared_machine, "ls /tiles/0").stdout.split()
+        assert {"chip/", "tiles/", "hidr/", "hidr"}.isdisjoint(listing), listing
+        assert shell(shared_machine, "cat /chip/hid.txt").stdout == "data\n"  # (nothing was moved)
+    finally:
+        assert shell(shared_machine, "umount /hidr; rmdir /hidr; rm /chip/hid.txt").returncode == 0
+
+
 def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_path):
     spin = tmp_path / "spin.py"
     spin.write_text("while True:\n    pass\n")  # holds tile 0, and with it the machine

@@ -51,7 +51,10 @@ Why each choice:
   same kernel request as its check that the name is free (see :class:`_Requests`).
 * **A tile directory shows that tile's own disk only**: tile 0's mount points (``/chip``,
   ``/tiles``) are hidden under ``/tiles/0`` (else ``/tiles/0/tiles/0/...`` recurses).
-  Looking them up is ENOENT; creating them is EBUSY (something is mounted there).
+  Looking them up is ENOENT; creating such a name, or renaming onto it, is EBUSY
+  (something is mounted there), one rule with the shell's ``/tiles``
+  (``Submounts.hidden_errno``). Removing one, or renaming it away, is ENOENT here: the
+  kernel looks the name up first (the shell's ``rmdir`` does not, and says EBUSY).
 
 Errors are the owner tile's ``OSError`` errno, unchanged (ENOENT, EEXIST, ENOTDIR, EISDIR,
 ENOTEMPTY, ENOSPC, ENAMETOOLONG, EROFS ...). Every callback maps errors itself (see
@@ -763,25 +766,28 @@ class ChipFilesystem:
             return _Place(_INSIDE, self.chip_tile, chip + "/" + rest, chip)
         raise _fail(errno.ENOENT)
 
-    def _file_place(self, path, *, creating: bool = False) -> _Place:
+    def _file_place(self, path, *, creating: bool = False, removing: bool = False) -> _Place:
         """The place of a path on a tile's filesystem; hidden paths raise. ``creating``: a
         new name is wanted there (EPERM in the mount's own directories, which hold only
-        what the machine has)."""
+        what the machine has); ``removing``: the name is to go (unlinked, or renamed)."""
         try:
             place = self._place(path)
         except FileNotFoundError:
             if creating and path.rpartition("/")[0] in ("", "/tiles"):
                 raise _fail(errno.EPERM) from None
             raise
-        if place.kind == _INSIDE and self._is_hidden(place):
-            raise _fail(errno.EBUSY if creating else errno.ENOENT)
+        if place.kind == _INSIDE:
+            refused = self._hidden_errno(place, creating or removing)
+            if refused is not None:
+                raise _fail(refused)
         return place
 
-    def _is_hidden(self, place: _Place) -> bool:
-        """Is ``place`` on another filesystem the tile has mounted (see module doc)?"""
+    def _hidden_errno(self, place: _Place, changing: bool) -> int | None:
+        """None if ``place`` is shown, else the errno for it: it is on another filesystem
+        the tile has mounted (see module doc and ``Submounts.hidden_errno``)."""
         if self._submounts.known(place.tile) is None:
             self._submounts.learn(place.tile, self._call(place.tile, "fs.mounts"))
-        return self._submounts.hides(place.tile, place.inner, place.base)
+        return self._submounts.hidden_errno(place.tile, place.inner, place.base, changing=changing)
 
     def _refuse_if_readonly(self) -> None:
         if self.readonly:
@@ -956,7 +962,7 @@ class ChipFilesystem:
     @_callback
     def rmdir(self, path):
         self._refuse_if_readonly()
-        place = self._file_place(path)
+        place = self._file_place(path, removing=True)
         if place.fixed:
             raise _fail(errno.EBUSY)
         self._change_own(place.tile, place.inner, "fs.rmdir", place.inner)
@@ -966,7 +972,7 @@ class ChipFilesystem:
     @_callback
     def unlink(self, path):
         self._refuse_if_readonly()
-        place = self._file_place(path)
+        place = self._file_place(path, removing=True)
         if place.fixed:
             raise _fail(errno.EISDIR)
         key = (place.tile, place.inner)
@@ -994,7 +1000,7 @@ class ChipFilesystem:
                 raise _fail(errno.EBUSY)
             self._file_place(new, creating=True)
             raise _fail(errno.EBUSY)
-        src = self._file_place(old)
+        src = self._file_place(old, removing=True)
         if src.fixed:
             raise _fail(errno.EBUSY)
         dst = self._file_place(new, creating=True)

@@ -11,6 +11,8 @@ the machine's change feed sees that in :meth:`ChangeFeed.mounts_version
 
 from __future__ import annotations
 
+import errno
+
 __all__ = ["Submounts"]
 
 
@@ -62,6 +64,22 @@ class Submounts:
             if point != base and (path == point or path.startswith(point + "/")):
                 return True
         return False
+
+    def hidden_errno(self, tile: int, path: str, base: str = "/", *, changing: bool = False) -> int | None:
+        """How a view answers for ``path`` (on ``tile``): None if it shows it. A hidden
+        path is ENOENT (the view does not show it, nor anything below it), except that
+        creating, removing or renaming the name of a mount point itself (``changing``) is
+        EBUSY: the name is taken by something mounted there, as rmdir(2) and rename(2)
+        of a mount point answer; ENOENT would say the name is free, and the user could
+        not tell why making it fails."""
+        if not self.hides(tile, path, base):
+            return None
+        return errno.EBUSY if changing and self.is_mount_point(tile, path) else errno.ENOENT
+
+    def is_mount_point(self, tile: int, path: str) -> bool:
+        """Is ``path`` (a trailing slash or not) one of the mount points learnt for ``tile``?"""
+        learnt = self._known.get(tile)
+        return learnt is not None and (path.rstrip("/") or "/") in learnt[1]
 
     def forget(self, tile: int) -> None:
         """``tile``'s mount table has changed: learn it again before the next use."""

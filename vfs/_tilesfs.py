@@ -2,7 +2,8 @@
 
 ``/tiles`` lists the tile ids; ``/tiles/N/...`` is tile N's own disk, path for path (what
 tile N itself mounted, such as tile 0's ``/chip`` and ``/tiles``, is left out: see
-``_submounts``). Nothing
+``_submounts``; creating, removing or renaming such a name is EBUSY, as in the FUSE
+mount). Nothing
 here touches another tile's filesystem: every operation becomes a kernel request to tile
 N (``fs.stat``, ``fs.open`` ...) through a :class:`~ipuos.vfs._client.TileFsClient`, and
 tile N's greenlet serves it, as the ownership rule demands. Errors are the ones tile N
@@ -47,8 +48,10 @@ class TilesBackend(Backend):
     def describe(self) -> str:
         return f"tiles 0-{self.ntiles - 1} over the exchange"
 
-    def _split(self, path: str) -> tuple[int | None, str]:
-        """(tile, path on that tile) for a path inside the mount; (None, "/") for its top."""
+    def _split(self, path: str, *, changing: bool = False) -> tuple[int | None, str]:
+        """(tile, path on that tile) for a path inside the mount; (None, "/") for its top.
+        ``changing``: the name is to be created, removed or renamed (see
+        :meth:`Submounts.hidden_errno`)."""
         name, slash, rest = path[1:].partition("/")
         if not name:
             return None, "/"
@@ -58,8 +61,13 @@ class TilesBackend(Backend):
         inner = "/" + rest if slash else "/"
         if inner != "/":
             self._submounts.refresh(tile, self.client.mounts)
-            if self._submounts.hides(tile, inner):  # only the tile's own disk is shown
-                raise fs_error(errno.ENOENT, path)
+            # only the tile's own disk is shown: what it mounted is hidden
+            refused = self._submounts.hidden_errno(tile, inner, changing=changing)
+            if refused == errno.EBUSY:
+                raise fs_error(errno.EBUSY, path, f"a filesystem is mounted there (tile {tile}'s "
+                               f"{inner.rstrip('/')}, which /tiles/{tile} does not show)")
+            if refused is not None:
+                raise fs_error(refused, path)
         return tile, inner
 
     # -- names -------------------------------------------------------------------------------
@@ -83,26 +91,26 @@ class TilesBackend(Backend):
         return [e for e in entries if not self._submounts.hides(tile, prefix + e.name)]
 
     def mkdir(self, path: str) -> None:
-        tile, rest = self._split(path)
+        tile, rest = self._split(path, changing=True)
         if tile is None or rest == "/":
             raise fs_error(errno.EEXIST, path)
         self.client.mkdir(tile, rest)
 
     def rmdir(self, path: str) -> None:
-        tile, rest = self._split(path)
+        tile, rest = self._split(path, changing=True)
         if tile is None or rest == "/":
             raise fs_error(errno.EBUSY, path, "a tile's root cannot be removed")
         self.client.rmdir(tile, rest)
 
     def remove(self, path: str) -> None:
-        tile, rest = self._split(path)
+        tile, rest = self._split(path, changing=True)
         if tile is None or rest == "/":
             raise fs_error(errno.EISDIR, path)
         self.client.remove(tile, rest)
 
     def rename(self, src: str, dst: str) -> None:
-        src_tile, src_rest = self._split(src)
-        dst_tile, dst_rest = self._split(dst)
+        src_tile, src_rest = self._split(src, changing=True)
+        dst_tile, dst_rest = self._split(dst, changing=True)
         if src_tile is None or dst_tile is None or src_rest == "/" or dst_rest == "/":
             raise fs_error(errno.EBUSY, src, "a tile's root cannot be moved", dst)
         if src_tile != dst_tile:
@@ -124,7 +132,7 @@ class TilesBackend(Backend):
     # -- files ----------------------------------------------------------------------------------
 
     def open(self, path: str, mode, name: str, pending) -> RemoteFile:
-        tile, rest = self._split(path)
+        tile, rest = self._split(path, changing=mode.stamps or mode.maybe_creates)
         if tile is None:
             raise fs_error(errno.EISDIR, path)
         client = self.client
