@@ -174,14 +174,16 @@ def meant_to_enter_repl(command) -> bool:
 
 def _repl_options(command) -> dict | None:
     """The options of python or multirepl as their handlers read them (None: not one of
-    them, or a usage error, which the command reports itself)."""
+    them, or a usage error, which the command reports itself: a bad option, or an
+    argument, which neither takes: ``python foo.py`` is told so, not taken for a repl)."""
     if command.name not in ("python", "multirepl"):
         return None
     args = [word.text for word in command.words[1:]]
     try:
-        return (options(args, "c:") if command.name == "python" else multirepl_options(args))[0]
+        opts, rest = options(args, "c:") if command.name == "python" else multirepl_options(args)
     except Usage:
         return None
+    return None if rest else opts
 
 
 def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:

@@ -80,6 +80,12 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "kill -9 4242", "kill: option -9 not recognized\nusage: kill JOB...", 2),
     ("", "get /", "get: /: Is a directory", 1),
     ("", "clear the screen", "clear: usage: clear", 2),
+    # python takes no FILE (run FILE runs one): said so, not that a -c text has no lines
+    # for its input after it
+    ("", "python foo.py", "python: unexpected argument 'foo.py' (python -c CODE runs one block)\n"
+     "usage: python [-c CODE]", 2),
+    ("", "multirepl foo", "multirepl: unexpected argument 'foo'\n"
+     "usage: multirepl [--tiles SPEC] [--data HOSTFILE]", 2),
     ("", "history 5", "history: usage: history", 2),
     ("echo x > /e9", "get /e9 /dev/full", "get: /dev/full: No space left on device", 1),
     ("", "umount /chip", "umount: /chip: the machine's own mounts stay", 1),
