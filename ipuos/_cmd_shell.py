@@ -58,7 +58,7 @@ class _Launched:
 
     def report(self, max_groups):
         result = self.handle.wait(0)  # the shell has waited for the job on tile 0 already
-        per_tile = [(tile.tile, tile.text) for tile in result.tiles]
+        per_tile = [(tile.tile, tile.output, tile.error) for tile in result.tiles]
         return result.format(max_groups), result.exit_status, per_tile
 
     def exits(self) -> list[tuple[int, int]]:

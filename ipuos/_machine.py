@@ -68,8 +68,8 @@ class RunHandle:
         for result in report.results:
             rank = result.rank
             output = program.outputs.get(rank, "")
-            if result.status == OK:
-                error, code = "", int(result.value or 0)
+            if result.status == OK:  # (a repl block's own exception leaves its tile ok: ReplBlock)
+                error, code = program.reports.get(rank, ""), int(result.value or 0)
             elif result.status == ERROR:
                 exc = program.errors.get(rank)
                 error = program.reports.get(rank) or (user_traceback(exc) if exc is not None else result.traceback)
@@ -89,8 +89,9 @@ class Repl:
     Each :meth:`launch` runs one block of source as a job on every tile, in the namespace
     that tile kept from the blocks before (``__tileid``, ``__numtiles``, ``__tiledata``,
     the exchange primitives and ``open`` are there from the start, and ``import os``
-    gives the tile's own, as in a program; the primitives are rebound to each block's job). A tile's exception is part of its output, grouped
-    like any other text; a bare expression's value is printed, as in Python's REPL.
+    gives the tile's own, as in a program; the primitives are rebound to each block's job). A tile's exception is its error (``TileRun.error``,
+    the tile's status ok, exit code 1), shown after its output and grouped with it like
+    any other text; a bare expression's value is printed, as in Python's REPL.
     """
 
     def __init__(self, machine: "Machine", tile_ids: list[int], shares, output_limit: int):

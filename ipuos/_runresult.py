@@ -23,7 +23,7 @@ class TileRun:
     rank: int  # __tileid in the job
     status: str  # "ok", "error", "aborted" or "interrupted"
     output: str
-    error: str  # the traceback or reason; "" when status is ok
+    error: str  # the traceback or reason; "" if none (a repl block's exception: status ok, code 1)
     exit_code: int
 
     @property

@@ -1421,11 +1421,12 @@ _REPL_IDS = itertools.count(1)
 class ReplBlock:
     """The job target that runs one interactive block on every tile of a repl.
 
-    Unlike :class:`TileProgram`, an exception is part of a tile's *output* (grouped like
-    any other text, exit code 1) rather than a failure that aborts the job: in a repl one
-    tile's ``ZeroDivisionError`` must not stop the others' block. Interrupts (Ctrl-C,
-    ``kill``, budgets) still stop every tile. ``outputs``/``errors``/``exit_codes`` have
-    the shape ``RunHandle`` reads.
+    Unlike :class:`TileProgram`, an exception is not a failure that aborts the job: in a
+    repl one tile's ``ZeroDivisionError`` must not stop the others' block. The tile ends
+    its block "ok" with exit code 1, its traceback in ``reports`` (its ``TileRun.error``,
+    shown after its output and grouped with it, like any other text). Interrupts
+    (Ctrl-C, ``kill``, budgets) still stop every tile. ``outputs``/``errors``/``reports``/
+    ``exit_codes`` have the shape ``RunHandle`` reads.
     """
 
     def __init__(self, state: ReplState, body, filename: str = "<in>", lines: list[str] | None = None):
@@ -1436,7 +1437,7 @@ class ReplBlock:
         self.mangled = mangled_tile_names(body)
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
-        self.reports: dict[int, str] = {}  # (a block's own errors are its output)
+        self.reports: dict[int, str] = {}  # rank -> the traceback of the block's own exception
         self.exit_codes: dict[int, int] = {}
         #: ranks whose block raised SystemExit (``exit()``): the repl is left, as Python's
         self.exited: set[int] = set()
@@ -1485,7 +1486,9 @@ class ReplBlock:
             self.errors[rank] = exc  # (reported like a program's: its frames only)
             raise
         except BaseException as exc:  # the program's own, KeyboardInterrupt included
-            output.write(user_traceback(exc))
+            # (kept apart from what it printed, as a program's is: a shell sends it to the
+            # error stream when the output goes to a file)
+            self.reports[rank] = user_traceback(exc)
             api.job.ended_raising(rank, exc)  # the others' collectives say so
             code = 1
         finally:

@@ -208,7 +208,8 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tup
     if grouped:
         sh.write(text)
     else:
-        sh.write("".join(text for _, text in per_tile))
+        for _, output, error in per_tile:
+            sh.write_output_and_error(output, error)
     return status, launched.exits()
 
 

@@ -29,8 +29,9 @@ class Launched(Protocol):
     #: the scheduler's Job: the shell waits for it on tile 0 and interrupts it on Ctrl-C
     job: object
 
-    def report(self, max_groups: int | None) -> tuple[str, int, list[tuple[int, str]]]:
-        """After the job ended: (grouped text, exit status, [(tile, text), ...])."""
+    def report(self, max_groups: int | None) -> tuple[str, int, list[tuple[int, str, str]]]:
+        """After the job ended: (grouped text, exit status, [(tile, output, error), ...]);
+        a tile's error is its traceback or why it stopped ("" if none)."""
 
     def exits(self) -> list[tuple[int, int]]:
         """After a repl block ended: (tile, exit status) of each tile on which it called

@@ -147,7 +147,7 @@ def test_a_block_whose_exception_str_never_ends_can_be_interrupted(machine):
     time.sleep(0.2)
     handle.interrupt("stop it")
     result = handle.wait(10)
-    assert all(tile.output.endswith("Stuck: <exception str() failed>\n") for tile in result.tiles)
+    assert all(tile.error.endswith("Stuck: <exception str() failed>\n") for tile in result.tiles)
     assert repl.run("print('alive')").format() == "[2 tiles: 0-1]\nalive\n"
 
 
@@ -165,7 +165,7 @@ def test_a_sessions_csv_field_size_limit_lasts_between_its_blocks_only(machine):
     assert repl.run("print(csv.field_size_limit())").outputs() == {0: "16\n", 1: "16\n"}
     other = machine.repl("0-1")
     assert other.run("import csv\nprint(csv.field_size_limit())").outputs()[0] == "131072\n"
-    assert repl.run("print(len(next(csv.reader(['x' * 20]))[0]))").outputs()[0].endswith(
+    assert repl.run("print(len(next(csv.reader(['x' * 20]))[0]))").by_rank(0).error.endswith(
         "Error: field larger than field limit (16)\n")
 
 
@@ -407,7 +407,7 @@ def test_a_block_that_wipes_its_globals_leaves_the_tile_a_tile(machine, wipe):
     result = repl.run("print('still here', __tileid)")
     assert result.outputs() == {0: "still here 0\n", 1: "still here 1\n"}
     result = repl.run("import sys")
-    assert not result.ok and "tiles have no access to the host" in result.outputs()[0]
+    assert not result.ok and "tiles have no access to the host" in result.by_rank(0).error
     result = repl.run("1 / 0")
-    assert "ZeroDivisionError" in result.outputs()[0] and '1 / 0' in result.outputs()[0]
-    assert "_runtime.py" not in result.outputs()[0]  # (tracebacks still show the tile's frames only)
+    assert "ZeroDivisionError" in result.by_rank(0).error and '1 / 0' in result.by_rank(0).error
+    assert "_runtime.py" not in result.by_rank(0).text  # (tracebacks still show the tile's frames only)

@@ -771,6 +771,21 @@ def test_python_on_tile_0_keeps_its_names(shared_machine):
     assert done.returncode == 1 and "SyntaxError" in done.stderr
 
 
+def test_python_c_into_a_file_leaves_its_traceback_on_the_terminal(shared_machine):
+    """As any command's errors: they went into the file with the output, and nothing
+    showed on the terminal."""
+    done = shell(shared_machine, "python -c 'print(5); 1/0' > /chip/pyerr", user_code=True)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith("Traceback (most recent call last):\n"), done.stderr
+    assert done.stderr.endswith("ZeroDivisionError: division by zero\n"), done.stderr
+    done = shell(shared_machine, "cat /chip/pyerr; rm /chip/pyerr")
+    assert (done.returncode, done.stdout) == (0, "5\n")
+    # on the terminal, output and traceback stay in order, the traceback on a line of its own
+    done = shell(shared_machine, "python -c 'print(5, end=\"\"); 1/0'", user_code=True)
+    assert done.returncode == 1
+    assert done.stdout.startswith("5\nTraceback (most recent call last):\n"), done.stdout
+
+
 def test_a_repl_is_the_last_command_of_its_line_and_not_redirected(shared_machine, tmp_path):
     (tmp_path / "words").write_text("a b\n")
     message = "must be the last command on its line (the lines that follow are its input)"
