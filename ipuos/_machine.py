@@ -33,7 +33,7 @@ from ._runtime import (
 )
 from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
-from ._tilespec import parse_tiles
+from ._tilespec import format_tiles, parse_tiles
 from .scheduler import ABORTED, ERROR, OK, Job, Scheduler, TileFailed
 from .vfs import HostFsClient, Storage, working_directories
 
@@ -443,10 +443,30 @@ class Machine:
     def repl(self, tiles=None, data: bytes | str | None = None, *,
              output_limit: int = DEFAULT_OUTPUT_LIMIT) -> "Repl":
         """Interactive interpreters on ``tiles`` whose state persists between blocks (the
-        multirepl); ``data`` is split into ``__tiledata`` as for :meth:`launch`."""
+        multirepl); ``data`` is split into ``__tiledata`` as for :meth:`launch`, and each
+        tile keeps its share in SRAM while the session lasts: ValueError if a tile has no
+        room for it."""
         tile_ids = parse_tiles(tiles, self.ntiles)
         _check_output_limit(output_limit)
-        return Repl(self, tile_ids, _shares(data, len(tile_ids)), output_limit)
+        shares = _shares(data, len(tile_ids))
+        if shares is not None:
+            self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares)
+        return Repl(self, tile_ids, shares, output_limit)
+
+    def _check_shares_fit(self, tile_ids: list[int], shares: list[str]) -> None:
+        """ValueError if a tile has no room in its SRAM for its share of a repl's data
+        now (on the scheduler thread). The share is kept there for the whole session,
+        taken by the first block; a session that could not take it would fail every
+        block and never run the user's code, so it is refused before it starts."""
+        sizes = [len(share.encode("utf-8")) for share in shares]
+        room = [self.sram.memory(tile).largest_free() for tile in tile_ids]
+        for tile, size, free in zip(tile_ids, sizes, room):
+            if size > free:
+                raise ValueError(
+                    f"the data ({sum(sizes)} bytes) does not fit in the SRAM of "
+                    f"{plural(len(tile_ids), 'tile')} ({format_tiles(tile_ids)}): tile {tile}'s share is "
+                    f"{size} bytes, and it has room for {free} (the tiles have {sum(room)} bytes free "
+                    "in all); give less data, or spread it over more tiles")
 
     def _program_setup(self, api, ctx) -> None:
         """Give a program its tile's files: ``open``, ``os``, imports from the tile's

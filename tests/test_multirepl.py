@@ -86,6 +86,36 @@ def test_multirepl_inside_the_shell_reads_a_host_data_file(shared_machine, tmp_p
     assert done.stdout == "[4 tiles: 0-3]\n4\n/tiles/1\n"
 
 
+_DID_NOT_START = ("multirepl: did not start, so the script stops here (the lines after it are its "
+                  "input, not shell commands)\n")
+
+
+def _shell_script(booted, script: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([IPUOS, "shell"], input=script, capture_output=True, text=True, cwd=cwd,
+                          env=booted.env(), timeout=60)
+
+
+def test_data_that_does_not_fit_in_the_tiles_sram_does_not_start_the_multirepl(shared_machine, tmp_path):
+    """Each tile keeps its share of the data in SRAM for the session: a share that does
+    not fit used to start the session anyway, and then fail every block, on every tile,
+    with a MemoryError, never running the user's code."""
+    (tmp_path / "lines").write_text("line 0000\n" * 11000)  # 110000 bytes: 55000 a tile
+    done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data lines\nx = 1\nprint(x)\n", tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert re.fullmatch(r"multirepl: the data \(110000 bytes\) does not fit in the SRAM of 2 tiles \(1-2\): "
+                        r"tile 1's share is 55000 bytes, and it has room for \d+ \(the tiles have \d+ bytes "
+                        r"free in all\); give less data, or spread it over more tiles\n" + re.escape(_DID_NOT_START),
+                        done.stderr)
+    # ipuos repl says so too, and does not start either
+    done = repl(shared_machine, "print('ran')", "--tiles", "1-2", "--data", str(tmp_path / "lines"))
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith("multirepl: the data (110000 bytes) does not fit in the SRAM of 2 tiles")
+    # spread over enough tiles, it fits
+    script = "multirepl --tiles 1-15 --data lines\ntotal = allreduce(len(__tiledata))\nif __tileid == 0:\n    print(total)\n"
+    done = _shell_script(shared_machine, script, tmp_path)
+    assert (done.returncode, done.stderr, done.stdout) == (0, "", "[1 tile: 1]\n110000\n")
+
+
 _GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', __physical_tile)\n"
             "        with open('/goodbye.txt', 'w') as file:\n"
             "            file.write(f'written by tile {__physical_tile}')\n\n"

@@ -351,9 +351,16 @@ def test_repl_data_takes_sram_like_a_programs():
         def data_regions():
             return [r.name for r in memory.regions if r.name.endswith(".tiledata")]
 
-        repl = machine.repl(tiles="1", data="word " * 12000)  # 60 KB: more than a tile has free
+        # 60 KB: more than a tile has free, so the session would fail every block
+        with pytest.raises(ValueError, match=r"^the data \(60000 bytes\) does not fit in the SRAM of 1 tile "
+                                             r"\(1\): tile 1's share is 60000 bytes, and it has room for \d+ "):
+            machine.repl(tiles="1", data="word " * 12000)
+        # room that goes between the start and the first block, which takes the share: each block says so
+        repl = machine.repl(tiles="1", data="word " * 2000)
+        machine.scheduler.call_wait(lambda: memory.alloc("filler", memory.largest_free()))
         result = repl.run("print(len(__tiledata))")
-        assert "MemoryError: tile 1: cannot allocate 60000 B of SRAM" in result.format()
+        assert "MemoryError: tile 1: cannot allocate 10000 B of SRAM" in result.format()
+        machine.scheduler.call_wait(memory.free, "filler")
         repl.close()
         repl = machine.repl(tiles="1-2", data="small\nlines\n")
         assert repl.run("print(__tiledata, end='')").format() == "[1 tile: 1]\nsmall\n[1 tile: 2]\nlines\n"
