@@ -186,10 +186,11 @@ def _repl_options(command) -> dict | None:
     return None if rest else opts
 
 
-def multirepl_options(args: list[str]) -> tuple[dict, list[str]]:
+def multirepl_options(args: list[str], sources: dict | None = None) -> tuple[dict, list[str]]:
     """multirepl's options: also read by the terminal, which sends ``--data``'s host file
-    with the line, so that both read the same options from it."""
-    return options(args, "", ("tiles=", "data="))
+    with the line, so that both read the same options from it (``sources``: see
+    :func:`~ipuos.shell._table.options`)."""
+    return options(args, "", ("tiles=", "data="), sources)
 
 
 def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, list[tuple[int, int]]]:

@@ -5,7 +5,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 
 | service | arguments | result |
 |---|---|---|
-| ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt"}`` |
+| ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt", "ntiles", "sram_per_tile"}`` |
 | ``shell.exec`` | session, seq, line, payload, eof, width, emit, echoes_ctrl_c | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
 | ``shell.put`` | session, path, host name, bytes, offset, last, cancelled | the path written (None: given up) |
@@ -135,7 +135,9 @@ class ShellServer:
         self.sessions[session.id] = session
         tile.kernel_data.setdefault(SESSIONS_KEY, {})[session.id] = session
         _working_directories(tile).add(session, _SESSION_BUSY)
-        return {"session": session.id, **session.state(0)}
+        # (the machine's size: the terminal reads no more of a multirepl's data file than fits)
+        return {"session": session.id, **session.state(0), "ntiles": len(self.scheduler.tiles),
+                "sram_per_tile": tile.memory.size}
 
     def _serve_close(self, tile, sid) -> None:
         session = self.sessions.pop(sid, None)

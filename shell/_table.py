@@ -61,7 +61,8 @@ def command(name: str, usage: str, summary: str, *, terminal: bool = False, path
     return register
 
 
-def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[dict, list[str]]:
+def options(args: list[str], letters: str, long: tuple[str, ...] = (),
+            sources: dict | None = None) -> tuple[dict, list[str]]:
     """Options as GNU getopt reads them (options may follow operands; ``--`` ends them;
     ``-`` is an operand; ``-n5`` and ``-ln 5`` are ``-n 5``; ``--tiles=X`` or ``--tiles X``),
     except that long options are spelled out in full, as ``run`` and the ``ipuos``
@@ -70,6 +71,8 @@ def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[
 
     ``letters`` as getopt's (``"ln:"``), ``long`` as its long options (``("tiles=",)``).
     Returns ({"-l": "", "-n": "5", "--tiles": "0-3"}, operands); Usage on a bad option.
+    ``sources``, if given, gets where each value was read: ``{"--tiles": (i, start)}``,
+    ``args[i][start:]`` (for the terminal, which must find the word a value came from).
     """
     takes_value = {"-" + letter: letters[index + 1 : index + 2] == ":"
                    for index, letter in enumerate(letters) if letter != ":"}
@@ -89,6 +92,8 @@ def options(args: list[str], letters: str, long: tuple[str, ...] = ()) -> tuple[
                 raise Usage(f"option {name} requires argument")
             given = args[index]
             index += 1
+        if sources is not None:  # (the value is the end of the word it was read from)
+            sources[name] = (index - 1, len(args[index - 1]) - len(given))
         return given
 
     while index < len(args):

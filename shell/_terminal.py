@@ -36,10 +36,11 @@ from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
 from ipuos._terminate import Terminated, on_termination
+from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 
 from ._blocks import block_complete
 from ._complete import complete_host_path, host_word
-from ._parse import ShellSyntaxError, continues_on_next_line, parse_line
+from ._parse import ShellSyntaxError, Word, continues_on_next_line, parse_line
 from ._progcmds import enters_repl, meant_to_enter_repl, multirepl_options
 from ._protocols import RemoteError
 from ._session import SHELL
@@ -91,6 +92,9 @@ class Terminal:
         self.mode = state.get("mode", SHELL)
         self.prompt = state.get("prompt", "$ ")
         self.status = state.get("status", 0)
+        #: the machine's tiles and each one's SRAM: what ``multirepl --data`` can take
+        self.machine_tiles = state["ntiles"]
+        self.sram_per_tile = state["sram_per_tile"]
         #: lines of a block being typed in a repl mode
         self.block: list[str] = []
         #: leave the program when a repl mode ends (``ipuos repl``)
@@ -429,18 +433,29 @@ class Terminal:
                                  "(they are not expanded here; `ls` shows the names)", 2)
                 return None
             else:
-                matches = sorted(glob.glob(os.path.expanduser(word.pattern)))
-                if len(matches) != 1:
-                    if matches:
-                        why = f"matches {len(matches)} files; {name} takes one"
-                    elif name == "get":  # (bash would write a file named as the pattern)
-                        why = "matches no file; to write a new file, name it without * ? [ ] (or quote them)"
-                    else:
-                        why = "matches no file"
-                    self._fail(name, f"{word.text}: {why}")
+                host = self._host_file(name, word)
+                if host is None:
                     return None
-                args.append(matches[0])
+                args.append(host)
         return args
+
+    def _host_file(self, name: str, word, taker: str | None = None) -> str | None:
+        """The host file ``word`` names, its pattern (if it has one) expanded here: it
+        must match one file (None: it does not, and command ``name`` has said so;
+        ``taker``: what takes one file, the command if not given)."""
+        if word.pattern is None:
+            return word.text
+        matches = sorted(glob.glob(os.path.expanduser(word.pattern)))
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            why = f"matches {len(matches)} files; {taker or name} takes one"
+        elif name == "get":  # (bash would write a file named as the pattern)
+            why = "matches no file; to write a new file, name it without * ? [ ] (or quote them)"
+        else:
+            why = "matches no file"
+        self._fail(name, f"{word.text}: {why}")
+        return None
 
     def _fail(self, name: str, message: str, status: int = 1) -> None:
         self._write_err(f"{name}: {message}\n")
@@ -562,10 +577,46 @@ class Terminal:
         self.status = 0
 
     def _local_multirepl(self, args, command) -> None:
-        """Read ``--data HOSTFILE`` here (tile 0 cannot), then start the repl on tile 0."""
-        with open(os.path.expanduser(_multirepl_data(command)), "rb") as file:
-            payload = file.read()
-        self._execute(command.text, payload=payload)
+        """Read ``--data HOSTFILE`` here (tile 0 cannot), then start the repl on tile 0.
+        Only as much is read as the chosen tiles' SRAM could ever hold, and one byte
+        more, to tell that there is more: the file may be endless (/dev/zero, a FIFO)."""
+        word = _multirepl_data_word(command)
+        host = self._host_file("multirepl", word, "--data")
+        if host is None:
+            return
+        tiles = self._chosen_tiles(command)
+        if tiles is None:  # (a bad --tiles: tile 0 says what is wrong with it, before any data)
+            self._execute(command.text)
+            return
+        room = len(tiles) * self.sram_per_tile
+        with open(os.path.expanduser(host), "rb") as file:
+            chunks, size = [], 0
+            while size <= room:  # (in chunks: read(room + 1) would take that much memory at once)
+                chunk = file.read(min(TRANSFER_CHUNK, room + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > room:
+                info = os.fstat(file.fileno())
+                amount = f"{info.st_size} bytes is" if stat.S_ISREG(info.st_mode) else "gives"
+                if len(tiles) == 1:
+                    which, sram = f"tile {format_tiles(tiles)}", f"{room} bytes of SRAM"
+                else:
+                    which = f"tiles {format_tiles(tiles)}"
+                    sram = f"{room} bytes: {self.sram_per_tile} bytes of SRAM each"
+                self._fail("multirepl", f"{host}: {amount} more than {which} can hold ({sram}, some of it "
+                                        "in use); give less data, or more tiles (--tiles)")
+                return
+        self._execute(command.text, payload=b"".join(chunks))
+
+    def _chosen_tiles(self, command) -> list[int] | None:
+        """The tiles ``multirepl --tiles`` chooses on this machine (None: a bad spec)."""
+        try:
+            opts, _ = multirepl_options([word.text for word in command.words[1:]])
+            return parse_tiles(opts.get("--tiles", "all"), self.machine_tiles)
+        except (Usage, TileSpecError):
+            return None
 
 
 class _PromptEnded(Exception):
@@ -601,17 +652,27 @@ def _is_local(command) -> bool:
     spec = COMMANDS.get(command.name)
     if spec is not None and spec.terminal:
         return True
-    return command.name == "multirepl" and _multirepl_data(command) is not None
+    return command.name == "multirepl" and _multirepl_data_word(command) is not None
 
 
-def _multirepl_data(command) -> str | None:
-    """The host file ``multirepl --data`` names, its options read as tile 0 reads them
-    (None: no --data, or options tile 0 refuses, saying why)."""
+def _multirepl_data_word(command) -> Word | None:
+    """The word of ``multirepl --data`` that names the host file, its options read as
+    tile 0 reads them (None: no --data, or options tile 0 refuses, saying why)."""
+    words = command.words[1:]
+    sources: dict = {}
     try:
-        opts, _ = multirepl_options(command.argv[1:])
+        opts, _ = multirepl_options([word.text for word in words], sources)
     except Usage:
         return None
-    return opts.get("--data")
+    if "--data" not in opts:
+        return None
+    index, start = sources["--data"]
+    word = words[index]
+    if not start:
+        return word
+    # --data=NAME: the end of the word (the option's name has no glob characters, so the
+    # word's pattern starts with it as the text does)
+    return Word(word.text[start:], word.pattern[start:] if word.pattern is not None else None)
 
 
 def _host_listdir(directory: str) -> list[tuple[str, bool]]:

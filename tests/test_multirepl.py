@@ -7,9 +7,11 @@ output and exceptions are grouped by identical text, most frequent first, capped
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import subprocess
+import threading
 import time
 
 import pytest
@@ -95,6 +97,44 @@ def _shell_script(booted, script: str, cwd) -> subprocess.CompletedProcess:
                           env=booted.env(), timeout=60)
 
 
+def test_a_data_file_more_than_the_tiles_can_hold_is_refused_unread(shared_machine, tmp_path):
+    """The terminal reads no more of the host file than the tiles' SRAM could hold (and
+    a byte more): it used to read it whole, and an endless one (/dev/zero, a FIFO) until
+    the host's memory ran out, or a huge one failed with a MemoryError traceback."""
+    with open(tmp_path / "huge", "wb") as file:
+        file.truncate(1 << 40)  # (sparse: a terabyte that takes no room)
+    done = _shell_script(shared_machine, "multirepl --tiles 1 --data huge\nprint('ran')\n", tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("multirepl: huge: 1099511627776 bytes is more than tile 1 can hold (65536 bytes "
+                           "of SRAM, some of it in use); give less data, or more tiles (--tiles)\n"
+                           + _DID_NOT_START)
+    # a FIFO whose writer would go on and on (16 MiB here, not for ever: the terminal
+    # used to read it all): it is read as far as the bound only, then closed
+    fifo = tmp_path / "endless"
+    os.mkfifo(fifo)
+    chunk = b"line\n" * 1024
+    written, cut_short = [], []
+
+    def write_on_and_on():
+        try:
+            with open(fifo, "wb") as pipe:
+                for _ in range((16 << 20) // len(chunk)):
+                    pipe.write(chunk)
+                    written.append(len(chunk))
+        except BrokenPipeError:  # the terminal has read all it wants, and closed its end
+            cut_short.append(True)
+
+    writer = threading.Thread(target=write_on_and_on, daemon=True)
+    writer.start()
+    done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data endless\nprint('ran')\n", tmp_path)
+    writer.join(30)
+    assert cut_short and sum(written) < 1 << 20
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("multirepl: endless: gives more than tiles 1-2 can hold (131072 bytes: 65536 bytes "
+                           "of SRAM each, some of it in use); give less data, or more tiles (--tiles)\n"
+                           + _DID_NOT_START)
+
+
 def test_data_that_does_not_fit_in_the_tiles_sram_does_not_start_the_multirepl(shared_machine, tmp_path):
     """Each tile keeps its share of the data in SRAM for the session: a share that does
     not fit used to start the session anyway, and then fail every block, on every tile,
@@ -114,6 +154,26 @@ def test_data_that_does_not_fit_in_the_tiles_sram_does_not_start_the_multirepl(s
     script = "multirepl --tiles 1-15 --data lines\ntotal = allreduce(len(__tiledata))\nif __tileid == 0:\n    print(total)\n"
     done = _shell_script(shared_machine, script, tmp_path)
     assert (done.returncode, done.stderr, done.stdout) == (0, "", "[1 tile: 1]\n110000\n")
+
+
+def test_the_data_file_may_be_a_pattern_that_matches_one_file(shared_machine, tmp_path):
+    """As put's host file: expanded on the host, and it must match one file."""
+    (tmp_path / "words1.txt").write_text("a\nb\n")
+    for option in ("--data words*.txt", "--data=w?rds1.txt"):
+        done = _shell_script(shared_machine, f"multirepl --tiles 1-2 {option}\nprint(repr(__tiledata))\n",
+                             tmp_path)
+        assert (done.returncode, done.stderr) == (0, ""), option
+        assert done.stdout == "[1 tile: 1]\n'a\\n'\n[1 tile: 2]\n'b\\n'\n", option
+    (tmp_path / "words2.txt").write_text("c\n")
+    done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data words*.txt\nprint('ran')\n", tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "multirepl: words*.txt: matches 2 files; --data takes one\n" + _DID_NOT_START
+    done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data none*.txt\nprint('ran')\n", tmp_path)
+    assert (done.returncode, done.stderr) == (1, "multirepl: none*.txt: matches no file\n" + _DID_NOT_START)
+    # quoted, the characters are the file's name
+    done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data 'words*.txt'\nprint('ran')\n", tmp_path)
+    assert (done.returncode, done.stderr) == (1, "multirepl: words*.txt: No such file or directory\n"
+                                                 + _DID_NOT_START)
 
 
 _GOODBYE = ("class Goodbye:\n    def __del__(self):\n        print('bye from', __physical_tile)\n"
