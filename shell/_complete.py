@@ -30,7 +30,8 @@ _SPECIAL = set(" \t\r\n;>|&<'\"\\#*?[`$")
 
 
 def _escape(text: str) -> str:
-    return "".join("\\" + c if c in _SPECIAL else c for c in text)
+    # (a newline is quoted: a backslash before one joins two lines, as in sh)
+    return "".join("'\n'" if c == "\n" else "\\" + c if c in _SPECIAL else c for c in text)
 
 
 def _current_word(text: str) -> tuple[int, str, str]:

@@ -164,7 +164,7 @@ def test_a_completed_name_holding_a_newline_stays_one_word(server):
     session.run("mkdir -p /nl/victim; touch /nl/victim/keep")
     session.run("python -c 'open(\"/nl/notes\\nrm\\r-r\\rvictim\", \"w\").write(\"x\")'")
     start, (word,) = session.complete("cat /nl/not")
-    assert word == "/nl/notes\\\nrm\\\r-r\\\rvictim "
+    assert word == "/nl/notes'\n'rm\\\r-r\\\rvictim "
     result = session.run("cd /nl; cat " + word)
     assert result["status"] == 0 and result["output"] == [["out", "x"]]
     assert session.run("ls /nl/victim")["output"] == [["out", "keep\n"]]
