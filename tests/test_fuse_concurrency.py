@@ -166,3 +166,55 @@ def test_opens_with_o_creat_racing_unlinks_never_fail(mm, where):
     (opened1, failed1), (opened2, failed2), removed1, removed2 = results
     assert removed1 + removed2 > 50 and opened1 + opened2 > 100  # (they did race)
     assert failed1 == failed2 == {}, f"{opened1 + opened2} opens: {failed1} {failed2}"
+
+
+_CHURNER = textwrap.dedent("""
+    import os, random, sys, time
+    top, seed, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    rng = random.Random(seed)
+    names = [os.path.join(top, name) for name in ("a", "b", "x", "y", "x/a", "x/b", "y/a")]
+    done = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        op, path, other = rng.randrange(5), rng.choice(names), rng.choice(names)
+        try:
+            if op == 0:
+                open(path, "w").close()
+            elif op == 1:
+                os.unlink(path)
+            elif op == 2:
+                os.rename(path, other)  # (now and then a name onto itself)
+            elif op == 3:
+                os.mkdir(path)
+            else:
+                os.rmdir(path)
+        except OSError:
+            pass
+        done += 1
+    print(done)
+""")
+
+
+@pytest.fixture
+def tiny_mount(runtime_dir, fuse_session):
+    yield from mounted_machine("tiny")
+
+
+def test_names_churned_by_many_processes_never_hang_them(tiny_mount):
+    """Six processes create, unlink, rename, mkdir and rmdir a few names of one tile
+    directory at random. A lookup answered "no such file" for a name libfuse still had
+    a node of (the mount taking it for the kernel's retry of an open that raced an
+    unlink) made the kernel send a rename of that name onto itself, on which libfuse's
+    path locks wait forever: within a second or two, processes hung, unkillable."""
+    seconds = "4"
+    processes = [subprocess.Popen([sys.executable, "-c", _CHURNER, str(tiny_mount.tile(1)), str(seed), seconds],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in range(6)]
+    counts = []
+    for process in processes:
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("a process hung in the mount (it is released when the machine halts)")
+        assert process.returncode == 0, err
+        counts.append(int(out))
+    assert min(counts) > 200, counts  # (each churned through far more than it took to hang)

@@ -687,6 +687,25 @@ class ChipFilesystem:
         caller = self._caller()
         return caller is not None and self._retries.lookup(caller, place.tile, place.inner)
 
+    def _named(self, place: _Place) -> None:
+        """The kernel has been told that ``place`` exists (see Retries.named)."""
+        if self._retries.active:
+            self._retries.named(place.tile, place.inner)
+
+    def _acted(self) -> None:
+        """The caller makes, removes or renames a name: see Retries.acted."""
+        if self._retries.active:
+            caller = self._caller()
+            if caller is not None:
+                self._retries.acted(caller)
+
+    def _retry_failed(self, place: _Place, creating: bool) -> None:
+        """A create at ``place`` failed (a directory is there, say): if it was the kernel's
+        retry of an open, that retry is over all the same, and the caller's next lookups
+        of the name must be told the truth (see Retries.named)."""
+        if creating and self._retries.active:
+            self._retried(place)
+
     def _retried(self, place: _Place) -> None:
         """The caller has opened (or made) ``place``: no retry of its is pending there."""
         caller = self._caller()
@@ -952,16 +971,19 @@ class ChipFilesystem:
     @_callback
     def mkdir(self, path, mode):
         self._refuse_if_readonly()
+        self._acted()
         place = self._file_place(path, creating=True)
         if place.fixed:
             raise _fail(errno.EEXIST)
         self._call(place.tile, "fs.mkdir", place.inner)
         self._tell((place.tile, place.inner), True)  # (libfuse looks it up at once)
+        self._named(place)
         return 0
 
     @_callback
     def rmdir(self, path):
         self._refuse_if_readonly()
+        self._acted()
         place = self._file_place(path, removing=True)
         if place.fixed:
             raise _fail(errno.EBUSY)
@@ -972,6 +994,7 @@ class ChipFilesystem:
     @_callback
     def unlink(self, path):
         self._refuse_if_readonly()
+        self._acted()
         place = self._file_place(path, removing=True)
         if place.fixed:
             raise _fail(errno.EISDIR)
@@ -992,6 +1015,7 @@ class ChipFilesystem:
         self._refuse_if_readonly()
         if flags & ~_RENAME_NOREPLACE:
             raise _fail(errno.EINVAL)  # RENAME_EXCHANGE, RENAME_WHITEOUT: not supported
+        self._acted()
         if new.count("/") == 1:
             # into the mount's root (only its own directories are there): answered before
             # anything asks a tile, since the kernel holds the root locked meanwhile, and
@@ -1014,6 +1038,7 @@ class ChipFilesystem:
                          bool(flags & _RENAME_NOREPLACE))  # (checked on the tile, atomically)
         self._told_moved(src.tile, src.inner, dst.inner)
         self._renamed(src.tile, src.inner, dst.inner)
+        self._named(dst)
         return 0
 
     def _orphan(self, tile: int, inner: str, below: bool = False) -> set:
@@ -1181,10 +1206,15 @@ class ChipFilesystem:
                 # libfuse hid): ESTALE makes the kernel look the path up again and retry,
                 # so O_CREAT creates the file
                 raise _fail(errno.ESTALE) from None
+            self._retry_failed(place, creating)
             raise
         except IsADirectoryError:
             if not creating:  # the kernel opens what it takes for a file: a tile retyped it
                 self._as_told(place, True)
+            self._retry_failed(place, creating)
+            raise
+        except OSError:
+            self._retry_failed(place, creating)
             raise
         if self._retries.active:
             self._retried(place)

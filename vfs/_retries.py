@@ -46,6 +46,14 @@ class Retries:
       up a name another thread has just unlinked is told it is gone, though a new file
       may have been made there since.
 
+    Telling a name is gone while libfuse still has a node of it is not harmless: the
+    kernel, keeping that name for one file, takes the name told gone for another, and
+    sends ``mv x x`` (a rename of the name onto itself) to libfuse, whose path locks then
+    wait on it forever, with the calling process unkillable. So a retry is over as soon
+    as its caller does anything else (:meth:`acted`, :meth:`_moved_on`), and a
+    directory made or a name renamed to through the mount since it was unlinked is
+    never told gone (:meth:`named`).
+
     ``entry_timeout``: how long the kernel keeps a name it has looked up. Plain dict work,
     called from libfuse's threads at once (and :meth:`forgot` from the scheduler thread).
     """
@@ -103,6 +111,8 @@ class Retries:
         told the file is gone.)"""
         key = (caller, tile, path)
         first_at = self._first.get(key)
+        if first_at is None and self._first:
+            self._moved_on(caller, tile, path)
         if first_at is None:
             first_at = self._unseen_first_try(caller, tile, path)
             if first_at is None:
@@ -113,6 +123,16 @@ class Retries:
             return False
         self._walks.pop(caller, None)  # its walk is accounted for
         return True
+
+    def _moved_on(self, caller: int, tile: int, path: str) -> None:
+        """``caller`` looks up ``path``: a retry walks to its name through its parents
+        only, so a retry of ``caller``'s elsewhere is over (else a later call of its, a
+        ``mv`` of the name onto itself say, would be told the name is gone: see
+        :meth:`named`)."""
+        inside = path.rstrip("/") + "/"
+        for key in [key for key in list(self._first) if key[0] == caller]:
+            if key[1] != tile or not key[2].startswith(inside):
+                self._first.pop(key, None)
 
     def _unseen_first_try(self, caller: int, tile: int, path: str) -> float | None:
         """When libfuse failed an open of ``path`` by ``caller`` itself, if its retry's
@@ -126,6 +146,25 @@ class Retries:
     def done(self, caller: int, tile: int, path: str) -> None:
         """``caller`` has opened or made ``path``: its retry, if any, is over."""
         self._first.pop((caller, tile, path), None)
+
+    def named(self, tile: int, path: str) -> None:
+        """The mount has made a directory at ``path``, or renamed something to it:
+        libfuse has a node of that name now, and a walk's lookup of it must not be told it
+        is gone (see the class doc). (Not for every name libfuse gets a node for: a file
+        created, or a lookup answered, is what opens with O_CREAT racing unlinks do at
+        every turn, and telling their retries the truth fails them with ESTALE again;
+        there, a name is told gone to a retry only while it lasts.)"""
+        self._unlinked.pop((tile, path), None)
+
+    def acted(self, caller: int) -> None:
+        """``caller`` makes, removes or renames a name: whatever open of its failed
+        before, its retry is over (the kernel retries at once, looking up and opening
+        only), and lookups of ``caller`` are told the truth again."""
+        first = self._first
+        if first:
+            for key in [key for key in list(first) if key[0] == caller]:
+                first.pop(key, None)
+        self._walks.pop(caller, None)
 
     def unlinked(self, tile: int, path: str, caller: int | None) -> None:
         """The mount has unlinked ``path`` for ``caller``: libfuse forgets the name of its
