@@ -449,10 +449,11 @@ def image_extract(path, device, dest, inner, as_json) -> None:
         entry = device_entry(img, device)
         with mounted(img, entry) as fs:
             result = extract(fs, on_device(fs, entry, inner), dest, like=img.mode, before_commit=settle)
-    if as_json:
-        click.echo(json.dumps(result, indent=1))
-        return
-    click.echo(f"extracted {plural(result['files'], 'file')} and "
-               f"{plural(result['directories'], 'directory', 'directories')} "
-               f"({result['bytes']} bytes) to {result['dest']}")
+            # (reported while signals are still held: once settled, a signal is dropped)
+            if as_json:
+                click.echo(json.dumps(result, indent=1))
+            else:
+                click.echo(f"extracted {plural(result['files'], 'file')} and "
+                           f"{plural(result['directories'], 'directory', 'directories')} "
+                           f"({result['bytes']} bytes) to {result['dest']}")
 

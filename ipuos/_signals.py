@@ -17,6 +17,11 @@ SystemExit with 128 + the signal's number, the status a shell shows for a proces
 signal ended. Either unwinds through the command's cleanups (an extraction removes its
 staging directory), which the signal's default action would have skipped. A signal the
 process ignores (``nohup``, SIGINT in a background job) stays ignored.
+
+A command whose work is committed (an extraction renamed into place) calls
+:func:`settle`: a signal noted before is still acted on, one after it (while the command
+reports its work) is dropped, and the status says the work was done (0), never that it
+was stopped while it was not.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 #: the signals received while held and not yet acted on, in order
 _noted: list[int] = []
 
-#: whether :func:`settle` was called: held signals are dropped, and stay held
+#: whether :func:`settle` was called in the current :func:`signals_held`: noted
+#: signals are dropped until it ends
 _settled = False
 
 
@@ -56,10 +62,9 @@ def checkpoint() -> None:
 
 def settle() -> None:
     """Act on a signal noted so far (as :func:`checkpoint`), then drop the held signals
-    for the rest of the process: call it inside :func:`signals_held` just before the
-    command commits its work, where a signal is the last time a stop leaves nothing
-    behind. After it, the work is done and the command only reports it; the process is
-    ending, so the held signals are not handed back to their handlers before it does."""
+    until :func:`signals_held` ends: call it inside, just before the command commits its
+    work, the last point where a stop leaves nothing behind. After it the work is done,
+    and the command reports it before it leaves the block."""
     global _settled
     checkpoint()
     _settled = True
@@ -68,18 +73,24 @@ def settle() -> None:
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP only noted inside (acted on at each :func:`checkpoint`,
-    and on leaving; dropped for good once :func:`settle` was called)."""
+    and on leaving, unless :func:`settle` was called: then dropped); their handlers are
+    back afterwards."""
+    global _settled
     try:
-        with handling(HELD, _note, keep=lambda: _settled):
+        with handling(HELD, _note):
             yield
     finally:
-        checkpoint()
+        settled, _settled = _settled, False
+        if settled:
+            _noted.clear()
+        else:
+            checkpoint()
 
 
 @contextlib.contextmanager
-def handling(signums, handler, keep=lambda: False) -> Iterator[None]:
+def handling(signums, handler) -> Iterator[None]:
     """``handler(signum, frame)`` for each of ``signums`` inside, then the handlers
-    before it back (unless ``keep()`` says at the end to leave ``handler`` in place). A signal the process ignores (``nohup``, SIGINT in a background job)
+    before it back. A signal the process ignores (``nohup``, SIGINT in a background job)
     stays ignored, as does one whose handler was not set from Python (it could not be
     put back). Off the main thread it changes nothing: Python runs handlers there only."""
     if threading.current_thread() is not threading.main_thread():
@@ -93,6 +104,5 @@ def handling(signums, handler, keep=lambda: False) -> Iterator[None]:
                 previous[signum] = signal.signal(signum, handler)
         yield
     finally:
-        if not keep():
-            for signum, old in previous.items():
-                signal.signal(signum, old)
+        for signum, old in previous.items():
+            signal.signal(signum, old)

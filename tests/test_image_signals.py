@@ -195,3 +195,18 @@ def test_a_signal_once_the_extraction_is_in_place_does_not_report_it_stopped(ima
     assert done.stdout.startswith("extracted 101 files and 1 directory"), done
     assert sorted(os.listdir(dest)) == ["big", "d"] and sorted(os.listdir(dest / "d")) == sorted(SMALL)
     assert (dest / "big").read_bytes() == BIG
+
+
+def test_a_settled_block_drops_signals_only_until_it_ends():
+    """(Settling once left SIGINT, SIGTERM and SIGHUP dropped for the rest of the
+    process: a pytest run, which extracts in-process, then ignored Ctrl-C.)"""
+    from ipuos._signals import settle, signals_held
+
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+    with signals_held():
+        settle()
+        os.kill(os.getpid(), signal.SIGINT)  # after the commit: dropped
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)] == handlers
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():  # a fresh block holds and acts again
+            os.kill(os.getpid(), signal.SIGINT)
