@@ -89,9 +89,10 @@ class Repl:
     Each :meth:`launch` runs one block of source as a job on every tile, in the namespace
     that tile kept from the blocks before (``__tileid``, ``__numtiles``, ``__tiledata``,
     the exchange primitives and ``open`` are there from the start, and ``import os``
-    gives the tile's own, as in a program; the primitives are rebound to each block's job). A tile's exception is its error (``TileRun.error``,
-    the tile's status ok, exit code 1), shown after its output and grouped with it like
-    any other text; a bare expression's value is printed, as in Python's REPL.
+    gives the tile's own, as in a program; the primitives are rebound to each block's
+    job). A tile's exception is its error (``TileRun.error``, the tile's status ok, exit
+    code 1), shown after its output and grouped with it like any other text; a bare
+    expression's value is printed, as in Python's REPL.
     """
 
     def __init__(self, machine: "Machine", tile_ids: list[int], shares, output_limit: int):
@@ -465,8 +466,8 @@ class Machine:
                 raise ValueError(
                     f"the data ({sum(sizes)} bytes) does not fit in the SRAM of "
                     f"{plural(len(tile_ids), 'tile')} ({format_tiles(tile_ids)}): tile {tile}'s share is "
-                    f"{size} bytes, and it has room for {free} (the tiles have {sum(room)} bytes free "
-                    "in all); give less data, or spread it over more tiles")
+                    f"{size} bytes, and it has room for {free} (the largest free block of each tile "
+                    f"adds up to {sum(room)} bytes); give less data, or spread it over more tiles")
 
     def _program_setup(self, api, ctx) -> None:
         """Give a program its tile's files: ``open``, ``os``, imports from the tile's

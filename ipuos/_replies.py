@@ -204,7 +204,8 @@ EVENTS: dict[str | None, Shape] = {name: shape_of(declared) for name, declared i
     "progress": {"phase?": str, "done?": OrNull(int), "total?": OrNull(int)},
     "mounted": {"mountpoint?": str, "readonly?": bool, "tiles?": str},
     "detached": {"open_files?": OrNull(int)},
-    "attached": {"session": int, "status?": int, "mode?": str, "prompt?": str},
+    "attached": {"session": int, "status?": int, "mode?": str, "prompt?": str, "ntiles": int,
+                 "sram_per_tile": int},
     None: {"output?": OrNull(OUTPUT)},
 }.items()}
 

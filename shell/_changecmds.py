@@ -203,8 +203,8 @@ def _tile_0_spelling(sh, path: str) -> str:
 def _in_tile_0s_tree(sh, full: str) -> str | None:
     """Where tile 0's tree has the file that the absolute path ``full`` names through
     /tiles/0 (``/tiles/0/a/b`` -> ``/a/b``: tile 0's own disk by its other name); None for
-    any other path, and for one at or below a mount point of tile 0's tree, since /tiles/0
-    shows the disk under it, not what is mounted there (two different files)."""
+    any other path, and for one at or below a mount point of tile 0's tree, which /tiles/0
+    does not show (nothing is there under /tiles/0; the mounted files are elsewhere)."""
     if not full.startswith("/tiles/0/"):
         return None
     place = sh.fs.place(full)

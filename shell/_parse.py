@@ -244,7 +244,7 @@ def continues_on_next_line(text: str) -> bool:
                 return False
             pos = end
         else:
-            word_start = char in " \t\r\n;<>|&()"
+            word_start = char in " \t\r\n;<>|&"  # (where _read_word ends a word)
             pos += 1
             continue
         word_start = False

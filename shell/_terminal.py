@@ -81,6 +81,15 @@ def _private_file(path: Path) -> None:
         os.close(fd)
 
 
+def _ending_backslash(text: str, command_text: bool) -> str:
+    """``text``, the end of a script, as sh reads a ``\\`` that ends it outside quotes:
+    piped, it escapes the last newline, which goes with it; ending a ``-c`` text, with
+    nothing after it to escape, it is itself."""
+    if not text.endswith("\\") or continues_on_next_line(text[:-1]):
+        return text
+    return text + "\\" if command_text else text[:-1]
+
+
 class Terminal:
     """One attached terminal (see module doc). ``state`` is the session's first state."""
 
@@ -123,6 +132,7 @@ class Terminal:
                     while continues_on_next_line(line):
                         following = next(remaining, None)
                         if following is None:
+                            line = _ending_backslash(line, command_text)
                             break  # (an unterminated quote: tile 0 refuses the whole)
                         read += 1
                         line += "\n" + following.rstrip("\n")

@@ -44,7 +44,7 @@ def test_a_backslash_before_a_newline_joins_the_lines_as_in_sh():
 
 @pytest.mark.parametrize("text, continues", [
     ('echo "a', True), ("echo 'a", True), ("echo a \\", True), ('echo "a\\"', True),
-    ("echo 'a\\", True), ('echo $X "a', True), ('echo a#"b', True),
+    ("echo 'a\\", True), ('echo $X "a', True), ('echo a#"b', True), ('echo a)#"b', True),
     ('echo "a\nb"', False), ("echo 'a\nb'", False), ("echo a \\\nb", False), ('echo "a\\\\"', False),
     ("echo it\\'s", False), ("echo # it's", False), ("ls\n# don't", False), ("", False),
 ])
