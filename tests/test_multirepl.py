@@ -143,8 +143,8 @@ def test_data_that_does_not_fit_in_the_tiles_sram_does_not_start_the_multirepl(s
     done = _shell_script(shared_machine, "multirepl --tiles 1-2 --data lines\nx = 1\nprint(x)\n", tmp_path)
     assert (done.returncode, done.stdout) == (1, "")
     assert re.fullmatch(r"multirepl: the data \(110000 bytes\) does not fit in the SRAM of 2 tiles \(1-2\): "
-                        r"tile 1's share is 55000 bytes, and it has room for \d+ \(the tiles have \d+ bytes "
-                        r"free in all\); give less data, or spread it over more tiles\n" + re.escape(_DID_NOT_START),
+                        r"tile 1's share is 55000 bytes, and it has room for \d+ \(the largest free block of each "
+                        r"tile adds up to \d+ bytes\); give less data, or spread it over more tiles\n" + re.escape(_DID_NOT_START),
                         done.stderr)
     # ipuos repl says so too, and does not start either
     done = repl(shared_machine, "print('ran')", "--tiles", "1-2", "--data", str(tmp_path / "lines"))
