@@ -32,6 +32,7 @@ from ._cli import (
 
 def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_line: str | None) -> int:
     from ._shell_transport import DaemonTransport
+    from ._protocol import REQUEST_LIMITS
     from .shell import Terminal, history_path
 
     paths, info = attach_machine(name, preset, ipus)
@@ -44,7 +45,7 @@ def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_li
             _fail(f"stopped waiting for tile 0 of machine {name!r}; no shell was opened", EXIT_INTERRUPTED)
     try:
         terminal = Terminal(transport, transport.state, history_file=history_path(),
-                            exit_on_leave=first_line is not None)
+                            exit_on_leave=first_line is not None, max_payload=REQUEST_LIMITS.max_payload)
         if first_line is not None:
             terminal.feed(first_line)
             if terminal.mode == "shell":  # the repl did not start; the error is printed

@@ -94,8 +94,11 @@ class Terminal:
     """One attached terminal (see module doc). ``state`` is the session's first state."""
 
     def __init__(self, transport, state: dict, *, stdout=None, stderr=None,
-                 history_file: Path | None = None, exit_on_leave: bool = False):
+                 history_file: Path | None = None, exit_on_leave: bool = False,
+                 max_payload: int | None = None):
         self.transport = transport
+        #: the most bytes one request to the machine may carry (None: no limit known)
+        self.max_payload = max_payload
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.mode = state.get("mode", SHELL)
@@ -599,17 +602,23 @@ class Terminal:
             self._execute(command.text)
             return
         room = len(tiles) * self.sram_per_tile
+        # (a whole chip's SRAM is ~900 MiB, more than one request carries: read no more)
+        limit = room if self.max_payload is None else min(room, self.max_payload)
         with open(os.path.expanduser(host), "rb") as file:
             chunks, size = [], 0
-            while size <= room:  # (in chunks: read(room + 1) would take that much memory at once)
-                chunk = file.read(min(TRANSFER_CHUNK, room + 1 - size))
+            while size <= limit:  # (in chunks: read(limit + 1) would take that much memory at once)
+                chunk = file.read(min(TRANSFER_CHUNK, limit + 1 - size))
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
-            if size > room:
+            if size > limit:
                 info = os.fstat(file.fileno())
                 amount = f"{info.st_size} bytes is" if stat.S_ISREG(info.st_mode) else "gives"
+                if limit < room:
+                    self._fail("multirepl", f"{host}: {amount} more than one request to the machine carries "
+                                            f"({limit} bytes); give less data")
+                    return
                 if len(tiles) == 1:
                     which, sram = f"tile {format_tiles(tiles)}", f"{room} bytes of SRAM"
                 else:

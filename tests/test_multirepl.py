@@ -269,3 +269,21 @@ def test_a_32_chip_machine_is_usable(runtime_dir):
         assert found[-1] == ("[47104 tiles: 0-47103]", "True\n")
     finally:
         booted.halt()
+
+
+def test_data_beyond_what_one_request_carries_is_refused_after_reading_that_much(runtime_dir, tmp_path):
+    """A chip's tiles hold ~900 MiB, more than one request to the machine carries
+    (64 MiB): the terminal read a file up to the tiles' room, hundreds of MiB in memory,
+    only for the request to be refused."""
+    from ipuos._protocol import REQUEST_LIMITS
+
+    with open(tmp_path / "huge", "wb") as file:
+        file.truncate(1 << 40)
+    booted = boot_machine("mk2")
+    try:
+        done = _shell_script(booted, "multirepl --data huge\nprint('ran')\n", tmp_path)
+    finally:
+        booted.halt()
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (f"multirepl: huge: 1099511627776 bytes is more than one request to the machine "
+                           f"carries ({REQUEST_LIMITS.max_payload} bytes); give less data\n" + _DID_NOT_START)
