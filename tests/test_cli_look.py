@@ -431,7 +431,7 @@ def real_results(shared_machine, tmp_path_factory):
                                      "tiles": "0-15", "foreground": False, "client_pid": 4343,
                                      "since": 1700000000.0, "open_files": 0, "requests": 3}]}
     results["shell.attach"] = {"event": "attached", "session": 1, "status": 0, "cwd": "/", "mode": "shell",
-                               "prompt": "$ "}
+                               "prompt": "$ ", "ntiles": 16, "sram_per_tile": 65536}
     results["shell.exec"] = {"status": 0, "cwd": "/", "mode": "shell", "prompt": "$ ",
                              "output": [["out", "/\n"]]}
     return results
