@@ -59,7 +59,7 @@ from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_dev
 from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._plural import plural
-from ._presets import MAX_IPUS, PRESETS
+from ._presets import PRESETS, ipus_in_range
 from ._safepath import directory_problem
 from ._tilespec import format_tiles, parse_tiles
 from .blockdev import Filesystem, MemoryDevice, check_mounts
@@ -295,7 +295,7 @@ def _bootable(meta: dict) -> bool:
     starts a machine the image fits: not for a preset this ipuos lacks, nor for a machine
     made through the Python API with a geometry of its own."""
     preset, ipus = PRESETS.get(meta.get("preset")), meta.get("ipus")
-    if preset is None or type(ipus) is not int or not 1 <= ipus <= MAX_IPUS or meta.get("chip_tile") != 0:
+    if preset is None or not ipus_in_range(ipus) or meta.get("chip_tile") != 0:
         return False
     return all(meta.get(key) == getattr(preset, key) for key in GEOMETRY_KEYS if hasattr(preset, key))
 

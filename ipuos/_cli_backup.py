@@ -30,7 +30,7 @@ from ._cli import (StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, dir
                    json_option, main, name_option)
 from ._client import Client, DaemonError
 from ._plural import plural
-from ._presets import MAX_IPUS, PRESETS
+from ._presets import MAX_IPUS, PRESETS, ipus_in_range
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
 
@@ -227,7 +227,7 @@ def boot_geometry(ctx: click.Context, image: str, preset: str, ipus: int) -> tup
                   "no machine was started")
     if ctx.get_parameter_source("ipus") is click.core.ParameterSource.DEFAULT:
         ipus = meta.get("ipus", ipus)
-        if not 1 <= ipus <= MAX_IPUS:  # (the image format checks it is a positive int)
+        if not ipus_in_range(ipus):
             _fail(f"image {image} was taken on a machine of {ipus} IPUs; this ipuos makes 1 to "
                   f"{MAX_IPUS}; no machine was started")
     return preset, ipus

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ._costmodel import CostModel
 from ._plural import plural
-from ._presets import DEFAULT_PRESET, MAX_IPUS, Preset, get_preset
+from ._presets import DEFAULT_PRESET, MAX_IPUS, Preset, get_preset, ipus_in_range
 from ._runresult import EXIT_INTERRUPTED, RunResult, TileRun
 from ._runtime import (
     DEFAULT_OUTPUT_LIMIT,
@@ -352,7 +352,7 @@ class Machine:
             raise TypeError(f"cost_model is a CostModel, not {type(cost_model).__name__}")
         if chip_device is not None and not callable(chip_device):
             raise TypeError(f"chip_device makes the chip disk's device: a callable, not {chip_device!r}")
-        if type(ipus) is not int or not 1 <= ipus <= MAX_IPUS:
+        if not ipus_in_range(ipus):
             raise ValueError(f"ipus must be a whole number of chips from 1 to {MAX_IPUS}, not {ipus!r}")
         if storage not in STORAGE_BOOT:
             raise ValueError(f"storage must be one of {', '.join(STORAGE_BOOT)}, not {storage!r}")

@@ -168,6 +168,11 @@ DEFAULT_PRESET = "mk2"
 MAX_IPUS = 64
 
 
+def ipus_in_range(ipus) -> bool:
+    """Whether ``ipus`` is a number of chips this ipuos makes a machine of."""
+    return type(ipus) is int and 1 <= ipus <= MAX_IPUS
+
+
 def largest_machine_tiles() -> int:
     """Tiles of the largest machine the built-in presets make."""
     return MAX_IPUS * max(p.tiles_per_chip for p in PRESETS.values())

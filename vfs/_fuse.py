@@ -699,13 +699,6 @@ class ChipFilesystem:
             if caller is not None:
                 self._retries.acted(caller)
 
-    def _retry_failed(self, place: _Place, creating: bool) -> None:
-        """A create at ``place`` failed (a directory is there, say): if it was the kernel's
-        retry of an open, that retry is over all the same, and the caller's next lookups
-        of the name must be told the truth (see Retries.named)."""
-        if creating and self._retries.active:
-            self._retried(place)
-
     def _retried(self, place: _Place) -> None:
         """The caller has opened (or made) ``place``: no retry of its is pending there."""
         caller = self._caller()
@@ -1199,22 +1192,21 @@ class ChipFilesystem:
             raise _fail(errno.EISDIR if not creating else errno.EEXIST)
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
-        except FileNotFoundError:
-            if self._kernel is not None and not creating and self._first_try(self._unhidden(place)):
-                # the kernel found the name in its cache, but it was removed since (by a
-                # tile, or through the mount while another process held it open, which
-                # libfuse hid): ESTALE makes the kernel look the path up again and retry,
-                # so O_CREAT creates the file
-                raise _fail(errno.ESTALE) from None
-            self._retry_failed(place, creating)
-            raise
-        except IsADirectoryError:
-            if not creating:  # the kernel opens what it takes for a file: a tile retyped it
-                self._as_told(place, True)
-            self._retry_failed(place, creating)
-            raise
-        except OSError:
-            self._retry_failed(place, creating)
+        except OSError as exc:
+            if not creating:
+                if (isinstance(exc, FileNotFoundError) and self._kernel is not None
+                        and self._first_try(self._unhidden(place))):
+                    # the kernel found the name in its cache, but it was removed since (by
+                    # a tile, or through the mount while another process held it open,
+                    # which libfuse hid): ESTALE makes the kernel look the path up again
+                    # and retry, so O_CREAT creates the file
+                    raise _fail(errno.ESTALE) from None
+                if isinstance(exc, IsADirectoryError):  # (a tile retyped what the kernel opens)
+                    self._as_told(place, True)
+            elif self._retries.active:
+                # a create that failed (a directory is there, say): if it was the kernel's
+                # retry of an open, that retry is over all the same (see Retries.acted)
+                self._retried(place)
             raise
         if self._retries.active:
             self._retried(place)

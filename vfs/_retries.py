@@ -130,9 +130,7 @@ class Retries:
         ``mv`` of the name onto itself say, would be told the name is gone: see
         :meth:`named`)."""
         inside = path.rstrip("/") + "/"
-        for key in [key for key in list(self._first) if key[0] == caller]:
-            if key[1] != tile or not key[2].startswith(inside):
-                self._first.pop(key, None)
+        self._end_retries(caller, lambda key: key[1] == tile and key[2].startswith(inside))
 
     def _unseen_first_try(self, caller: int, tile: int, path: str) -> float | None:
         """When libfuse failed an open of ``path`` by ``caller`` itself, if its retry's
@@ -160,11 +158,14 @@ class Retries:
         """``caller`` makes, removes or renames a name: whatever open of its failed
         before, its retry is over (the kernel retries at once, looking up and opening
         only), and lookups of ``caller`` are told the truth again."""
-        first = self._first
-        if first:
-            for key in [key for key in list(first) if key[0] == caller]:
-                first.pop(key, None)
+        self._end_retries(caller)
         self._walks.pop(caller, None)
+
+    def _end_retries(self, caller: int, keep=lambda key: False) -> None:
+        """Forget ``caller``'s first tries, but those ``keep(key)`` holds."""
+        first = self._first
+        for key in [key for key in list(first) if key[0] == caller and not keep(key)]:
+            first.pop(key, None)
 
     def unlinked(self, tile: int, path: str, caller: int | None) -> None:
         """The mount has unlinked ``path`` for ``caller``: libfuse forgets the name of its
