@@ -32,6 +32,7 @@ from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
+from ._readlimit import read_at_most
 from ._rundir import (
     DEFAULT_MACHINE,
     LOCK_HALTING,
@@ -498,8 +499,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     if data_file is not None and getattr(data_file, "name", "<stdin>") == filename == "<stdin>":
         raise click.UsageError("FILE and --data cannot both be read from standard input (-); "
                                "give one of them as a file")
-    source = file.read()
-    data = data_file.read() if data_file is not None else None
+    source, data = _read_run_request(file, data_file)
     _check_run_request(source, data, program_args)  # (before a machine is started for it)
     paths, _ = attach_machine(name, preset, ipus, tile_spec)
     args = {"filename": filename, "source_len": len(source), "tiles": tile_spec,
@@ -524,6 +524,16 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     sys.exit(result.exit_status)
 
 
+def _read_run_request(file, data_file) -> tuple[bytes, bytes | None]:
+    """FILE's bytes and --data's, read no further than one run request carries (and a
+    byte more, to tell there is more): either may be endless (/dev/zero, a FIFO)."""
+    limit = REQUEST_LIMITS.max_payload
+    source = read_at_most(file, limit)
+    if data_file is None:
+        return source, None
+    return source, read_at_most(data_file, max(0, limit - len(source)))
+
+
 def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
     """Refuse what the daemon could not take, saying which part is at fault."""
     limit = REQUEST_LIMITS.max_payload
@@ -531,14 +541,14 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
     if len(source) > limit:
         sram = max(preset.sram_per_tile for preset in PRESETS.values())
         raise click.UsageError(
-            f"FILE ({_mib(len(source))}) exceeds {carries}, and every tile holds the whole "
+            f"FILE (more than {_mib(limit)}) exceeds {carries}, and every tile holds the whole "
             f"program in its SRAM ({sram // 1024} KiB at most); keep data out of the program: "
             "give it with --data, or read it from a file")
     if data is not None and len(source) + len(data) > limit:
         raise click.UsageError(
-            f"FILE ({_mib(len(source))}) and --data ({_mib(len(data))}) together exceed {carries}; "
-            "split the data over several runs, or copy it to the chip disk (`put` in `ipuos "
-            "shell`) and read it from /chip on tile 0")
+            f"FILE ({_mib(len(source))}) and --data (more than {_mib(limit - len(source))}) together "
+            f"exceed {carries}; split the data over several runs, or copy it to the chip disk "
+            "(`put` in `ipuos shell`) and read it from /chip on tile 0")
     for position, arg in enumerate(program_args, 1):
         try:
             arg.encode("utf-8")

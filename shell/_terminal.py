@@ -35,6 +35,7 @@ from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 
+from ipuos._readlimit import read_at_most
 from ipuos._terminate import Terminated, on_termination
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 
@@ -605,14 +606,8 @@ class Terminal:
         # (a whole chip's SRAM is ~900 MiB, more than one request carries: read no more)
         limit = room if self.max_payload is None else min(room, self.max_payload)
         with open(os.path.expanduser(host), "rb") as file:
-            chunks, size = [], 0
-            while size <= limit:  # (in chunks: read(limit + 1) would take that much memory at once)
-                chunk = file.read(min(TRANSFER_CHUNK, limit + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > limit:
+            data = read_at_most(file, limit)
+            if len(data) > limit:
                 info = os.fstat(file.fileno())
                 amount = f"{info.st_size} bytes is" if stat.S_ISREG(info.st_mode) else "gives"
                 if limit < room:
@@ -627,7 +622,7 @@ class Terminal:
                 self._fail("multirepl", f"{host}: {amount} more than {which} can hold ({sram}, some of it "
                                         "in use); give less data, or more tiles (--tiles)")
                 return
-        self._execute(command.text, payload=b"".join(chunks))
+        self._execute(command.text, payload=data)
 
     def _chosen_tiles(self, command) -> list[int] | None:
         """The tiles ``multirepl --tiles`` chooses on this machine (None: a bad spec)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -119,11 +120,11 @@ def test_a_request_the_daemon_cannot_take_is_refused_before_a_machine_starts(run
         f.truncate(65 * 2**20)
     if case == "data too big":
         args += ["--data", str(big)]
-        expected = ("FILE (0.0 MiB) and --data (65.0 MiB) together exceed the 64.0 MiB one run request "
-                    "carries; split the data over several runs, or copy it to the chip disk")
+        expected = ("FILE (0.0 MiB) and --data (more than 64.0 MiB) together exceed the 64.0 MiB one run "
+                    "request carries; split the data over several runs, or copy it to the chip disk")
     elif case == "program too big":
         args[1] = str(big)
-        expected = ("FILE (65.0 MiB) exceeds the 64.0 MiB one run request carries, and every tile holds "
+        expected = ("FILE (more than 64.0 MiB) exceeds the 64.0 MiB one run request carries, and every tile holds "
                     "the whole program in its SRAM (624 KiB at most); keep data out of the program: give "
                     "it with --data, or read it from a file")
     else:
@@ -132,6 +133,24 @@ def test_a_request_the_daemon_cannot_take_is_refused_before_a_machine_starts(run
     result = CliRunner(env={"IPUOS_MACHINE": name}).invoke(main, args)
     assert result.exit_code == 2, result.output
     assert expected in result.output
+    assert lock_holder(machine_paths(name).lock) is None  # nothing was started for it
+
+
+@pytest.mark.parametrize("endless", ["FILE", "--data"])
+def test_an_endless_file_is_read_no_further_than_a_request_carries(runtime_dir, program, endless):
+    """/dev/zero as the program or its data: refused once one request's worth is read,
+    not read until the host's memory runs out (here: the 2 GiB the client may take)."""
+    name = unique_name("endless")
+    args = ([IPUOS, "run", "/dev/zero"] if endless == "FILE"
+            else [IPUOS, "run", program("pass"), "--data", "/dev/zero"])
+
+    def cap_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([*args, "--tiles", "0", "--preset", "tiny"], capture_output=True, text=True,
+                            timeout=120, preexec_fn=cap_memory, env={**os.environ, "IPUOS_MACHINE": name})
+    assert result.returncode == 2, result.stderr
+    assert f"{endless} (more than " in result.stderr
     assert lock_holder(machine_paths(name).lock) is None  # nothing was started for it
 
 
