@@ -22,6 +22,8 @@ class OutputGroup:
     tiles: tuple[int, ...]
     #: its tiles failed (an error, an abort, an interrupt, a non-zero exit)
     failed: bool = False
+    #: what the header adds about the tiles when their text cannot say it (``exit code 3``)
+    note: str = ""
 
     @property
     def count(self) -> int:
@@ -34,7 +36,8 @@ class OutputGroup:
         return format_tiles(self.tiles)
 
     def header(self) -> str:
-        """The group's first line: ``[3 tiles: 0-4:2]``. Tiles that make no regular
+        """The group's first line: ``[3 tiles: 0-4:2]`` (with a note: ``[1 tile: 5, exit
+        code 3]``). Tiles that make no regular
         pattern can make thousands of ranges: past :data:`HEADER_RANGES_MAX` characters
         the list is cut at a comma and says how many ranges it leaves out (the whole list
         is ``tile_ranges``, and in ``--json``)."""
@@ -43,25 +46,29 @@ class OutputGroup:
             kept = ranges[:HEADER_RANGES_MAX].rpartition(",")[0]
             left = ranges.count(",") - kept.count(",")
             ranges = f"{kept},... (+{plural(left, 'more range')})"
-        return f"[{plural(self.count, 'tile')}: {ranges}]"
+        note = f", {self.note}" if self.note else ""
+        return f"[{plural(self.count, 'tile')}: {ranges}{note}]"
 
 
 #: characters of tile ranges a group header shows (two lines of a wide terminal)
 HEADER_RANGES_MAX = 200
 
 
-def group_texts(texts: dict[int, str] | list[str], failed: Collection[int] = ()) -> list[OutputGroup]:
+def group_texts(texts: dict[int, str] | list[str], failed: Collection[int] = (),
+                notes: dict[int, str] | None = None) -> list[OutputGroup]:
     """Group ``{tile: text}`` (or a list indexed by tile) by identical text; the tiles in
-    ``failed`` make groups of their own, marked ``failed``.
+    ``failed`` make groups of their own, marked ``failed``, and so do tiles with different
+    ``notes`` (``{tile: note}`` for the header, see :attr:`OutputGroup.note`).
 
     Most frequent first; ties keep the order of their lowest tile.
     """
     items = texts.items() if isinstance(texts, dict) else enumerate(texts)
-    by_text: dict[tuple[str, bool], list[int]] = {}
+    notes = notes or {}
+    by_text: dict[tuple[str, bool, str], list[int]] = {}
     for tile, text in items:
-        by_text.setdefault((text, tile in failed), []).append(tile)
-    groups = [OutputGroup(text, tuple(sorted(tiles)), tiles_failed)
-              for (text, tiles_failed), tiles in by_text.items()]
+        by_text.setdefault((text, tile in failed, notes.get(tile, "")), []).append(tile)
+    groups = [OutputGroup(text, tuple(sorted(tiles)), tiles_failed, note)
+              for (text, tiles_failed, note), tiles in by_text.items()]
     groups.sort(key=lambda g: (-g.count, g.tiles[0]))
     return groups
 
@@ -74,7 +81,7 @@ def format_groups(
     that a run which failed shows why; the groups shown keep their order."""
     if max_groups is not None and (type(max_groups) is not int or max_groups < 0):
         raise ValueError(f"max_groups is a count of groups (0 or more) or None, not {max_groups!r}")
-    shown = [g for g in groups if g.text or not skip_empty]
+    shown = [g for g in groups if g.text or g.note or not skip_empty]
     hidden: list[OutputGroup] = []
     if max_groups is not None and len(shown) > max_groups:
         failed_first = sorted(range(len(shown)), key=lambda i: not shown[i].failed)  # (stable)
@@ -84,9 +91,10 @@ def format_groups(
     lines: list[str] = []
     for group in shown:
         lines.append(group.header())
-        # the newline ending the text ends its last line here; blank lines it printed
-        # after that stay
-        lines.append(group.text[:-1] if group.text.endswith("\n") else group.text)
+        if group.text:  # (a group shown for its note alone has no text line)
+            # the newline ending the text ends its last line here; blank lines it printed
+            # after that stay
+            lines.append(group.text[:-1] if group.text.endswith("\n") else group.text)
     if hidden:
         tiles = sum(g.count for g in hidden)
         failed = sum(g.count for g in hidden if g.failed)

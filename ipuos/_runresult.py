@@ -83,8 +83,12 @@ class RunResult:
 
     def grouped(self) -> list[OutputGroup]:
         """Identical tile texts grouped, most frequent first, with tile ranges (the
-        failed tiles' apart from the others', marked ``failed``)."""
-        return group_texts({t.tile: t.text for t in self.tiles}, {t.tile for t in self.tiles if not t.ok})
+        failed tiles' apart from the others', marked ``failed``). A tile that exited with
+        a non-zero code and no error (``exit(3)``) has its code in its group's header:
+        nothing else would show that it failed, or why the run's status is not 0."""
+        notes = {t.tile: f"exit code {t.exit_code}" for t in self.tiles
+                 if t.status == OK and t.exit_code and not t.error}
+        return group_texts({t.tile: t.text for t in self.tiles}, {t.tile for t in self.tiles if not t.ok}, notes)
 
     def format(self, max_groups: int | None = 20) -> str:
         """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups,

@@ -183,6 +183,22 @@ def test_a_failed_tiles_traceback_is_shown_past_twenty_distinct_outputs():
         assert ran.exit_status == 1
 
 
+def test_a_tile_that_exits_non_zero_shows_its_code_even_when_it_printed_nothing():
+    with Machine("tiny") as machine:
+        silent = machine.run("if __tileid == 1: raise SystemExit(3)", tiles="0-3")
+        assert silent.format() == "[1 tile: 1, exit code 3]\n"
+        assert silent.exit_status == 3
+        # the same text from tiles that exited differently: one group per exit code
+        said = machine.run("print('hi')\nif __tileid in (1, 2): exit(__tileid + 2)", tiles="0-3")
+        assert said.format() == ("[2 tiles: 0,3]\nhi\n[1 tile: 1, exit code 3]\nhi\n"
+                                 "[1 tile: 2, exit code 4]\nhi\n")
+        # past the cap, such tiles are kept first and counted as failed like the others
+        many = machine.run("print(__tileid)\nif __tileid > 12: exit(1)")
+    text = many.format(max_groups=2)
+    assert text.startswith("[1 tile: 13, exit code 1]\n13\n[1 tile: 14, exit code 1]\n14\n")
+    assert text.endswith("... 14 more distinct outputs from 14 tiles (1 failed)\n")
+
+
 def test_grouped_output_keeps_blank_lines_and_counts_in_the_singular():
     text = format_groups(group_texts({0: "a\n\n", 1: "a\n", 2: "b", 3: ""}), max_groups=2)
     assert text == "[1 tile: 0]\na\n\n[1 tile: 1]\na\n... 1 more distinct output from 1 tile\n"
