@@ -28,6 +28,7 @@ from ipuos.scheduler import (
     Scheduler,
     TileBusyError,
     TileInterrupt,
+    TileKeyboardInterrupt,
 )
 
 NTILES = 8
@@ -1106,6 +1107,83 @@ def test_an_interrupt_swallowed_by_a_bare_except_comes_again(sched):
     # (how many repeats it takes is chance: where each one lands)
     assert job.future.result(60).results[0].status == INTERRUPTED
     assert sched.call_wait(lambda: "the scheduler answers") == "the scheduler answers"
+
+
+def test_ctrl_c_is_a_keyboard_interrupt_each_tile_gets_once_and_may_clean_up_after(sched):
+    """Tile 0 computes (the watchdog stops it), the others wait in sync (stopped there).
+    Its cleanup reaches an exchange point: a second delivery of the same Ctrl-C would
+    land there."""
+    caught = []
+
+    def prog(api):
+        try:
+            while True:
+                if api.tileid == 0:
+                    while True:
+                        pass
+                api.sync()
+        except KeyboardInterrupt as exc:
+            caught.append((api.tileid, type(exc)))
+            api.sync()  # (cleanup that exchanges)
+            raise
+
+    job = sched.start_job([0, 1, 2], prog)
+    time.sleep(0.1)
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 3
+    assert all(str(r.error) == "interrupted (Ctrl-C)" for r in report.results)
+    assert sorted(caught) == [(rank, TileKeyboardInterrupt) for rank in range(3)]
+
+
+def test_a_program_that_swallows_ctrl_c_runs_on_until_kill(sched):
+    caught = [0, 0]
+
+    def prog(api):
+        while True:
+            try:
+                while True:
+                    if api.tileid == 0:
+                        for _ in range(10**5):
+                            pass
+                    api.sync()
+            except KeyboardInterrupt:
+                caught[api.tileid] += 1
+
+    job = sched.start_job([0, 1], prog)
+    for presses in (1, 2):
+        time.sleep(0.1)
+        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+        time.sleep(0.3)
+        assert not job.future.done() and caught == [presses, presses]  # one each per Ctrl-C
+    sched.interrupt_job(job, "killed")  # not a KeyboardInterrupt: it stops
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 2
+    assert not any(isinstance(r.error, KeyboardInterrupt) for r in report.results)
+    assert caught == [2, 2]
+
+
+def test_a_compute_budget_is_no_keyboard_interrupt(sched):
+    def prog(api):
+        try:
+            while True:
+                pass
+        except KeyboardInterrupt:
+            return "caught"
+
+    report = run(sched, prog, tiles=[0], budget=0.1)
+    assert report.results[0].status == ERROR
+
+
+def test_a_tiles_ctrl_c_reaches_the_host_as_no_keyboard_interrupt(sched):
+    """A host thread would take it for its own Ctrl-C."""
+    def ctrl_c(tile, _):
+        raise TileKeyboardInterrupt("interrupted (Ctrl-C)")
+
+    sched.services["test.ctrl_c"] = ctrl_c
+    error = sched.submit(0, "test.ctrl_c", None).exception(5)
+    assert isinstance(error, TileInterrupt) and not isinstance(error, KeyboardInterrupt)
+    assert str(error) == "interrupted (Ctrl-C)"
 
 
 # -- jobs, tiles and the host -------------------------------------------------------------
