@@ -407,6 +407,31 @@ def test_an_overflow_while_waiting_in_recv_fails_the_receiver_not_a_false_deadlo
     assert not any(isinstance(r.error, DeadlockError) for r in report.results)
 
 
+def test_an_overflow_tells_the_receiver_and_every_sender_what_was_lost(sched):
+    """The senders' sync() succeeded, and the receiver's error did not say that messages
+    were lost: a program catching it ran on with a hole in its stream."""
+    def prog(api):
+        if api.tileid == 0:
+            api.send(0, b"x" * 1000)
+        api.sync()
+        if api.tileid:
+            api.send(0, b"y" * 1500)  # 3 x 1.5 KiB into 4 KiB, with 1 KiB already there
+        try:
+            api.sync()
+        except ValueError as exc:
+            return str(exc)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    errors = values(report)
+    assert re.fullmatch(r"tile 0: incoming exchange buffer full \(1008 B of unreceived messages \+ 4536 B "
+                        r"arriving > 4096 B\): 3 messages \(4518 B\) from tiles 1-3 dropped and lost; .*",
+                        errors[0]), errors
+    for error in errors[1:]:
+        assert error.startswith("send() to tile 0: 1 message (1506 B) sent before this exchange point dropped "
+                                "and lost: its incoming exchange buffer was full"), errors
+    assert report.stats.dropped_messages == 4  # (and the one tile 0 never received)
+
+
 def test_messages_a_tile_never_received_count_as_dropped_when_it_ends(sched):
     def prog(api):
         if api.tileid == 0:
