@@ -803,8 +803,8 @@ def test_unknown_reduction_is_a_clear_error(sched):
                                   lambda api: api.scan(1, "mean"), lambda api: api.exscan(1, "mean")],
                          ids=["reduce", "allreduce", "scan", "exscan"])
 def test_a_wrong_op_is_every_tiles_own_error_even_once_a_tile_finished(sched, call):
-    """Tile 0 raises first and finishes; the others' calls name their own mistake, not
-    tile 0's end."""
+    """Each tile's call names its own mistake, not another tile's (nor, when one raised
+    at once and finished, that tile's end)."""
     report = run(sched, call, tiles=[0, 1, 2, 3])
     errors = [r.error for r in report.results]
     assert all(isinstance(e, ValueError) and "unknown reduction" in str(e) for e in errors), errors
