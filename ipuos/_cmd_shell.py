@@ -204,7 +204,7 @@ def _attach(call: Call):
                 break  # halting: let the connection finish now, not after the grace period
     finally:
         halting = call.host.halt_requested.is_set()
-        server.interrupt(sid, reason=f"machine {call.host.name!r} is halting" if halting
+        server.interrupt(sid, ctrl_c=False, reason=f"machine {call.host.name!r} is halting" if halting
                          else "the shell's terminal went away")
         try:
             call.host.machine.scheduler.submit(SHELL_TILE, "shell.close", sid)
@@ -228,6 +228,10 @@ def _exec(call: Call):
     except RuntimeError as exc:  # the machine is stopping
         raise CommandError("not_running", str(exc)) from None
     call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))
+    # (the terminal's second Ctrl-C drops its connection: a program that caught the first
+    # and runs on is stopped whatever it catches)
+    call.on_cancel_again(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False,
+                                                  reason="interrupted (a second Ctrl-C)"))
     future.add_done_callback(lambda _: pieces.put(done))
     while True:
         item = pieces.get()

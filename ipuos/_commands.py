@@ -157,6 +157,7 @@ class Call:
     emit_frame: Callable[[dict], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     _cancel_hooks: list = field(default_factory=list)
+    _again_hooks: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -176,12 +177,19 @@ class Call:
                 return
         hook()
 
+    def on_cancel_again(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` at every cancel after the first: the client's second Ctrl-C
+        gives up waiting, and its connection drops."""
+        with self._lock:
+            self._again_hooks.append(hook)
+
     def cancel(self) -> None:
         with self._lock:
             if self.cancelled.is_set():
-                return
-            self.cancelled.set()
-            hooks, self._cancel_hooks = self._cancel_hooks, []
+                hooks = list(self._again_hooks)
+            else:
+                self.cancelled.set()
+                hooks, self._cancel_hooks = self._cancel_hooks, []
         for hook in hooks:
             try:
                 hook()
@@ -379,7 +387,11 @@ def _run(call: Call):
     try:
         # weakly: a Ctrl-C may arrive after the job ended, once its handle has gone (below)
         interrupt = weakref.WeakMethod(handle.interrupt)
-        call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)"))
+        # the first a KeyboardInterrupt the program may catch; if it does, and runs on, a
+        # second stops it whatever it catches: nobody waits for it any more
+        call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)", ctrl_c=True))
+        call.on_cancel_again(lambda: (stop := interrupt()) is not None and stop(
+            "interrupted: the client stopped waiting (a second Ctrl-C)"))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
         result = handle.wait()

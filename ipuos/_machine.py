@@ -50,10 +50,12 @@ class RunHandle:
         """True once every tile of the job has finished (:meth:`wait` returns at once)."""
         return self.job.future.done()
 
-    def interrupt(self, reason: str = "interrupted by the user") -> None:
+    def interrupt(self, reason: str = "interrupted by the user", ctrl_c: bool = False) -> None:
         """Stop the job on every tile, even one computing without reaching an exchange
-        point; :meth:`wait` then returns its result, ``reason`` in each tile's error."""
-        self.machine.scheduler.interrupt_job(self.job, reason)
+        point; :meth:`wait` then returns its result, ``reason`` in each tile's error.
+        ``ctrl_c``: as Ctrl-C does, with a KeyboardInterrupt in the program, which it may
+        catch (and then run on); else with one it cannot catch by accident."""
+        self.machine.scheduler.interrupt_job(self.job, reason, ctrl_c=ctrl_c)
 
     def wait(self, timeout: float | None = None) -> RunResult:
         """Wait for every tile to finish. TimeoutError leaves the program running."""
@@ -275,14 +277,14 @@ def _run_within(launch: Callable[[float | None], RunHandle], timeout: float | No
             pass
         raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
                            "interrupted (launch() keeps a program running)") from None
-    except BaseException:
-        _stop(handle, "interrupted: the caller stopped waiting")
+    except BaseException as exc:
+        _stop(handle, "interrupted: the caller stopped waiting", ctrl_c=isinstance(exc, KeyboardInterrupt))
         raise
 
 
-def _stop(handle: RunHandle, reason: str) -> None:
+def _stop(handle: RunHandle, reason: str, ctrl_c: bool = False) -> None:
     try:
-        handle.interrupt(reason)
+        handle.interrupt(reason, ctrl_c=ctrl_c)
     except RuntimeError:
         pass  # the machine has stopped, and the program with it
 

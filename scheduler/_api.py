@@ -55,18 +55,36 @@ _WAIT_LABELS = {_ALLTOALL_KEY: "alltoall()", _ALLGATHER_KEY: "allgather()", _ALL
                 _SCAN_KEY: "scan()", _EXSCAN_KEY: "exscan()"}
 
 
+class _Refused:
+    """What a tile that passed a wrong root or op arrives with in their place in the
+    collective's key (see :func:`_arrive_refusing`): it matches any tile's root or op,
+    so that its error is every tile's error, not a mismatch."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "?"
+
+
+REFUSED = _Refused()
+
+
 def _label(key: tuple) -> str:
     """How a call of the collective ``key`` is named to the user: ``bcast(root=0)``."""
+    if key[1] is REFUSED:
+        return f"{key[0]}()"
     return _WAIT_LABELS.get(key[:2]) or f"{key[0]}(root={key[1]})"
 
 
-def _closing(key: tuple, op) -> tuple[tuple, str]:
+def _closing(key: tuple, op, refused: bool = False) -> tuple[tuple, str]:
     """The key and wait label of the collective that closes a reduction ``key`` with
     ``op``. The op is part of it: tiles passing different ops (MPI calls it erroneous)
     are a mismatch, not a result made with whichever op each tree node had. A function
     is known by its qualified name (each tile's program makes its own function
-    objects)."""
-    if type(op) is str:
+    objects). ``refused``: ``op`` is no op at all, and the tile arrives refusing."""
+    if refused:
+        name, shown = REFUSED, repr(op)
+    elif type(op) is str:
         name, shown = op, repr(op)
     else:
         shown = getattr(op, "__qualname__", None) or type(op).__name__
@@ -78,11 +96,31 @@ def _closing(key: tuple, op) -> tuple[tuple, str]:
 
 
 def _note_kind(job: "Job", key: tuple) -> None:
-    # the first tile to arrive fixes the collective; anyone else arriving at another is a mismatch
+    # the first tile to arrive fixes the collective; anyone else arriving at another is a
+    # mismatch (a refusing tile's REFUSED root or op takes the others')
     if job.arrived == 1:
         job.coll_kind = key
     elif job.coll_kind != key:
-        job.mismatch = True
+        merged = _merge_keys(job.coll_kind, key)
+        if merged is None:
+            job.mismatch = True
+        else:
+            job.coll_kind = merged
+
+
+def _merge_keys(known: tuple, key: tuple) -> tuple | None:
+    """``known`` and ``key`` as one collective, REFUSED parts taking the other's; None
+    if they are different collectives."""
+    if len(known) != len(key):
+        return None
+    merged = []
+    for mine, theirs in zip(known, key):
+        if mine is REFUSED:
+            mine = theirs
+        elif theirs is not REFUSED and mine != theirs:
+            return None
+        merged.append(mine)
+    return tuple(merged)
 
 
 #: ``tile.recv_src`` of a tile waiting in ``recv()`` for a message from any tile (>= 0: a
@@ -442,15 +480,17 @@ class TileAPI:
     def bcast(self, obj, root: int = 0):
         """Every tile gets the ``obj`` of tile ``root`` (other tiles' ``obj`` is ignored)."""
         self._check_caller("bcast()")
-        root = self._check_root(root, "bcast")
+        root, wrong = self._root_or_error(root, "bcast")
+        self._refuse_unless_all_live(BCAST, wrong)
         payload = obj if self._tile.rank == root else None
-        return self._collective((BCAST, root), payload, send=self._tile.rank == root)
+        return self._collective((BCAST, root), payload, send=self._tile.rank == root, refused=wrong)
 
     def gather(self, obj, root: int = 0):
         """Tile ``root`` gets the list of every tile's ``obj``; the others get None."""
         self._check_caller("gather()")
-        root = self._check_root(root, "gather")
-        return self._collective((GATHER, root), obj)
+        root, wrong = self._root_or_error(root, "gather")
+        self._refuse_unless_all_live(GATHER, wrong)
+        return self._collective((GATHER, root), obj, send=wrong is None, refused=wrong)
 
     def scatter(self, objs, root: int = 0):
         """Tile ``root`` passes a sequence of one object per tile; tile i gets item i
@@ -462,9 +502,9 @@ class TileAPI:
         is a mismatch, not a hang.
         """
         self._check_caller("scatter()")
-        root = self._check_root(root, "scatter")
+        root, refused = self._root_or_error(root, "scatter")
+        self._refuse_unless_all_live(SCATTER, refused)
         tile = self._tile
-        refused = None
         if tile.rank == root:
             try:
                 payloads = self._scatter_payloads(objs)
@@ -506,24 +546,23 @@ class TileAPI:
         order).
         """
         self._check_caller("reduce()")
-        root = self._check_root(root, "reduce")
-        combine = self._reducer(op)  # (a wrong op is each tile's own error, first)
-        if self._job.nlive < self._job.nranks:  # (the tree would wait for them forever)
-            _refuse_finished(self._job, ("reduce", root), self._tile)
-        value, failure = self._tree_reduce(obj, combine, "reduce()")  # the tree ends on rank 0
+        root, wrong = self._root_or_error(root, "reduce")
+        combine, wrong_op = self._reducer_or_error(op)
+        wrong = wrong or wrong_op
+        self._refuse_unless_all_live(REDUCE, wrong)  # (the tree would wait for them forever)
+        value, failure = self._tree_reduce(obj, combine, "reduce()", wrong)  # the tree ends on rank 0
         rank = self._tile.rank
-        key, label = _closing((REDUCE, root), op)
+        key, label = _closing((REDUCE, root), op, refused=wrong_op is not None)
         moved = self._collective(key, value, send=rank == 0 and root != 0, refused=failure, label=label)
         return value if rank == 0 == root else moved
 
     def allreduce(self, obj, op="sum"):
         """Like :meth:`reduce`, and every tile gets the result (a tree, then a bcast)."""
         self._check_caller("allreduce()")
-        combine = self._reducer(op)
-        if self._job.nlive < self._job.nranks:
-            _refuse_finished(self._job, ("allreduce", None), self._tile)
-        value, failure = self._tree_reduce(obj, combine, "allreduce()")
-        key, label = _closing(_ALLREDUCE_KEY, op)
+        combine, wrong = self._reducer_or_error(op)
+        self._refuse_unless_all_live(ALLREDUCE, wrong)
+        value, failure = self._tree_reduce(obj, combine, "allreduce()", wrong)
+        key, label = _closing(_ALLREDUCE_KEY, op, refused=wrong is not None)
         return self._collective(key, value, send=self._tile.rank == 0, refused=failure, label=label)
 
     def scan(self, obj, op="sum"):
@@ -545,12 +584,11 @@ class TileAPI:
         tile that called something else a mismatch rather than a hang, and a failed
         part an error on every tile (see :meth:`_tree_reduce`)."""
         job = self._job
-        combine = self._reducer(op)
-        if job.nlive < job.nranks:  # (a tile would wait for a finished one forever)
-            _refuse_finished(job, key, self._tile)
+        combine, wrong = self._reducer_or_error(op)
+        self._refuse_unless_all_live(key[0], wrong)  # (a tile would wait for a finished one forever)
         label = _WAIT_LABELS[key]
         rank, n = self._tile.rank, job.nranks
-        part, failure = obj, None
+        part, failure = (obj, None) if wrong is None else (FAILED_PART, wrong)
         distance = 1
         while distance < n:
             if rank + distance < n:
@@ -563,11 +601,11 @@ class TileAPI:
             if rank + 1 < n:
                 part, failure = self._send_part(rank + 1, part, failure, SCAN_CHANNEL)
             part = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label, parts=True) if rank else None
-        key, label = _closing(key, op)
+        key, label = _closing(key, op, refused=wrong is not None)
         self._collective(key, None, send=False, refused=failure, label=label)  # (raises if a part failed)
         return part
 
-    def _tree_reduce(self, obj, combine, label: str):
+    def _tree_reduce(self, obj, combine, label: str, wrong: Exception | None):
         """Reduce along a tree (fan-in ``Scheduler.reduce_fanin``): the result, on rank 0,
         and this tile's error if its part failed, for the collective that follows.
 
@@ -585,12 +623,13 @@ class TileAPI:
         and receives every message of the tree, a failure in place of its value: raising
         at once would leave a leader waiting for it, and a program that caught the error
         and reduced again would have stale values taken for new ones. The collective that
-        ends the reduction then raises on every tile.
+        ends the reduction then raises on every tile. So does a tile whose call is wrong
+        (``wrong``: its root or op), its part failed from the start.
         """
         tile = self._tile
         rank, n = tile.rank, self._job.nranks
         fanin = tile.sched.reduce_fanin
-        part, failure = obj, None
+        part, failure = (obj, None) if wrong is None else (FAILED_PART, wrong)
         stride = 1
         while stride < n:
             span = stride * fanin
@@ -655,7 +694,7 @@ class TileAPI:
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
         label = label or _label(key)
-        if send:
+        if send and refused is None:
             try:
                 payload = encode(obj, by_name=True, program=tile.program_globals)
                 job.coll_off[tile.rank] = self._engine.write_out(tile, payload)
@@ -667,21 +706,38 @@ class TileAPI:
             _arrive_refusing(job, tile, key, label, refused)
         return _arrive(job, tile, key, label)
 
-    def _check_root(self, root, name: str) -> int:
-        if type(root) is not int or not 0 <= root < self._job.nranks:
-            root = _rank(root, self._job.nranks, f"{name}(): root")
-        return root
+    def _root_or_error(self, root, name: str) -> tuple[object, Exception | None]:
+        """``root`` as a rank of the job, or REFUSED and the error why: the tile still
+        arrives at the collective (see :func:`_arrive_refusing`), and every tile's call
+        raises, so that a program catching the error stays in step."""
+        if type(root) is int and 0 <= root < self._job.nranks:
+            return root, None
+        try:
+            return _rank(root, self._job.nranks, f"{name}(): root"), None
+        except (TypeError, ValueError) as exc:
+            return REFUSED, exc
 
     @staticmethod
-    def _reducer(op) -> Callable:
+    def _reducer_or_error(op) -> tuple[Callable | None, Exception | None]:
+        """How ``op`` combines a list of values, or None and the error why (which, as
+        a wrong root's, every tile's call of the reduction raises)."""
         if callable(op):
-            return lambda values: functools.reduce(op, values)
+            return (lambda values: functools.reduce(op, values)), None
         try:
-            return _REDUCE_OPS[op]
+            return _REDUCE_OPS[op], None
         except (KeyError, TypeError):
-            raise ValueError(
-                f"unknown reduction {op!r}: use 'sum', 'prod', 'min', 'max' or a function of two values"
-            ) from None
+            return None, ValueError(
+                f"unknown reduction {op!r}: use 'sum', 'prod', 'min', 'max' or a function of two values")
+
+    def _refuse_unless_all_live(self, kind: str, wrong: Exception | None) -> None:
+        """Refuse a collective of ``kind`` that some tiles of the job will never call
+        (they have finished): with this tile's own mistake in calling it (``wrong``, a
+        root or op), if any; else saying which tiles finished."""
+        job = self._job
+        if job.nlive < job.nranks:
+            if wrong is not None:
+                raise wrong
+            _refuse_finished(job, (kind, None), self._tile)
 
 
 # a wrong call's TypeError names the primitive as the program called it ("reduce()"),

@@ -86,6 +86,25 @@ class TileInterrupt(BaseException):
     """
 
 
+class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):
+    """The user's Ctrl-C, as a tile program gets it: a KeyboardInterrupt, as in Python,
+    so that its ``except KeyboardInterrupt:`` cleanup runs; a TileInterrupt, as every stop
+    is to the scheduler. Each Ctrl-C reaches each tile once (see Job.ctrl_c_due): a
+    program that swallows it runs on, as Python's would, until the next Ctrl-C, or a
+    ``kill``, or its client going away, which raise a plain TileInterrupt again and
+    again until it stops. (Never handed to host code as such: there a KeyboardInterrupt
+    would pass for the host's own Ctrl-C; see :func:`for_host`.)
+    """
+
+
+def for_host(error: BaseException) -> BaseException:
+    """``error``, a tile's, as host code may see it raised: a tile's Ctrl-C as a plain
+    TileInterrupt (see TileKeyboardInterrupt)."""
+    if isinstance(error, TileKeyboardInterrupt):
+        return TileInterrupt(*error.args)
+    return error
+
+
 class ComputeBudgetExceeded(TileInterrupt):
     """The tile computed longer than its per-superstep budget without reaching an exchange."""
 
@@ -97,6 +116,6 @@ class TileFailed(OSError):
 # shown to users as ipuos.scheduler.X (where they are exported), not the private module
 for _cls in (
     ExchangeError, DeadlockError, CollectiveMismatchError, JobAborted, TileBusyError,
-    TileInterrupt, ComputeBudgetExceeded, TileFailed,
+    TileInterrupt, TileKeyboardInterrupt, ComputeBudgetExceeded, TileFailed,
 ):
     _cls.__module__ = "ipuos.scheduler"

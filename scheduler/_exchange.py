@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ipuos._affinity import unpin_thread
+from ipuos._plural import plural
 
 from ._errors import TileFailed
 
@@ -167,15 +168,7 @@ class ExchangeEngine:
             if kernel_in_place:
                 user = [it for it in items if it[4] == KIND_USER]
                 if dst.in_used + sum(pad8(it[3]) for it in user) > dst.xin.size:
-                    for it in user:  # dropped: the receiver fails, and its sender's job counts them
-                        it[5][0].stats.dropped_messages += 1
-                    if dst.signal is None:
-                        where = dst.job.describe([dst.rank]) if dst.job is not None else f"tile {dst.id}"
-                        dst.signal = ValueError(
-                            f"{where}: incoming exchange buffer full ({dst.in_used} B of "
-                            f"unreceived messages + {incoming} B arriving > {dst.xin.size} B); "
-                            "recv() pending messages before more are sent"
-                        )
+                    _drop_overflow(dst, user, incoming)
                     items = [it for it in items if it[4] != KIND_USER]
             arrivals = []
             cursor = dst.in_used
@@ -407,6 +400,35 @@ class ExchangeEngine:
         self.settle()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _drop_overflow(dst, user: list, incoming: int) -> None:
+    """Drop the program messages ``user`` arriving at ``dst``, whose incoming buffer cannot
+    take them, and fail the receiver and every sender still running at its next exchange
+    point, each saying what was lost: a program that caught the error and carried on
+    unaware would run with a hole in its stream of messages. (The job counts them as
+    dropped.)"""
+    job = dst.job
+    by_sender: dict = {}
+    for it in user:
+        it[5][0].stats.dropped_messages += 1
+        by_sender.setdefault(it[0], []).append(it)
+    lost = f"{plural(len(user), 'message')} ({sum(it[3] for it in user)} B)"
+    room = f"{dst.in_used} B of unreceived messages + {incoming} B arriving > {dst.xin.size} B"
+    receiver = job.describe([dst.rank])
+    if dst.signal is None:
+        senders = job.describe([src.rank for src in by_sender])
+        dst.signal = ValueError(
+            f"{receiver}: incoming exchange buffer full ({room}): {lost} from {senders} dropped and lost; "
+            "recv() pending messages before more are sent (the senders are told too)")
+    for src, items in by_sender.items():
+        if src is dst or src.signal is not None or job.live.get(src.rank) is not src:
+            continue  # (one that has finished is told of by the receiver's error alone)
+        src.signal = ValueError(
+            f"send() to {receiver}: {plural(len(items), 'message')} ({sum(it[3] for it in items)} B) "
+            f"sent before this exchange point dropped and lost: its incoming exchange buffer was full "
+            f"({room}); it must recv() pending messages before more are sent")
+        src.sched.wake(src)
 
 
 class _Landing:

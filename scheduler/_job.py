@@ -14,6 +14,7 @@ from ._errors import (
     ComputeBudgetExceeded,
     JobAborted,
     TileInterrupt,
+    TileKeyboardInterrupt,
     describe_exception,
     describe_tiles,
 )
@@ -112,6 +113,10 @@ class Job:
         #: job was interrupted before); see Tile.wait
         self.failed_in: int | None = None
         self.interrupted: str | None = None
+        #: the user's Ctrl-Cs so far, and by rank the count at the last one a tile was
+        #: handed (see ctrl_c_due)
+        self.ctrl_cs = 0
+        self._ctrl_c_taken: dict[int, int] = {}
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
         self.future: Future = Future()
@@ -156,7 +161,8 @@ class Job:
             )
         elif result.status == INTERRUPTED and self.interrupted is None:
             # one tile was interrupted (the watchdog got there first): so are the rest
-            self.interrupt(self.abort_reason or "interrupted")
+            kind = TileKeyboardInterrupt if isinstance(result.error, KeyboardInterrupt) else TileInterrupt
+            self.interrupt(self.abort_reason or "interrupted", kind)
         if self.nlive == 0:
             self.sched._job_finished(self)
         elif self.arrived and self.arrived >= self.nlive:
@@ -208,11 +214,25 @@ class Job:
         error, found when every live tile waits. A program may catch it and carry on, so
         unlike :meth:`abort` this arms no watchdog (which would interrupt the job's next
         compute) and gives the job no reason to stop."""
+        ctrl_c = isinstance(error, TileKeyboardInterrupt)
         for tile in self.live.values():
             if tile.signal is None:
+                if ctrl_c and not self.ctrl_c_due(tile.rank, take=True):
+                    continue  # (the watchdog stopped it with this Ctrl-C already)
                 # a fresh instance per tile: each raise writes its own traceback into it
                 tile.signal = type(error)(*error.args)
             self.sched.wake(tile)
+
+    def ctrl_c_due(self, rank: int, take: bool = False) -> bool:
+        """Whether rank ``rank`` is yet to be handed the latest Ctrl-C (``take``: it is
+        now). One each, as a process gets one KeyboardInterrupt per Ctrl-C: the watchdog
+        stops a tile computing with it, the others get it at their exchange point, and
+        neither hands it twice. Read by the watchdog's thread, written by both (a
+        tile is stopped one way or the other, never both at once)."""
+        due = self._ctrl_c_taken.get(rank) != self.ctrl_cs
+        if due and take:
+            self._ctrl_c_taken[rank] = self.ctrl_cs
+        return due
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         self.interrupted = reason

@@ -38,7 +38,9 @@ from ._errors import (
     TileBusyError,
     TileFailed,
     TileInterrupt,
+    TileKeyboardInterrupt,
     describe_tiles,
+    for_host,
 )
 from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
 from ._job import Job, JobReport, TileResult
@@ -289,18 +291,25 @@ class Scheduler:
                                    "without reaching an exchange point") from None
             raise
 
-    def interrupt_job(self, job: Job, reason: str = "interrupted by the user") -> None:
+    def interrupt_job(self, job: Job, reason: str = "interrupted by the user", ctrl_c: bool = False) -> None:
         """Stop every tile of ``job`` (thread-safe; works on tiles stuck in pure compute).
-        A job that has finished is left alone (the watchdog would keep it forever)."""
+        A job that has finished is left alone (the watchdog would keep it forever).
+
+        ``ctrl_c``: the user's Ctrl-C, a KeyboardInterrupt in the program, once on each
+        tile, which the program may catch (see TileKeyboardInterrupt); else a
+        TileInterrupt, raised again until the tile stops (``kill``, a client gone)."""
         if job.future.done():
             return
         if job.abort_reason is None:
             job.abort_reason = reason  # before the watchdog's bare exception can land
-        self.watchdog.interrupt(job, TileInterrupt)
+        kind = TileKeyboardInterrupt if ctrl_c else TileInterrupt
+        if ctrl_c:
+            job.ctrl_cs += 1
+        self.watchdog.interrupt(job, kind)
         if threading.get_ident() == self.thread_ident:
-            job.interrupt(reason)
+            job.interrupt(reason, kind)
         else:
-            self.call(lambda: job.done or job.interrupt(reason))
+            self.call(lambda: job.done or job.interrupt(reason, kind))
 
     # -- scheduler thread ----------------------------------------------------------------
 
@@ -874,7 +883,7 @@ def _release_tile(tile: Tile) -> None:
 def _refuse(future: Future, error: BaseException) -> None:
     """Fail a host request's Future, unless its requester has cancelled it already."""
     try:
-        future.set_exception(error)
+        future.set_exception(for_host(error))
     except InvalidStateError:
         pass
 

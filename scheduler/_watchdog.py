@@ -28,7 +28,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt
+from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -43,7 +43,8 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
-#: like a repeated Ctrl-C, until the tile stops computing
+#: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
+#: TileKeyboardInterrupt)
 _REPEAT = 0.02
 
 
@@ -157,6 +158,8 @@ class Watchdog:
         if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return
         kind = self._interrupts.get(job)
+        if kind is TileKeyboardInterrupt and not job.ctrl_c_due(tile.rank):
+            kind = None  # (it had this Ctrl-C: a program that swallows it runs on)
         if kind is None and job in self._budgets and job.budget and now - self._sample_since > job.budget:
             kind = ComputeBudgetExceeded
             with self._lock:
@@ -169,5 +172,7 @@ class Watchdog:
             # thread run on into the kernel (ending the tile's job, say): inject only if it
             # is still in the frame found safe, checked as late as Python allows
             if sys._current_frames().get(sched.thread_ident) is frame:
+                if kind is TileKeyboardInterrupt:
+                    job.ctrl_c_due(tile.rank, take=True)
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
                 self._injected, self._injected_at = sample, now

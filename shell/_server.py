@@ -98,9 +98,11 @@ class ShellServer:
 
     # -- from any thread ------------------------------------------------------------------------
 
-    def interrupt(self, sid: int, seq: int | None = None, reason: str = "interrupted (Ctrl-C)") -> None:
+    def interrupt(self, sid: int, seq: int | None = None, reason: str = "interrupted (Ctrl-C)",
+                  ctrl_c: bool = True) -> None:
         """Ctrl-C for command ``seq`` of session ``sid`` (None: whatever runs now); a job
-        it waits for is stopped with ``reason``.
+        it waits for is stopped with ``reason`` (``ctrl_c``: as Ctrl-C stops a job, a
+        KeyboardInterrupt it may catch; else as ``kill`` does).
 
         The command notices at its next :meth:`Context.check`; the job it waits for, if
         any, is interrupted at once. A command waiting for another tile's reply is not
@@ -119,7 +121,7 @@ class ShellServer:
         session.interrupted = True
         job = session.job
         if job is not None:
-            self.scheduler.interrupt_job(job, reason)
+            self.scheduler.interrupt_job(job, reason, ctrl_c=ctrl_c)
 
     # -- sessions -----------------------------------------------------------------------------
 

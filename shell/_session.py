@@ -396,7 +396,7 @@ class Context:
         session.job = job
         try:
             if session.interrupted:  # Ctrl-C arrived while the job was being started
-                self.server.scheduler.interrupt_job(job, "interrupted (Ctrl-C)")
+                self.server.scheduler.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
             self.server.scheduler.wait_job(self.tile, job)
         finally:
             session.job = None

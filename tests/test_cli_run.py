@@ -432,6 +432,42 @@ def test_a_second_ctrl_c_stops_waiting(machine, program):
     assert err == "" or "stopped waiting for job" in err
 
 
+def test_ctrl_c_is_a_keyboard_interrupt_the_program_can_clean_up_after(machine, program):
+    path = program("try:\n    print('started', __tileid)\n    while True:\n        sync()\n"
+                   "except KeyboardInterrupt:\n    print('cleaning up', __tileid)\n    raise\n")
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-1"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: machine.call("ps")["states"][:2] != "ii", what="the job to start")
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 130, err
+    for tile in range(2):
+        assert f"started {tile}\ncleaning up {tile}\ninterrupted (Ctrl-C)\n" in out
+
+
+def test_a_second_ctrl_c_stops_a_program_that_swallowed_the_first(machine, program):
+    path = program("while True:\n    try:\n        while True:\n            sync()\n"
+                   "    except KeyboardInterrupt:\n        pass\n")
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: machine.call("ps")["states"][0] != "i", what="the job to start")
+        client.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        assert client.poll() is None and machine.call("ps")["states"][0] != "i"  # it runs on, as in Python
+        client.send_signal(signal.SIGINT)  # gives up waiting: the job is stopped all the same
+        _, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 130 and "stopped waiting" in err, err
+    wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
+
+
 def test_run_on_a_named_machine_from_the_environment(machine, program):
     done = run_cli("run", program("print(__numtiles)"), "--tiles", "3-4", env=machine.env())
     assert done.returncode == 0 and done.stdout == "[2 tiles: 3-4]\n2\n"

@@ -213,3 +213,68 @@ def test_reductions_never_compare_the_values_they_combine(machine):
         print(allreduce(Total(__tileid)).n, scan(Total(1)).n, exscan(Total(1), lambda a, b: a + b) is None)
     """, tiles="0-15")
     assert got == [[f"120 {i + 1} {i == 0}"] for i in range(16)]
+
+
+WRONG_CALLS = {  # a collective taking a root or an op; ARG: the root or op; and a wrong ARG
+    "bcast-root-negative": ("bcast(v, root=ARG)", "0", "-1", "ValueError"),
+    "bcast-root-bool": ("bcast(v, root=ARG)", "0", "True", "TypeError"),
+    "gather-root-out-of-range": ("gather(v, root=ARG)", "2", "4", "ValueError"),
+    "scatter-root-not-int": ("scatter([v * 10 + i for i in range(4)], root=ARG)", "3", "'3'", "TypeError"),
+    "reduce-root": ("reduce(v, 'sum', root=ARG)", "1", "-2", "ValueError"),
+    "reduce-op": ("reduce(v, ARG, root=1)", "'max'", "'MAX'", "ValueError"),
+    "allreduce-op-name": ("allreduce(v, ARG)", "'sum'", "'SUM'", "ValueError"),
+    "allreduce-op-not-callable": ("allreduce(v, ARG)", "'prod'", "5", "ValueError"),
+    "scan-op": ("scan(v, ARG)", "'sum'", "None", "ValueError"),
+    "exscan-op": ("exscan(v, ARG)", "'min'", "'avg'", "ValueError"),
+}
+
+
+def wrong_call_outputs(machine, call, good, bad, wrong_on):
+    """Three calls on tiles 0-3, the first with the wrong root or op on ``wrong_on``."""
+    return outputs(machine, f"""
+        for step in range(3):
+            v = 100 * step + __tileid
+            ARG = {bad} if __tileid in {wrong_on!r} and step == 0 else {good}
+            try:
+                print(step, {call})
+            except Exception as exc:
+                print(step, type(exc).__name__ + ":", exc)
+    """, tiles="0-3")
+
+
+@pytest.mark.parametrize("name", list(WRONG_CALLS))
+def test_a_wrong_root_or_op_on_one_tile_raises_on_every_tile_and_the_next_is_in_step(machine, name):
+    """It was that tile's own error before it joined the collective: the others waited
+    on, took its next call for this one (combining values of different calls), and
+    then found it "already finished"."""
+    call, good, bad, error = WRONG_CALLS[name]
+    got = wrong_call_outputs(machine, call, good, bad, wrong_on=(1,))
+    in_step = wrong_call_outputs(machine, call, good, good, wrong_on=())
+    assert [lines[1:] for lines in got] == [lines[1:] for lines in in_step]
+    own = got[1][0]
+    assert own.startswith(f"0 {error}: ") and " failed on tile " not in own, got
+    why = own.removeprefix(f"0 {error}: ")
+    assert ("root" if "root" in name else "unknown reduction") in why
+    for lines in (got[0], got[2], got[3]):
+        assert lines[0].startswith(f"0 {error}: {call.split('(')[0]}(") and lines[0].endswith(
+            f" failed on tile 1: {why}"), got
+
+
+@pytest.mark.parametrize("name", ["bcast-root-negative", "reduce-op", "scan-op"])
+def test_the_same_wrong_root_or_op_on_every_tile_is_each_tiles_own_error(machine, name):
+    call, good, bad, error = WRONG_CALLS[name]
+    got = wrong_call_outputs(machine, call, good, bad, wrong_on=(0, 1, 2, 3))
+    in_step = wrong_call_outputs(machine, call, good, good, wrong_on=())
+    assert [lines[1:] for lines in got] == [lines[1:] for lines in in_step]
+    assert len({lines[0] for lines in got}) == 1, got
+    assert got[0][0].startswith(f"0 {error}: ") and " failed on tile " not in got[0][0], got
+
+
+def test_a_wrong_root_in_a_collective_the_others_do_not_call_is_a_mismatch(machine):
+    def target(api):
+        return api.bcast(1, root=-1) if api.tileid == 0 else api.gather(1, root=0)
+
+    report = machine.scheduler.start_job([0, 1], target).future.result(20)
+    assert [r.status for r in report.results] == [ERROR, ERROR]
+    assert isinstance(report.results[0].error, ValueError)  # its own
+    assert "collective mismatch" in str(report.results[1].error)

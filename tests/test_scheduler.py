@@ -28,6 +28,7 @@ from ipuos.scheduler import (
     Scheduler,
     TileBusyError,
     TileInterrupt,
+    TileKeyboardInterrupt,
 )
 
 NTILES = 8
@@ -406,6 +407,31 @@ def test_an_overflow_while_waiting_in_recv_fails_the_receiver_not_a_false_deadlo
     assert not any(isinstance(r.error, DeadlockError) for r in report.results)
 
 
+def test_an_overflow_tells_the_receiver_and_every_sender_what_was_lost(sched):
+    """The senders' sync() succeeded, and the receiver's error did not say that messages
+    were lost: a program catching it ran on with a hole in its stream."""
+    def prog(api):
+        if api.tileid == 0:
+            api.send(0, b"x" * 1000)
+        api.sync()
+        if api.tileid:
+            api.send(0, b"y" * 1500)  # 3 x 1.5 KiB into 4 KiB, with 1 KiB already there
+        try:
+            api.sync()
+        except ValueError as exc:
+            return str(exc)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    errors = values(report)
+    assert re.fullmatch(r"tile 0: incoming exchange buffer full \(1008 B of unreceived messages \+ 4536 B "
+                        r"arriving > 4096 B\): 3 messages \(4518 B\) from tiles 1-3 dropped and lost; .*",
+                        errors[0]), errors
+    for error in errors[1:]:
+        assert error.startswith("send() to tile 0: 1 message (1506 B) sent before this exchange point dropped "
+                                "and lost: its incoming exchange buffer was full"), errors
+    assert report.stats.dropped_messages == 4  # (and the one tile 0 never received)
+
+
 def test_messages_a_tile_never_received_count_as_dropped_when_it_ends(sched):
     def prog(api):
         if api.tileid == 0:
@@ -777,8 +803,8 @@ def test_unknown_reduction_is_a_clear_error(sched):
                                   lambda api: api.scan(1, "mean"), lambda api: api.exscan(1, "mean")],
                          ids=["reduce", "allreduce", "scan", "exscan"])
 def test_a_wrong_op_is_every_tiles_own_error_even_once_a_tile_finished(sched, call):
-    """Tile 0 raises first and finishes; the others' calls name their own mistake, not
-    tile 0's end."""
+    """Each tile's call names its own mistake, not another tile's (nor, when one raised
+    at once and finished, that tile's end)."""
     report = run(sched, call, tiles=[0, 1, 2, 3])
     errors = [r.error for r in report.results]
     assert all(isinstance(e, ValueError) and "unknown reduction" in str(e) for e in errors), errors
@@ -1106,6 +1132,83 @@ def test_an_interrupt_swallowed_by_a_bare_except_comes_again(sched):
     # (how many repeats it takes is chance: where each one lands)
     assert job.future.result(60).results[0].status == INTERRUPTED
     assert sched.call_wait(lambda: "the scheduler answers") == "the scheduler answers"
+
+
+def test_ctrl_c_is_a_keyboard_interrupt_each_tile_gets_once_and_may_clean_up_after(sched):
+    """Tile 0 computes (the watchdog stops it), the others wait in sync (stopped there).
+    Its cleanup reaches an exchange point: a second delivery of the same Ctrl-C would
+    land there."""
+    caught = []
+
+    def prog(api):
+        try:
+            while True:
+                if api.tileid == 0:
+                    while True:
+                        pass
+                api.sync()
+        except KeyboardInterrupt as exc:
+            caught.append((api.tileid, type(exc)))
+            api.sync()  # (cleanup that exchanges)
+            raise
+
+    job = sched.start_job([0, 1, 2], prog)
+    time.sleep(0.1)
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 3
+    assert all(str(r.error) == "interrupted (Ctrl-C)" for r in report.results)
+    assert sorted(caught) == [(rank, TileKeyboardInterrupt) for rank in range(3)]
+
+
+def test_a_program_that_swallows_ctrl_c_runs_on_until_kill(sched):
+    caught = [0, 0]
+
+    def prog(api):
+        while True:
+            try:
+                while True:
+                    if api.tileid == 0:
+                        for _ in range(10**5):
+                            pass
+                    api.sync()
+            except KeyboardInterrupt:
+                caught[api.tileid] += 1
+
+    job = sched.start_job([0, 1], prog)
+    for presses in (1, 2):
+        time.sleep(0.1)
+        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+        time.sleep(0.3)
+        assert not job.future.done() and caught == [presses, presses]  # one each per Ctrl-C
+    sched.interrupt_job(job, "killed")  # not a KeyboardInterrupt: it stops
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 2
+    assert not any(isinstance(r.error, KeyboardInterrupt) for r in report.results)
+    assert caught == [2, 2]
+
+
+def test_a_compute_budget_is_no_keyboard_interrupt(sched):
+    def prog(api):
+        try:
+            while True:
+                pass
+        except KeyboardInterrupt:
+            return "caught"
+
+    report = run(sched, prog, tiles=[0], budget=0.1)
+    assert report.results[0].status == ERROR
+
+
+def test_a_tiles_ctrl_c_reaches_the_host_as_no_keyboard_interrupt(sched):
+    """A host thread would take it for its own Ctrl-C."""
+    def ctrl_c(tile, _):
+        raise TileKeyboardInterrupt("interrupted (Ctrl-C)")
+
+    sched.services["test.ctrl_c"] = ctrl_c
+    error = sched.submit(0, "test.ctrl_c", None).exception(5)
+    assert isinstance(error, TileInterrupt) and not isinstance(error, KeyboardInterrupt)
+    assert str(error) == "interrupted (Ctrl-C)"
 
 
 # -- jobs, tiles and the host -------------------------------------------------------------
