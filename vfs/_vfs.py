@@ -697,7 +697,14 @@ def _refuse_open(mount, inner: str, name: str, mode) -> None:
     ENOENT for opening what is not there without creating it."""
     creates = mode.stamps or mode.maybe_creates
     if inner.endswith("/") and creates:
-        error = fs_error(errno.EISDIR, name)  # (what the backends say of it)
+        try:  # (what the backends say of it: EISDIR in a directory, else its parent's error)
+            parent_is_dir = mount.backend.entry(inner.rstrip("/").rpartition("/")[0] or "/").is_dir
+        except OSError as exc:
+            exc.filename = error_name(name)
+            raise
+        if not parent_is_dir:
+            raise fs_error(errno.ENOTDIR, name)
+        error = fs_error(errno.EISDIR, name)
     else:
         try:
             is_dir = mount.backend.entry(inner).is_dir
