@@ -655,6 +655,12 @@ show(os.stat(ROOT + "/d/b.py").st_mtime == os.stat(ROOT + "/copy/b2.py").st_mtim
 attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/a.txt"))
 attempt(lambda: shutil.copyfile(ROOT + "/d/missing", ROOT + "/d/x"))
 attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/sub"))
+for target in ("/missing/", "/d/missing/", "/d/a.txt/", "/d/sub/"):
+    for copier in (shutil.copy, shutil.copyfile):
+        try:
+            show(copier(ROOT + "/d/a.txt", ROOT + target))
+        except OSError as exc:
+            show(type(exc).__name__, str(exc))
 attempt(lambda: shutil.move(ROOT + "/copy/b2.py", ROOT + "/d/sub"))
 attempt(lambda: shutil.move(ROOT + "/copy/a.txt", ROOT + "/d"))
 attempt(lambda: shutil.move(ROOT + "/copy", ROOT + "/moved"))
