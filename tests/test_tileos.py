@@ -661,6 +661,7 @@ for target in ("/missing/", "/d/missing/", "/d/a.txt/", "/d/sub/"):
             show(copier(ROOT + "/d/a.txt", ROOT + target))
         except OSError as exc:
             show(type(exc).__name__, str(exc))
+show(sorted(where for where, dirs, files in os.walk(ROOT + "/d///")))
 attempt(lambda: shutil.move(ROOT + "/copy/b2.py", ROOT + "/d/sub"))
 attempt(lambda: shutil.move(ROOT + "/copy/a.txt", ROOT + "/d"))
 attempt(lambda: shutil.move(ROOT + "/copy", ROOT + "/moved"))

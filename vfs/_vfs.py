@@ -18,6 +18,7 @@ import errno
 import math
 import operator
 import os
+import posixpath
 import time
 from typing import NamedTuple
 
@@ -378,9 +379,8 @@ class Vfs:
         files = [e.name for e in entries if not e.is_dir]
         if topdown:
             yield top, dirs, files
-        for name in dirs:
-            yield from self.walk(top.rstrip("/") + "/" + name if top != "/" else "/" + name,
-                                 topdown, onerror, followlinks)
+        for name in dirs:  # (joined as the host's: "d///" gives "d///e")
+            yield from self.walk(posixpath.join(top, name), topdown, onerror, followlinks)
         if not topdown:
             yield top, dirs, files
 
