@@ -164,6 +164,27 @@ def test_what_a_tiles_os_lacks_says_why(machine):
     ]
 
 
+def test_what_a_tiles_os_path_lacks_says_why(machine):
+    result = run(machine, """
+        import os
+        print(hasattr(os.path, "samestat"), hasattr(os.path, "sameopenfile"))
+        for name in ("samestat", "sameopenfile", "genericpath", "no_such_thing"):
+            try:
+                getattr(os.path, name)
+            except AttributeError as exc:
+                print(exc)
+    """)
+    assert output(result).splitlines() == [
+        "False False",
+        "module 'os.path' has no attribute 'samestat' on a tile: a tile's stat results have no inode "
+        "numbers to compare (os.path.samefile compares paths)",
+        "module 'os.path' has no attribute 'sameopenfile' on a tile: tiles have no file descriptors",
+        "module 'os.path' has no attribute 'genericpath' on a tile: a tile's os.path has only what "
+        "applies to its files (see help(os.path))",
+        "module 'os.path' has no attribute 'no_such_thing'",
+    ]
+
+
 def test_errors_are_oserrors_with_filenames(machine):
     result = run(machine, """
         import os
