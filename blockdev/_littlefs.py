@@ -1527,20 +1527,24 @@ def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) 
 
     If the device fails on the way, a file that could not be committed, or not opened
     again, is lost (EIO saying so from then on): littlefs has let go of its handle, and
-    handing that handle back to littlefs would abort the process."""
+    handing that handle back to littlefs would abort the process. A commit that runs out
+    of space instead leaves the file to the remount that follows (see
+    ``Filesystem._remount_after_nospc``), as ``_reopen_in_place`` does: it is opened again
+    at its position with its pending writes, or lost saying the disk was full."""
     closed = []
     base = new_base = src.rstrip("/")
     try:
         for file in files:
-            position = lfs.file_tell(handle, file._handle)
+            position = file._resume_at = lfs.file_tell(handle, file._handle)
+            closing, file._handle = file._handle, None  # littlefs unlinks it whether or not the commit works
             try:
-                lfs.file_close(handle, file._handle)  # commits it
-            except BaseException:
-                _lose(file, f"the device failed while it was being renamed to {dst!r}; writes to "
-                      "it since it was last synced may be lost; open it again")
+                lfs.file_close(handle, closing)  # commits it
+            except BaseException as exc:
+                if not _out_of_space(file._fs, exc):
+                    _lose(file, f"the device failed while it was being renamed to {dst!r}; writes to "
+                          "it since it was last synced may be lost; open it again")
                 raise
-            finally:
-                file._handle = None  # littlefs unlinks it whether or not the commit worked
+            file._resume_at = None
             closed.append((file, position))
         _rename(handle, src, dst, dst_inside_src)
         new_base = dst.rstrip("/")
@@ -1560,6 +1564,13 @@ def _rename_open(handle, src: str, dst: str, dst_inside_src: bool, files: list) 
                 error = exc
         if error is not None:
             raise error
+
+
+def _out_of_space(fs: Filesystem, exc: BaseException) -> bool:
+    """Whether ``exc``, raised by littlefs, is a commit that found no room (which the
+    remount after ENOSPC recovers from) rather than a device failure."""
+    return (isinstance(exc, LittleFSError) and exc.code in _COMMIT_FAILURES
+            and fs._callbacks.fault is None)
 
 
 def _lose(file: "File", why: str) -> None:

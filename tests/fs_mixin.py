@@ -357,6 +357,7 @@ class FilesystemTests:
             (lambda: fs.open("/dir"), errno.EISDIR),
             (lambda: fs.open("/dir", "w"), errno.EISDIR),
             (lambda: fs.open("/file/x", "w"), errno.ENOTDIR),
+            (lambda: fs.open("/file/x/", "w"), errno.ENOTDIR),  # (in a directory, EISDIR)
             (lambda: fs.mkdir("/file/x"), errno.ENOTDIR),
             (lambda: fs.mkdir("/file"), errno.EEXIST),
             (lambda: fs.open("/file", "x"), errno.EEXIST),

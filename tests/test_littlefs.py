@@ -823,6 +823,29 @@ def test_a_file_whose_pending_writes_no_longer_fit_is_lost_and_says_why():
         assert f.read() == b"a" * 512 * 9
 
 
+def test_a_rename_that_runs_out_of_space_says_so_of_the_open_file_it_lost():
+    # a rename commits the files open under the source first; that commit ran out of
+    # space, and the file lost with it must say so, not that the device failed
+    fs = formatted(MemoryDevice.new(512, 32))
+    with fs.open("/f", "w") as f:
+        f.write(b"." * 9000)
+    handle = fs.open("/f", "r+")
+    handle.write(b"X")  # rewriting the start copies the whole file: no room for that
+    with pytest.raises(OSError) as info:
+        fs.rename("/f", "/g")
+    assert info.value.errno == errno.ENOSPC
+    with pytest.raises(OSError) as info:
+        handle.write(b"Y")
+    assert info.value.errno == errno.EIO
+    assert "ran out of space during rename of '/f'" in str(info.value)
+    assert "device failed" not in str(info.value)
+    with pytest.raises(OSError):
+        handle.close()  # (it was written to: closing says the writes are lost)
+    assert fs.listdir("/") == ["f"]
+    with fs.open("/f") as f:
+        assert f.read() == b"." * 9000
+
+
 def enospc_exercise(seed: int, steps: int = 250) -> str:
     """A seeded run of opens, writes (some after a seek), reads, truncates, syncs and
     closes on a disk small enough to fill again and again, checked against a model of

@@ -297,11 +297,12 @@ def test_mv_between_tile_0s_tree_and_tiles_0_renames_in_place(machine):
     assert done.stdout == "/:\nchip/\nmv-big3\nmv-dir2/\ntiles/\n\n/mv-dir2:\nf\n"
     assert shell(machine, "stat /mv-big3").stdout.split("Modified:")[1].splitlines()[0] == before
     # errors name the paths as given; a path under a mount of tile 0's tree, which
-    # /tiles/0 does not show, is not respelled into it
+    # /tiles/0 does not show, is not respelled into it (and, its directory not being
+    # there, the rename fails as Linux's: ENOENT, before any EXDEV and copying)
     done = shell(machine, "mv /nope /tiles/0/z")
     assert (done.returncode, done.stderr) == (1, "mv: /nope -> /tiles/0/z: No such file or directory\n")
     done = shell(machine, "mount --ram 8K /mv-dir2; mv /mv-big3 /tiles/0/mv-dir2/x")
-    assert (done.returncode, done.stderr) == (1, "mv: /tiles/0/mv-dir2/x: No such file or directory\n")
+    assert (done.returncode, done.stderr) == (1, "mv: /mv-big3 -> /tiles/0/mv-dir2/x: No such file or directory\n")
     assert shell(machine, "ls /mv-dir2").stdout == ""
 
 

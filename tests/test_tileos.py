@@ -164,6 +164,27 @@ def test_what_a_tiles_os_lacks_says_why(machine):
     ]
 
 
+def test_what_a_tiles_os_path_lacks_says_why(machine):
+    result = run(machine, """
+        import os
+        print(hasattr(os.path, "samestat"), hasattr(os.path, "sameopenfile"))
+        for name in ("samestat", "sameopenfile", "genericpath", "no_such_thing"):
+            try:
+                getattr(os.path, name)
+            except AttributeError as exc:
+                print(exc)
+    """)
+    assert output(result).splitlines() == [
+        "False False",
+        "module 'os.path' has no attribute 'samestat' on a tile: a tile's stat results have no inode "
+        "numbers to compare (os.path.samefile compares paths)",
+        "module 'os.path' has no attribute 'sameopenfile' on a tile: tiles have no file descriptors",
+        "module 'os.path' has no attribute 'genericpath' on a tile: a tile's os.path has only what "
+        "applies to its files (see help(os.path))",
+        "module 'os.path' has no attribute 'no_such_thing'",
+    ]
+
+
 def test_errors_are_oserrors_with_filenames(machine):
     result = run(machine, """
         import os
@@ -655,6 +676,13 @@ show(os.stat(ROOT + "/d/b.py").st_mtime == os.stat(ROOT + "/copy/b2.py").st_mtim
 attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/a.txt"))
 attempt(lambda: shutil.copyfile(ROOT + "/d/missing", ROOT + "/d/x"))
 attempt(lambda: shutil.copyfile(ROOT + "/d/a.txt", ROOT + "/d/sub"))
+for target in ("/missing/", "/d/missing/", "/d/a.txt/", "/d/sub/"):
+    for copier in (shutil.copy, shutil.copyfile):
+        try:
+            show(copier(ROOT + "/d/a.txt", ROOT + target))
+        except OSError as exc:
+            show(type(exc).__name__, str(exc))
+show(sorted(where for where, dirs, files in os.walk(ROOT + "/d///")))
 attempt(lambda: shutil.move(ROOT + "/copy/b2.py", ROOT + "/d/sub"))
 attempt(lambda: shutil.move(ROOT + "/copy/a.txt", ROOT + "/d"))
 attempt(lambda: shutil.move(ROOT + "/copy", ROOT + "/moved"))

@@ -375,7 +375,7 @@ def test_a_read_only_mount_refuses_an_open_as_a_writable_one_fails_or_with_erofs
         return "opened"
 
     for name in ("", "/", "/.", "/..", "/d", "/d/", "/d/.", "/f", "/f/", "/f/.", "/new", "/new/", "/new/.",
-                 "/new/x", "/f/x"):
+                 "/new/x", "/f/x", "/f/x/", "/f/x/y/", "/new/x/"):
         for mode in ("r", "r+", "w", "w+", "a", "a+", "x", "x+"):
             writable = outcome(mounted(False), "/m" + name, mode)
             expected = "EROFS" if writable == "opened" and mode != "r" else writable

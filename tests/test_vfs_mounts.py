@@ -352,6 +352,71 @@ def test_opening_a_directory_fails_as_on_the_host(place, tmp_path):
     assert place.run(body) == expected
 
 
+def test_creating_through_a_trailing_slash_fails_as_on_the_host(place, tmp_path):
+    # a trailing slash asks for a directory: in a directory that is EISDIR, but a file
+    # earlier in the path is ENOTDIR and a missing directory ENOENT, as the walk finds them
+    names = ("f/", "f/x/", "f/x/y/", "f/x", "d/x/", "d/", "missing/x/", "d/missing/x/")
+    modes = ("r", "r+", "w", "w+", "a", "x")
+
+    def outcomes(opener, top):
+        seen = {}
+        for name in names:
+            for mode in modes:
+                try:
+                    opener(f"{top}/{name}", mode).close()
+                except OSError as exc:
+                    seen[name, mode] = errno.errorcode[exc.errno]
+                else:
+                    seen[name, mode] = "opened"
+        return seen
+
+    def make(fs, opener, top):
+        fs.mkdir(f"{top}/d")
+        opener(f"{top}/f", "w").close()
+
+    make(os, open, str(tmp_path))
+    expected = outcomes(open, str(tmp_path))
+
+    def body(vfs, path):
+        make(vfs, vfs.open, place.top)
+        return outcomes(vfs.open, place.top)
+
+    assert place.run(body) == expected
+
+
+def test_rename_looks_at_both_parents_before_a_last_dot(place, tmp_path):
+    # Linux resolves the source's parent, then the destination's, and only then refuses
+    # a last name "." or ".." (EBUSY)
+    cases = [("missing/x", "d/."), ("f/x", "d/."), ("missing/x", "f/y/.."), ("f/x/y", "missing/a/.."),
+             ("d/.", "missing/x"), ("d/..", "f/x"), ("f", "d/."), ("d/.", "e"), ("f", "d/.."),
+             ("missing/x", "missing/y"), ("f/x", "missing/y"), ("missing/x", "f/y"), ("d/e/..", "g")]
+
+    def outcomes(fs, top):
+        seen = []
+        for src, dst in cases:
+            try:
+                fs.rename(f"{top}/{src}", f"{top}/{dst}")
+            except OSError as exc:
+                seen.append((src, dst, errno.errorcode[exc.errno]))
+            else:
+                seen.append((src, dst, "moved"))
+        return seen
+
+    def make(fs, opener, top):
+        fs.mkdir(f"{top}/d")
+        fs.mkdir(f"{top}/d/e")
+        opener(f"{top}/f", "w").close()
+
+    make(os, open, str(tmp_path))
+    expected = outcomes(os, str(tmp_path))
+
+    def body(vfs, path):
+        make(vfs, vfs.open, place.top)
+        return outcomes(vfs, place.top)
+
+    assert place.run(body) == expected
+
+
 def test_tiles_view_hides_what_a_tile_mounts_or_unmounts_after_it_looked():
     # /tiles/N is tile N's own disk: what tile N mounts later must vanish from it, and
     # what it unmounts come back, though tile 0 learnt its mount points before

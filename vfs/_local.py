@@ -380,8 +380,10 @@ class LittlefsBackend(Backend):
             try:
                 file = fs.open(path, mode.backend)
             except NotADirectoryError:
-                if path.endswith("/") and (mode.stamps or mode.maybe_creates):
-                    # creating through a trailing slash: Linux answers EISDIR
+                # creating through a trailing slash in a directory: Linux answers EISDIR
+                # (littlefs ENOTDIR); under a file, ENOTDIR is right
+                if (path.endswith("/") and (mode.stamps or mode.maybe_creates)
+                        and fs.stat(_parent(path)).is_dir):
                     raise fs_error(errno.EISDIR, path) from None
                 raise
         finally:

@@ -66,6 +66,24 @@ def _module_getattr(name: str):
     raise AttributeError(f"module 'os' has no attribute {name!r} on a tile: {why}")
 
 
+#: what the host's ``os.path`` has that a tile's lacks, and why
+_PATH_LACKS = {
+    "samestat": "a tile's stat results have no inode numbers to compare (os.path.samefile compares paths)",
+    "sameopenfile": "tiles have no file descriptors",
+}
+
+
+def _path_module_getattr(name: str):
+    """The tile ``os.path``'s ``__getattr__``: a name it lacks says why, as ``os``'s do."""
+    if name in _PATH_LACKS:
+        why = _PATH_LACKS[name]
+    elif hasattr(posixpath, name) and not name.startswith("_"):
+        why = "a tile's os.path has only what applies to its files (see help(os.path))"
+    else:
+        raise AttributeError(f"module 'os.path' has no attribute {name!r}")
+    raise AttributeError(f"module 'os.path' has no attribute {name!r} on a tile: {why}")
+
+
 class _Environ(dict):
     """``os.environ`` of a program: str to str, as the host's refuses anything else
     (a dict subclass, so that ``dict(os.environ)`` and printing it work as expected)."""
@@ -229,5 +247,6 @@ def _make_path_module(vfs) -> types.ModuleType:
         expandvars=unchanged,
         defpath="/lib",
         devnull="/dev/null",
+        __getattr__=_path_module_getattr,
     )
     return module

@@ -63,8 +63,15 @@ def make_shutil_module(os, open) -> types.ModuleType:
         """Copy the bytes of file ``src`` to file ``dst`` (made or replaced); returns ``dst``."""
         if _same(src, dst):
             raise SameFileError(f"{os.fspath(src)!r} and {os.fspath(dst)!r} are the same file")
-        with open(src, "rb") as fsrc, open(dst, "wb") as fdst:
-            copyfileobj(fsrc, fdst)
+        with open(src, "rb") as fsrc:
+            try:
+                with open(dst, "wb") as fdst:
+                    copyfileobj(fsrc, fdst)
+            except IsADirectoryError as exc:
+                # as the host's (bpo-43219): "missing/" is a directory that is not there
+                if not os.path.exists(dst):
+                    raise FileNotFoundError(f"Directory does not exist: {dst}") from exc
+                raise
         return dst
 
     def copystat(src, dst, *, follow_symlinks=True) -> None:

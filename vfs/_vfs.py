@@ -18,6 +18,7 @@ import errno
 import math
 import operator
 import os
+import posixpath
 import time
 from typing import NamedTuple
 
@@ -378,9 +379,8 @@ class Vfs:
         files = [e.name for e in entries if not e.is_dir]
         if topdown:
             yield top, dirs, files
-        for name in dirs:
-            yield from self.walk(top.rstrip("/") + "/" + name if top != "/" else "/" + name,
-                                 topdown, onerror, followlinks)
+        for name in dirs:  # (joined as the host's: "d///" gives "d///e")
+            yield from self.walk(posixpath.join(top, name), topdown, onerror, followlinks)
         if not topdown:
             yield top, dirs, files
 
@@ -455,20 +455,27 @@ class Vfs:
         """
         if src_dir_fd is not None or dst_dir_fd is not None:
             raise no_file_descriptors("rename", "src_dir_fd" if src_dir_fd is not None else "dst_dir_fd")
-        src_path, src_mount, src_inner = self._resolve(src)
-        dst_path, dst_mount, dst_inner = self._resolve(dst)
-        for given in (src, dst):
-            if _last_name(given) in (".", ".."):
-                self.stat(given)  # (a missing or non-directory parent says so first)
-                raise fs_error(errno.EBUSY, src, "cannot rename '.' or '..': name the directory itself", dst)
-        if (self._mounts.mounted_below(src_path) or src_path == "/"
-                or self._mounts.get(dst_path) is not None):
-            raise fs_error(errno.EBUSY, src, "a filesystem is mounted here", dst)
-        if src_mount is not dst_mount:
-            raise fs_error(errno.EXDEV, src, "cannot move between filesystems", dst)
-        if src_mount.readonly:
-            self._refuse_write(src_mount, src_inner, src)
         try:
+            src_path, src_mount, src_inner = self._resolve(src)
+            try:
+                dst_path, dst_mount, dst_inner = self._resolve(dst)
+            except OSError:
+                self._check_rename_parent(src)  # (said first, as the kernel walks it first)
+                raise
+            refusal = None
+            if _last_name(src) in (".", "..") or _last_name(dst) in (".", ".."):
+                refusal = fs_error(errno.EBUSY, src, "cannot rename '.' or '..': name the directory itself", dst)
+            elif (self._mounts.mounted_below(src_path) or src_path == "/"
+                    or self._mounts.get(dst_path) is not None):
+                refusal = fs_error(errno.EBUSY, src, "a filesystem is mounted here", dst)
+            elif src_mount is not dst_mount:
+                refusal = fs_error(errno.EXDEV, src, "cannot move between filesystems", dst)
+            if refusal is not None:
+                self._check_rename_parent(src)
+                self._check_rename_parent(dst)
+                raise refusal
+            if src_mount.readonly:
+                self._refuse_write(src_mount, src_inner, src)
             src_mount.backend.rename(src_inner, dst_inner)
         except OSError as exc:
             exc.filename, exc.filename2 = error_name(src), error_name(dst)
@@ -484,6 +491,21 @@ class Vfs:
             self._cwd = dst_path + self._cwd[len(src_path):]
 
     replace = rename
+
+    def _check_rename_parent(self, path) -> None:
+        """ENOENT or ENOTDIR if the directory ``path`` (one side of a rename) is in is
+        missing or a file. Linux looks up the source's parent, then the target's, before
+        anything else about a rename (a last name ``.`` or ``..``, mounts, filesystems),
+        and the VFS refuses some renames itself: so those look first. With a last ``.``
+        or ``..`` it is the directory the path names that must be there."""
+        given = error_name(path)
+        if _last_name(given) in (".", ".."):
+            self.entry(given)
+            return
+        parent = given.rstrip("/").rpartition("/")[0]
+        if parent:  # ("": the root, or the current directory, which the kernel holds)
+            if not self.entry(parent).is_dir:
+                raise fs_error(errno.ENOTDIR, path)
 
     def truncate(self, path, length: int) -> None:
         length = checked_size(length, path)
@@ -697,7 +719,14 @@ def _refuse_open(mount, inner: str, name: str, mode) -> None:
     ENOENT for opening what is not there without creating it."""
     creates = mode.stamps or mode.maybe_creates
     if inner.endswith("/") and creates:
-        error = fs_error(errno.EISDIR, name)  # (what the backends say of it)
+        try:  # (what the backends say of it: EISDIR in a directory, else its parent's error)
+            parent_is_dir = mount.backend.entry(inner.rstrip("/").rpartition("/")[0] or "/").is_dir
+        except OSError as exc:
+            exc.filename = error_name(name)
+            raise
+        if not parent_is_dir:
+            raise fs_error(errno.ENOTDIR, name)
+        error = fs_error(errno.EISDIR, name)
     else:
         try:
             is_dir = mount.backend.entry(inner).is_dir
