@@ -35,6 +35,7 @@ from ._commands import Arg, Call, CommandError, Reply, busy_why, command
 from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
 from ._runresult import process_status
+from ._runtime import ReplBlock
 from ._tilespec import format_tiles
 from .shell import ShellServer
 
@@ -59,7 +60,9 @@ class _Launched:
     def report(self, max_groups):
         result = self.handle.wait(0)  # the shell has waited for the job on tile 0 already
         per_tile = [(tile.tile, tile.output, tile.error) for tile in result.tiles]
-        return result.format(max_groups), result.exit_status, per_tile
+        # (a repl block's exit() ends the repl, which says on which tiles, with which status)
+        repl_block = isinstance(self.handle.program, ReplBlock)
+        return result.format(max_groups, exit_codes=not repl_block), result.exit_status, per_tile
 
     def exits(self) -> list[tuple[int, int]]:
         ranks = getattr(self.handle.program, "exited", ())
@@ -77,8 +80,8 @@ class _Repl:
         self._shell_host = shell_host
         self._client_pid = client_pid
 
-    def launch(self, source: str, *, echo: bool = True) -> _Launched:
-        handle = self.repl.launch(source, echo=echo)
+    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None) -> _Launched:
+        handle = self.repl.launch(source, echo=echo, cwd=cwd)
         self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
         return _Launched(handle)
 

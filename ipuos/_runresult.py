@@ -81,16 +81,18 @@ class RunResult:
     def by_rank(self, rank: int) -> TileRun:
         return self.tiles[rank]
 
-    def grouped(self) -> list[OutputGroup]:
+    def grouped(self, exit_codes: bool = True) -> list[OutputGroup]:
         """Identical tile texts grouped, most frequent first, with tile ranges (the
         failed tiles' apart from the others', marked ``failed``). A tile that exited with
         a non-zero code and no error (``exit(3)``) has its code in its group's header:
-        nothing else would show that it failed, or why the run's status is not 0."""
+        nothing else would show that it failed, or why the run's status is not 0
+        (``exit_codes=False``: the caller says so itself, as a repl that ``exit()``
+        ends does)."""
         notes = {t.tile: f"exit code {t.exit_code}" for t in self.tiles
-                 if t.status == OK and t.exit_code and not t.error}
+                 if exit_codes and t.status == OK and t.exit_code and not t.error}
         return group_texts({t.tile: t.text for t in self.tiles}, {t.tile for t in self.tiles if not t.ok}, notes)
 
-    def format(self, max_groups: int | None = 20) -> str:
+    def format(self, max_groups: int | None = 20, exit_codes: bool = True) -> str:
         """The grouped output as ``ipuos run`` prints it (at most ``max_groups`` groups,
-        failed tiles' first to be kept; None: all)."""
-        return format_groups(self.grouped(), max_groups)
+        failed tiles' first to be kept; None: all; ``exit_codes``: see :meth:`grouped`)."""
+        return format_groups(self.grouped(exit_codes), max_groups)
