@@ -114,17 +114,18 @@ class Repl:
         self._finalizer.atexit = False
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
-               start_timeout: float | None = None) -> RunHandle:
+               start_timeout: float | None = None, cwd: str | None = None) -> RunHandle:
         """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
         busy with another job, TimeoutError as :meth:`Machine.launch`. ``echo``: show
         the value of each expression statement, as at Python's prompt (``python -c``
-        does not)."""
+        does not). ``cwd``: the block starts there on every tile (the shell's ``python``
+        starts where the shell is), not where the last block left off."""
         if not self._finalizer.alive:  # (ended before: this block starts the session afresh)
             self._watch_abandonment()
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
         body = compile_block(source, filename, echo=echo)
-        block = ReplBlock(self.state, body, filename, source.splitlines())
+        block = ReplBlock(self.state, body, filename, source.splitlines(), cwd)
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
                                                budget=budget, timeout=start_timeout)
@@ -480,6 +481,7 @@ class Machine:
         )
         ctx.extras["__names__"] = {"open": session.open}
         ctx.extras["__resume__"] = session.resume  # (a repl's later blocks)
+        ctx.extras["__chdir__"] = session.chdir  # (a repl's block that starts where its caller is)
         ctx.extras["__suspend__"] = session.suspend
         ctx.extras["__modules__"] = dict.fromkeys(session.MODULES, session.provide)
         ctx.extras["__find_module__"] = session.find_module

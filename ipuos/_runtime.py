@@ -1429,11 +1429,14 @@ class ReplBlock:
     ``exit_codes`` have the shape ``RunHandle`` reads.
     """
 
-    def __init__(self, state: ReplState, body, filename: str = "<in>", lines: list[str] | None = None):
+    def __init__(self, state: ReplState, body, filename: str = "<in>", lines: list[str] | None = None,
+                 cwd: str | None = None):
         self.state = state
         self.body = body
         self.filename = filename
         self.lines = lines or []
+        #: where the block starts (its tile's path), if not where the last one left off
+        self.cwd = cwd
         self.mangled = mangled_tile_names(body)
         self.outputs: dict[int, str] = {}
         self.errors: dict[int, BaseException] = {}
@@ -1468,6 +1471,11 @@ class ReplBlock:
             _resume_session(namespace, ctx, api, output)
         api.tile.program_globals = _ProgramGlobals(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
+        if self.cwd is not None and "__chdir__" in ctx.extras:
+            try:
+                ctx.extras["__chdir__"](self.cwd)
+            except OSError:
+                pass  # (gone since the caller stood there: the block starts where it was)
         if self.mangled:
             bind_mangled(self.mangled, namespace, ctx.builtins)
         code = 0

@@ -111,6 +111,8 @@ def _run_arguments(args: list[str], settings: dict) -> list[str] | None:
 
 @command("python", "python [-c CODE]",
          "Python on tile 0 with the tile's namespace, kept for the session (Ctrl-D leaves)",
+         notes="It starts in the shell's current directory; the names it defines are kept\n"
+               "until the shell exits (where os.chdir took it is not).",
          paths=False)
 def _python(sh, args):
     opts, rest = options(args, "c:")
@@ -119,8 +121,11 @@ def _python(sh, args):
     session = sh.session
     if session.python is None:
         session.python = sh.host.open_repl("0", None, session.client_pid)
+    # Python starts where the shell is, as a program the shell starts would (its names
+    # are kept; where it went with os.chdir is not, as a new process's would not be)
     if "-c" in opts:  # (one block, in the shell: exit() ends the block, not the shell)
-        return run_block(sh, session.python, opts["-c"], grouped=False, echo=False)[0]  # as python -c
+        return run_block(sh, session.python, opts["-c"], grouped=False, echo=False, cwd=session.cwd)[0]
+    session.python_starts_in = session.cwd
     session.mode = PYTHON
     if session.width:  # a terminal: say where we are (scripts get only their output)
         sh.print("Python on tile 0: its files through open and import os; names are kept until the "
@@ -193,12 +198,13 @@ def multirepl_options(args: list[str], sources: dict | None = None) -> tuple[dic
     return options(args, "", ("tiles=", "data="), sources)
 
 
-def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True) -> tuple[int, list[tuple[int, int]]]:
+def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
+              cwd: str | None = None) -> tuple[int, list[tuple[int, int]]]:
     """Run one block in a repl and print what the tiles printed; (its status, the (tile,
     status) of each tile on which it called ``exit()``). ``echo``: show a trailing
-    expression's value."""
+    expression's value; ``cwd``: start the block there."""
     try:
-        launched = repl.launch(source, echo=echo)
+        launched = repl.launch(source, echo=echo, cwd=cwd)
     except SyntaxError as exc:
         sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
         return 1, []
@@ -225,7 +231,8 @@ def repl_line(sh, source: str, eof: bool) -> int:
     if not source.strip():
         return session.status
     if session.mode == PYTHON:
-        status, exits = run_block(sh, session.python, source, grouped=False)
+        cwd, session.python_starts_in = session.python_starts_in, None  # (the first block only)
+        status, exits = run_block(sh, session.python, source, grouped=False, cwd=cwd)
     else:
         status, exits = run_block(sh, session.repl, source, grouped=True)
     if exits:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does

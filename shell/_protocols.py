@@ -45,9 +45,10 @@ class ReplHandle(Protocol):
     tiles: str
     ntiles: int
 
-    def launch(self, source: str, *, echo: bool = True) -> Launched:
+    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None) -> Launched:
         """Start one block on every tile (SyntaxError before anything runs); ``echo``:
-        print a trailing expression's value, as Python's interactive prompt does."""
+        print a trailing expression's value, as Python's interactive prompt does;
+        ``cwd``: start it in that directory, not where the last block left off."""
 
     def namespace(self) -> dict:
         """The first tile's names, between blocks (for completion; read only)."""

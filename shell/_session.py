@@ -70,6 +70,9 @@ class Session:
         self.mode = SHELL
         #: tile 0's Python (kept for the whole session) and the current multirepl
         self.python = None
+        #: where the next block typed at Python starts (the shell's directory when it was
+        #: entered; None: where the last block left off)
+        self.python_starts_in: str | None = None
         self.repl = None
         #: the command running now: its sequence number, and the job it waits for
         self.busy = False

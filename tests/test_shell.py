@@ -849,6 +849,23 @@ def test_a_repl_that_fails_to_start_in_a_script_ends_it_there(shared_machine, st
     assert (done.returncode, done.stdout) == (0, "ran\n")
 
 
+def test_python_starts_in_the_shells_current_directory(shared_machine):
+    """As a program the shell starts would: where python's os.chdir went is its own, and
+    the shell stays; the next python starts where the shell is again (names are kept)."""
+    done = shell(shared_machine, "mkdir -p /chip/pywd/sub; cd /chip/pywd; python -c 'import os; print(os.getcwd())'; "
+                 "cd sub; python -c 'print(os.getcwd()); os.chdir(\"/\"); print(os.getcwd())'; pwd; "
+                 "python -c 'print(os.getcwd(), open(\"here\", \"w\").write(\"x\"))'; ls /chip/pywd/sub")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "/chip/pywd\n/chip/pywd/sub\n/\n/chip/pywd/sub\n/chip/pywd/sub 1\nhere\n"
+    # typed blocks: the first starts where the shell is, the next where the last left off
+    done = shell(shared_machine, stdin="cd /chip/pywd\npython\nimport os\nos.getcwd()\nos.chdir('sub')\n"
+                 "os.getcwd()\n")
+    assert (done.returncode, done.stdout) == (0, "'/chip/pywd'\n'/chip/pywd/sub'\n"), done.stderr
+    # a shell directory gone since: python starts where it was
+    done = shell(shared_machine, "cd /chip/pywd/sub; rm -r /chip/pywd; python -c 'print(1)'")
+    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+
+
 def test_python_mode_from_a_pipe(shared_machine):
     done = shell(shared_machine, stdin="python\nfor i in range(3):\n    print(i * i)\n\ntotal = 5\n"
                  "total + 1\n")

@@ -135,6 +135,10 @@ class TileSession:
         else:
             self._warn(message)
 
+    def chdir(self, path: str) -> None:
+        """Make ``path`` the program's current directory, as its ``os.chdir`` does."""
+        self.vfs.chdir(path)
+
     def check(self, what: str) -> None:
         """Refuse ``what`` (``"open()"``, ``"listdir()"``) once the program has ended, or
         a repl's block (until its next), and anywhere but on the tile's own greenlet
