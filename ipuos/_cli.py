@@ -608,22 +608,25 @@ class _RunProgress:
     def _not_started(self, paths: MachinePaths) -> None:
         name = paths.name
         # a tile computing in Python holds the scheduler only, and ps and kill help; one
-        # inside a call into C holds the whole daemon, which then answers nothing
+        # inside a call into C holds the whole daemon, which then answers nothing, not
+        # even that it has started this job: that call may be this job's own
         try:
             hello(paths, wait=PROBE_SECONDS)
-            why = ("a tile is computing without reaching an exchange point, and the machine takes "
-                   f"new work only between supersteps ({hint('ps', name)} shows jobs, "
-                   f"{hint('kill JOB', name)} stops one)")
+            note = ("has not started the job yet: a tile is computing without reaching an exchange "
+                    "point, and the machine takes new work only between supersteps "
+                    f"({hint('ps', name)} shows jobs, {hint('kill JOB', name)} stops one)")
         except MachineNotRunning:
             return  # (it has gone: the run call says so)
         except DaemonError as exc:
             if exc.code not in ("timeout", "connect"):
                 return
-            why = (f"the daemon (pid {lock_holder(paths.lock)}) does not answer at all: "
-                   f"{stuck_daemon(name)} (Ctrl-C twice stops waiting)")
+            note = (f"does not answer at all (daemon pid {lock_holder(paths.lock)}), so it cannot say "
+                    "whether this job has started: "
+                    f"{stuck_daemon(name, ', perhaps this very job (it may have started and gone into one)')}"
+                    " (Ctrl-C twice stops waiting)")
         if self.job is None:  # (not started while we asked)
             self.clear()
-            click.echo(f"ipuos: machine {name!r} has not started the job yet: {why}", err=True)
+            click.echo(f"ipuos: machine {name!r} {note}", err=True)
 
     def event(self, event: dict) -> None:
         if event.get("event") == "started":

@@ -41,9 +41,11 @@ STUCK_IN_C = ("a tile is most likely inside one long call into C code (a regular
               "backtracks without end, say), which holds the whole daemon and cannot be interrupted")
 
 
-def stuck_daemon(name: str) -> str:
-    """Why machine ``name`` answers nothing at all, and the ways out of it."""
-    return f"{STUCK_IN_C}; it answers again once that call returns, or {hint('halt --force', name)} ends it"
+def stuck_daemon(name: str, whose: str = "") -> str:
+    """Why machine ``name`` answers nothing at all, and the ways out of it; ``whose``, put
+    after the cause, may say which program that call may be."""
+    return (f"{STUCK_IN_C}{whose}; it answers again once that call returns, or {hint('halt --force', name)} "
+            "ends it")
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
