@@ -56,7 +56,7 @@ from typing import Callable
 import numpy as np
 
 from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
-from ._backup_freeze import Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
+from ._backup_freeze import FilesOpen, Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._plural import plural
 from ._presets import PRESETS, ipus_in_range
@@ -81,6 +81,15 @@ Progress = Callable[[str, int, "int | None"], None]
 
 class BackupError(Exception):
     """A backup or restore that cannot be done; the message is for the user."""
+
+
+class TilesInUse(BackupError):
+    """A restore refused because tiles are in use; ``files_open_on``: the tiles refused
+    because files are open on them (the caller may know who holds them)."""
+
+    def __init__(self, message: str, files_open_on: list[int]):
+        super().__init__(message)
+        self.files_open_on = files_open_on
 
 
 class Cancelled(BackupError):
@@ -396,7 +405,8 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     except FreezeCancelled as exc:
         raise Cancelled(f"restore cancelled{_why(exc)}; nothing was restored") from None
     except FreezeRefused as exc:
-        raise BackupError(f"cannot restore while tiles are in use: {exc}; nothing was restored") from None
+        raise TilesInUse(f"cannot restore while tiles are in use: {exc}; nothing was restored",
+                         [tile for tile, why in exc.reasons.items() if isinstance(why, FilesOpen)]) from None
     try:
         if progress is not None:
             progress("restoring", 0, total)

@@ -33,7 +33,7 @@ from ._tilespec import format_tiles
 from .blockdev import MemoryDevice
 from .vfs import LittlefsBackend
 
-__all__ = ["SERVICE", "Freeze", "FreezeRefused", "FreezeCancelled", "prepare_backup", "prepare_restore"]
+__all__ = ["SERVICE", "Freeze", "FreezeRefused", "FilesOpen", "FreezeCancelled", "prepare_backup", "prepare_restore"]
 
 SERVICE = "backup.freeze"
 
@@ -50,6 +50,11 @@ class FreezeRefused(Exception):
                  for why, tiles in by_reason.items()]
         more = len(shown) - 5
         super().__init__("; ".join(shown[:5]) + (f"; and {plural(more, 'more reason')}" if more > 0 else ""))
+
+
+class FilesOpen(str):
+    """A refusal because files are open on the tile: whoever holds them (a program on the
+    tile, the host mount) can be named by the caller, which knows the mounts."""
 
 
 class FreezeCancelled(Exception):
@@ -282,7 +287,7 @@ def prepare_restore(tile, storage) -> str | None:
     mounts = _littlefs_mounts(tile, storage)
     open_files = sum(backend.open_files for _, _, backend in mounts)
     if open_files:
-        return f"{plural(open_files, 'file is', 'files are')} open on it"
+        return FilesOpen(f"{plural(open_files, 'file is', 'files are')} open on it")
     for _, _, backend in mounts:
         try:
             _write_back(backend)

@@ -47,11 +47,13 @@ from ._rundir import (
     machine_paths,
     private_dir,
     running_names,
+    starting,
+    wait_started,
 )
 from ._runjson import run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spelling import program_option_slip
-from ._spawn import BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
+from ._spawn import BOOT_SECONDS, BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._terminate import Terminated, die_of
 from ._tilespec import TileSpecError, parse_tiles
 from ._views import format_ps, format_status, ps_json
@@ -334,6 +336,7 @@ def halt(name, if_saved, backup, force) -> None:
         raise click.UsageError("--force cannot be combined with --if-saved or --backup: a daemon "
                                "that must be killed can neither back up nor say what is unsaved")
     paths = _paths(name)
+    _wait_for_start(paths, force)
     if force:
         pid = lock_holder(paths.lock)
         if pid is None:
@@ -394,6 +397,21 @@ def halt(name, if_saved, backup, force) -> None:
     click.echo(f"halted machine {name!r}{saved}{note}")
     if reply.get("backup"):
         _cli_backup.echo_backup_notes(reply["backup"])
+
+
+def _wait_for_start(paths: MachinePaths, force: bool) -> None:
+    """A machine that is starting (``ipuos run ... &`` just spawned it) is halted, not
+    reported as not running: wait until it serves, then it is asked like any other; or,
+    for ``--force``, only until its daemon holds the lock (so it has a pid to signal)."""
+    if not starting(paths):
+        return
+    click.echo(f"ipuos: machine {paths.name!r} is starting; halting it once it "
+               f"{'has a daemon pid' if force else 'is up'}", err=True)
+    deadline = time.monotonic() + BOOT_SECONDS
+    while starting(paths) and not (force and lock_holder(paths.lock) is not None):
+        if time.monotonic() > deadline:
+            return  # (what follows stops it by signal, or says what is in the way)
+        time.sleep(0.02)
 
 
 def _halt_unanswering(paths, pid: int | None, saving: bool, what: str) -> None:
@@ -590,22 +608,25 @@ class _RunProgress:
     def _not_started(self, paths: MachinePaths) -> None:
         name = paths.name
         # a tile computing in Python holds the scheduler only, and ps and kill help; one
-        # inside a call into C holds the whole daemon, which then answers nothing
+        # inside a call into C holds the whole daemon, which then answers nothing, not
+        # even that it has started this job: that call may be this job's own
         try:
             hello(paths, wait=PROBE_SECONDS)
-            why = ("a tile is computing without reaching an exchange point, and the machine takes "
-                   f"new work only between supersteps ({hint('ps', name)} shows jobs, "
-                   f"{hint('kill JOB', name)} stops one)")
+            note = ("has not started the job yet: a tile is computing without reaching an exchange "
+                    "point, and the machine takes new work only between supersteps "
+                    f"({hint('ps', name)} shows jobs, {hint('kill JOB', name)} stops one)")
         except MachineNotRunning:
             return  # (it has gone: the run call says so)
         except DaemonError as exc:
             if exc.code not in ("timeout", "connect"):
                 return
-            why = (f"the daemon (pid {lock_holder(paths.lock)}) does not answer at all: "
-                   f"{stuck_daemon(name)} (Ctrl-C twice stops waiting)")
+            note = (f"does not answer at all (daemon pid {lock_holder(paths.lock)}), so it cannot say "
+                    "whether this job has started: "
+                    f"{stuck_daemon(name, ', perhaps this very job (it may have started and gone into one)')}"
+                    " (Ctrl-C twice stops waiting)")
         if self.job is None:  # (not started while we asked)
             self.clear()
-            click.echo(f"ipuos: machine {name!r} has not started the job yet: {why}", err=True)
+            click.echo(f"ipuos: machine {name!r} {note}", err=True)
 
     def event(self, event: dict) -> None:
         if event.get("event") == "started":
@@ -763,7 +784,8 @@ def machines(as_json) -> None:
             found.append({**hello(paths, wait=5.0), "answering": True})
         except (MachineNotRunning, DaemonError) as exc:
             pid = lock_holder(paths.lock)
-            if pid is not None:  # (None: it has just halted) busy, hung, starting, unreachable
+            # (None, and not starting: it has just halted) busy, hung, starting, unreachable
+            if pid is not None or starting(paths):
                 found.append({"name": name, "pid": pid, "answering": False, "problem": str(exc)})
     if as_json:
         click.echo(json.dumps(found, indent=1))
@@ -774,7 +796,8 @@ def machines(as_json) -> None:
         if info.get("answering", True):
             click.echo(f"{info['name']}  {_geometry(info)}  pid {info['pid']}")
         else:
-            click.echo(f"{info['name']}  not answering: {info['problem']}  pid {info['pid']}")
+            pid = f"  pid {info['pid']}" if info["pid"] else ""
+            click.echo(f"{info['name']}  not answering: {info['problem']}{pid}")
 
 
 @main.command()

@@ -31,7 +31,7 @@ from ._protocol import (
     request_frame,
 )
 from ._replies import event_problem, result_problem
-from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state
+from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state, starting, wait_started
 
 CONNECT_SECONDS = 5.0
 #: why a daemon answers nothing at all, not even that it is busy: Python raises no
@@ -41,9 +41,11 @@ STUCK_IN_C = ("a tile is most likely inside one long call into C code (a regular
               "backtracks without end, say), which holds the whole daemon and cannot be interrupted")
 
 
-def stuck_daemon(name: str) -> str:
-    """Why machine ``name`` answers nothing at all, and the ways out of it."""
-    return f"{STUCK_IN_C}; it answers again once that call returns, or {hint('halt --force', name)} ends it"
+def stuck_daemon(name: str, whose: str = "") -> str:
+    """Why machine ``name`` answers nothing at all, and the ways out of it; ``whose``, put
+    after the cause, may say which program that call may be."""
+    return (f"{STUCK_IN_C}{whose}; it answers again once that call returns, or {hint('halt --force', name)} "
+            "ends it")
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
 POLL_SECONDS = 0.1
@@ -92,6 +94,17 @@ class SocketMissing(MachineNotRunning):
         Exception.__init__(self, message)
 
 
+class MachineStarting(SocketMissing):
+    """The machine's daemon has been spawned but does not serve yet (its boot marker is
+    held): it has not booted its machine, or not even taken its lock."""
+
+    def __init__(self, paths: MachinePaths, pid: int | None):
+        super().__init__(paths, pid or 0)
+        which = f"pid {pid}" if pid else "its daemon has not taken its lock yet"
+        Exception.__init__(self, f"machine {paths.name!r} is starting ({which}) and does not answer yet; "
+                                 f"try again once it is up (`ipuos machines` lists it when it is)")
+
+
 def _connect(sock, paths: MachinePaths, timeout: float) -> None:
     """Connect, waiting up to ``timeout`` for room in the daemon's queue: a Unix socket
     with a timeout fails at once (EAGAIN) while the queue is full, where a blocking connect
@@ -113,18 +126,42 @@ def _connect(sock, paths: MachinePaths, timeout: float) -> None:
 class Client:
     def __init__(self, paths: MachinePaths, connect_timeout: float = CONNECT_SECONDS):
         self.paths = paths
+        deadline = time.monotonic() + connect_timeout
+        while True:
+            try:
+                sock = self._connected(paths, connect_timeout)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                # (refused: a socket file nobody listens on, which a serving daemon's is not:
+                # its last daemon died, or it was replaced from under a running one)
+                if not starting(paths):
+                    self._not_running(paths, exc)
+                if not wait_started(paths, max(0.0, deadline - time.monotonic())):
+                    raise MachineStarting(paths, lock_holder(paths.lock)) from None
+                # (it serves now, or died starting: look again)
+        sock.settimeout(30.0)  # for sends; reads poll with their own deadlines
+        self.sock = sock
+        self.reader = FrameReader(sock, REPLY_LIMITS)
+        self._ids = itertools.count(1)
+
+    @staticmethod
+    def _not_running(paths: MachinePaths, exc: OSError):
+        pid = lock_holder(paths.lock)
+        if pid is not None:
+            raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
+        raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError)) from None
+
+    @staticmethod
+    def _connected(paths: MachinePaths, connect_timeout: float) -> socket.socket:
+        """A socket connected to the daemon; FileNotFoundError or ConnectionRefusedError
+        when nothing listens there."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(connect_timeout)
         try:
             _connect(sock, paths, connect_timeout)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            # (refused: a socket file nobody listens on, which a serving daemon's is not:
-            # its last daemon died, or it was replaced from under a running one)
+        except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
-            pid = lock_holder(paths.lock)
-            if pid is not None:
-                raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
-            raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError)) from None
+            raise
         except PermissionError:
             sock.close()
             raise DaemonError("permission_denied", f"permission denied connecting to {paths.socket}; "
@@ -136,10 +173,7 @@ class Client:
             sock.close()
             raise DaemonError("connect", f"cannot connect to machine {paths.name!r} at {paths.socket}: "
                               f"{exc.strerror or exc}") from None
-        sock.settimeout(30.0)  # for sends; reads poll with their own deadlines
-        self.sock = sock
-        self.reader = FrameReader(sock, REPLY_LIMITS)
-        self._ids = itertools.count(1)
+        return sock
 
     def __enter__(self) -> "Client":
         return self

@@ -15,11 +15,13 @@ import os
 import threading
 import time
 
-from ._backup import BackupError, Cancelled, backup, check_destination, image_destination, restore, unsaved
+from ._backup import (BackupError, Cancelled, TilesInUse, backup, check_destination, image_destination, restore,
+                      unsaved)
 from ._commands import Arg, Call, CommandError, command
+from ._plural import plural
 from ._protocol import BAD_REQUEST
 from ._rundir import hint
-from ._tilespec import TileSpecError
+from ._tilespec import TileSpecError, parse_tiles
 
 log = logging.getLogger("ipuos.daemon")
 
@@ -105,10 +107,30 @@ def _restore(call: Call):
     try:
         summary = restore(host.machine, path, call.args["tiles"], name=host.name, progress=events,
                           cancelled=events.cancelled)
+    except TilesInUse as exc:
+        raise CommandError("backup_failed", f"{exc}{_mount_holders(host, exc.files_open_on)}") from None
     except (BackupError, TileSpecError) as exc:
         raise _failure(exc) from None
     log.info("restored %s from %s in %.2f s", summary["description"], path, summary["seconds"])
     return summary
+
+
+def _mount_holders(host, tiles: list[int]) -> str:
+    """Which of the machine's host mounts may hold the files open on ``tiles``, and how to
+    find and close them: a process on the host holds them, and only its user can let go."""
+    if not tiles:
+        return ""
+    ntiles = host.machine.ntiles
+    holders = [m for m in host.mounts.mounts()
+               if m.operations.open_files() and set(parse_tiles(m.tiles, ntiles)) & set(tiles)]
+    if not holders:
+        return ""
+    shown = [f"{m.mountpoint} ({plural(m.operations.open_files(), 'file')} open through it)" for m in holders[:3]]
+    more = f" and {plural(len(holders) - 3, 'more mount')}" if len(holders) > 3 else ""
+    first = holders[0].mountpoint
+    return (f". Files are held open through the host mount{'s' if len(holders) > 1 else ''} "
+            f"{', '.join(shown)}{more}: close them (`fuser -vm {first}` or `lsof {first}` names the "
+            "processes holding them), then restore again")
 
 
 @command("unsaved", timeout=None)

@@ -4,7 +4,8 @@ Started detached by ``ipuos boot`` (see ``_spawn``) as ``python -m ipuos._daemon
 order, it:
 
 1. checks the private runtime dir and takes the machine's lock (``flock``), so one
-   daemon owns a name; a second one exits with status 3;
+   daemon owns a name; a second one exits with status 3 (its spawner's boot marker, handed
+   down as ``--boot-marker-fd``, is held until step 4, so clients see it is starting);
 2. removes a stale socket, but only after connecting to it was refused (a live daemon
    answers; a dead one leaves a file nobody listens on);
 3. boots the :class:`Machine`, then binds the socket with umask 0177 (so it is created
@@ -65,8 +66,11 @@ class StartupError(Exception):
 
 class Daemon:
     def __init__(self, paths: MachinePaths, preset: str, ipus: int,
-                 policy: ConnectionPolicy = ConnectionPolicy(), restore: str | None = None):
+                 policy: ConnectionPolicy = ConnectionPolicy(), restore: str | None = None,
+                 boot_marker_fd: int | None = None):
         self.policy = policy
+        #: the spawner's boot marker, let go once serving (see ``_rundir.starting``)
+        self.boot_marker_fd = boot_marker_fd
         self.paths = paths
         self.preset = preset
         self.ipus = ipus
@@ -101,6 +105,7 @@ class Daemon:
                 listener = _bind_private(self.paths.socket)
                 mark_lock(lock_fd, LOCK_SERVING)
                 self._install_signals()
+                self._started()
                 log.info("machine %r booted: %s x%d, %d tiles in %.3f s; pid %d, socket %s",
                          self.paths.name, machine.preset.name, self.ipus, machine.ntiles,
                          machine.boot_seconds, os.getpid(), self.paths.socket)
@@ -112,6 +117,12 @@ class Daemon:
         finally:
             release_lock(lock_fd, self.paths.lock)
         log.info("machine %r halted", self.paths.name)
+
+    def _started(self) -> None:
+        """Let go of the boot marker: clients now find the socket (or, later, a halt)."""
+        if self.boot_marker_fd is not None:
+            os.close(self.boot_marker_fd)
+            self.boot_marker_fd = None
 
     def _restore(self, machine: Machine) -> None:
         try:
@@ -269,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ipus", type=int, default=1)
     parser.add_argument("--rundir", required=True)
     parser.add_argument("--restore", metavar="IMG")
+    parser.add_argument("--boot-marker-fd", type=int, metavar="FD",
+                        help="the spawner's boot marker, inherited: closed once serving")
     defaults = ConnectionPolicy()
     parser.add_argument("--idle-seconds", type=float, default=defaults.idle_seconds,
                         help="close client connections silent this long with nothing in flight")
@@ -289,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.idle_seconds > 0 and args.frame_seconds > 0):
             raise StartupError("--idle-seconds and --frame-seconds must be positive", EXIT_USAGE)
         policy = ConnectionPolicy(frame_seconds=args.frame_seconds, idle_seconds=args.idle_seconds)
-        Daemon(paths, args.preset, args.ipus, policy, restore=args.restore).run()
+        Daemon(paths, args.preset, args.ipus, policy, restore=args.restore,
+               boot_marker_fd=args.boot_marker_fd).run()
     except StartupError as exc:
         print(ERROR_PREFIX + str(exc), file=sys.stderr, flush=True)
         return exc.status

@@ -35,7 +35,10 @@ uncompressed); a slot whose probes do not compress is stored raw without trying 
 directory; on any error (or KeyboardInterrupt) the temp file is removed and an existing
 image at ``path`` is untouched. A process killed outright (SIGKILL, power loss) can leave
 a ``.<name>.*.tmp`` file behind, never a partial file under ``path`` (and the header is
-written last, so a temp file is not even openable as an image until it is complete). ``threads``
+written last, so a temp file is not even openable as an image until it is complete); the
+next write of that image removes it. A writer holds its temp file ``flock``'d until the
+rename, so that writer removes only the ones nobody holds (their writers are dead), never
+another live writer's. ``threads``
 (default: the CPUs available, at most 8) hash and compress in parallel; the output does not
 depend on it. Bad arguments raise
 ``ValueError``; I/O errors raise ``OSError``.
@@ -143,8 +146,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import errno
+import fcntl
 import hashlib
 import json
 import mmap
@@ -847,10 +852,11 @@ def write_image(
         total = sum(d.length for d in devices if isinstance(d, DeviceSnapshot))
 
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{name_prefix(os.path.basename(path), 200)}.", suffix=".tmp",
-                               dir=directory)
+    prefix = f".{name_prefix(os.path.basename(path), 200)}."
+    fd, tmp = _locked_temp_file(directory, prefix)
     try:
         try:
+            _remove_dead_temp_files(directory, prefix)
             _write_all(fd, [bytes(HEADER_SIZE)])
             entries, checks, data_length = _write_devices(
                 fd, devices, geometry, level, chunk_size, digest, threads, progress, total, stable
@@ -893,15 +899,15 @@ def write_image(
             except FileNotFoundError:
                 pass  # a new image: private (mkstemp's 0600), it holds the machine's files
             os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            os.replace(tmp, path)  # (still locked: no other writer takes it for a dead one's)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(fd)
     _fsync_dir(directory)
     return {
         "path": path,
@@ -917,6 +923,56 @@ def write_image(
         "manifest_bytes": len(mstored),
         "digests": {e["name"]: e["digest"] for e in entries},
     }
+
+
+def _locked_temp_file(directory: str, prefix: str) -> tuple[int, str]:
+    """A new temp file ``PREFIX*.tmp`` in ``directory``, open and flock'd for as long as it
+    is written: so a writer killed outright (which leaves it behind) is told from a live one
+    by the next writer of the image (see :func:`_remove_dead_temp_files`). That writer may
+    have taken this file for a dead one's in the instant before it was locked: then it is
+    gone, and another is made."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # (another writer holds it only while it looks)
+            if os.fstat(fd).st_ino == os.stat(tmp).st_ino:
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
+
+
+def _remove_dead_temp_files(directory: str, prefix: str) -> None:
+    """Remove the temp files earlier writers of this image left when they were killed
+    (SIGKILL, a daemon that died mid-backup): each ``PREFIX*.tmp`` nobody holds locked.
+    A live writer's is locked, so never touched; nor is any other file."""
+    pattern = re.compile(re.escape(prefix) + r"[A-Za-z0-9_]{8}\.tmp\Z")
+    try:
+        names = [name for name in os.listdir(directory) if pattern.match(name)]
+    except OSError:
+        return
+    for name in names:
+        leftover = os.path.join(directory, name)
+        try:
+            fd = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(leftover, follow_symlinks=False).st_ino == info.st_ino:
+                os.unlink(leftover)  # (while locked: its writer, if any, is dead)
+        except OSError:
+            continue  # locked by a live writer, or gone
+        finally:
+            os.close(fd)
 
 
 def _fsync_dir(directory: str) -> None:

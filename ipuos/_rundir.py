@@ -2,7 +2,10 @@
 
 Every machine has three files in one private runtime directory: ``NAME.sock`` (the daemon's
 socket), ``NAME.lock`` (held with ``flock`` for the daemon's whole life, so there is one
-daemon per name) and ``NAME.log`` (the daemon's stdout and stderr).
+daemon per name) and ``NAME.log`` (the daemon's stdout and stderr). A fourth,
+``NAME.boot``, is the boot marker: held (a shared lock) from before a daemon is
+spawned until it serves, so a machine that is starting, before its daemon has even taken
+its lock, is seen (see :func:`starting`).
 
 The directory is the first line of defence: another user who could write to it could
 swap the socket for their own and read every program we send. So it must be a real
@@ -21,6 +24,7 @@ import fcntl
 import os
 import re
 import stat
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +146,10 @@ class MachinePaths:
     def log(self) -> Path:
         return self.dir / f"{self.name}.log"
 
+    @property
+    def boot_marker(self) -> Path:
+        return self.dir / f"{self.name}.boot"
+
 
 def machine_paths(name: str, directory: Path | None = None, create: bool = True) -> MachinePaths:
     """Check ``name`` and the runtime dir; the machine's file paths."""
@@ -155,17 +163,21 @@ def machine_paths(name: str, directory: Path | None = None, create: bool = True)
 
 
 def running_names(directory: Path | None = None) -> list[str]:
-    """Names of machines whose lock is held right now, sorted."""
+    """Names of machines whose lock is held right now, or that are starting, sorted."""
     try:
         folder = private_dir(directory, create=False)
     except RuntimeDirError:
         return []
-    names = []
-    for lock in sorted(folder.glob("*.lock")):
+    names = set()
+    for lock in folder.glob("*.lock"):
         name = lock.name[: -len(".lock")]
         if _NAME_RE.match(name) and lock_holder(lock) is not None:
-            names.append(name)
-    return names
+            names.add(name)
+    for marker in folder.glob("*.boot"):
+        name = marker.name[: -len(".boot")]
+        if _NAME_RE.match(name) and starting(MachinePaths(name, folder)):
+            names.add(name)
+    return sorted(names)
 
 
 # -- the lock ---------------------------------------------------------------------------------
@@ -242,6 +254,57 @@ def lock_state(path: Path) -> str:
     finally:
         os.close(fd)
     return lines[1].strip() if len(lines) > 1 else ""
+
+
+# -- the boot marker ---------------------------------------------------------------------------
+# A daemon takes its lock only once Python has started and imported it (~0.5 s), and binds
+# its socket only once its machine has booted: until then, the lock alone cannot tell a
+# machine that is starting from none at all, and a halt in that window would find nothing
+# to stop. So whoever spawns a daemon holds the boot marker (a shared read lock:
+# concurrent boots of one name do not wait for each other) and hands it to the daemon, which lets go
+# once it serves; the kernel lets go for a daemon that dies first. It is never removed
+# (removing a locked file races with whoever has just opened it); it is empty.
+
+
+#: ``struct flock`` (Linux, 64-bit off_t): type, whence, start, length, pid (and padding)
+_FLOCK = struct.Struct("hhqqi4x")
+
+
+def hold_boot_marker(path: Path) -> int:
+    """Hold the boot marker at ``path`` (a shared lock); the open fd, to hand to the daemon."""
+    fd = open_runtime_file(path, os.O_RDWR | os.O_CREAT, "boot marker")
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, _FLOCK.pack(fcntl.F_RDLCK, os.SEEK_SET, 0, 0, 0))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def starting(paths: MachinePaths) -> bool:
+    """Whether a daemon of this machine is being started: spawned and not serving yet.
+    (An open-file-description lock, like flock's, stays with the daemon that inherits it;
+    unlike flock, it can be tested without being taken, so two lookers never see each
+    other's probe as a boot.)"""
+    try:
+        fd = os.open(paths.boot_marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        found = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    finally:
+        os.close(fd)
+    return _FLOCK.unpack(found)[0] != fcntl.F_UNLCK
+
+
+def wait_started(paths: MachinePaths, timeout: float) -> bool:
+    """Wait until no daemon of this machine is starting; False if one still is at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while starting(paths):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def release_lock(fd: int, path: Path) -> None:

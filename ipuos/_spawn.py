@@ -4,7 +4,9 @@ The daemon is started as ``python -m ipuos._daemon`` in a new session (``setsid`
 controlling terminal, so the user's Ctrl-C and hang-up never reach it), from ``/``, with
 stdin from /dev/null and stdout and stderr appended to the machine's log in the runtime
 dir. We return once it answers ``hello``; if it exits first, the user gets the error line
-it logged, not a timeout.
+it logged, not a timeout. From before the spawn until the daemon serves, the machine's
+boot marker is held (first here, then by the daemon, which inherits it), so a ``halt`` or
+``status`` meanwhile finds a machine that is starting, not none.
 
 Like tmux, a command that needs a machine starts the default one:
 :func:`ensure_running`. Two clients may race to do so; the loser's daemon finds the lock
@@ -14,6 +16,7 @@ taken and exits with status 3, and its client then simply waits for the winner.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +25,7 @@ from pathlib import Path
 from ._client import CONNECT_SECONDS, Client, DaemonError, MachineNotRunning, SocketMissing
 from ._memtune import tuned_environ
 from ._protocol import ERROR_PREFIX, EXIT_ALREADY_RUNNING
-from ._rundir import MachineLocked, MachinePaths, lock_holder, open_runtime_file
+from ._rundir import MachineLocked, MachinePaths, hold_boot_marker, lock_holder, open_runtime_file
 
 #: how long a daemon may take to boot before the client gives up on it
 BOOT_SECONDS = 120.0
@@ -101,6 +104,12 @@ def _spawn(paths: MachinePaths, preset: str, ipus: int, restore: str | None,
         command += ["--restore", os.path.abspath(restore)]
     log_fd = _open_log(paths.log)
     try:
+        marker_fd = hold_boot_marker(paths.boot_marker)
+    except BaseException:
+        os.close(log_fd)
+        raise
+    command += ["--boot-marker-fd", str(marker_fd)]
+    try:
         return subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
@@ -109,10 +118,12 @@ def _spawn(paths: MachinePaths, preset: str, ipus: int, restore: str | None,
             cwd="/",
             start_new_session=True,
             close_fds=True,
+            pass_fds=(marker_fd,),
             env=tuned_environ(),
         )
     finally:
         os.close(log_fd)
+        os.close(marker_fd)  # (the daemon holds it now, until it serves)
 
 
 def _open_log(path: Path) -> int:
@@ -137,8 +148,7 @@ def _wait_until_answering(paths: MachinePaths, process: subprocess.Popen, log_st
     while True:
         status = process.poll()
         if status is not None:
-            raise BootFailed(_logged_error(paths.log, log_start) or
-                             f"the daemon exited with status {status} before answering; see {paths.log}",
+            raise BootFailed(_logged_error(paths.log, log_start) or _ended_before_answering(status, paths),
                              status)
         try:
             info = hello(paths, wait=0.5)  # short: whoever answers may not be our daemon
@@ -156,6 +166,20 @@ def _wait_until_answering(paths: MachinePaths, process: subprocess.Popen, log_st
             raise BootFailed(f"machine {paths.name!r} did not answer within {BOOT_SECONDS:g} s of "
                              f"starting (pid {process.pid}); see {paths.log}")
         time.sleep(0.02)
+
+
+def _ended_before_answering(status: int, paths: MachinePaths) -> str:
+    """Why a daemon that logged no error ended before answering its spawner."""
+    if status == 0:  # (a halt found it as it came up, and got there first)
+        return (f"machine {paths.name!r} was halted as it came up, before it answered (by `ipuos halt` "
+                f"or a signal); see {paths.log}")
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"the daemon was ended by {name} before it answered (`ipuos halt` or kill); see {paths.log}"
+    return f"the daemon exited with status {status} before answering; see {paths.log}"
 
 
 def _logged_error(log: Path, start: int) -> str | None:

@@ -83,6 +83,46 @@ def test_sigkill_at_random_points_leaves_old_or_new_image(tmp_path):
     assert "old" in outcomes  # the kills did land mid-write
 
 
+def _started_writer(path, seed):
+    """A writer child part-way through writing ``path``, and its temp file."""
+    before = set(_leftovers(path.parent, path.name))
+    child = _start(path, seed)
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    deadline = time.monotonic() + 60
+    while not (new := set(_leftovers(path.parent, path.name)) - before) or \
+            os.path.getsize(path.parent / min(new)) < 1 << 20:
+        assert child.poll() is None and time.monotonic() < deadline, "the writer never got going"
+        time.sleep(0.005)
+    (temp,) = new
+    return child, temp
+
+
+def test_the_next_write_removes_a_killed_writers_temp_file_but_not_a_live_ones(tmp_path):
+    """A writer killed outright leaves its temp file (up to a whole image): the next write
+    of that image removes it. Another writer's, still writing (here stopped: SIGSTOP),
+    holds its temp file locked and is left alone, and completes."""
+    path = tmp_path / "machine.img"
+    killed, dead_temp = _started_writer(path, seed=1)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert (tmp_path / dead_temp).exists()
+
+    live, live_temp = _started_writer(path, seed=2)
+    live.send_signal(signal.SIGSTOP)
+    try:
+        (tmp_path / "other.img.x").write_bytes(b"not ours")  # (nor is anything else touched)
+        write_image(path, META, _devices(2))
+        assert _leftovers(tmp_path, path.name) == sorted([live_temp, "other.img.x"])
+    finally:
+        live.send_signal(signal.SIGCONT)
+    out, _ = live.communicate(timeout=120)
+    assert live.returncode == 0 and out.startswith("done")
+    assert _leftovers(tmp_path, path.name) == ["other.img.x"]
+    with open_image(path) as img:
+        assert img.image_digest == out.split()[1]
+
+
 def _devices(n=4):
     rng = np.random.default_rng(0)
     return [DeviceSnapshot(f"tile/{t}/disk", t, "/", 4096, 64, rng.integers(0, 256, 256 * KiB, dtype=np.uint8))

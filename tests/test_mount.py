@@ -399,6 +399,26 @@ def test_a_backup_into_the_machines_own_mount_is_refused_at_once(machine, mountp
     assert cli(machine, "status").returncode == 0  # still up and answering
 
 
+def test_a_restore_refused_for_a_file_held_open_through_the_mount_names_the_mount(
+        machine, mountpoint, tmp_path):
+    """A file a host process holds open through the mount keeps its tile from being
+    restored: the refusal names the mount and how to find the holder, not just a count."""
+    assert cli(machine, "mount", mountpoint).returncode == 0
+    marker = os.path.join(mountpoint, "chip", "marker")
+    Path(marker).write_text("x\n")
+    image = tmp_path / "f.img"
+    assert cli(machine, "backup", str(image)).returncode == 0
+    with open(marker, "a"):
+        done = cli(machine, "restore", str(image), timeout=30)
+    assert done.returncode == 1, done
+    assert done.stderr.startswith("ipuos: cannot restore while tiles are in use: tile 0: 1 file is open on it; "
+                                  "nothing was restored"), done.stderr
+    assert (f"Files are held open through the host mount {mountpoint} (1 file open through it): close them "
+            f"(`fuser -vm {mountpoint}` or `lsof {mountpoint}` names the processes holding them), then "
+            "restore again") in done.stderr
+    wait_for(lambda: cli(machine, "restore", str(image), timeout=30).returncode == 0, what="the restore, closed")
+
+
 def test_halt_unmounts_everything(machine, mountpoint):
     second = new_mountpoint()
     try:
