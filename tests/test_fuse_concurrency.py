@@ -168,6 +168,38 @@ def test_opens_with_o_creat_racing_unlinks_never_fail(mm, where):
     assert failed1 == failed2 == {}, f"{opened1 + opened2} opens: {failed1} {failed2}"
 
 
+_LOOK_AGAIN = textwrap.dedent("""
+    import os, sys
+    directory = os.path.dirname(sys.argv[1])
+    os.listdir(directory)  # (stats the directory: libfuse asks as for a retry's walk)
+    print(os.lstat(sys.argv[1]).st_size)
+    os.rename(sys.argv[1], sys.argv[1])
+    print("renamed")
+""")
+
+
+@pytest.mark.parametrize("where", ["tile", "chip", "chip dir"])
+def test_a_file_removed_and_made_again_is_there_for_the_next_process(mm, where):
+    """``rm f; echo new > f``, then another process lists the directory and stats ``f``:
+    it was told "no such file" for half a second (taken for the kernel's retry of an
+    open that raced the unlink), and its ``mv f f`` then hung in libfuse's path locks,
+    unkillable."""
+    top = {"tile": mm.tile(30), "chip": mm.chip, "chip dir": mm.chip / "again"}[where]
+    top.mkdir(exist_ok=True)
+    path = top / "again.txt"
+    for attempt in range(3):
+        path.write_text("old\n")
+        subprocess.run(["rm", str(path)], check=True)  # (each step its own process, as in a shell)
+        subprocess.run(["sh", "-c", f"echo newer > '{path}'"], check=True)
+        try:
+            looked = subprocess.run([sys.executable, "-c", _LOOK_AGAIN, str(path)], capture_output=True,
+                                    text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("mv f f hung in the mount (it is released when the machine halts)")
+        assert (looked.returncode, looked.stdout) == (0, "6\nrenamed\n"), (attempt, looked.stderr)
+    path.unlink()
+
+
 _CHURNER = textwrap.dedent("""
     import os, random, sys, time
     top, seed, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])

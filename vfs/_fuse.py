@@ -1210,6 +1210,8 @@ class ChipFilesystem:
             raise
         if self._retries.active:
             self._retried(place)
+            if creating:
+                self._retries.created(place.tile, place.inner)
         if creating:
             self._tell((place.tile, place.inner), False)
         opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))

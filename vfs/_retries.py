@@ -41,10 +41,14 @@ class Retries:
       of its file is under way). The retry's walk gives it away: it looks up ``tiles``
       (or ``chip``), a name the kernel keeps and would not look up otherwise
       (:meth:`root_lookup`), soon after another thread unlinked the name it then looks
-      up (:meth:`unlinked`). Any walk that looks everything up again looks the same (a
-      stat of ``/tiles`` itself, or the retry after another ESTALE): one that then looks
-      up a name another thread has just unlinked is told it is gone, though a new file
-      may have been made there since.
+      up (:meth:`unlinked`). A walk that looks everything up again, or a plain stat of
+      ``/tiles`` or ``/chip`` (libfuse asks the mount the same question for both), looks
+      the same: one that then looks up a name another thread has just unlinked is told
+      it is gone, unless the name was made again through the mount before that walk
+      began (:meth:`created`): ``rm f; echo new > f`` and then ``ls -l`` in another
+      process must find the new ``f``. (A walk that began before the file was made
+      again may be a retry's, of an open that raced the unlink: told the file is gone,
+      an O_CREAT open creates it, where the truth could fail it with ESTALE again.)
 
     Telling a name is gone while libfuse still has a node of it is not harmless: the
     kernel, keeping that name for one file, takes the name told gone for another, and
@@ -64,6 +68,8 @@ class Retries:
         self._first: dict[tuple, float] = {}
         #: (tile, path) -> when the mount unlinked it, and for whom
         self._unlinked: dict[tuple[int, str], tuple[float, int | None]] = {}
+        #: (tile, path) -> when the mount made a file there again since it unlinked it
+        self._recreated: dict[tuple[int, str], float] = {}
         #: caller -> when it looked up a name in the mount's root that the kernel keeps
         self._walks: dict[int, float] = {}
         #: when anything above was last noted: all of it is dropped once that is old
@@ -82,6 +88,7 @@ class Retries:
         if now - self._latest >= RETRY_SECONDS:
             self._first.clear()
             self._unlinked.clear()
+            self._recreated.clear()
             self._walks.clear()
         self._latest = now
         return now
@@ -134,11 +141,14 @@ class Retries:
 
     def _unseen_first_try(self, caller: int, tile: int, path: str) -> float | None:
         """When libfuse failed an open of ``path`` by ``caller`` itself, if its retry's
-        walk says so: it began after another thread unlinked ``path`` through the mount."""
+        walk says so: it began after another thread unlinked ``path`` through the mount,
+        and before anyone made a file there again through the mount."""
         unlinked = self._unlinked.get((tile, path))
         walked_at = self._walks.get(caller)
         if unlinked is None or walked_at is None or walked_at < unlinked[0] or unlinked[1] == caller:
             return None
+        if self._recreated.get((tile, path), walked_at + 1) <= walked_at:
+            return None  # (the walk began with the new file there: no retry's)
         return unlinked[0]
 
     def done(self, caller: int, tile: int, path: str) -> None:
@@ -171,6 +181,12 @@ class Retries:
         """The mount has unlinked ``path`` for ``caller``: libfuse forgets the name of its
         node."""
         self._unlinked[(tile, path)] = (self._note(), caller)
+        self._recreated.pop((tile, path), None)
+
+    def created(self, tile: int, path: str) -> None:
+        """The mount has made a file at ``path`` (see :meth:`_unseen_first_try`)."""
+        if (tile, path) in self._unlinked:
+            self._recreated.setdefault((tile, path), time.monotonic())
 
     def root_lookup(self, name: str, caller) -> None:
         """The kernel looks up ``name`` (``tiles`` or ``chip``) in the mount's root;
