@@ -61,8 +61,9 @@ ENOTEMPTY, ENOSPC, ENAMETOOLONG, EROFS ...). Every callback maps errors itself (
 :func:`_errno_of`), because mfusepy turns anything but an ``OSError`` into EINVAL: a
 failed tile is EIO, a machine that does not answer in time ETIMEDOUT, one that has stopped
 EIO. What the mount adds itself: EXDEV to rename between two tiles or between a tile and
-``/chip``; EPERM for hard links, symlinks, device nodes, and chmod/chown to anything but
-the fixed 0644/0755 and the mounting user (a tile keeps no owners or permission bits,
+``/chip``; EPERM for hard links, symlinks, device nodes, chmod of the owner's bits (of the
+fixed 0644/0755; the group's and others' may be set, and are not kept) and chown to anyone
+but the mounting user (a tile keeps no owners or permission bits,
 and EPERM is what link(2), symlink(2) and mknod(2) document for a filesystem that cannot
 make such a thing); EINVAL for ``rename`` flags other than RENAME_NOREPLACE (rename(2)'s
 errno for an unsupported flag); EROFS on a read-only mount (the kernel answers most of
@@ -131,6 +132,8 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
 
 FILE_PERMISSIONS = 0o644
 DIR_PERMISSIONS = 0o755
+#: the mode bits a chmod through the mount may not change (see ``chmod``)
+_OWNER_AND_SPECIAL_BITS = _stat.S_IRWXU | _stat.S_ISUID | _stat.S_ISGID | _stat.S_ISVTX
 
 
 def _mode(is_dir: bool) -> int:
@@ -1157,9 +1160,14 @@ class ChipFilesystem:
 
     @_callback
     def chmod(self, path, mode):
+        """No permission bits on a tile: a change of the owner's (or setuid, setgid,
+        sticky) is EPERM. The group's and others' are accepted and not kept: they grant
+        nothing on a mount only its user may enter (no ``allow_other``), and tools that
+        copy files set them as a matter of course (``rsync -a`` makes every file with
+        ``fchmod(fd, 0600)``, and copied nothing when that failed)."""
         attrs = self.getattr(path)
-        if _stat.S_IMODE(mode) != _stat.S_IMODE(attrs["st_mode"]):
-            raise _fail(errno.EPERM)  # no permission bits on a tile: only "no change" works
+        if (mode ^ attrs["st_mode"]) & _OWNER_AND_SPECIAL_BITS:
+            raise _fail(errno.EPERM)
         return 0
 
     @_callback
