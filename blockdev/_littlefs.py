@@ -692,6 +692,10 @@ class Filesystem:
     def open_files(self) -> int:
         return len(self._open)
 
+    def open_paths(self) -> list[str]:
+        """Paths of the open files, each once (a file removed while open has none)."""
+        return sorted({f.path for f in self._open if not f._detached})
+
     def uncommitted(self) -> list[str]:
         """Paths of open files holding writes littlefs has not committed yet: they are on
         no device until flushed or closed (a snapshot of the device lacks them)."""

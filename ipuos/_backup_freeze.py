@@ -36,6 +36,8 @@ from .vfs import LittlefsBackend
 __all__ = ["SERVICE", "Freeze", "FreezeRefused", "FilesOpen", "FreezeCancelled", "prepare_backup", "prepare_restore"]
 
 SERVICE = "backup.freeze"
+#: open files a refusal names, at most
+_PATHS_SHOWN = 3
 
 
 class FreezeRefused(Exception):
@@ -287,7 +289,12 @@ def prepare_restore(tile, storage) -> str | None:
     mounts = _littlefs_mounts(tile, storage)
     open_files = sum(backend.open_files for _, _, backend in mounts)
     if open_files:
-        return FilesOpen(f"{plural(open_files, 'file is', 'files are')} open on it")
+        paths = [posixpath.join(mount, inner.lstrip("/")).rstrip("/") for _, mount, backend in mounts
+                 for inner in backend.open_paths()]
+        named = ", ".join(paths[:_PATHS_SHOWN]) + (f" and {len(paths) - _PATHS_SHOWN} more"
+                                                    if len(paths) > _PATHS_SHOWN else "")
+        return FilesOpen(f"{plural(open_files, 'file is', 'files are')} open on it"
+                         + (f" ({named})" if named else ""))
     for _, _, backend in mounts:
         try:
             _write_back(backend)

@@ -411,8 +411,8 @@ def test_a_restore_refused_for_a_file_held_open_through_the_mount_names_the_moun
     with open(marker, "a"):
         done = cli(machine, "restore", str(image), timeout=30)
     assert done.returncode == 1, done
-    assert done.stderr.startswith("ipuos: cannot restore while tiles are in use: tile 0: 1 file is open on it; "
-                                  "nothing was restored"), done.stderr
+    assert done.stderr.startswith("ipuos: cannot restore while tiles are in use: tile 0: 1 file is open on it "
+                                  "(/chip/marker); nothing was restored"), done.stderr
     assert (f"Files are held open through the host mount {mountpoint} (1 file open through it): close them "
             f"(`fuser -vm {mountpoint}` or `lsof {mountpoint}` names the processes holding them), then "
             "restore again") in done.stderr

@@ -412,6 +412,10 @@ class LittlefsBackend(Backend):
     def open_files(self) -> int:
         return self.fs.open_files if self.fs.mounted else 0
 
+    def open_paths(self) -> list[str]:
+        """The paths (on this filesystem) of its open files, each once."""
+        return self.fs.open_paths() if self.fs.mounted else []
+
     def _call(self, func, *args):
         owner = self.owner
         owner.fs_depth += 1
