@@ -77,14 +77,14 @@ def device_entry(image: Image, spec: str) -> DeviceEntry:
 @contextlib.contextmanager
 def mounted(image: Image, entry: DeviceEntry) -> Iterator[Filesystem]:
     """littlefs of ``entry``, mounted over a checked copy of its bytes; signals are held
-    while it is (see the module doc)."""
-    if not entry.chunks:
-        raise OfflineError(f"device {entry.name!r} of image {image.path} is blank: its tile "
-                           "never used its storage, so it holds no filesystem")
+    while it is (see the module doc). A blank device (its tile never used its storage) is
+    an empty filesystem, as the machine shows it: it formats one on first use."""
     data = image.read_device(entry.name)  # verifies the image first, then this device again
     with signals_held():
         try:
             fs = Filesystem(MemoryDevice(data, entry.block_size))
+            if not entry.chunks:
+                fs.format()
             fs.mount()
         except (OSError, ValueError) as exc:  # (ValueError: a geometry littlefs cannot have)
             raise OfflineError(f"device {entry.name!r} of image {image.path} holds no filesystem "
