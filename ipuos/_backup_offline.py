@@ -303,7 +303,8 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
         try:
             check_name(node.path)
         except UnsafePathError as exc:
-            raise OfflineError(str(exc)) from None
+            raise OfflineError(f"{exc}; nothing extracted (extract the rest with --path, a directory "
+                               "without that name; `ipuos image cat` reads a file whatever its name)") from None
     parent = os.path.dirname(dest)
     existing = _check_destination(dest, parent)
     try:  # staged beside a new destination, inside an existing one: moved in by renames
