@@ -50,6 +50,7 @@ reproduced on this project's machine; this module exists to make them unreachabl
 
 from __future__ import annotations
 
+import bisect
 import collections
 import errno
 import io
@@ -1604,21 +1605,25 @@ def _replay(handle, file: "File", position: int) -> None:
     and truncated since it last committed), committing it; then put it at ``position``.
     (An appender's writes were recorded at the end they went to, so they replay alike.)
 
-    Writes are committed once, at the end: a commit part-way costs littlefs a copy of
-    the file's last block, which a disk filled by this very file may not have room for.
-    A truncate that shortens the file is committed at once, so that a file rewritten
-    from the start frees its old blocks before the new ones are needed."""
+    What the journal amounts to is applied, not its steps (see :func:`_net_effect`): the
+    file is cut once, at the lowest size a truncate left it (committed at once, so that
+    a file rewritten from the start frees its old blocks before the new ones are
+    needed), then the bytes written are written in ascending order, and committed once,
+    at the end. littlefs rewrites a file from the first block a write changes to its
+    end, so steps out of order (a header written at 0 after the body, as image writers
+    do) needed room for the file twice, and a disk with room for it once lost it all."""
     _reopen(handle, file, file.path, 0)
     file_handle = file._handle
-    for offset, data in file._journal:
-        if data is None:
-            shrinks = lfs.file_size(handle, file_handle) > offset
-            lfs.file_truncate(handle, file_handle, offset)
-            if shrinks:
-                lfs.file_sync(handle, file_handle)
-        else:
-            lfs.file_seek(handle, file_handle, offset, os.SEEK_SET)
-            lfs.file_write(handle, file_handle, data)
+    committed = lfs.file_size(handle, file_handle)
+    cut, extents, size = _net_effect(file._journal, committed)
+    if cut < committed:
+        lfs.file_truncate(handle, file_handle, cut)
+        lfs.file_sync(handle, file_handle)
+    for start, data in extents:
+        lfs.file_seek(handle, file_handle, start, os.SEEK_SET)
+        lfs.file_write(handle, file_handle, bytes(data))
+    if lfs.file_size(handle, file_handle) != size:
+        lfs.file_truncate(handle, file_handle, size)  # (a truncate that lengthened it last)
     lfs.file_sync(handle, file_handle)
     lfs.file_seek(handle, file_handle, position, os.SEEK_SET)
     file._unsynced = False  # (the caller marks it committed)
@@ -2015,6 +2020,43 @@ def _orphaning(handle, fs: Filesystem, files: list, operation, *args) -> None:
         file._unsynced = file._accepted = file._stale = file._shared = file._seeked_appender = False
         file._journal, file._journal_bytes = [], 0
     fs._reshare()
+
+
+def _net_effect(journal: list, size: int) -> tuple[int, list[tuple[int, bytearray]], int]:
+    """What a file's journal does to a file of ``size`` committed bytes: (the lowest
+    size a truncate cut it to, else ``size``; the bytes written, as disjoint extents
+    ``(offset, bytes)`` in ascending order, later writes over earlier ones, none past a
+    later truncate; the final size). Bytes at or past the cut that no extent holds are
+    zeros (a hole, or what a truncate cut off and a later one or a write lengthened)."""
+    cut = size
+    starts: list[int] = []  # (parallel lists: bisect on the starts)
+    datas: list[bytearray] = []
+    for offset, data in journal:
+        if data is None:  # a truncate: nothing at or past it survives
+            cut, size = min(cut, offset), offset
+            index = bisect.bisect_left(starts, offset)
+            del starts[index:], datas[index:]
+            if index and starts[index - 1] + len(datas[index - 1]) > offset:
+                del datas[index - 1][offset - starts[index - 1]:]
+            continue
+        end = offset + len(data)
+        size = max(size, end)
+        # the extents this write overlaps or touches become one
+        first = last = bisect.bisect_right(starts, end)
+        while first and starts[first - 1] + len(datas[first - 1]) >= offset:
+            first -= 1
+        if first == last:
+            starts.insert(first, offset)
+            datas.insert(first, bytearray(data))
+            continue
+        start = min(offset, starts[first])
+        merged = bytearray(max(end, starts[last - 1] + len(datas[last - 1])) - start)
+        for index in range(first, last):
+            merged[starts[index] - start : starts[index] - start + len(datas[index])] = datas[index]
+        merged[offset - start : end - start] = data
+        starts[first:last] = [start]
+        datas[first:last] = [merged]
+    return cut, list(zip(starts, datas)), size
 
 
 def _apply_journal(content: bytearray, journal: list) -> None:
