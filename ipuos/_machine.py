@@ -481,7 +481,7 @@ class Machine:
         )
         ctx.extras["__names__"] = {"open": session.open}
         ctx.extras["__resume__"] = session.resume  # (a repl's later blocks)
-        ctx.extras["__chdir__"] = session.chdir  # (a repl's block that starts where its caller is)
+        ctx.extras["__start_in__"] = session.start_in  # (a repl's block that starts where its caller is)
         ctx.extras["__suspend__"] = session.suspend
         ctx.extras["__modules__"] = dict.fromkeys(session.MODULES, session.provide)
         ctx.extras["__find_module__"] = session.find_module

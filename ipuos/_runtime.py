@@ -1471,11 +1471,8 @@ class ReplBlock:
             _resume_session(namespace, ctx, api, output)
         api.tile.program_globals = _ProgramGlobals(namespace, ctx)
         namespace.setdefault(TILE_SOURCE_LINES, {})[self.filename] = self.lines
-        if self.cwd is not None and "__chdir__" in ctx.extras:
-            try:
-                ctx.extras["__chdir__"](self.cwd)
-            except OSError:
-                pass  # (gone since the caller stood there: the block starts where it was)
+        if self.cwd is not None and "__start_in__" in ctx.extras:
+            ctx.extras["__start_in__"](self.cwd)
         if self.mangled:
             bind_mangled(self.mangled, namespace, ctx.builtins)
         code = 0

@@ -861,9 +861,13 @@ def test_python_starts_in_the_shells_current_directory(shared_machine):
     done = shell(shared_machine, stdin="cd /chip/pywd\npython\nimport os\nos.getcwd()\nos.chdir('sub')\n"
                  "os.getcwd()\n")
     assert (done.returncode, done.stdout) == (0, "'/chip/pywd'\n'/chip/pywd/sub'\n"), done.stderr
-    # a shell directory gone since: python starts where it was
-    done = shell(shared_machine, "cd /chip/pywd/sub; rm -r /chip/pywd; python -c 'print(1)'")
-    assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+    # a shell directory gone since: python starts in it, removed, as a process would (not
+    # where its last block left off, or in /)
+    done = shell(shared_machine, "cd /chip/pywd/sub; rm -r /chip/pywd; python -c 'import os; os.chdir(\"/chip\")'; "
+                 "python -c 'print(1); open(\"here\", \"w\")'", user_code=True)
+    assert done.returncode == 1 and done.stdout.startswith("1\nTraceback"), done.stdout
+    assert "FileNotFoundError: [Errno 2] No such file or directory: 'here'" in done.stdout, done.stdout
+    assert "here" not in shell(shared_machine, "ls /chip").stdout.split()
 
 
 def test_python_mode_from_a_pipe(shared_machine):

@@ -135,9 +135,16 @@ class TileSession:
         else:
             self._warn(message)
 
-    def chdir(self, path: str) -> None:
-        """Make ``path`` the program's current directory, as its ``os.chdir`` does."""
-        self.vfs.chdir(path)
+    def start_in(self, path: str) -> None:
+        """Make the canonical ``path`` the program's current directory, as a process
+        started there has it: if it is no directory now (removed since its caller stood
+        there), the program is in a removed directory, as on the host (``getcwd`` and
+        relative paths fail with ENOENT), never somewhere else."""
+        vfs = self.vfs
+        try:
+            vfs.chdir(path)
+        except OSError:
+            vfs.reset_cwd(path, removed=True)
 
     def check(self, what: str) -> None:
         """Refuse ``what`` (``"open()"``, ``"listdir()"``) once the program has ended, or
