@@ -56,7 +56,7 @@ from ._spelling import program_option_slip
 from ._spawn import BOOT_SECONDS, BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
 from ._terminate import Terminated, die_of
 from ._tilespec import TileSpecError, parse_tiles
-from ._views import format_ps, format_status, ps_json
+from ._views import format_ps, format_status, human_bytes, ps_json
 
 EXIT_NOT_RUNNING = 3
 
@@ -519,7 +519,8 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
                                "give one of them as a file")
     source, data = _read_run_request(file, data_file)
     _check_run_request(source, data, program_args)  # (before a machine is started for it)
-    paths, _ = attach_machine(name, preset, ipus, tile_spec)
+    paths, info = attach_machine(name, preset, ipus, tile_spec)
+    _check_program_fits(source, info)
     args = {"filename": filename, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
     progress = _RunProgress(not as_json and _stderr_is_terminal(), paths)
@@ -552,19 +553,31 @@ def _read_run_request(file, data_file) -> tuple[bytes, bytes | None]:
     return source, read_at_most(data_file, max(0, limit - len(source)))
 
 
+def _check_program_fits(source: bytes, info: dict) -> None:
+    """Refuse a program bigger than a tile of the machine: every tile holds the whole
+    program in its SRAM, and a big one would only be compiled (the daemon answering
+    nothing meanwhile) to fail on every tile."""
+    preset = PRESETS.get(info["preset"])
+    if preset is not None and len(source) > preset.sram_per_tile:
+        raise click.UsageError(
+            f"FILE ({human_bytes(len(source))}) does not fit in a tile: every tile holds the whole "
+            f"program in its SRAM, {human_bytes(preset.sram_per_tile)} on machine {info['name']!r}; "
+            "keep data out of the program: give it with --data, or read it from a file")
+
+
 def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
     """Refuse what the daemon could not take, saying which part is at fault."""
     limit = REQUEST_LIMITS.max_payload
-    carries = f"the {_mib(limit)} one run request carries"
+    carries = f"the {human_bytes(limit)} one run request carries"
     if len(source) > limit:
         sram = max(preset.sram_per_tile for preset in PRESETS.values())
         raise click.UsageError(
-            f"FILE (more than {_mib(limit)}) exceeds {carries}, and every tile holds the whole "
+            f"FILE (more than {human_bytes(limit)}) exceeds {carries}, and every tile holds the whole "
             f"program in its SRAM ({sram // 1024} KiB at most); keep data out of the program: "
             "give it with --data, or read it from a file")
     if data is not None and len(source) + len(data) > limit:
         raise click.UsageError(
-            f"FILE ({_mib(len(source))}) and --data (more than {_mib(limit - len(source))}) together "
+            f"FILE ({human_bytes(len(source))}) and --data (more than {human_bytes(limit - len(source))}) together "
             f"exceed {carries}; split the data over several runs, or copy it to the chip disk "
             "(`put` in `ipuos shell`) and read it from /chip on tile 0")
     for position, arg in enumerate(program_args, 1):
@@ -574,10 +587,6 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
             shown = os.fsencode(arg)
             raise click.UsageError(f"argument {position} ({shown!r}) is not UTF-8 text; tile "
                                    "programs get their arguments as text") from None
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
 
 
 #: seconds a job may take to start before its client says why it waits

@@ -33,6 +33,7 @@ from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS, ipus_in_range
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
+from ._views import human_bytes
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -129,14 +130,6 @@ def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl
             _fail(f"stopped waiting; {after_ctrl_c}", EXIT_INTERRUPTED)
 
 
-def _mib(n: int) -> str:
-    """A size for people: 3.0 KiB, 184.1 MiB, 1.2 GiB."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 # -- backup and restore -----------------------------------------------------------------------
 
 
@@ -159,7 +152,7 @@ def backup(image, tile_spec, name, as_json) -> None:
         click.echo(json.dumps(summary, indent=1))
         return
     click.echo(f"backed up {summary['description']} of machine {name!r} to {summary['path']}: "
-               f"{_mib(summary['device_bytes'])} of disks in a {_mib(summary['file_size'])} image "
+               f"{human_bytes(summary['device_bytes'])} of disks in a {human_bytes(summary['file_size'])} image "
                f"({summary['seconds']:.2f} s)")
     echo_backup_notes(summary)
 
@@ -331,8 +324,8 @@ def image_info(path, as_json) -> None:
     if taken is not None:
         click.echo(f"  taken     {_taken_at(taken)}")
     click.echo(f"  devices   {info['device_count']} ({len(formatted)} formatted, "
-               f"{info['device_count'] - len(formatted)} blank) holding {_mib(info['device_bytes'])}")
-    click.echo(f"  file      {info['file_size']} bytes ({_mib(info['stored_bytes'])} of chunks)")
+               f"{info['device_count'] - len(formatted)} blank) holding {human_bytes(info['device_bytes'])}")
+    click.echo(f"  file      {info['file_size']} bytes ({human_bytes(info['stored_bytes'])} of chunks)")
     click.echo(f"  digest    {info['image_digest']}")
 
 
@@ -360,7 +353,7 @@ def image_verify(path, as_json) -> None:
                                "seconds": seconds}, indent=1))
         return
     click.echo(f"image {info['path']} is intact: {plural(info['device_count'], 'device')}, "
-               f"{_mib(info['device_bytes'])} checked ({seconds:.2f} s)")
+               f"{human_bytes(info['device_bytes'])} checked ({seconds:.2f} s)")
 
 
 @image.command("ls")

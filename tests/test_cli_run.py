@@ -120,7 +120,7 @@ def test_a_request_the_daemon_cannot_take_is_refused_before_a_machine_starts(run
         f.truncate(65 * 2**20)
     if case == "data too big":
         args += ["--data", str(big)]
-        expected = ("FILE (0.0 MiB) and --data (more than 64.0 MiB) together exceed the 64.0 MiB one run "
+        expected = ("FILE (4 B) and --data (more than 64.0 MiB) together exceed the 64.0 MiB one run "
                     "request carries; split the data over several runs, or copy it to the chip disk")
     elif case == "program too big":
         args[1] = str(big)
@@ -152,6 +152,15 @@ def test_an_endless_file_is_read_no_further_than_a_request_carries(runtime_dir, 
     assert result.returncode == 2, result.stderr
     assert f"{endless} (more than " in result.stderr
     assert lock_holder(machine_paths(name).lock) is None  # nothing was started for it
+
+
+def test_a_program_bigger_than_a_tile_is_refused_before_it_is_sent(runner, program):
+    """The daemon would compile it (answering nothing meanwhile: a client then says it
+    may be stuck in C) only for every tile to fail to hold it."""
+    result = runner.invoke(main, ["run", program("x = 1\n" * 20000), "--tiles", "0"])
+    assert result.exit_code == 2, result.output
+    assert ("FILE (117.2 KiB) does not fit in a tile: every tile holds the whole program in its SRAM, "
+            "64.0 KiB on machine ") in result.output
 
 
 def test_run_exit_status_reflects_errors(runner, program):
