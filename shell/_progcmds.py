@@ -205,6 +205,8 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
     expression's value; ``cwd``: start the block there."""
     try:
         launched = repl.launch(source, echo=echo, cwd=cwd)
+        if cwd is not None and repl is sh.session.python:
+            sh.session.python_starts_in = None  # (started there: the next block goes on from it)
     except SyntaxError as exc:
         sh.output.write("err", "".join(traceback.format_exception_only(type(exc), exc)))
         return 1, []
@@ -231,8 +233,7 @@ def repl_line(sh, source: str, eof: bool) -> int:
     if not source.strip():
         return session.status
     if session.mode == PYTHON:
-        cwd, session.python_starts_in = session.python_starts_in, None  # (the first block only)
-        status, exits = run_block(sh, session.python, source, grouped=False, cwd=cwd)
+        status, exits = run_block(sh, session.python, source, grouped=False, cwd=session.python_starts_in)
     else:
         status, exits = run_block(sh, session.repl, source, grouped=True)
     if exits:  # exit(N), raise SystemExit ... anywhere in the block: leave, as Python does

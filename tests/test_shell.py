@@ -861,6 +861,9 @@ def test_python_starts_in_the_shells_current_directory(shared_machine):
     done = shell(shared_machine, stdin="cd /chip/pywd\npython\nimport os\nos.getcwd()\nos.chdir('sub')\n"
                  "os.getcwd()\n")
     assert (done.returncode, done.stdout) == (0, "'/chip/pywd'\n'/chip/pywd/sub'\n"), done.stderr
+    # a first block that never ran (a syntax error) leaves the next to start there
+    done = shell(shared_machine, stdin="cd /chip/pywd\npython\nx = = 1\nimport os\nos.getcwd()\n")
+    assert done.stdout == "'/chip/pywd'\n", done.stderr
     # a shell directory gone since: python starts in it, removed, as a process would (not
     # where its last block left off, or in /)
     done = shell(shared_machine, "cd /chip/pywd/sub; rm -r /chip/pywd; python -c 'import os; os.chdir(\"/chip\")'; "
