@@ -120,12 +120,14 @@ def _mount_holders(host, tiles: list[int]) -> str:
     find and close them: a process on the host holds them, and only its user can let go."""
     if not tiles:
         return ""
-    ntiles = host.machine.ntiles
-    holders = [m for m in host.mounts.mounts()
-               if m.operations.open_files() and set(parse_tiles(m.tiles, ntiles)) & set(tiles)]
+    ntiles, tiles = host.machine.ntiles, set(tiles)
+    held = [(m, m.operations.open_files(tiles)) for m in host.mounts.mounts()
+            # (every mount shows /chip, whatever its --tiles: the chip tile's files)
+            if (set(parse_tiles(m.tiles, ntiles)) | {m.operations.chip_tile}) & tiles]
+    holders = [m for m, count in held if count]
     if not holders:
         return ""
-    shown = [f"{m.mountpoint} ({plural(m.operations.open_files(), 'file')} open through it)" for m in holders[:3]]
+    shown = [f"{m.mountpoint} ({plural(count, 'file')} open through it)" for m, count in held if count][:3]
     more = f" and {plural(len(holders) - 3, 'more mount')}" if len(holders) > 3 else ""
     first = holders[0].mountpoint
     return (f". Files are held open through the host mount{'s' if len(holders) > 1 else ''} "

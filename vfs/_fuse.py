@@ -1329,8 +1329,11 @@ class ChipFilesystem:
         future = self._submit(opened.tile, "fs.close", opened.handle)
         future.add_done_callback(_log_close_failure)
 
-    def open_files(self) -> int:
-        return len(self._opens)
+    def open_files(self, tiles=None) -> int:
+        """Files open through the mount (``tiles``: on those tiles only)."""
+        if tiles is None:
+            return len(self._opens)
+        return sum(opened.tile in tiles for opened in list(self._opens.values()))
 
 
 def _log_close_failure(future) -> None:
