@@ -548,7 +548,7 @@ def _read_run_request(file, data_file) -> tuple[bytes, bytes | None]:
     byte more, to tell there is more): either may be endless (/dev/zero, a FIFO)."""
     limit = REQUEST_LIMITS.max_payload
     source = read_at_most(file, limit)
-    if data_file is None:
+    if data_file is None or len(source) > limit:  # (refused already: no data is read)
         return source, None
     return source, read_at_most(data_file, max(0, limit - len(source)))
 
