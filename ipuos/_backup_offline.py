@@ -39,6 +39,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
+from ._plural import plural
 from ._safepath import NAME_MAX, UnsafePathError, check_name, directory_problem, name_prefix, open_beneath
 from ._signals import checkpoint, signals_held
 from ._tilespec import tile_of_name
@@ -299,12 +300,16 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
     except OSError as exc:
         raise OfflineError(f"{top}: {exc.strerror or exc}") from None
     nodes = walk(fs, top)
+    refused = []
     for node in nodes:  # the whole tree is checked before anything is created
         try:
             check_name(node.path)
         except UnsafePathError as exc:
-            raise OfflineError(f"{exc}; nothing extracted (extract the rest with --path, a directory "
-                               "without that name; `ipuos image cat` reads a file whatever its name)") from None
+            refused.append(str(exc))
+    if refused:
+        more = f" (and {plural(len(refused) - 1, 'more name')} like it)" if len(refused) > 1 else ""
+        raise OfflineError(f"{refused[0]}{more}; nothing extracted (--path extracts a directory that "
+                           "holds no such name; `ipuos image cat` reads a file whatever its name)")
     parent = os.path.dirname(dest)
     existing = _check_destination(dest, parent)
     try:  # staged beside a new destination, inside an existing one: moved in by renames

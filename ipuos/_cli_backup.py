@@ -448,5 +448,5 @@ def image_extract(path, device, dest, inner, as_json) -> None:
             else:
                 click.echo(f"extracted {plural(result['files'], 'file')} and "
                            f"{plural(result['directories'], 'directory', 'directories')} "
-                           f"({result['bytes']} bytes) to {result['dest']}")
+                           f"({plural(result['bytes'], 'byte')}) to {result['dest']}")
 

@@ -326,9 +326,22 @@ def test_extract_refuses_hostile_names_and_leaves_the_parent_alone(tmp_path, is_
     assert result.exit_code == 1
     assert "refusing" in result.output and why in result.output, result.output
     if why == "control character":  # (a name littlefs keeps: the rest can still come out)
-        assert "nothing extracted (extract the rest with --path" in result.output, result.output
+        assert "nothing extracted (--path extracts a directory that holds no such name" in result.output
     assert (tree(parent), os.stat(parent).st_mtime_ns) == before  # nothing created, nothing left
     assert not (tmp_path / "pwned").exists()
+
+
+def test_an_extract_refused_for_several_names_counts_them(tmp_path):
+    disk = littlefs_device({"/ok": b"fine", "/AAA": b"a", "/BBB": b"b", "/CCC": b"c"})
+    for placeholder, name in ((b"AAA", b"a\x01b"), (b"BBB", b"c\td"), (b"CCC", b"e\x7ff")):
+        rename_entry(disk, 512, placeholder, name)
+    image = tmp_path / "odd.img"
+    write_tiny_image(image, {"tile/2/disk": bytes(disk)})
+    result = ipuos("image", "extract", str(image), "2", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert "it contains a control character (and 2 more names like it); nothing extracted" in result.output
+    assert not (tmp_path / "out").exists()
+    assert ipuos("image", "cat", str(image), "2", "/ok").output == "fine"
 
 
 def test_hostile_names_are_refused_by_ls_too(tmp_path):
