@@ -318,8 +318,8 @@ def _table(mm):
         ("a symlink", errno.EPERM, lambda: os.symlink("f", t3 / "s")),
         ("a FIFO", errno.EPERM, lambda: os.mkfifo(t3 / "fifo")),
         ("a device node", errno.EPERM, lambda: os.mknod(t3 / "dev", stat.S_IFCHR | 0o600, os.makedev(1, 3))),
-        ("chmod of the owner's bits", errno.EPERM, lambda: os.chmod(t3 / "f", 0o444)),
         ("chmod setuid", errno.EPERM, lambda: os.chmod(t3 / "f", 0o4644)),
+        ("chmod sticky", errno.EPERM, lambda: os.chmod(t3, 0o1755)),
         ("chown to another user", errno.EPERM, lambda: os.chown(t3 / "f", os.getuid() + 1, -1)),
         ("getxattr", errno.ENOTSUP, lambda: os.getxattr(t3 / "f", "user.x")),
         ("setxattr", errno.ENOTSUP, lambda: os.setxattr(t3 / "f", "user.x", b"1")),
@@ -380,11 +380,12 @@ def test_what_does_work_without_owners_or_permissions(mm):
     path.write_bytes(b"p")
     os.chmod(path, 0o644)  # the mode it has: no change, no error
     os.chmod(mm.tile(10), 0o755)
-    # the group's and others' bits grant nothing on a mount only its user enters: set,
-    # not kept (rsync -a makes every file with fchmod(fd, 0600))
+    # permission bits guard nothing on a mount only its user enters: set, not kept
+    # (rsync -a makes each file with fchmod(fd, 0600), a script's with 0700)
     os.chmod(path, 0o600)
     with open(path, "rb+") as f:
-        os.fchmod(f.fileno(), 0o640)
+        os.fchmod(f.fileno(), 0o700)
+    os.chmod(path, 0o444)
     os.chmod(mm.tile(10), 0o700)
     os.chown(path, os.getuid(), os.getgid())
     os.chown(path, -1, -1)

@@ -61,9 +61,9 @@ ENOTEMPTY, ENOSPC, ENAMETOOLONG, EROFS ...). Every callback maps errors itself (
 :func:`_errno_of`), because mfusepy turns anything but an ``OSError`` into EINVAL: a
 failed tile is EIO, a machine that does not answer in time ETIMEDOUT, one that has stopped
 EIO. What the mount adds itself: EXDEV to rename between two tiles or between a tile and
-``/chip``; EPERM for hard links, symlinks, device nodes, chmod of the owner's bits (of the
-fixed 0644/0755; the group's and others' may be set, and are not kept) and chown to anyone
-but the mounting user (a tile keeps no owners or permission bits,
+``/chip``; EPERM for hard links, symlinks, device nodes, chmod of setuid, setgid or sticky
+(permission bits may be set, and are not kept: the mode stays 0644/0755) and chown to
+anyone but the mounting user (a tile keeps no owners or permission bits,
 and EPERM is what link(2), symlink(2) and mknod(2) document for a filesystem that cannot
 make such a thing); EINVAL for ``rename`` flags other than RENAME_NOREPLACE (rename(2)'s
 errno for an unsupported flag); EROFS on a read-only mount (the kernel answers most of
@@ -133,7 +133,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_TRUNC | os.O_CREAT
 FILE_PERMISSIONS = 0o644
 DIR_PERMISSIONS = 0o755
 #: the mode bits a chmod through the mount may not change (see ``chmod``)
-_OWNER_AND_SPECIAL_BITS = _stat.S_IRWXU | _stat.S_ISUID | _stat.S_ISGID | _stat.S_ISVTX
+_SPECIAL_BITS = _stat.S_ISUID | _stat.S_ISGID | _stat.S_ISVTX
 
 
 def _mode(is_dir: bool) -> int:
@@ -628,6 +628,8 @@ class ChipFilesystem:
         nothing: the kernel keeps none. The mount's own removals and renames need nothing
         either: the kernel has updated its names from their replies."""
         self._known.notice(tile, kind, path, path2)
+        if self._retries.active and kind in (ADDED_FILE, ADDED_DIR, MOVED):
+            self._retries.created(tile, path2 if kind == MOVED else path)  # (see Retries.created)
         kernel = self._kernel
         if kernel is None or kind in (CHANGED, ADDED_FILE, ADDED_DIR):
             return
@@ -1160,13 +1162,14 @@ class ChipFilesystem:
 
     @_callback
     def chmod(self, path, mode):
-        """No permission bits on a tile: a change of the owner's (or setuid, setgid,
-        sticky) is EPERM. The group's and others' are accepted and not kept: they grant
-        nothing on a mount only its user may enter (no ``allow_other``), and tools that
-        copy files set them as a matter of course (``rsync -a`` makes every file with
-        ``fchmod(fd, 0600)``, and copied nothing when that failed)."""
+        """No permission bits on a tile: a change of them is accepted and not kept (the
+        mode stays 0644 or 0755), as FAT's ``quiet`` option does: on a mount only its
+        user may enter (no ``allow_other``) they would guard nothing, and tools that copy
+        files set them as a matter of course (``rsync -a`` makes each file with
+        ``fchmod(fd, 0600)``, or 0700 for a script, and copied nothing when that
+        failed). Setuid, setgid and sticky, which a tile could never honour, are EPERM."""
         attrs = self.getattr(path)
-        if (mode ^ attrs["st_mode"]) & _OWNER_AND_SPECIAL_BITS:
+        if (mode ^ attrs["st_mode"]) & _SPECIAL_BITS:
             raise _fail(errno.EPERM)
         return 0
 

@@ -184,7 +184,9 @@ class Retries:
         self._recreated.pop((tile, path), None)
 
     def created(self, tile: int, path: str) -> None:
-        """The mount has made a file at ``path`` (see :meth:`_unseen_first_try`)."""
+        """A file is at ``path`` again: the mount made it, or a tile made it or renamed
+        something to it (see :meth:`_unseen_first_try`). (Also from the scheduler
+        thread: plain dict work, as the rest.)"""
         if (tile, path) in self._unlinked:
             self._recreated.setdefault((tile, path), time.monotonic())
 
