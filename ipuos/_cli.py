@@ -336,7 +336,13 @@ def halt(name, if_saved, backup, force) -> None:
         raise click.UsageError("--force cannot be combined with --if-saved or --backup: a daemon "
                                "that must be killed can neither back up nor say what is unsaved")
     paths = _paths(name)
-    _wait_for_start(paths, force)
+    saving = if_saved or backup is not None
+    _wait_for_start(paths, saving)
+    if not saving and starting(paths):  # (its daemon holds its lock and boots: a restore may take long)
+        pid = lock_holder(paths.lock)
+        if pid is not None:
+            _halt_by_signal(paths, pid, False, "it was starting", force=force)
+            return
     if force:
         pid = lock_holder(paths.lock)
         if pid is None:
@@ -399,16 +405,18 @@ def halt(name, if_saved, backup, force) -> None:
         _cli_backup.echo_backup_notes(reply["backup"])
 
 
-def _wait_for_start(paths: MachinePaths, force: bool) -> None:
+def _wait_for_start(paths: MachinePaths, until_up: bool) -> None:
     """A machine that is starting (``ipuos run ... &`` just spawned it) is halted, not
-    reported as not running: wait until it serves, then it is asked like any other; or,
-    for ``--force``, only until its daemon holds the lock (so it has a pid to signal)."""
-    if not starting(paths):
+    reported as not running: wait until its daemon holds the lock, so that it has a pid
+    to signal, as a daemon booting is halted (a boot restoring a big image may take
+    minutes); ``until_up``, to back it up or say whether it is saved, which only its
+    answer can, until it serves."""
+    if not starting(paths) or (not until_up and lock_holder(paths.lock) is not None):
         return
     click.echo(f"ipuos: machine {paths.name!r} is starting; halting it once it "
-               f"{'has a daemon pid' if force else 'is up'}", err=True)
+               f"{'is up' if until_up else 'has a daemon pid'}", err=True)
     deadline = time.monotonic() + BOOT_SECONDS
-    while starting(paths) and not (force and lock_holder(paths.lock) is not None):
+    while starting(paths) and (until_up or lock_holder(paths.lock) is None):
         if time.monotonic() > deadline:
             return  # (what follows stops it by signal, or says what is in the way)
         time.sleep(0.02)

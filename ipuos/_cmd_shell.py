@@ -231,10 +231,10 @@ def _exec(call: Call):
     except RuntimeError as exc:  # the machine is stopping
         raise CommandError("not_running", str(exc)) from None
     call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))
-    # (the terminal's second Ctrl-C drops its connection: a program that caught the first
-    # and runs on is stopped whatever it catches)
-    call.on_cancel_again(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False,
-                                                  reason="interrupted (a second Ctrl-C)"))
+    # (the terminal's second Ctrl-C, or its going away, gives up on the line: a program
+    # that caught the first Ctrl-C and runs on is stopped whatever it catches)
+    call.on_abandon(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False,
+                                             reason="interrupted: the terminal stopped waiting"))
     future.add_done_callback(lambda _: pieces.put(done))
     while True:
         item = pieces.get()

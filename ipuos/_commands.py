@@ -156,8 +156,10 @@ class Call:
     peer_pid: int | None
     emit_frame: Callable[[dict], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: the client has given up on the call: nobody waits for what it does any more
+    abandoned: bool = False
     _cancel_hooks: list = field(default_factory=list)
-    _again_hooks: list = field(default_factory=list)
+    _abandon_hooks: list = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -177,19 +179,31 @@ class Call:
                 return
         hook()
 
-    def on_cancel_again(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` at every cancel after the first: the client's second Ctrl-C
-        gives up waiting, and its connection drops."""
+    def on_abandon(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` (after the cancel hooks) once the client has given up on the call:
+        a second cancel (its second Ctrl-C), its connection gone, the call timed out; at
+        once if that already happened (a fast double Ctrl-C may come before the handler
+        gets here). What the call started must then stop for good: nobody waits for it."""
         with self._lock:
-            self._again_hooks.append(hook)
+            if not self.abandoned:
+                self._abandon_hooks.append(hook)
+                return
+        hook()
 
-    def cancel(self) -> None:
+    def cancel(self, abandon: bool = False) -> None:
+        """The client's cancel (its Ctrl-C); ``abandon``: it has given up on the call (see
+        :meth:`on_abandon`), as a second cancel also says."""
         with self._lock:
-            if self.cancelled.is_set():
-                hooks = list(self._again_hooks)
-            else:
+            hooks = []
+            if not self.cancelled.is_set():
                 self.cancelled.set()
                 hooks, self._cancel_hooks = self._cancel_hooks, []
+            elif not abandon:
+                abandon = True  # (a second cancel)
+            if abandon and not self.abandoned:
+                self.abandoned = True
+                hooks += self._abandon_hooks
+                self._abandon_hooks = []
         for hook in hooks:
             try:
                 hook()
@@ -387,11 +401,11 @@ def _run(call: Call):
     try:
         # weakly: a Ctrl-C may arrive after the job ended, once its handle has gone (below)
         interrupt = weakref.WeakMethod(handle.interrupt)
-        # the first a KeyboardInterrupt the program may catch; if it does, and runs on, a
-        # second stops it whatever it catches: nobody waits for it any more
+        # the Ctrl-C a KeyboardInterrupt the program may catch; if it does, and runs on, the
+        # client giving up (its second Ctrl-C, or gone) stops it whatever it catches
         call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)", ctrl_c=True))
-        call.on_cancel_again(lambda: (stop := interrupt()) is not None and stop(
-            "interrupted: the client stopped waiting (a second Ctrl-C)"))
+        call.on_abandon(lambda: (stop := interrupt()) is not None and stop(
+            "interrupted: the client stopped waiting"))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
         result = handle.wait()

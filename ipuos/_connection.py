@@ -214,7 +214,7 @@ class Connection:
                     "a tile may be computing without reaching an exchange point "
                     f"({hint('kill JOB', self.host.name)}, or run programs with --budget)",
                 ))
-                call.cancel()
+                call.cancel(abandon=True)  # (the client has its answer, and waits no more)
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -281,13 +281,14 @@ class Connection:
                 pass
 
     def close(self) -> None:
-        """Cancel whatever the client still waits for (a disconnect is a Ctrl-C) and close."""
+        """Give up whatever the client still waits for (it is gone: nobody waits for it
+        any more) and close."""
         with self._send_lock:
             self._broken = True
             calls = [call for call, _ in self._in_flight.values()]
             self._in_flight.clear()
         for call in calls:
-            call.cancel()
+            call.cancel(abandon=True)
         if self._lingering:
             linger_close(self.sock, seconds=1.0)
         else:

@@ -260,6 +260,9 @@ def _check_output_limit(limit) -> None:
 
 #: how long a run() that timed out waits for the program it interrupted to stop
 _STOP_WAIT_SECONDS = 5.0
+#: how long a run() given up by Ctrl-C lets the program clean up after its
+#: KeyboardInterrupt before it stops it whatever it catches
+_CTRL_C_CLEANUP_SECONDS = 1.0
 
 
 def _run_within(launch: Callable[[float | None], RunHandle], timeout: float | None) -> RunResult:
@@ -279,7 +282,15 @@ def _run_within(launch: Callable[[float | None], RunHandle], timeout: float | No
         raise TimeoutError(f"job {handle.job.id} ran longer than {timeout} s, and was "
                            "interrupted (launch() keeps a program running)") from None
     except BaseException as exc:
-        _stop(handle, "interrupted: the caller stopped waiting", ctrl_c=isinstance(exc, KeyboardInterrupt))
+        if isinstance(exc, KeyboardInterrupt):
+            # the program gets the Ctrl-C, for its cleanup, briefly: whatever it catches, it
+            # is then stopped for good, as nobody holds its handle to do it later
+            _stop(handle, "interrupted: the caller stopped waiting", ctrl_c=True)
+            try:
+                handle.wait(_CTRL_C_CLEANUP_SECONDS)
+            except BaseException:  # (it runs on; or another Ctrl-C: stop it all the more)
+                pass
+        _stop(handle, "interrupted: the caller stopped waiting")
         raise
 
 

@@ -90,10 +90,13 @@ class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):
     """The user's Ctrl-C, as a tile program gets it: a KeyboardInterrupt, as in Python,
     so that its ``except KeyboardInterrupt:`` cleanup runs; a TileInterrupt, as every stop
     is to the scheduler. Each Ctrl-C reaches each tile once (see Job.ctrl_c_due): a
-    program that swallows it runs on, as Python's would, until the next Ctrl-C, or a
-    ``kill``, or its client going away, which raise a plain TileInterrupt again and
-    again until it stops. (Never handed to host code as such: there a KeyboardInterrupt
-    would pass for the host's own Ctrl-C; see :func:`for_host`.)
+    program that swallows it runs on, as Python's would, a job like any other, until
+    the next Ctrl-C, or until whatever gives up on it (``kill``, its client's second
+    Ctrl-C or its going away, a ``Machine.run()`` given up by Ctrl-C) raises a plain
+    TileInterrupt, again and again until it stops; that replaces a Ctrl-C a tile has
+    not yet taken, and no Ctrl-C after it softens it (see Job.stopping). (Never handed
+    to host code as such: there a KeyboardInterrupt would pass for the host's own
+    Ctrl-C; see :func:`for_host`.)
     """
 
 

@@ -110,9 +110,14 @@ class Job:
         #: the superstep in which a tile's exception stopped the job, while the others
         #: still run to their next exchange point, unhurried by the watchdog (None: not
         #: so stopped, or stopped at once, by an interrupt or a compute budget, or the
-        #: job was interrupted before); see Tile.wait
+        #: job was being stopped before); see Tile.wait
         self.failed_in: int | None = None
+        #: why the job was last interrupted, by a Ctrl-C or a stop (None: never)
         self.interrupted: str | None = None
+        #: an interrupt that ends the job came (``kill``, its client gone, shutdown): unlike
+        #: a Ctrl-C, which the program may catch and run on after, as a job like any other
+        #: (its deadlocks reported, a failure handled as ever)
+        self.stopping = False
         #: the user's Ctrl-Cs so far, and by rank the count at the last one a tile was
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
@@ -152,7 +157,7 @@ class Job:
         self.finished_changed = True
         if result.status == ERROR and self.first_failure is None:
             self.first_failure = result
-            if self.interrupted is None and not isinstance(result.error, ComputeBudgetExceeded):
+            if not self.stopping and not isinstance(result.error, ComputeBudgetExceeded):
                 self.failed_in = self.sched.superstep
             self.abort(
                 JobAborted(
@@ -215,8 +220,12 @@ class Job:
         unlike :meth:`abort` this arms no watchdog (which would interrupt the job's next
         compute) and gives the job no reason to stop."""
         ctrl_c = isinstance(error, TileKeyboardInterrupt)
+        stop = _stops_for_good(error)
         for tile in self.live.values():
-            if tile.signal is None:
+            pending = tile.signal
+            # a stop replaces a Ctrl-C not yet raised: a program that catches that would
+            # run on until the watchdog happened to catch it computing
+            if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)):
                 if ctrl_c and not self.ctrl_c_due(tile.rank, take=True):
                     continue  # (the watchdog stopped it with this Ctrl-C already)
                 # a fresh instance per tile: each raise writes its own traceback into it
@@ -235,7 +244,11 @@ class Job:
         return due
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
+        """Interrupt every tile: with the user's Ctrl-C (``TileKeyboardInterrupt``), which
+        the program may catch and run on after, or with a stop that ends the job."""
         self.interrupted = reason
+        if kind is not TileKeyboardInterrupt:
+            self.stopping = True
         self.failed_in = None  # (its tiles stop at once, wherever they are)
         self.abort(kind(reason))
 
@@ -320,6 +333,12 @@ class Job:
         self.stats.bytes_received = (received - self._start_per_tile[1]).tolist()
         self.stats.bytes_exchanged = sum(self.stats.bytes_sent)
         self.stats.sim_seconds = sched.engine.cost.seconds(self.sim_cycles)
+
+
+def _stops_for_good(signal: BaseException) -> bool:
+    """Whether ``signal`` ends the job whatever its program catches: an interrupt other
+    than the user's Ctrl-C (``kill``, its client gone, shutdown)."""
+    return isinstance(signal, TileInterrupt) and not isinstance(signal, TileKeyboardInterrupt)
 
 
 @dataclass

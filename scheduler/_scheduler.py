@@ -687,7 +687,7 @@ class Scheduler:
 
     def _detect_deadlocks(self) -> None:
         for job in list(self.jobs.values()):
-            if job.interrupted is not None:
+            if job.stopping:
                 continue  # its tiles are being stopped: waiting on each other is expected
             if job.finished_changed:
                 job.finished_changed = False

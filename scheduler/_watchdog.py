@@ -120,6 +120,8 @@ class Watchdog:
 
     def interrupt(self, job: "Job", kind: type[BaseException] = TileInterrupt) -> None:
         with self._lock:
+            if kind is TileKeyboardInterrupt and self._interrupts.get(job, kind) is not kind:
+                return  # (a Ctrl-C after a stop must not turn it into one the program may catch)
             self._interrupts[job] = kind
         self._wake.set()
 

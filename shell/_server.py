@@ -119,6 +119,8 @@ class ShellServer:
         if not session.busy or (seq is not None and session.seq != seq):
             return
         session.interrupted = True
+        if not ctrl_c:
+            session.stopped = reason
         job = session.job
         if job is not None:
             self.scheduler.interrupt_job(job, reason, ctrl_c=ctrl_c)
@@ -168,6 +170,7 @@ class ShellServer:
         session.busy = True
         session.seq = seq
         session.interrupted = False
+        session.stopped = None
         session.width = width
         session.echoes_ctrl_c = echoes_ctrl_c
         try:

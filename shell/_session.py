@@ -80,6 +80,9 @@ class Session:
         #: commands cancelled before tile 0 got to start them (each queued line its own)
         self.cancelled: set[int] = set()
         self.interrupted = False
+        #: the command was interrupted for good (its terminal gave up on it): the reason a
+        #: job it starts after that is stopped with, not with a Ctrl-C it may catch
+        self.stopped: str | None = None
         self.job = None
         self.status = 0
         #: where the ``put`` under way writes until its last chunk is in
@@ -398,7 +401,9 @@ class Context:
         job = launched.job
         session.job = job
         try:
-            if session.interrupted:  # Ctrl-C arrived while the job was being started
+            if session.stopped is not None:  # (given up on while the job was being started)
+                self.server.scheduler.interrupt_job(job, session.stopped)
+            elif session.interrupted:  # Ctrl-C arrived while the job was being started
                 self.server.scheduler.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
             self.server.scheduler.wait_job(self.tile, job)
         finally:

@@ -477,6 +477,19 @@ def test_a_second_ctrl_c_stops_a_program_that_swallowed_the_first(machine, progr
     wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
 
 
+def test_a_client_gone_without_ctrl_c_stops_a_program_that_swallows_it(machine, program):
+    """Its terminal closed, say: nobody waits for the job, which must not hold its tiles."""
+    path = program("while True:\n    try:\n        sync()\n    except KeyboardInterrupt:\n        pass\n")
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-1"], env=machine.env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: machine.call("ps")["states"][:2] != "ii", what="the job to start")
+    finally:
+        client.kill()
+        client.wait()
+    wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
+
+
 def test_run_on_a_named_machine_from_the_environment(machine, program):
     done = run_cli("run", program("print(__numtiles)"), "--tiles", "3-4", env=machine.env())
     assert done.returncode == 0 and done.stdout == "[2 tiles: 3-4]\n2\n"

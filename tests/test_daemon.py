@@ -571,3 +571,39 @@ def test_too_many_requests_in_flight_on_one_connection(machine):
     assert code == "busy" and "at most 8 requests" in message
     sock.close()
     wait_for(lambda: busy_tiles(machine) == "", what="the jobs to be interrupted")
+
+
+def _call():
+    from types import SimpleNamespace
+
+    from ipuos._commands import Call
+
+    return Call(SimpleNamespace(cmd="run"), {}, None, None, lambda event: None)
+
+
+def test_a_call_is_abandoned_by_a_second_cancel_or_its_client_gone():
+    ran = []
+    call = _call()
+    call.on_cancel(lambda: ran.append("cancel"))
+    call.on_abandon(lambda: ran.append("abandon"))
+    call.cancel()
+    assert ran == ["cancel"]
+    call.cancel()
+    call.cancel()
+    assert ran == ["cancel", "abandon"]  # (once)
+    gone = _call()
+    gone.on_cancel(lambda: ran.append("gone: cancel"))
+    gone.on_abandon(lambda: ran.append("gone: abandon"))
+    gone.cancel(abandon=True)  # (no Ctrl-C before: its connection closed)
+    assert ran[2:] == ["gone: cancel", "gone: abandon"]
+
+
+def test_a_hook_for_a_call_abandoned_already_runs_at_once():
+    """A fast double Ctrl-C may come before the handler registers its hooks."""
+    ran = []
+    call = _call()
+    call.cancel()
+    call.cancel()
+    call.on_cancel(lambda: ran.append("cancel"))
+    call.on_abandon(lambda: ran.append("abandon"))
+    assert ran == ["cancel", "abandon"]

@@ -405,6 +405,44 @@ def test_ctrl_c_while_a_busy_machine_has_not_taken_the_program_starts_nothing(ma
     assert _never_ran(machine, 6)
 
 
+@pytest.mark.parametrize("api", ["run", "repl"])
+def test_ctrl_c_in_run_stops_a_program_that_swallows_it(machine, api):
+    """The caller stopped waiting and holds no handle: the program gets its Ctrl-C, and
+    is then stopped whatever it catches, so its tiles take the next program."""
+    import os
+    import signal
+
+    from daemon_harness import wait_for
+
+    loop = "while True:\n    try:\n        sync()\n    except KeyboardInterrupt:\n        pass\n"
+    scheduler = machine.scheduler
+
+    def on_tile_11():
+        return scheduler.tiles[11].job
+
+    def ctrl_c_once_it_runs():
+        wait_for(lambda: on_tile_11() is not None, what="the program to start")
+        os.kill(os.getpid(), signal.SIGINT)  # (a real Ctrl-C)
+
+    repl = machine.repl(tiles="11") if api == "repl" else None
+    presser = threading.Thread(target=ctrl_c_once_it_runs)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            (machine.run(loop, tiles="11") if repl is None else repl.run(loop))
+    finally:
+        presser.join()
+    try:
+        wait_for(lambda: on_tile_11() is None, what="the program to stop")
+    finally:
+        job = on_tile_11()
+        if job is not None:
+            scheduler.interrupt_job(job, "the test is over")
+        if repl is not None:
+            repl.close()
+    assert machine.run("print('free')", tiles="11").tiles[0].output == "free\n"
+
+
 def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
     def regions() -> list[str]:
         return [r["name"] for r in machine.sram_usage(9)["regions"]]

@@ -15,6 +15,8 @@ import time
 import greenlet
 import pytest
 
+from daemon_harness import wait_for
+
 from ipuos._costmodel import CostModel
 from ipuos._sram import SRAM
 from ipuos.scheduler import (
@@ -1163,6 +1165,7 @@ def test_ctrl_c_is_a_keyboard_interrupt_each_tile_gets_once_and_may_clean_up_aft
 
 def test_a_program_that_swallows_ctrl_c_runs_on_until_kill(sched):
     caught = [0, 0]
+    rounds = [0, 0]  # supersteps each tile has passed
 
     def prog(api):
         while True:
@@ -1172,20 +1175,142 @@ def test_a_program_that_swallows_ctrl_c_runs_on_until_kill(sched):
                         for _ in range(10**5):
                             pass
                     api.sync()
+                    rounds[api.tileid] += 1
             except KeyboardInterrupt:
                 caught[api.tileid] += 1
 
+    def runs_on(past: int) -> None:
+        """Wait until both tiles have passed ``past`` supersteps more."""
+        goal = [n + past for n in rounds]
+        wait_for(lambda: all(n >= g for n, g in zip(rounds, goal)) or job.future.done(), what="supersteps")
+
     job = sched.start_job([0, 1], prog)
     for presses in (1, 2):
-        time.sleep(0.1)
+        runs_on(3)
         sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
-        time.sleep(0.3)
+        wait_for(lambda: caught == [presses, presses] or job.future.done(), what="the Ctrl-C caught")
+        runs_on(5)  # (a second delivery of the same Ctrl-C would have come by now)
         assert not job.future.done() and caught == [presses, presses]  # one each per Ctrl-C
     sched.interrupt_job(job, "killed")  # not a KeyboardInterrupt: it stops
     report = job.future.result(5)
     assert [r.status for r in report.results] == [INTERRUPTED] * 2
     assert not any(isinstance(r.error, KeyboardInterrupt) for r in report.results)
     assert caught == [2, 2]
+
+
+def _started(job, entered: list, ntiles: int) -> None:
+    """Wait until each of the job's ``ntiles`` tiles has put its rank in ``entered``."""
+    wait_for(lambda: len(entered) == ntiles or job.future.done(), what="the tiles to start")
+
+
+def test_a_caught_ctrl_c_leaves_deadlocks_reported(sched):
+    """Without the Ctrl-C the recv ring deadlocks at once: after a Ctrl-C the program
+    caught, it is a job like any other."""
+    entered = []
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            while True:
+                api.sync()
+        except KeyboardInterrupt:
+            pass
+        api.recv((api.tileid + 1) % api.numtiles)
+
+    job = sched.start_job([0, 1, 2], prog)
+    _started(job, entered, 3)
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        report = job.future.result(5)
+    finally:
+        sched.interrupt_job(job, "the test is over")
+    assert [r.status for r in report.results] == [ERROR] * 3
+    assert all(isinstance(r.error, DeadlockError) for r in report.results)
+
+
+def test_a_caught_ctrl_c_leaves_a_failure_handled_as_ever(sched):
+    """After one tile's exception the others run on to their next exchange point (see
+    Job.abort), a caught Ctrl-C before or not."""
+    entered, ran_on = [], []
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            while True:
+                api.sync()
+        except KeyboardInterrupt:
+            pass
+        api.sync()
+        if api.tileid == 0:
+            raise ValueError("boom")
+        ran_on.append(api.tileid)
+        api.sync()
+
+    job = sched.start_job([0, 1, 2], prog)
+    _started(job, entered, 3)
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [ERROR, ABORTED, ABORTED]
+    assert sorted(ran_on) == [1, 2]
+
+
+def test_a_stop_right_after_a_ctrl_c_is_not_caught_as_it(sched):
+    """The tiles have the Ctrl-C pending when the stop comes: they get the stop instead,
+    at their next exchange point, not when the watchdog happens to find them computing."""
+    entered, rounds = [], []
+
+    def prog(api):
+        entered.append(api.tileid)
+        while True:
+            try:
+                api.sync()
+            except KeyboardInterrupt:
+                pass
+            rounds.append(api.tileid)
+
+    job = sched.start_job(range(4), prog)
+    _started(job, entered, 4)
+
+    def ctrl_c_then_stop():  # (between supersteps, as two calls in one batch would be)
+        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+        sched.interrupt_job(job, "killed")
+        return len(rounds)
+
+    before = sched.call_wait(ctrl_c_then_stop)
+    report = job.future.result(10)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 4
+    assert not any(isinstance(r.error, KeyboardInterrupt) for r in report.results)
+    assert len(rounds) == before  # (no tile went round its loop again)
+
+
+def test_a_ctrl_c_after_a_stop_does_not_make_it_one_the_program_may_catch(sched):
+    """A tile computing (no exchange point) that swallows Ctrl-Cs and the first stops:
+    the watchdog must go on raising the stop, whatever Ctrl-C comes after it."""
+    entered, stops = [], []
+
+    def prog(api):
+        entered.append(api.tileid)
+        while True:
+            try:
+                while True:
+                    pass
+            except KeyboardInterrupt:
+                pass
+            except TileInterrupt:
+                stops.append(1)
+                if len(stops) >= 3:
+                    raise
+
+    job = sched.start_job([0], prog)
+    _started(job, entered, 1)
+    sched.interrupt_job(job, "killed")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        report = job.future.result(5)
+    finally:
+        stops.extend([1, 1, 1])  # (lets it end whatever the outcome)
+        sched.interrupt_job(job, "the test is over")
+    assert report.results[0].status == INTERRUPTED and len(stops) == 6
 
 
 def test_a_compute_budget_is_no_keyboard_interrupt(sched):
