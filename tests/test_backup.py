@@ -332,6 +332,25 @@ def test_a_repl_that_outlives_a_restore_reaches_the_restored_files(tmp_path):
         assert gone.outputs() == {0: "[]\nin a removed directory\n"}, gone.tiles
 
 
+def test_a_file_removed_while_open_keeps_its_tile_from_a_restore(tmp_path):
+    """A file removed while open is open still (a host's filesystem stays busy with it):
+    a restore under it would leave its writes landing nowhere, silently."""
+    with ipuos.Machine("tiny") as machine:
+        _backup.backup(machine, tmp_path / "m.img")
+        repl = machine.repl("3")
+        assert repl.run("import os\na = open('/gone', 'w')\na.write('A' * 3000)\nos.remove('/gone')\n").ok
+        with pytest.raises(_backup.TilesInUse) as refused:
+            _backup.restore(machine, tmp_path / "m.img")
+        assert "tile 3: 1 file is open on it (1 removed while open)" in str(refused.value)
+        assert repl.run("b = open('/b', 'w')\n").ok
+        with pytest.raises(_backup.TilesInUse) as refused:
+            _backup.restore(machine, tmp_path / "m.img")
+        assert "tile 3: 2 files are open on it (/b; 1 removed while open)" in str(refused.value)
+        assert repl.run("a.close()\nb.close()\n").ok
+        _backup.restore(machine, tmp_path / "m.img")
+        assert machine.fs.listdir(3, "/") == []
+
+
 def test_a_backup_names_files_whose_writes_it_could_not_take(machine, tmp_path):
     program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
                                "while True:\n    sync()\n")
