@@ -665,6 +665,10 @@ class Filesystem:
         self._give = self._idle.append  # with True
         self._busy_with = ""
         self._open: dict[File, None] = {}  # open files, in the order they were opened
+        #: open files removed (or replaced by a rename) while open: no longer littlefs'
+        #: (see _Orphan), but open on this filesystem still, as on a host, where they keep
+        #: it busy until their last handle is closed
+        self._orphans: dict[File, None] = {}
         self._paths: dict[str, str] = {}  # path as given -> canonical path
         #: (operation, path, exception) of the device fault that made the fs unusable
         self._fault: tuple[str, str | None, BaseException] | None = None
@@ -691,7 +695,13 @@ class Filesystem:
 
     @property
     def open_files(self) -> int:
-        return len(self._open)
+        """Open file handles, those on a file removed while open included."""
+        return len(self._open) + len(self._orphans)
+
+    @property
+    def removed_open_files(self) -> int:
+        """Open handles on files removed (or replaced by a rename) while open."""
+        return len(self._orphans)
 
     def open_paths(self) -> list[str]:
         """Paths of the open files, each once (a file removed while open has none)."""
@@ -754,6 +764,8 @@ class Filesystem:
                 if file.lost is None:  # later use is EIO saying why, not "closed file"
                     file.lost = (f"the filesystem was unmounted while this file was open (its "
                                  f"writes {committed}); open it again")
+            _lose_orphans(self, "the filesystem was unmounted while this file, removed while "
+                                "open, was open: its content is gone")
             handle, self._lfs = self._lfs, None
             device_failed = self._fault is not None or self._callbacks.fault is not None
             self._callbacks.refusing = True  # unmount only frees memory; make sure of it
@@ -785,6 +797,7 @@ class Filesystem:
             return
         for file in list(self._open):
             _lose(file, "the filesystem was released with its machine")
+        _lose_orphans(self, "the filesystem was released with its machine")
         handle, self._lfs = self._lfs, None
         self._callbacks.refusing = True
         try:
@@ -1967,10 +1980,13 @@ class _Orphan(File):
     def close(self, *_exc_info) -> None:
         self.closed = True
         self._content = None
+        self._fs._orphans.pop(self, None)
 
     __exit__ = close
 
     def _usable(self, need: int, op: str) -> None:
+        if self.lost is not None:  # its filesystem was unmounted: say so, not "closed file"
+            raise _error(self.lost_errno, self.path, self.lost)
         if self.closed:
             raise ValueError(f"{op} on closed file {self.path!r}")
         if need and not self.flags & need:
@@ -2013,6 +2029,7 @@ def _orphaning(handle, fs: Filesystem, files: list, operation, *args) -> None:
             closing, file._handle = file._handle, None
             lfs.file_close(handle, closing)
         fs._open.pop(file, None)
+        fs._orphans[file] = None
         file.__class__ = _Orphan
         file._content, file._position = content, position
         file._can = 0  # (File's own fast paths are littlefs calls)
@@ -2020,6 +2037,15 @@ def _orphaning(handle, fs: Filesystem, files: list, operation, *args) -> None:
         file._unsynced = file._accepted = file._stale = file._shared = file._seeked_appender = False
         file._journal, file._journal_bytes = [], 0
     fs._reshare()
+
+
+def _lose_orphans(fs: Filesystem, why: str) -> None:
+    """The files removed while open on ``fs`` go with it (it is unmounted): every later
+    call on them says ``why`` (EIO); closing them is quiet (nothing of theirs could be
+    saved: their names were gone)."""
+    for file in list(fs._orphans):
+        _Orphan.close(file)
+        file.lost = why
 
 
 def _net_effect(journal: list, size: int) -> tuple[int, list[tuple[int, bytearray]], int]:

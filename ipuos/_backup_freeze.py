@@ -289,10 +289,14 @@ def prepare_restore(tile, storage) -> str | None:
     mounts = _littlefs_mounts(tile, storage)
     open_files = sum(backend.open_files for _, _, backend in mounts)
     if open_files:
+        # (one removed while open keeps its filesystem busy, as on a host: restored under
+        # it, its later writes would land nowhere)
+        removed = sum(backend.removed_open_files for _, _, backend in mounts)
         paths = [posixpath.join(mount, inner.lstrip("/")).rstrip("/") for _, mount, backend in mounts
                  for inner in backend.open_paths()]
         named = ", ".join(paths[:_PATHS_SHOWN]) + (f" and {len(paths) - _PATHS_SHOWN} more"
                                                     if len(paths) > _PATHS_SHOWN else "")
+        named = "; ".join(filter(None, [named, f"{removed} removed while open" if removed else ""]))
         return FilesOpen(f"{plural(open_files, 'file is', 'files are')} open on it"
                          + (f" ({named})" if named else ""))
     for _, _, backend in mounts:

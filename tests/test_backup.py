@@ -308,6 +308,49 @@ def test_writes_held_in_an_open_file_are_unsaved_and_named(tmp_path):
         assert run_cli("image", "cat", str(tmp_path / "m.img"), "3", "/log").stdout == "firstsecond"
 
 
+def test_a_repl_that_outlives_a_restore_reaches_the_restored_files(tmp_path):
+    """A restore drops its tiles' filesystems (their bytes are new): a repl session waiting
+    between two blocks keeps its names, and its next block reaches the restored files,
+    in its current directory if the restored files have it, else in a removed one."""
+    with ipuos.Machine("tiny") as machine:
+        for tile in (3, 4):
+            machine.fs.makedirs(tile, "/d/e")
+            machine.fs.write_file(tile, "/d/e/f", b"imaged")
+        _backup.backup(machine, tmp_path / "m.img")
+        stays = machine.repl("3-4")  # (a multirepl)
+        assert stays.run("import os\nos.chdir('/d/e')\nname = 'kept'\n").ok
+        goes = machine.repl("0")
+        assert goes.run("import os\nos.makedirs('/chip/new')\nos.chdir('/chip/new')\n").ok
+        for tile in (3, 4):
+            machine.fs.write_file(tile, "/d/e/f", b"changed")
+        _backup.restore(machine, tmp_path / "m.img")
+        machine.fs.listdir(3, "/")  # tile 3 up again before the next block, tile 4 not
+        after = stays.run("print(name, os.getcwd(), open('f').read(), os.listdir('/d'))\n")
+        assert after.outputs() == {3: "kept /d/e imaged ['e']\n", 4: "kept /d/e imaged ['e']\n"}, after.tiles
+        gone = goes.run("print(os.listdir('/chip'))\ntry:\n    os.getcwd()\nexcept FileNotFoundError:\n"
+                        "    print('in a removed directory')\n")
+        assert gone.outputs() == {0: "[]\nin a removed directory\n"}, gone.tiles
+
+
+def test_a_file_removed_while_open_keeps_its_tile_from_a_restore(tmp_path):
+    """A file removed while open is open still (a host's filesystem stays busy with it):
+    a restore under it would leave its writes landing nowhere, silently."""
+    with ipuos.Machine("tiny") as machine:
+        _backup.backup(machine, tmp_path / "m.img")
+        repl = machine.repl("3")
+        assert repl.run("import os\na = open('/gone', 'w')\na.write('A' * 3000)\nos.remove('/gone')\n").ok
+        with pytest.raises(_backup.TilesInUse) as refused:
+            _backup.restore(machine, tmp_path / "m.img")
+        assert "tile 3: 1 file is open on it (1 removed while open)" in str(refused.value)
+        assert repl.run("b = open('/b', 'w')\n").ok
+        with pytest.raises(_backup.TilesInUse) as refused:
+            _backup.restore(machine, tmp_path / "m.img")
+        assert "tile 3: 2 files are open on it (/b; 1 removed while open)" in str(refused.value)
+        assert repl.run("a.close()\nb.close()\n").ok
+        _backup.restore(machine, tmp_path / "m.img")
+        assert machine.fs.listdir(3, "/") == []
+
+
 def test_a_backup_names_files_whose_writes_it_could_not_take(machine, tmp_path):
     program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
                                "while True:\n    sync()\n")

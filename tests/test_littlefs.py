@@ -1199,6 +1199,34 @@ def test_a_removed_files_handles_share_it_until_the_last_is_closed():
         assert f.read() == b"NEW"
 
 
+def test_a_file_removed_while_open_is_open_on_its_filesystem_until_closed():
+    """As on a host, where a deleted file still open keeps its filesystem busy: it counts
+    among the open files (what refuses an unmount or a restore), nameless, until its
+    last handle is closed; an unmount takes it away with the filesystem."""
+    fs = formatted(MemoryDevice.new(512, 64))
+    writer, named = fs.open("/gone", "w"), fs.open("/kept", "w")
+    writer.write(b"A" * 3000)
+    fs.remove("/gone")
+    reader = fs.open("/kept2", "w")
+    fs.rename("/kept2", "/kept")  # (replaced: named's file is nameless too)
+    assert (fs.open_files, fs.removed_open_files, fs.open_paths()) == (3, 2, ["/kept"])
+    writer.write(b"B")
+    writer.close()
+    named.close()
+    assert (fs.open_files, fs.removed_open_files) == (1, 0)
+    reader.close()
+    assert fs.open_files == 0
+    left = fs.open("/kept", "r+")
+    fs.remove("/kept")
+    assert fs.open_files == fs.removed_open_files == 1
+    fs.unmount()
+    assert fs.open_files == 0
+    with pytest.raises(OSError) as info:
+        left.write(b"lost")
+    assert info.value.errno == errno.EIO and "unmounted" in str(info.value)
+    left.close()  # (quiet: nothing of it could be saved, its name was gone)
+
+
 @pytest.mark.parametrize("seed", [62, 647, 1404])
 def test_removing_an_open_file_with_writes_on_a_full_disk_keeps_its_writes(seed):
     # the way out of a full disk: remove the file being written. Committing its writes

@@ -416,6 +416,14 @@ def test_a_restore_refused_for_a_file_held_open_through_the_mount_names_the_moun
     assert (f"Files are held open through the host mount {mountpoint} (1 file open through it): close them "
             f"(`fuser -vm {mountpoint}` or `lsof {mountpoint}` names the processes holding them), then "
             "restore again") in done.stderr
+    # one unlinked while held open is still open (on the tile, as on the host)
+    with open(os.path.join(mountpoint, "chip", "gone"), "w") as gone:
+        os.unlink(gone.name)
+        done = cli(machine, "restore", str(image), timeout=30)
+        assert done.returncode == 1, done
+        assert done.stderr.startswith("ipuos: cannot restore while tiles are in use: tile 0: 1 file is open "
+                                      "on it (1 removed while open)"), done.stderr
+        assert f"host mount {mountpoint} (1 file open through it)" in done.stderr
     wait_for(lambda: cli(machine, "restore", str(image), timeout=30).returncode == 0, what="the restore, closed")
     # a mount of other tiles shows /chip too: it may be what holds the chip tile's files
     assert cli(machine, "umount", mountpoint).returncode == 0

@@ -432,6 +432,25 @@ def test_ipuos_repl_from_the_host(terminal, tmp_path):
     assert term.finish() == 0
 
 
+def test_the_shells_python_reaches_the_files_a_restore_brought(machine, tmp_path):
+    """A restore from elsewhere drops the tile's filesystems under the shell's python
+    session, which keeps its names and reaches the restored files at its next block
+    (it used to fail every file call, "filesystem is not mounted", until the shell ended)."""
+    image = str(tmp_path / "m.img")
+    assert run_cli("shell", "-c", "echo root0 > /r0", env=machine.env()).returncode == 0
+    assert run_cli("backup", image, env=machine.env()).returncode == 0
+    term = Terminal(machine, tmp_path)
+    try:
+        term.prompt()
+        assert term.run("python -c 'kept = open(\"/r0\").read()'") == ""
+        assert run_cli("shell", "-c", "echo changed > /r0", env=machine.env()).returncode == 0
+        restored = run_cli("restore", image, env=machine.env())
+        assert restored.returncode == 0, restored.stderr
+        assert term.run("python -c 'print(kept + open(\"/r0\").read())'") == "root0\nroot0\n\n"
+    finally:
+        term.close()
+
+
 def test_the_shell_ends_at_once_when_its_machine_halts(machine, tmp_path):
     """Sitting at the prompt, nothing typed: the shell says why and exits (as ssh does
     when its connection closes), instead of waiting for a line to fail."""

@@ -294,6 +294,10 @@ def test_umount_refuses_while_busy_then_detaches(vfs):
         vfs.umount("/m")
     assert excinfo.value.strerror == "2 files are open on it"
     f.close()
+    vfs.remove("/m/g")  # removed while open: still open, as on a host
+    with pytest.raises(OSError) as excinfo:
+        vfs.umount("/m")
+    assert excinfo.value.strerror == "1 file is open on it (1 removed while open)"
     g.close()
     vfs.umount("/m")
     assert not backend.fs.mounted  # the mount owned it

@@ -91,7 +91,13 @@ class Backend:
 
     @property
     def open_files(self) -> int:
-        """Files open on this backend (a mount with open files cannot be unmounted)."""
+        """Files open on this backend, those removed while open included (a mount with
+        open files cannot be unmounted)."""
+        return 0
+
+    @property
+    def removed_open_files(self) -> int:
+        """How many of :attr:`open_files` are on files removed while open (no path)."""
         return 0
 
     def detach(self) -> None:

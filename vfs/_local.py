@@ -412,6 +412,10 @@ class LittlefsBackend(Backend):
     def open_files(self) -> int:
         return self.fs.open_files if self.fs.mounted else 0
 
+    @property
+    def removed_open_files(self) -> int:
+        return self.fs.removed_open_files if self.fs.mounted else 0
+
     def open_paths(self) -> list[str]:
         """The paths (on this filesystem) of its open files, each once."""
         return self.fs.open_paths() if self.fs.mounted else []

@@ -105,6 +105,7 @@ class TileSession:
         if vfs is None:
             vfs = self._vfs = self._vfs_of(self._tile)
             vfs.reset_cwd(self._cwd, self._cwd_removed)  # (another program may have brought it up, and moved)
+            vfs.recheck_cwd()  # (a repl's, after a restore: the new files may lack it)
         return vfs
 
     def open(self, file, mode: str = "r", buffering: int = -1, encoding: str | None = None,
@@ -204,13 +205,20 @@ class TileSession:
 
     def resume(self) -> None:
         """The session's next block starts: its current directory is back (as a string:
-        had it been renamed away meanwhile, it is taken as removed, as it is if it was)."""
+        had it been renamed away meanwhile, it is taken as removed, as it is if it was,
+        or if the files a restore brought meanwhile lack it)."""
         self._suspended = False
         if self._untold and self._warn is not None:
             untold, self._untold = self._untold, []
             for message in untold:
                 self._warn(message)
         vfs = self._vfs
+        if vfs is not None and vfs is not self._tile.kernel_data.get(VFS_KEY):
+            # a restore dropped the tile's VFS and every filesystem in it meanwhile
+            # (``Storage.forget``): the block reaches the restored ones, through the VFS
+            # the tile has now or brings up on first use, where :attr:`vfs` looks again
+            # whether the current directory is there
+            self._vfs = vfs = None
         if vfs is not None:
             vfs.reset_cwd(self._cwd, self._cwd_removed)
             if vfs.removals != self._removals:  # (else nothing can have taken it away)

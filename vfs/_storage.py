@@ -167,7 +167,8 @@ class Storage:
         byte to their devices (a restore has just replaced those bytes), so the next use
         brings its storage up again as at boot: mounting the new bytes (``restored``) or
         formatting a blank disk. Mounts made after boot (RAM disks) are on no restored
-        device: they stay as they are, mounted again in the new VFS."""
+        device: they stay as they are, mounted again in the new VFS. (A repl session
+        waiting between blocks takes the new VFS at its next: ``TileSession.resume``.)"""
         vfs = tile.kernel_data.pop(VFS_KEY, None)
         if vfs is not None:
             made_here = self.boot_mounts(tile)

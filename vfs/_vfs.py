@@ -141,8 +141,11 @@ class Vfs:
         reason = busy_reason(self.owner, vpath)
         if reason is not None:
             raise fs_error(errno.EBUSY, path, f"target is busy ({reason})")
-        if mount.backend.open_files:
-            raise fs_error(errno.EBUSY, path, f"{plural(mount.backend.open_files, 'file is', 'files are')} open on it")
+        backend = mount.backend
+        if backend.open_files:  # (one removed while open too, as on a host)
+            removed = backend.removed_open_files
+            raise fs_error(errno.EBUSY, path, f"{plural(backend.open_files, 'file is', 'files are')} open on it"
+                           + (f" ({removed} removed while open)" if removed else ""))
         self._mounts.remove(vpath)
         self._resolved.clear()
         if mount.owns:
