@@ -432,10 +432,14 @@ class Machine:
         ``__args`` (default ``[filename]``). Raises SyntaxError before anything runs,
         TileSpecError for bad tile specs, TileBusyError if a tile is busy, TimeoutError
         if the machine has not taken the program after ``start_timeout`` seconds (it
-        takes programs between supersteps; then, as on Ctrl-C, it never starts).
+        takes programs between supersteps; then, as on Ctrl-C, it never starts), and
+        ValueError if a tile has no room in its SRAM for its share of ``data`` (one
+        error saying so, not each tile's MemoryError).
         """
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
+        if shares is not None:
+            self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares)
         _check_output_limit(output_limit)
         if argv is not None and not (isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv)):
             raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")
@@ -469,10 +473,11 @@ class Machine:
         return Repl(self, tile_ids, shares, output_limit)
 
     def _check_shares_fit(self, tile_ids: list[int], shares: list[str]) -> None:
-        """ValueError if a tile has no room in its SRAM for its share of a repl's data
-        now (on the scheduler thread). The share is kept there for the whole session,
-        taken by the first block; a session that could not take it would fail every
-        block and never run the user's code, so it is refused before it starts."""
+        """ValueError if a tile has no room in its SRAM for its share of the data now (on
+        the scheduler thread). A repl keeps the share there for the whole session, taken
+        by the first block: one that could not take it would fail every block and never
+        run the user's code; a program's tiles would each fail with a MemoryError of
+        their own (a group each in the output), so both are refused before they start."""
         sizes = [len(share.encode("utf-8")) for share in shares]
         room = [self.sram.memory(tile).largest_free() for tile in tile_ids]
         for tile, size, free in zip(tile_ids, sizes, room):

@@ -163,6 +163,15 @@ def test_a_program_bigger_than_a_tile_is_refused_before_it_is_sent(runner, progr
             "64.0 KiB on machine ") in result.output
 
 
+def test_data_that_does_not_fit_the_tiles_is_one_error_not_one_per_tile(runner, program, tmp_path):
+    data = tmp_path / "big.txt"
+    data.write_text("word word word\n" * 20000)  # 300 KB over 4 tiles of 64 KiB
+    result = runner.invoke(main, ["run", program("pass"), "--tiles", "0-3", "--data", str(data)])
+    assert result.exit_code != 0
+    assert result.output.count("does not fit in the SRAM of 4 tiles (0-3): tile 0's share is 75000 bytes") == 1
+    assert "MemoryError" not in result.output and "[1 tile:" not in result.output
+
+
 def test_run_exit_status_reflects_errors(runner, program):
     result = runner.invoke(main, ["run", program("1/0"), "--tiles", "0"])
     assert result.exit_code == 1
