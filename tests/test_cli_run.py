@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -377,17 +378,26 @@ def test_run_starts_the_machine_when_none_runs(runtime_dir, program):
 # -- Ctrl-C in a real client process ----------------------------------------------------------
 
 
-def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, program):
-    path = program("print('started', __tileid)\nwhile True:\n    sync()\n")
-    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-3"], env=machine.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+@contextlib.contextmanager
+def _client_running(machine, path, tiles: str, started, output=subprocess.PIPE):
+    """``ipuos run PATH --tiles TILES`` as a client process, once ``started(states)`` holds
+    for ``ipuos ps``'s tile states; killed if it still runs when the block ends."""
+    client = subprocess.Popen([IPUOS, "run", path, "--tiles", tiles], env=machine.env(),
+                              stdout=output, stderr=output, text=True)
     try:
-        wait_for(lambda: machine.call("ps")["states"][:5].count("i") == 1, what="the job to start")
-        client.send_signal(signal.SIGINT)
-        out, err = client.communicate(timeout=30)
+        wait_for(lambda: started(machine.call("ps")["states"]), what="the job to start")
+        yield client
     finally:
         if client.poll() is None:
             client.kill()
+            client.wait()
+
+
+def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, program):
+    path = program("print('started', __tileid)\nwhile True:\n    sync()\n")
+    with _client_running(machine, path, "0-3", lambda states: states[:5].count("i") == 1) as client:
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=30)
     assert client.returncode == 130, err
     for tile in range(4):
         assert f"started {tile}\ninterrupted (Ctrl-C)\n" in out
@@ -435,16 +445,10 @@ def test_ctrl_c_on_a_terminal_stops_pure_compute(machine, program):
 def test_a_second_ctrl_c_stops_waiting(machine, program):
     """A job that takes its time to stop must not hold the user's terminal."""
     path = program("while True:\n    sync()\n")
-    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0"], env=machine.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: machine.call("ps")["states"][0] != "i", what="the job to start")
+    with _client_running(machine, path, "0", lambda states: states[0] != "i") as client:
         os.kill(client.pid, signal.SIGINT)
         os.kill(client.pid, signal.SIGINT)
         _, err = client.communicate(timeout=30)
-    finally:
-        if client.poll() is None:
-            client.kill()
     assert client.returncode == 130
     # either the interrupt finished first, or the client gave up waiting and said so
     assert err == "" or "stopped waiting for job" in err
@@ -453,15 +457,9 @@ def test_a_second_ctrl_c_stops_waiting(machine, program):
 def test_ctrl_c_is_a_keyboard_interrupt_the_program_can_clean_up_after(machine, program):
     path = program("try:\n    print('started', __tileid)\n    while True:\n        sync()\n"
                    "except KeyboardInterrupt:\n    print('cleaning up', __tileid)\n    raise\n")
-    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-1"], env=machine.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: machine.call("ps")["states"][:2] != "ii", what="the job to start")
+    with _client_running(machine, path, "0-1", lambda states: states[:2] != "ii") as client:
         client.send_signal(signal.SIGINT)
         out, err = client.communicate(timeout=30)
-    finally:
-        if client.poll() is None:
-            client.kill()
     assert client.returncode == 130, err
     for tile in range(2):
         assert f"started {tile}\ncleaning up {tile}\ninterrupted (Ctrl-C)\n" in out
@@ -470,18 +468,12 @@ def test_ctrl_c_is_a_keyboard_interrupt_the_program_can_clean_up_after(machine, 
 def test_a_second_ctrl_c_stops_a_program_that_swallowed_the_first(machine, program):
     path = program("while True:\n    try:\n        while True:\n            sync()\n"
                    "    except KeyboardInterrupt:\n        pass\n")
-    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0"], env=machine.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(lambda: machine.call("ps")["states"][0] != "i", what="the job to start")
+    with _client_running(machine, path, "0", lambda states: states[0] != "i") as client:
         client.send_signal(signal.SIGINT)
         time.sleep(1.0)
         assert client.poll() is None and machine.call("ps")["states"][0] != "i"  # it runs on, as in Python
         client.send_signal(signal.SIGINT)  # gives up waiting: the job is stopped all the same
         _, err = client.communicate(timeout=30)
-    finally:
-        if client.poll() is None:
-            client.kill()
     assert client.returncode == 130 and "stopped waiting" in err, err
     wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
 
@@ -489,13 +481,8 @@ def test_a_second_ctrl_c_stops_a_program_that_swallowed_the_first(machine, progr
 def test_a_client_gone_without_ctrl_c_stops_a_program_that_swallows_it(machine, program):
     """Its terminal closed, say: nobody waits for the job, which must not hold its tiles."""
     path = program("while True:\n    try:\n        sync()\n    except KeyboardInterrupt:\n        pass\n")
-    client = subprocess.Popen([IPUOS, "run", path, "--tiles", "0-1"], env=machine.env(),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: machine.call("ps")["states"][:2] != "ii", what="the job to start")
-    finally:
-        client.kill()
-        client.wait()
+    with _client_running(machine, path, "0-1", lambda states: states[:2] != "ii", output=subprocess.DEVNULL):
+        pass  # (killed as the block ends)
     wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
 
 

@@ -24,14 +24,12 @@ def spawn_daemon(paths, marker_fd: int) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def test_halt_while_a_machine_is_being_spawned_waits_and_halts_it(runtime_dir):
-    """The spawner holds the boot marker before its daemon exists: halt must wait for the
-    daemon, not report that no machine runs, and stop it as it comes (asked once it is
-    up, or by signal while it boots)."""
-    paths = machine_paths(unique_name("starting"))
+def _halt_while_spawned(paths, *options) -> tuple[int, str, str, int]:
+    """``ipuos halt OPTIONS`` started while the boot marker is held and no daemon exists
+    yet, then the daemon spawned: (halt's status, output, errors; the daemon's status)."""
     marker = hold_boot_marker(paths.boot_marker)
     daemon = None
-    halt = subprocess.Popen([IPUOS, "halt", "--name", paths.name], stdout=subprocess.PIPE,
+    halt = subprocess.Popen([IPUOS, "halt", *options, "--name", paths.name], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(1.0)
@@ -40,11 +38,7 @@ def test_halt_while_a_machine_is_being_spawned_waits_and_halts_it(runtime_dir):
         os.close(marker)
         marker = None
         out, err = halt.communicate(timeout=60)
-        assert halt.returncode == 0, err
-        assert out.startswith(f"halted machine {paths.name!r}")
-        assert err == f"ipuos: machine {paths.name!r} is starting; halting it once it has a daemon pid\n"
-        assert daemon.wait(timeout=30) in (0, -signal.SIGTERM)
-        assert lock_holder(paths.lock) is None and not starting(paths)
+        return halt.returncode, out, err, daemon.wait(timeout=30)
     finally:
         if marker is not None:
             os.close(marker)
@@ -52,6 +46,19 @@ def test_halt_while_a_machine_is_being_spawned_waits_and_halts_it(runtime_dir):
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+
+
+def test_halt_while_a_machine_is_being_spawned_waits_and_halts_it(runtime_dir):
+    """The spawner holds the boot marker before its daemon exists: halt must wait for the
+    daemon, not report that no machine runs, and stop it as it comes (asked once it is
+    up, or by signal while it boots)."""
+    paths = machine_paths(unique_name("starting"))
+    status, out, err, daemon_status = _halt_while_spawned(paths)
+    assert status == 0, err
+    assert out.startswith(f"halted machine {paths.name!r}")
+    assert err == f"ipuos: machine {paths.name!r} is starting; halting it once it has a daemon pid\n"
+    assert daemon_status in (0, -signal.SIGTERM)
+    assert lock_holder(paths.lock) is None and not starting(paths)
 
 
 def test_run_in_the_background_then_halt_leaves_no_machine(runtime_dir, tmp_path):
@@ -98,27 +105,10 @@ def test_halt_does_not_wait_for_a_daemon_booting_with_its_lock(runtime_dir):
 
 def test_halt_force_while_a_machine_is_being_spawned_kills_it(runtime_dir):
     paths = machine_paths(unique_name("forced"))
-    marker = hold_boot_marker(paths.boot_marker)
-    daemon = None
-    halt = subprocess.Popen([IPUOS, "halt", "--force", "--name", paths.name], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(1.0)
-        assert halt.poll() is None, halt.communicate()
-        daemon = spawn_daemon(paths, marker)
-        os.close(marker)
-        marker = None
-        out, err = halt.communicate(timeout=60)
-        assert halt.returncode == 0, err
-        assert daemon.wait(timeout=30) != 0 or out.startswith(f"halted machine {paths.name!r}")
-        assert lock_holder(paths.lock) is None
-    finally:
-        if marker is not None:
-            os.close(marker)
-        halt.kill()
-        if daemon is not None and daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
+    status, out, err, daemon_status = _halt_while_spawned(paths, "--force")
+    assert status == 0, err
+    assert daemon_status != 0 or out.startswith(f"halted machine {paths.name!r}")
+    assert lock_holder(paths.lock) is None
 
 
 def test_status_and_machines_wait_for_a_machine_that_is_starting(runtime_dir):
