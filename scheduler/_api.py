@@ -167,6 +167,8 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     def sync() -> None:
         if sched.collecting:  # (see _check_sync_caller)
             _check_sync_caller(job)
+        if job.coll_kind is not SYNC and job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
+            _let_the_ctrl_c_land(job, tile_of[current()], "sync()")
         arrived = job.arrived + 1
         job.arrived = arrived
         if job.coll_kind is not SYNC:
@@ -232,6 +234,7 @@ def _wait_counted(job: "Job", tile: "Tile", gen: int, label: str) -> None:
                 job.coll_kind = None
                 job.mismatch = False
                 job.refusal = None
+                job.left_collective()
         raise
 
 
@@ -247,6 +250,8 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     def allgather(obj) -> list:
         if tile.job is not job or sched.collecting:  # (see TileAPI._check_caller)
             _check_call(tile, job, label)
+        if job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
+            _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
         try:  # (free until it raises: the fast path pays nothing for it)
@@ -289,6 +294,22 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
             tile.waiting = None
     tile.waiting = None
     return job.coll_result.value_for(tile)
+
+
+def _let_the_ctrl_c_land(job: "Job", tile: "Tile", label: str) -> None:
+    """``tile`` is about to exchange (before it sends anything) while the job's other
+    tiles wait in a collective and a Ctrl-C is on its way to them (see
+    ``Job.hand_over_ctrl_c``): hand it to them, and wait until they have left that
+    collective, so that this tile's exchange is not taken for a part of theirs; they run
+    their handlers, as it does."""
+    stale = job.coll_kind
+    job.hand_over_ctrl_c()
+    job.ctrl_c_landing.append(tile)
+    try:
+        tile.wait(lambda: job.coll_kind != stale, label)
+    finally:
+        if tile in job.ctrl_c_landing:
+            job.ctrl_c_landing.remove(tile)
 
 
 def _arrive_refusing(job: "Job", tile: "Tile", key: tuple, label: str, exc: Exception):
@@ -681,8 +702,11 @@ class TileAPI:
         from elsewhere, run by Python's cycle collector wherever it is due: so where
         it runs is looked at only during a collection (see _check_sync_caller)."""
         tile = self._tile
-        if tile.job is not self._job or tile.sched.collecting:
-            _check_call(tile, self._job, what)
+        job = self._job
+        if tile.job is not job or tile.sched.collecting:
+            _check_call(tile, job, what)
+        if job.ctrl_c_queued and job.arrived:  # (before anything is sent: see _let_the_ctrl_c_land)
+            _let_the_ctrl_c_land(job, tile, what)
 
     def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None,
                     label: str | None = None):

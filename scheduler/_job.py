@@ -122,6 +122,10 @@ class Job:
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
         self._ctrl_c_taken: dict[int, int] = {}
+        #: a Ctrl-C is queued for the scheduler thread to hand to the tiles (see
+        #: hand_over_ctrl_c), and the tiles waiting for the others to leave a collective
+        self.ctrl_c_queued = False
+        self.ctrl_c_landing: list = []
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
         self.future: Future = Future()
@@ -232,6 +236,26 @@ class Job:
                 tile.signal = type(error)(*error.args)
             self.sched.wake(tile)
 
+    def hand_over_ctrl_c(self) -> None:
+        """Hand the Ctrl-C queued for the scheduler thread to the tiles now. A Ctrl-C
+        comes from another thread: the watchdog hands it to a computing tile at once,
+        and the waiting tiles get it when the scheduler thread runs the queued call,
+        after the superstep. A computing tile that caught it and goes on to exchange
+        (its handler's allreduce) would meet the others still in their ``sync()``: a
+        mismatch, their handlers never run. So it hands them theirs first (see
+        ``_api._let_the_ctrl_c_land``)."""
+        if self.ctrl_c_queued:
+            self.ctrl_c_queued = False
+            self.raise_in_tiles(TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)"))
+
+    def left_collective(self) -> None:
+        """The last tile waiting in a collective left it (by an exception): wake those
+        waiting for that to exchange afresh (see :meth:`hand_over_ctrl_c`)."""
+        if self.ctrl_c_landing:
+            landing, self.ctrl_c_landing = self.ctrl_c_landing, []
+            for tile in landing:
+                self.sched.wake(tile)
+
     def ctrl_c_due(self, rank: int, take: bool = False) -> bool:
         """Whether rank ``rank`` is yet to be handed the latest Ctrl-C (``take``: it is
         now). One each, as a process gets one KeyboardInterrupt per Ctrl-C: the watchdog
@@ -247,6 +271,7 @@ class Job:
         """Interrupt every tile: with the user's Ctrl-C (``TileKeyboardInterrupt``), which
         the program may catch and run on after, or with a stop that ends the job."""
         self.interrupted = reason
+        self.ctrl_c_queued = False  # (handed to every tile now)
         if kind is not TileKeyboardInterrupt:
             self.stopping = True
         self.failed_in = None  # (its tiles stop at once, wherever they are)

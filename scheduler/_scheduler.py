@@ -303,10 +303,13 @@ class Scheduler:
         if job.abort_reason is None:
             job.abort_reason = reason  # before the watchdog's bare exception can land
         kind = TileKeyboardInterrupt if ctrl_c else TileInterrupt
+        on_thread = threading.get_ident() == self.thread_ident
         if ctrl_c:
             job.ctrl_cs += 1
+            # (before the watchdog may hand a computing tile its Ctrl-C: see Job.hand_over_ctrl_c)
+            job.ctrl_c_queued = not on_thread
         self.watchdog.interrupt(job, kind)
-        if threading.get_ident() == self.thread_ident:
+        if on_thread:
             job.interrupt(reason, kind)
         else:
             self.call(lambda: job.done or job.interrupt(reason, kind))
@@ -700,6 +703,11 @@ class Scheduler:
             if job.nlive and job.arrived < job.nlive and waiting >= job.nlive:
                 if any(tile.signal is not None for tile in job.live.values()):
                     continue  # a tile has an error to raise: it wakes with that
+                if job.ctrl_c_queued:
+                    # a tile that caught a Ctrl-C computing waits on the others, whose is
+                    # still queued: it wakes them (see Job.hand_over_ctrl_c)
+                    job.hand_over_ctrl_c()
+                    continue
                 if any(tile.service_depth > tile.program_depth for tile in job.live.values()):
                     continue  # a tile serves a request from inside its wait: that is under way
                 if self._fail_hopeless_recvs(job):

@@ -1254,6 +1254,42 @@ def test_a_caught_ctrl_c_leaves_a_failure_handled_as_ever(sched):
     assert sorted(ran_on) == [1, 2]
 
 
+@pytest.mark.parametrize("handler", ["allreduce", "recv"])
+def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_meets_them(sched, handler):
+    """Tile 2 computes, the others wait in sync(): the watchdog hands tile 2 its Ctrl-C at
+    once, and its handler's allreduce met the others still in sync() (their Ctrl-C was
+    queued for the scheduler thread): a collective mismatch, and their handlers never ran.
+    Every tile runs its handler, as processes all get a terminal's SIGINT."""
+    entered, handled = [], {}
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            api.sync()
+            if api.tileid == 2:
+                while True:
+                    pass
+            while True:
+                api.sync()
+        except KeyboardInterrupt:
+            if handler == "allreduce":
+                handled[api.tileid] = api.allreduce(api.tileid)
+            else:  # a ring: each sends to the next and takes from the one before
+                api.send((api.tileid + 1) % api.numtiles, api.tileid)
+                handled[api.tileid] = api.recv((api.tileid - 1) % api.numtiles)
+
+    for _ in range(3):
+        entered.clear()
+        handled.clear()
+        job = sched.start_job(range(4), prog)
+        _started(job, entered, 4)
+        wait_for(lambda: sched.in_compute, what="tile 2 computing")
+        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
+        report = job.future.result(10)
+        assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
+        assert handled == ({0: 6, 1: 6, 2: 6, 3: 6} if handler == "allreduce" else {0: 3, 1: 0, 2: 1, 3: 2})
+
+
 def test_a_stop_right_after_a_ctrl_c_is_not_caught_as_it(sched):
     """The tiles have the Ctrl-C pending when the stop comes: they get the stop instead,
     at their next exchange point, not when the watchdog happens to find them computing."""
