@@ -535,6 +535,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     with _Errors(), Client(paths) as client, progress:
         try:
             doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
+                              linger=RESULT_LINGER_SECONDS,
                               on_event=progress.event, on_interrupt=progress.interrupted)
         except DaemonError as exc:
             progress.clear()
@@ -599,6 +600,9 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
 
 #: seconds a job may take to start before its client says why it waits
 START_PATIENCE_SECONDS = 3.0
+#: how long ``ipuos run`` waits after a second Ctrl-C for the job it then stops for good:
+#: its result still has what the tiles printed (their handlers' cleanup, say)
+RESULT_LINGER_SECONDS = 2.0
 #: how long a waiting client gives the daemon to answer ``hello`` before it calls it stuck
 PROBE_SECONDS = 3.0
 
@@ -653,7 +657,9 @@ class _RunProgress:
 
     def interrupted(self, count: int) -> None:
         if count == 1:
-            self._show(f"interrupting job {self.job or '?'}... (Ctrl-C again to stop waiting)")
+            self._show(f"interrupting job {self.job or '?'}... (Ctrl-C again to stop it for good)")
+        elif count == 2:
+            self._show(f"stopping job {self.job or '?'}... (Ctrl-C again to stop waiting)")
 
     def _show(self, text: str) -> None:
         if self.enabled:

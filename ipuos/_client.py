@@ -199,13 +199,18 @@ class Client:
         on_event: Callable[[dict], None] | None = None,
         interruptible: bool = False,
         on_interrupt: Callable[[int], None] | None = None,
+        linger: float = 0.0,
     ) -> tuple[object, bytes]:
         """Send ``cmd`` and return ``(result, payload)``.
 
         ``timeout`` asks the daemon to give up after that many seconds. ``wait`` is how
         long this client waits for the reply (default: the timeout plus a grace period,
         or 30 s; None waits as long as it takes). ``on_interrupt(n)`` is told of the
-        n-th Ctrl-C when ``interruptible``, also of one that came with the result.
+        n-th Ctrl-C when ``interruptible``, also of one that came with the result. The
+        first Ctrl-C cancels the call; the second gives up waiting (KeyboardInterrupt),
+        at once, or with ``linger``, after telling the daemon so (it stops the call for
+        good) and waiting that many seconds more for the result, which is then returned:
+        a job stopped so still has its tiles' output to show.
         """
         if len(payload) > REQUEST_LIMITS.max_payload:
             raise DaemonError("too_large", f"{cmd!r} would send {len(payload) / 2**20:.1f} MiB; the daemon "
@@ -229,14 +234,21 @@ class Client:
             handled = 0
             while True:
                 if interrupts is not None and interrupts.count > handled:
+                    # one cancel per Ctrl-C (two may come between looks): the second abandons
+                    # the call, and the daemon stops it for good
+                    for _ in range(handled + 1, min(interrupts.count, 2 if linger else 1) + 1):
+                        self._send(request_frame(next(self._ids), "cancel", {"id": request_id}))
                     handled = interrupts.count
                     if on_interrupt is not None:
                         on_interrupt(handled)
-                    if handled == 1:
-                        self._send(request_frame(next(self._ids), "cancel", {"id": request_id}))
-                    else:
+                    if handled > 1 and not linger or handled > 2:
                         raise KeyboardInterrupt
+                    if handled == 2:
+                        given_up = time.monotonic() + linger
+                        deadline = given_up if deadline is None else min(deadline, given_up)
                 if deadline is not None and time.monotonic() > deadline:
+                    if interrupts is not None and interrupts.count >= 2:
+                        raise KeyboardInterrupt  # (lingered after the second Ctrl-C: no result)
                     raise DaemonError("timeout", f"machine {self.paths.name!r} did not answer {cmd!r} "
                                       f"within {wait:g} s: {stuck_daemon(self.paths.name)}")
                 frame = self._poll()

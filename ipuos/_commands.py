@@ -405,7 +405,7 @@ def _run(call: Call):
         # client giving up (its second Ctrl-C, or gone) stops it whatever it catches
         call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)", ctrl_c=True))
         call.on_abandon(lambda: (stop := interrupt()) is not None and stop(
-            "interrupted: the client stopped waiting"))
+            "interrupted for good (a second Ctrl-C, or the client went away)"))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
         result = handle.wait()
