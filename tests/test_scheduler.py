@@ -1203,18 +1203,23 @@ def _started(job, entered: list, ntiles: int) -> None:
     wait_for(lambda: len(entered) == ntiles or job.future.done(), what="the tiles to start")
 
 
+def _sync_until_a_ctrl_c(api, entered: list) -> None:
+    """A tile program's start: count the tile in, then sync until a Ctrl-C, caught."""
+    entered.append(api.tileid)
+    try:
+        while True:
+            api.sync()
+    except KeyboardInterrupt:
+        pass
+
+
 def test_a_caught_ctrl_c_leaves_deadlocks_reported(sched):
     """Without the Ctrl-C the recv ring deadlocks at once: after a Ctrl-C the program
     caught, it is a job like any other."""
     entered = []
 
     def prog(api):
-        entered.append(api.tileid)
-        try:
-            while True:
-                api.sync()
-        except KeyboardInterrupt:
-            pass
+        _sync_until_a_ctrl_c(api, entered)
         api.recv((api.tileid + 1) % api.numtiles)
 
     job = sched.start_job([0, 1, 2], prog)
@@ -1234,12 +1239,7 @@ def test_a_caught_ctrl_c_leaves_a_failure_handled_as_ever(sched):
     entered, ran_on = [], []
 
     def prog(api):
-        entered.append(api.tileid)
-        try:
-            while True:
-                api.sync()
-        except KeyboardInterrupt:
-            pass
+        _sync_until_a_ctrl_c(api, entered)
         api.sync()
         if api.tileid == 0:
             raise ValueError("boom")

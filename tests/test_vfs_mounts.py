@@ -358,7 +358,7 @@ def test_creating_through_a_trailing_slash_fails_as_on_the_host(place, tmp_path)
     names = ("f/", "f/x/", "f/x/y/", "f/x", "d/x/", "d/", "missing/x/", "d/missing/x/")
     modes = ("r", "r+", "w", "w+", "a", "x")
 
-    def outcomes(opener, top):
+    def outcomes(fs, opener, top):
         seen = {}
         for name in names:
             for mode in modes:
@@ -374,14 +374,7 @@ def test_creating_through_a_trailing_slash_fails_as_on_the_host(place, tmp_path)
         fs.mkdir(f"{top}/d")
         opener(f"{top}/f", "w").close()
 
-    make(os, open, str(tmp_path))
-    expected = outcomes(open, str(tmp_path))
-
-    def body(vfs, path):
-        make(vfs, vfs.open, place.top)
-        return outcomes(vfs.open, place.top)
-
-    assert place.run(body) == expected
+    _as_on_the_host(place, tmp_path, make, outcomes)
 
 
 def test_rename_looks_at_both_parents_before_a_last_dot(place, tmp_path):
@@ -391,7 +384,7 @@ def test_rename_looks_at_both_parents_before_a_last_dot(place, tmp_path):
              ("d/.", "missing/x"), ("d/..", "f/x"), ("f", "d/."), ("d/.", "e"), ("f", "d/.."),
              ("missing/x", "missing/y"), ("f/x", "missing/y"), ("missing/x", "f/y"), ("d/e/..", "g")]
 
-    def outcomes(fs, top):
+    def outcomes(fs, opener, top):
         seen = []
         for src, dst in cases:
             try:
@@ -407,12 +400,18 @@ def test_rename_looks_at_both_parents_before_a_last_dot(place, tmp_path):
         fs.mkdir(f"{top}/d/e")
         opener(f"{top}/f", "w").close()
 
+    _as_on_the_host(place, tmp_path, make, outcomes)
+
+
+def _as_on_the_host(place, tmp_path, make, outcomes) -> None:
+    """``outcomes(fs, open, top)`` after ``make(fs, open, top)`` are the same on ``place``
+    as with the host's os and open in ``tmp_path``."""
     make(os, open, str(tmp_path))
-    expected = outcomes(os, str(tmp_path))
+    expected = outcomes(os, open, str(tmp_path))
 
     def body(vfs, path):
         make(vfs, vfs.open, place.top)
-        return outcomes(vfs, place.top)
+        return outcomes(vfs, vfs.open, place.top)
 
     assert place.run(body) == expected
 
