@@ -17,9 +17,21 @@ EXIT_INTERRUPTED = 130
 def main() -> None:
     try:
         from ._cli import main as cli
-    except KeyboardInterrupt:
-        interrupted()
+    except BaseException as exc:
+        if _from_ctrl_c(exc):
+            interrupted()
+        raise
     cli()
+
+
+def _from_ctrl_c(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a KeyboardInterrupt or was caused by one: Python wraps one that
+    lands in a class's ``__set_name__`` (a dataclass being made) in a RuntimeError."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__
+    return False
 
 
 def interrupted():

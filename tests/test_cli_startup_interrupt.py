@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import subprocess
 import sysconfig
 import time
 from pathlib import Path
 
+import pytest
 from daemon_harness import IPUOS
 
 #: what importing the entry point runs: a Ctrl-C there is before anything can catch it
@@ -67,3 +69,24 @@ def test_ctrl_c_as_a_command_starts_ends_it_quietly(tmp_path):
         else:  # in Python's start-up, before the script (or as the interpreter exited)
             assert done.returncode in (1, -signal.SIGINT), outcome
     assert interrupted, "no Ctrl-C came while the command started"
+
+
+def test_a_ctrl_c_that_python_wraps_during_an_import_still_ends_the_command_quietly(monkeypatch, capsys):
+    """A Ctrl-C landing in a dataclass's ``__set_name__`` reaches the entry point as a
+    RuntimeError caused by it: a traceback, one CI run in many."""
+    import types
+
+    from ipuos import _entry
+
+    class Wrapping(types.ModuleType):
+        def __getattr__(self, name):
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as exc:
+                raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    monkeypatch.setitem(sys.modules, "ipuos._cli", Wrapping("ipuos._cli"))
+    with pytest.raises(SystemExit) as info:
+        _entry.main()
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "\nipuos: interrupted\n"
