@@ -24,7 +24,6 @@ import posixpath
 import re
 from typing import Callable
 
-from ipuos._tilespec import tile_of_name
 from ipuos.scheduler import TileInterrupt
 
 __all__ = ["Session", "SessionFs", "Context", "Output", "ShellInterrupt", "absolute"]
@@ -181,20 +180,8 @@ class SessionFs:
 
     def place(self, path: str) -> tuple[str, str]:
         """(the filesystem ``path`` is on, the path inside it): equal for the same file by
-        any spelling. Tile 0's own disk is ``/`` and ``/tiles/0``; tile N's, ``/tiles/N``."""
-        full = self.abspath(path)
-        if full.startswith("/tiles/"):
-            name, slash, rest = full[len("/tiles/"):].partition("/")
-            tile = tile_of_name(name)
-            if tile is not None:
-                inner = "/" + rest if slash else "/"
-                if tile == 0 and inner.partition("/")[2].partition("/")[0] not in ("chip", "tiles"):
-                    return "/", inner
-                return f"/tiles/{tile}", inner
-        for top in sorted((m.path for m in self.vfs.mount_points()), key=len, reverse=True):
-            if top == "/" or full == top or full.startswith(top + "/"):
-                return top, (full[len(top):] or "/") if top != "/" else full
-        return "/", full
+        any spelling (see ``Vfs.place``: tile 0's own disk is ``/`` and ``/tiles/0``)."""
+        return self.vfs.place(self.abspath(path))
 
     def _call(self, method: str, path: str, *args, **kwargs):
         full = self._as_given(path)

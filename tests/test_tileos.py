@@ -177,7 +177,7 @@ def test_what_a_tiles_os_path_lacks_says_why(machine):
     assert output(result).splitlines() == [
         "False False",
         "module 'os.path' has no attribute 'samestat' on a tile: a tile's stat results have no inode "
-        "numbers to compare (os.path.samefile compares paths)",
+        "numbers to compare (os.path.samefile compares where paths lead)",
         "module 'os.path' has no attribute 'sameopenfile' on a tile: tiles have no file descriptors",
         "module 'os.path' has no attribute 'genericpath' on a tile: a tile's os.path has only what "
         "applies to its files (see help(os.path))",
@@ -1041,3 +1041,68 @@ def test_a_file_removed_while_open_lives_on_for_its_handles_and_stamps_nothing(m
         os.remove("/orphan.txt")
     """)
     assert output(result) == "first second\nnew 1.0 1\n"
+
+
+def test_tile_shutil_lacks_say_why(machine):
+    result = run(machine, """
+        import shutil
+        for name in ("copymode", "chown", "which", "make_archive", "disk_usage", "no_such_thing"):
+            try:
+                getattr(shutil, name)
+                print(name, "present")
+            except AttributeError as exc:
+                print(exc)
+    """)
+    assert output(result).splitlines() == [
+        "module 'shutil' has no attribute 'copymode' on a tile: its files have no permission bits",
+        "module 'shutil' has no attribute 'chown' on a tile: its files have no owners",
+        "module 'shutil' has no attribute 'which' on a tile: tiles run no host programs",
+        "module 'shutil' has no attribute 'make_archive' on a tile: archives are left out: a tile has "
+        "only its own files",
+        "disk_usage present",
+        "module 'shutil' has no attribute 'no_such_thing'",
+    ]
+
+
+def test_tile_0s_own_disk_by_its_tiles_name_is_the_same_file(machine):
+    # /tiles/0/x is tile 0's /x: copying or moving a file onto itself by that name must be
+    # refused as the host refuses it, not empty the file or delete the tree
+    result = run(machine, """
+        import os, shutil
+        os.makedirs("/same/sub", exist_ok=True)
+        with open("/same/sub/f", "w") as f:
+            f.write("precious")
+        with open("/same/g", "w") as f:
+            f.write("precious-g")
+        print(os.path.samefile("/same/g", "/tiles/0/same/g"), os.path.samefile("/same/g", "/tiles/1/same/g")
+              if os.path.exists("/tiles/1/same/g") else "-")
+        for call in (lambda: shutil.copyfile("/same/g", "/tiles/0/same/g"),
+                     lambda: shutil.copy2("/tiles/0/same/g", "/same/"),
+                     lambda: shutil.move("/same/g", "/tiles/0/same/g"),
+                     lambda: shutil.move("/same/sub", "/tiles/0/same"),
+                     lambda: shutil.move("/same/sub", "/tiles/0/same/sub")):
+            try:
+                call()
+                print("no error")
+            except OSError as exc:
+                print(type(exc).__name__)
+        try:
+            shutil.copytree("/same", "/tiles/0/same", dirs_exist_ok=True)
+        except shutil.Error:
+            print("Error")  # (its list garbled as the host's: each SameFileError's text, char by char)
+        print(open("/same/g").read(), open("/same/sub/f").read(), sorted(os.listdir("/same")))
+        import pathlib
+        print(pathlib.Path("/tiles/0/same/sub/f").samefile("/same/sub/f"))
+        shutil.rmtree("/same")
+    """)
+    assert output(result).splitlines() == [
+        "True -",
+        "SameFileError",
+        "SameFileError",
+        "SameFileError",
+        "Error",  # (sub is there already)
+        "OSError",  # EXDEV, as rename(2) between two mounts of one filesystem
+        "Error",
+        "precious-g precious ['g', 'sub']",
+        "True",
+    ]

@@ -46,6 +46,11 @@ class Backend:
         """What is mounted, for ``mount`` listings (e.g. the device)."""
         return self.kind
 
+    def tile_path(self, path: str) -> tuple[int, str] | None:
+        """(tile, path on its own disk) if ``path`` names a file of one tile's disk,
+        reached through this mount; None for a filesystem of this mount's own."""
+        return None
+
     # -- names -----------------------------------------------------------------------------
 
     def entry(self, path: str) -> Entry:

@@ -68,7 +68,7 @@ def _module_getattr(name: str):
 
 #: what the host's ``os.path`` has that a tile's lacks, and why
 _PATH_LACKS = {
-    "samestat": "a tile's stat results have no inode numbers to compare (os.path.samefile compares paths)",
+    "samestat": "a tile's stat results have no inode numbers to compare (os.path.samefile compares where paths lead)",
     "sameopenfile": "tiles have no file descriptors",
 }
 
@@ -226,7 +226,7 @@ def _make_path_module(vfs) -> types.ModuleType:
     def samefile(first, second) -> bool:
         vfs.stat(first)
         vfs.stat(second)
-        return vfs.abspath(first) == vfs.abspath(second)
+        return vfs.place(first) == vfs.place(second)
 
     module.__dict__.update(
         exists=vfs.exists,

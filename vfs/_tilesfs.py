@@ -70,6 +70,13 @@ class TilesBackend(Backend):
                 raise fs_error(refused, path)
         return tile, inner
 
+    def tile_path(self, path: str) -> tuple[int, str] | None:
+        name, slash, rest = path[1:].partition("/")
+        tile = tile_of_name(name)
+        if tile is None or tile >= self.ntiles:
+            return None
+        return tile, "/" + rest if slash else "/"
+
     # -- names -------------------------------------------------------------------------------
 
     def entry(self, path: str) -> Entry:

@@ -16,6 +16,7 @@ import collections
 import errno
 import fnmatch
 import posixpath
+import shutil as host_shutil
 import types
 
 __all__ = ["make_shutil_module"]
@@ -217,6 +218,27 @@ def make_shutil_module(os, open) -> types.ModuleType:
         Error=Error, SameFileError=SameFileError, COPY_BUFSIZE=COPY_BUFSIZE,
         copyfileobj=copyfileobj, ignore_patterns=ignore_patterns, copyfile=copyfile,
         copystat=copystat, copy=copy, copy2=copy2, copytree=copytree, rmtree=rmtree, move=move,
-        disk_usage=disk_usage,
+        disk_usage=disk_usage, __getattr__=_module_getattr,
     )
     return module
+
+
+#: what the host's ``shutil`` has that a tile's lacks, and why
+_LACKS = {
+    "copymode": "its files have no permission bits",
+    "chown": "its files have no owners",
+    "which": "tiles run no host programs",
+}
+
+
+def _module_getattr(name: str):
+    """The tile ``shutil``'s ``__getattr__``: a name it lacks says why, as ``os``'s do."""
+    if name in _LACKS:
+        why = _LACKS[name]
+    elif "archive" in name and hasattr(host_shutil, name):
+        why = "archives are left out: a tile has only its own files"
+    elif hasattr(host_shutil, name) and not name.startswith("_"):
+        why = "a tile's shutil has only what applies to its files (see help(shutil))"
+    else:
+        raise AttributeError(f"module 'shutil' has no attribute {name!r}")
+    raise AttributeError(f"module 'shutil' has no attribute {name!r} on a tile: {why}")

@@ -162,6 +162,21 @@ class Vfs:
         return [MountInfo(m.path, m.backend.kind, m.backend.describe(), m.readonly,
                           m.backend.open_files) for m in self._mounts]
 
+    def place(self, path) -> tuple[str, str]:
+        """Where ``path`` is: (the mount point of its filesystem, the path inside it),
+        the same for every name of one file. A tile's own disk has a second name,
+        ``/tiles/<its id>`` (tile 0's ``/tiles/0/a`` is its ``/a``), which a same-file
+        check must see through: a copy onto itself would empty the file. Lexical, as
+        :meth:`abspath`: the file need not exist."""
+        mount, inner = self._mounts.resolve(self.abspath(path))
+        on_tile = mount.backend.tile_path(inner)
+        if on_tile is None:
+            return mount.path, inner
+        tile, inner = on_tile
+        if tile == getattr(self.owner, "id", None) and self._mounts.resolve(inner)[0].path == "/":
+            return "/", inner  # (what the tile mounted is not shown there: see _submounts)
+        return f"{mount.path}/{tile}", inner
+
     def backend(self, path) -> Backend:
         """The backend mounted exactly at ``path`` (for storage tools: snapshot, restore)."""
         mount = self._mounts.get(self._canonical(path))
