@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import textwrap
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -378,3 +379,54 @@ while not os.path.exists("/stop"):
     for tile in (10, 11, 12):
         machine.fs.write_file(tile, "/stop", b"")
     assert handle.wait(30).ok and errors == []
+
+
+def test_a_remote_write_refused_for_space_keeps_what_earlier_writes_were_told(machine):
+    # tile 0 writes tile 13's file in pieces smaller than what it buffers: when sending
+    # them finds the disk full, the write that sent is refused, and the ones before it,
+    # which returned their counts, are still buffered: written once there is room again
+    result = machine.run(textwrap.dedent("""
+        import os
+        with open("/tiles/13/filler", "wb") as g:
+            g.write(b"F" * 6000)
+        f = open("/tiles/13/data", "wb")
+        expected = bytearray()
+        refused = None
+        for i in range(100):
+            chunk = bytes([65 + i % 26]) * 1000
+            try:
+                f.write(chunk)
+            except OSError as exc:
+                refused = (i, exc.errno, f.tell() == len(expected))
+                os.remove("/tiles/13/filler")
+                f.write(chunk)
+                expected += chunk
+                break
+            expected += chunk
+        f.close()
+        print(refused[1:], refused[0] > 1, os.path.getsize("/tiles/13/data") == len(expected),
+              open("/tiles/13/data", "rb").read() == bytes(expected))
+        os.remove("/tiles/13/data")
+    """), tiles="0", timeout=60)
+    assert result.ok, result.format()
+    assert result.tiles[0].output == f"({errno.ENOSPC}, True) True True True\n"
+
+
+def test_a_remote_file_that_fails_at_close_says_so(machine):
+    result = machine.run(textwrap.dedent("""
+        import os
+        f = open("/tiles/12/big", "wb")
+        try:
+            for i in range(100):
+                f.write(bytes(1000))
+        except OSError as exc:
+            print("write", exc.errno)
+        try:
+            f.close()
+        except OSError as exc:
+            print("close", exc.errno)
+        print(f.closed)
+        os.remove("/tiles/12/big")
+    """), tiles="0", timeout=60)
+    assert result.ok, result.format()
+    assert result.tiles[0].output == f"write {errno.ENOSPC}\nclose {errno.ENOSPC}\nTrue\n"

@@ -26,6 +26,7 @@ import concurrent.futures
 import errno
 import functools
 import os
+from collections.abc import Callable
 
 from ipuos.blockdev import checked_seek, wrong_mode_error
 
@@ -161,9 +162,11 @@ class FsClient:
             size -= len(data)
         return b"".join(parts)
 
-    def pwrite(self, tile: int, handle: int, offset: int | None, data) -> int:
+    def pwrite(self, tile: int, handle: int, offset: int | None, data,
+               landed: Callable[[int], None] | None = None) -> int:
         """Write ``data`` at ``offset`` (None: the handle's position, or the end in append
-        mode); returns the position after it."""
+        mode); returns the position after it. It goes in pieces: ``landed(n)`` is told
+        of each as it is written, so that a caller knows what a failure left unwritten."""
         view = memoryview(data).cast("B")
         position = offset
         if not len(view):
@@ -173,6 +176,8 @@ class FsClient:
             position = self.call(tile, "fs.write", handle, offset, piece)
             if offset is not None:
                 offset += len(piece)
+            if landed is not None:
+                landed(len(piece))
         return position
 
     def close_handle(self, tile: int, handle: int) -> None:
@@ -356,7 +361,18 @@ class RemoteFile(VfsFile):
         self._unsent += view
         self._position += count
         if self._write_now or len(self._unsent) >= self._client.write_behind:
-            self._send_writes()
+            try:
+                self._send_writes()
+            except OSError:
+                # as the host's buffered file: this write is refused, and what earlier
+                # writes were told they had written stays buffered for the next try (a
+                # write bigger than a piece may have sent some of its own: tell() says)
+                refused = min(count, len(self._unsent))
+                del self._unsent[len(self._unsent) - refused:]
+                self._position -= refused
+                if not self._unsent:
+                    self._unsent = None
+                raise
         return count
 
     def unbuffered(self) -> None:
@@ -382,7 +398,8 @@ class RemoteFile(VfsFile):
     @_naming_errors
     def tell(self) -> int:
         self._check_open()
-        self._send_writes()
+        if self._append:  # (where buffered appends land is known once they are sent)
+            self._send_writes()
         return self._position
 
     @_naming_errors
@@ -424,13 +441,15 @@ class RemoteFile(VfsFile):
         unsent = self._unsent
         if not unsent:
             return
+
+        def landed(n: int) -> None:
+            del unsent[:n]
+            self._unsent_at += n
+
+        # each piece is let go of once written: one that fails stays unsent with the rest,
+        # and the next use of the file tries again (a close that fails loses them, saying
+        # so, as the host's buffered files do)
+        self._position = self._client.pwrite(self._tile, self._handle, None if self._append else self._unsent_at,
+                                             bytes(unsent), landed)
         self._unsent = None
-        offset = None if self._append else self._unsent_at
-        try:
-            position = self._client.pwrite(self._tile, self._handle, offset, unsent)
-        except OSError:
-            if offset is not None:  # none of it was written: the file goes on from before it
-                self._position = offset
-            raise
-        self._position = position
 
