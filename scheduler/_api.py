@@ -165,8 +165,8 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     current = greenlet.getcurrent
 
     def sync() -> None:
-        if sched.collecting:  # (see _check_sync_caller)
-            _check_sync_caller(job)
+        if sched.collecting or sched.before_exchange:  # (rare: see _before_sync)
+            _before_sync(job)
         if job.coll_kind is not SYNC and job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile_of[current()], "sync()")
         arrived = job.arrived + 1
@@ -191,6 +191,27 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     sync.__qualname__ = "sync"  # (what a wrong call's TypeError names)
     job.sync = sync
     return sync
+
+
+def _before_sync(job: "Job") -> None:
+    """What ``sync`` must look at only now and then: where it is called from, during a
+    garbage collection (see _check_sync_caller), and what the calling tile's program left
+    for its next exchange point (see Tile.at_next_exchange)."""
+    sched = job.sched
+    if sched.collecting:
+        _check_sync_caller(job)
+    if sched.before_exchange:
+        tile = sched.tile_of.get(greenlet.getcurrent())
+        if tile is not None:
+            _run_before_exchange(tile)
+
+
+def _run_before_exchange(tile: "Tile") -> None:
+    """Run what ``tile``'s program left for its next exchange point, which is now."""
+    hooks = tile.sched.before_exchange.pop(tile, None)
+    if hooks:
+        for fn in hooks:
+            fn()
 
 
 def _check_sync_caller(job: "Job") -> None:
@@ -250,6 +271,8 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     def allgather(obj) -> list:
         if tile.job is not job or sched.collecting:  # (see TileAPI._check_caller)
             _check_call(tile, job, label)
+        if sched.before_exchange:
+            _run_before_exchange(tile)
         if job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
@@ -705,6 +728,8 @@ class TileAPI:
         job = self._job
         if tile.job is not job or tile.sched.collecting:
             _check_call(tile, job, what)
+        if tile.sched.before_exchange:
+            _run_before_exchange(tile)
         if job.ctrl_c_queued and job.arrived:  # (before anything is sent: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, what)
 

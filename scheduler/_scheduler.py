@@ -97,6 +97,9 @@ class Scheduler:
         #: a reference cycle), so only then do the primitives look at where they are
         #: called from (see _api._check_sync_caller)
         self.collecting = False
+        #: what tiles' programs left for their next exchange point: {tile: [fn]} (see
+        #: Tile.at_next_exchange); empty, as nearly always, the primitives look no further
+        self.before_exchange: dict[Tile, list[Callable[[], None]]] = {}
         #: problems inside the scheduler itself, kept for ``status`` and tests
         self.internal_errors: list[str] = []
         self.thread_ident: int | None = None
@@ -872,6 +875,7 @@ def _release_tile(tile: Tile) -> None:
         # to it once it has finished (program messages are filed under int keys)
         unreceived = sum(len(queue) for key, queue in tile.inbox.items() if type(key) is int)
         tile.job.stats.dropped_messages += unreceived
+    tile.sched.before_exchange.pop(tile, None)  # (the program's session has done it at its end)
     tile.job = None
     tile.program_depth = -1
     tile.program_globals = None

@@ -285,6 +285,17 @@ class Tile:
             for msg in inbox.pop(key):
                 self.consume(msg)
 
+    def at_next_exchange(self, fn: Callable[[], None]) -> None:
+        """Have ``fn()`` run on this tile's greenlet when its program next reaches an
+        exchange point (``sync``, a collective, ``send``, ``recv`` ...), before it takes
+        part: what the program left for later is done before another tile can look (a
+        file on another tile's disk that it dropped without closing, its last writes
+        still buffered: CPython would have closed it at once). Callable from anywhere:
+        finalizers run wherever they are due. Once per ``fn`` until it has run."""
+        hooks = self.sched.before_exchange.setdefault(self, [])
+        if fn not in hooks:
+            hooks.append(fn)
+
     def kernel_state(self, key: str, make: Callable[[], object]):
         """The layers' state under ``key`` in :attr:`kernel_data`, made by ``make()`` on
         first use."""

@@ -430,3 +430,30 @@ def test_a_remote_file_that_fails_at_close_says_so(machine):
     """), tiles="0", timeout=60)
     assert result.ok, result.format()
     assert result.tiles[0].output == f"write {errno.ENOSPC}\nclose {errno.ENOSPC}\nTrue\n"
+
+
+def test_a_remote_file_dropped_unclosed_is_written_by_the_next_exchange_point(machine):
+    # CPython closes a dropped file at once: on a tile, a file on another tile's disk is
+    # closed, its buffered writes sent, before the program's next sync, collective or
+    # send, so the tile that owns it sees them after that exchange point
+    result = machine.run(textwrap.dedent("""
+        if __tileid == 0:
+            open("/tiles/3/in.txt", "w").write("input for tile 3")
+            f = open("/tiles/3/in2.txt", "w"); f.write("second"); del f
+        sync()
+        if __tileid == 1:
+            print(open("/in.txt").read(), open("/in2.txt").read())
+        if __tileid == 0:
+            open("/tiles/3/in.txt", "w").write("by a collective")
+        x = allreduce(1)
+        if __tileid == 1:
+            print(open("/in.txt").read())
+        if __tileid == 0:
+            open("/tiles/3/in.txt", "w").write("before a message")
+            send(1, "look")
+        if __tileid == 1:
+            recv(0)
+            print(open("/in.txt").read())
+    """), tiles="0,3", timeout=60)
+    assert result.ok, result.format()
+    assert result.tiles[1].output == "input for tile 3 second\nby a collective\nbefore a message\n"

@@ -32,7 +32,7 @@ from ipuos.blockdev import checked_seek, wrong_mode_error
 
 from ._backend import fs_error
 from ._entries import Entry, make_stat
-from ._files import VfsFile, checked_size, flags_mode, parse_mode, wrap_text
+from ._files import VfsFile, checked_size, close_dropped, flags_mode, parse_mode, wrap_text
 
 __all__ = ["FsClient", "HostFsClient", "TileFsClient", "RemoteFile"]
 
@@ -276,6 +276,14 @@ class TileFsClient(FsClient):
         self.listing_page = self.chunk - 64  # (the page's own envelope)
         self.owner = tile
         self.pending = pending if pending is not None else []
+        # (one object, so that a tile's next exchange point closes them once)
+        self._close_dropped = functools.partial(close_dropped, self.pending)
+
+    def dropped(self) -> None:
+        """A file of this client was dropped without being closed (it is on ``pending``):
+        its buffered writes go out, and it is closed, at the program's next exchange
+        point at the latest, before any other tile can look at it."""
+        self._tile.at_next_exchange(self._close_dropped)
 
     def call(self, tile: int, service: str, *args):
         if service == "fs.open":  # interrupted before the handle came: close it when it does
@@ -430,6 +438,15 @@ class RemoteFile(VfsFile):
             self._send_writes()
         finally:
             self._client.call(self._tile, "fs.close", self._handle)
+
+    def __del__(self):
+        dropped = not self._closed and self._pending is not None
+        VfsFile.__del__(self)  # (on the pending list now)
+        if dropped:
+            try:
+                self._client.dropped()
+            except Exception:
+                pass  # (nobody to tell: its tile's next file operation closes it all the same)
 
     def _abandon(self) -> None:
         self._closed = True

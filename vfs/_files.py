@@ -13,7 +13,9 @@ goes, but the cyclic garbage collector may finalize one at any allocation: on an
 tile's greenlet, on a host thread, or in the middle of this tile's own littlefs call. A
 close there would touch a filesystem its owner is not running. So a finalizer never
 closes anything: it puts the file on its VFS's *pending* list, and the owner closes
-pending files before its next file operation of any kind and when the program ends.
+pending files before its next file operation of any kind and when the program ends; a
+file on another tile's disk also at the program's next exchange point (``sync``, a
+collective, ``send`` ...), before any other tile can look at it.
 ``open(p, "w").write(s)`` then behaves as on the host: whatever looks at ``p`` next (the
 program, a remote request) sees ``s``, and a close that fails then (a full disk) is told
 on the program's output, as the host tells the error its finalizer ignored. Text wrappers are created with ``write_through``,
@@ -30,7 +32,25 @@ import os
 from ipuos.blockdev import wrong_mode_error
 
 __all__ = ["OpenMode", "parse_mode", "flags_mode", "VfsFile", "TextFile", "wrap_text",
-           "check_binary_arguments", "checked_size", "no_file_descriptors", "raise_pending_signal"]
+           "check_binary_arguments", "checked_size", "no_file_descriptors", "raise_pending_signal",
+           "close_dropped"]
+
+
+def close_dropped(pending: list) -> None:
+    """Close the files on ``pending``: dropped without being closed (see above).
+
+    A failure goes to the file's ``report_failed_close(file, exc)``, which a program's
+    session sets on the files it opens (its output then says so, as the host reports
+    the error its finalizer ignored); a file opened by no program has nobody to tell.
+    """
+    while pending:
+        file = pending.pop()
+        try:
+            file.close()
+        except Exception as exc:
+            report = getattr(file, "report_failed_close", None)
+            if report is not None:
+                report(file, exc)
 
 
 def raise_pending_signal(owner) -> None:

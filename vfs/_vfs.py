@@ -27,8 +27,8 @@ from ipuos._plural import plural
 from ._backend import Backend, error_name, fs_error
 from ._cwds import busy_reason
 from ._entries import DirEntry, Entry, ScandirIterator, make_stat, make_statvfs
-from ._files import (_MODES, check_binary_arguments, checked_size, flags_mode, no_file_descriptors, parse_mode,
-                     raise_pending_signal, wrap_text)
+from ._files import (_MODES, check_binary_arguments, checked_size, close_dropped, flags_mode, no_file_descriptors,
+                     parse_mode, raise_pending_signal, wrap_text)
 from ._local import LittlefsBackend
 from ._mounts import Mount, MountTable
 from ._paths import checked, is_within, normalize, parent_and_name
@@ -312,21 +312,8 @@ class Vfs:
             raise
 
     def close_pending(self) -> None:
-        """Close the files that were dropped without being closed.
-
-        A failure goes to the file's ``report_failed_close(file, exc)``, which a program's
-        session sets on the files it opens (its output then says so, as the host reports
-        the error its finalizer ignored); a file opened by no program has nobody to tell.
-        """
-        pending = self.pending
-        while pending:
-            file = pending.pop()
-            try:
-                file.close()
-            except Exception as exc:
-                report = getattr(file, "report_failed_close", None)
-                if report is not None:
-                    report(file, exc)
+        """Close the files that were dropped without being closed (see ``close_dropped``)."""
+        close_dropped(self.pending)
 
     # -- names ---------------------------------------------------------------------------------
 
