@@ -21,7 +21,7 @@ from ipuos._plural import plural
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
 from ._errors import ExchangeError, describe_exception, describe_tiles, ended_call, foreign_call
-from ._exchange import KIND_USER, pad8
+from ._exchange import KIND_USER, LostMessage, Message, pad8
 from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._outcome import OK
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
@@ -484,9 +484,9 @@ class TileAPI:
         key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
         self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank, key))
 
-    def _recv(self, key, src: int, what: str, parts: bool = False):
-        """Wait for the next message queued under ``key`` (sent by rank ``src``);
-        ``parts``: a reduction's (see :meth:`_send_part`), which may be FAILED_PART."""
+    def _take(self, key, src: int, what: str) -> Message:
+        """Wait for the next message queued under ``key`` (sent by rank ``src``); the
+        caller decodes it, then ``consume``s it."""
         tile = self._tile
         queue = tile.inbox.get(key)
         if not queue:
@@ -499,13 +499,37 @@ class TileAPI:
                 job.nrecv -= 1
                 tile.recv_src = -1
             queue = tile.inbox[key]
-        msg = queue.popleft()
-        start = tile.xin.base + msg.off
+        return queue.popleft()
+
+    def _recv(self, key, src: int, what: str):
+        """The next message queued under ``key`` (sent by rank ``src``), waiting for it."""
+        msg = self._take(key, src, what)
+        tile = self._tile
         try:
+            if type(msg) is LostMessage:
+                raise msg.error
+            start = tile.xin.base + msg.off
+            return decode(self._engine.view[start : start + msg.length], tile.program_globals)
+        finally:
+            tile.consume(msg)
+
+    def _recv_part(self, channel: int, src: int, label: str, failure: Exception | None):
+        """A reduction's part from rank ``src`` (see :meth:`_send_part`), and this tile's
+        error as it now stands: FAILED_PART if the part failed there, could not land here
+        (this tile's incoming buffer was full) or cannot be loaded here, its error this
+        tile's if it had none. Every tile's call then raises, in step."""
+        msg = self._take((channel, src), src, label)
+        tile = self._tile
+        try:
+            if type(msg) is LostMessage:
+                raise msg.error
+            start = tile.xin.base + msg.off
             payload = self._engine.view[start : start + msg.length]
-            if parts and payload == FAILED_PAYLOAD:
-                return FAILED_PART
-            return decode(payload, tile.program_globals)
+            if payload == FAILED_PAYLOAD:
+                return FAILED_PART, failure
+            return decode(payload, tile.program_globals), failure
+        except Exception as exc:  # (a program's __setstate__ that raises, a class this tile lacks ...)
+            return FAILED_PART, exc if failure is None else failure
         finally:
             tile.consume(msg)
 
@@ -638,13 +662,13 @@ class TileAPI:
             if rank + distance < n:
                 part, failure = self._send_part(rank + distance, part, failure, SCAN_CHANNEL)
             if rank >= distance:
-                earlier = self._recv((SCAN_CHANNEL, rank - distance), rank - distance, label, parts=True)
+                earlier, failure = self._recv_part(SCAN_CHANNEL, rank - distance, label, failure)
                 part, failure = self._combine_parts(combine, [earlier, part], failure)
             distance *= 2
         if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
             if rank + 1 < n:
                 part, failure = self._send_part(rank + 1, part, failure, SCAN_CHANNEL)
-            part = self._recv((SCAN_CHANNEL, rank - 1), rank - 1, label, parts=True) if rank else None
+            part, failure = self._recv_part(SCAN_CHANNEL, rank - 1, label, failure) if rank else (None, failure)
         key, label = _closing(key, op, refused=wrong is not None)
         self._collective(key, None, send=False, refused=failure, label=label)  # (raises if a part failed)
         return part
@@ -682,11 +706,12 @@ class TileAPI:
                 return None, failure
             if rank + stride >= n:  # no children at this level
                 self._send(rank, None, REDUCE_CHANNEL)
-                self._recv((REDUCE_CHANNEL, rank), rank, label)
+                failure = self._recv_part(REDUCE_CHANNEL, rank, label, failure)[1]
             else:
                 parts = [part]
-                parts.extend(self._recv((REDUCE_CHANNEL, c), c, label, parts=True)
-                             for c in range(rank + stride, min(rank + span, n), stride))
+                for child in range(rank + stride, min(rank + span, n), stride):
+                    child_part, failure = self._recv_part(REDUCE_CHANNEL, child, label, failure)
+                    parts.append(child_part)
                 part, failure = self._combine_parts(combine, parts, failure)
             stride = span
         return (None if part is FAILED_PART else part), failure

@@ -60,6 +60,19 @@ class Message:
         self.src_rank = src_rank
 
 
+class LostMessage(Message):
+    """A collective's own message (a reduction's part, a scatter's item) that could not
+    land: the receiver's incoming buffer was full. It takes no room, and receiving it
+    raises ``error``, so that the collective fails on every tile (see
+    ``TileAPI._recv_part``) instead of waiting for it, or going on without it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        super().__init__(-1, 0, -1)
+        self.error = error
+
+
 class ExchangeEngine:
     def __init__(self, sram, ntiles: int, tiles_per_chip: int, cost_model):
         self.sram = sram
@@ -165,12 +178,14 @@ class ExchangeEngine:
             # kernel traffic is handled as it lands, so when room is short it is read
             # where its sender wrote it; only user messages must fit (they wait for recv)
             kernel_in_place = dst.in_used + incoming > dst.xin.size
+            arrivals = []
             if kernel_in_place:
                 user = [it for it in items if it[4] == KIND_USER]
                 if dst.in_used + sum(pad8(it[3]) for it in user) > dst.xin.size:
-                    _drop_overflow(dst, user, incoming)
-                    items = [it for it in items if it[4] != KIND_USER]
-            arrivals = []
+                    landing, lost = _make_room(dst, user, incoming)
+                    arrivals.extend((KIND_USER, it[5], it[0], 0, 0, marker) for it, marker in lost)
+                    landing = set(map(id, landing))
+                    items = [it for it in items if it[4] != KIND_USER or id(it) in landing]
             cursor = dst.in_used
             base = dst.xin.base
             for src, _, abs_off, length, kind, meta in items:
@@ -400,6 +415,35 @@ class ExchangeEngine:
         self.settle()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
+
+
+def _make_room(dst, user: list, incoming: int) -> tuple[list, list]:
+    """Of the user messages ``user`` arriving at ``dst``, whose incoming buffer cannot take
+    them all: (those that land, [(message, LostMessage)] for collectives' parts that do not).
+
+    A collective's own messages go first: its tiles receive them within the collective,
+    and one lost would leave the tiles out of step. If even they do not fit, each becomes
+    a LostMessage, and the collective fails on every tile. Program messages that do not
+    fit are dropped (see _drop_overflow)."""
+    parts = [it for it in user if type(it[5][2]) is tuple]  # (program messages are filed under ranks)
+    program = [it for it in user if type(it[5][2]) is not tuple]
+    room = dst.xin.size - dst.in_used
+    lost = []
+    parts_size = sum(pad8(it[3]) for it in parts)
+    if parts_size <= room:
+        room -= parts_size
+    else:
+        error = ValueError(
+            f"incoming exchange buffer full ({dst.in_used} B of unreceived "
+            f"messages + {incoming} B arriving > {dst.xin.size} B): a collective's part from "
+            f"{dst.job.describe(sorted({it[5][1] for it in parts}))} could not land; recv() pending "
+            "messages before a collective")
+        lost = [(it, LostMessage(error)) for it in parts]
+        parts = []
+    if sum(pad8(it[3]) for it in program) > room:
+        _drop_overflow(dst, program, incoming)
+        program = []
+    return parts + program, lost
 
 
 def _drop_overflow(dst, user: list, incoming: int) -> None:

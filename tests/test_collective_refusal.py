@@ -278,3 +278,52 @@ def test_a_wrong_root_in_a_collective_the_others_do_not_call_is_a_mismatch(machi
     assert [r.status for r in report.results] == [ERROR, ERROR]
     assert isinstance(report.results[0].error, ValueError)  # its own
     assert "collective mismatch" in str(report.results[1].error)
+
+
+def test_a_reduction_part_that_cannot_land_fails_every_tiles_call_and_the_next_is_in_step(machine):
+    # tile 0's incoming buffer (8 KiB) is nearly full of messages it has not received:
+    # the parts its children send up in allreduce cannot land there. Every tile's call
+    # raises (none goes on with a part missing, none is told of a send it never made),
+    # and once tile 0 has received its messages the next allreduce is right everywhere
+    got = outputs(machine, """
+        def add(a, b):
+            return (a[0] + b[0], a[1])
+        pad = b"p" * 1000
+        if __tileid in (1, 2):
+            send(0, b"x" * 3500)
+        sync()
+        try:
+            print("round 1:", allreduce((1, pad), add)[0])
+        except ValueError as exc:
+            print("round 1 failed:", exc)
+        if __tileid == 0:
+            recv(1); recv(2)
+        print("round 2:", allreduce((100, pad), add)[0])
+        print("scan:", scan(__tileid + 1))
+    """, tiles="0-3")
+    for rank, lines in enumerate(got):
+        assert len(lines) == 3, lines
+        assert lines[0].startswith("round 1 failed: " + ("allreduce() failed on tile 0: " if rank else "")
+                                   + "incoming exchange buffer full ("), lines
+        assert lines[0].endswith("a collective's part from tiles 1-2 could not land; recv() pending messages "
+                                 "before a collective"), lines
+        assert lines[1:] == ["round 2: 400", f"scan: {(rank + 1) * (rank + 2) // 2}"]
+
+
+@pytest.mark.parametrize("call", ["allreduce(Unloadable(), lambda a, b: a)", "scan(Unloadable(), lambda a, b: a)",
+                                  "exscan(Unloadable(), lambda a, b: a)", "reduce(Unloadable(), lambda a, b: a, 2)"])
+def test_a_reduction_part_that_cannot_be_loaded_fails_every_tiles_call_and_the_next_is_in_step(machine, call):
+    got = outputs(machine, f"""
+        class Unloadable:
+            def __init__(self):
+                self.v = 1
+            def __setstate__(self, state):
+                raise KeyError("cannot load here")
+        try:
+            {call}
+            print("no error")
+        except Exception as exc:
+            print("caught", type(exc).__name__)
+        print(allreduce(1))
+    """, tiles="0-3")
+    assert got == [["caught KeyError", "4"]] * 4
