@@ -111,6 +111,13 @@ def for_host(error: BaseException) -> BaseException:
 class ComputeBudgetExceeded(TileInterrupt):
     """The tile computed longer than its per-superstep budget without reaching an exchange."""
 
+    #: what it says as the watchdog raises it (bare: it can inject only a class), caught
+    #: by the program; the tile's result names the tile and the budget instead
+    UNNAMED = "computed for longer than the job's compute budget without reaching an exchange point"
+
+    def __init__(self, *args):
+        super().__init__(*(args or (self.UNNAMED,)))
+
 
 class TileFailed(OSError):
     """A tile that backs a device or serves a request has stopped answering."""

@@ -201,6 +201,15 @@ class Job:
             self.sched.watchdog.interrupt(self, stop)
         self.raise_in_tiles(signal)
 
+    def out_of_budget(self, rank: int) -> None:
+        """Tile ``rank`` computed for longer than the job's budget (the watchdog stops it):
+        the job is over on every tile, at its next exchange point, saying why, even if
+        the program catches the tile's exception: whether it stopped must not hang on
+        how long the tiles compute after."""
+        if not self.done:
+            self.abort(JobAborted(f"{self.describe([rank])} computed for more than {self.budget:g} s "
+                                  "without reaching an exchange point"))
+
     def end_collective(self) -> None:
         """The collective in progress is over (done, or failed on every tile): the next
         one starts afresh. Its waiters see the generation change; a tile's wait that

@@ -825,7 +825,7 @@ def _run_job(tile: Tile, job: Job) -> None:
             tile.raise_signal()
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
-        if not exc.args:  # raised by the watchdog, which can only inject a bare class
+        if exc.args == (exc.UNNAMED,):  # raised by the watchdog, which can only inject a bare class
             exc.args = (f"{job.describe([tile.rank])} computed for more than {job.budget} s without "
                         "reaching an exchange point",)
         result = TileResult(tile.rank, tile.id, ERROR, error=exc)

@@ -168,6 +168,10 @@ class Watchdog:
                 if job in self._budgets:  # (not forgotten meanwhile: the entry would stay)
                     # the job fails; its other tiles must not each burn a budget of their own
                     self._interrupts[job] = JobAborted
+                    try:  # ... and it fails on every tile, though the program catch this
+                        sched.call(job.out_of_budget, tile.rank)
+                    except RuntimeError:
+                        pass  # (the machine is stopping: so is the job)
         if kind is not None and _safe_to_interrupt(frame):
             ident, exc = ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
             # the OS may have descheduled this thread since the sample, and the scheduler

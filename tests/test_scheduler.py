@@ -25,6 +25,7 @@ from ipuos.scheduler import (
     INTERRUPTED,
     OK,
     CollectiveMismatchError,
+    ComputeBudgetExceeded,
     DeadlockError,
     JobAborted,
     Scheduler,
@@ -1726,3 +1727,29 @@ def test_a_tile_at_the_nesting_cap_still_starts_its_part_of_the_job_it_waits_for
         released.set()
         sched.call_wait(sched.wake, sched.tiles[0])
     assert sorted(future.result(10) for future in held) == list(range(1, MAX_SERVICE_DEPTH))
+
+
+@pytest.mark.parametrize("after", [10, 300_000])
+def test_a_caught_compute_budget_still_ends_the_job_on_every_tile_saying_why(sched, after):
+    # whether the job stops must not hang on how long the tiles compute after the catch
+    caught = []
+
+    def prog(api):
+        try:
+            if api.tileid == 1:
+                while True:
+                    pass
+        except ComputeBudgetExceeded as exc:
+            caught.append(str(exc))
+        api.sync()
+        x = 0
+        for i in range(after):
+            x += i
+        api.sync()
+        return "done"
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3], budget=0.3)
+    assert caught == ["computed for longer than the job's compute budget without reaching an exchange point"]
+    assert [r.status for r in report.results] == [ABORTED] * 4
+    assert {str(r.error) for r in report.results} == {
+        "tile 1 computed for more than 0.3 s without reaching an exchange point"}
