@@ -180,13 +180,17 @@ class DaemonTransport:
         if size > LINE_MAX:
             raise RemoteError(f"a line of {size:,} bytes is too long for the shell (at most {LINE_MAX:,}); "
                               "put long text in a file (`put` copies one from the host)")
+        pressed = []
+
         def interrupted(count: int) -> None:
+            pressed.append(count)
             if count == 1:  # (after the ^C a terminal echoes: the report starts a line)
                 on_output("err", "\n")
 
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width, "echoes_ctrl_c": echoes_ctrl_c}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event,
                                on_interrupt=interrupted)
+        result["ctrl_c"] = bool(pressed)  # (the user's: a status of 130 may be a program's own)
         try:
             for stream, text in result.pop("output", None) or ():
                 on_output(stream, text)

@@ -98,8 +98,9 @@ class Transport(Protocol):
         """Run ``line`` in the session; output arrives through ``on_output(stream, text)``
         (stream "out" or "err") as it is produced; ``width`` is the terminal's (0: not a
         terminal); ``echoes_ctrl_c``: it shows a Ctrl-C as ``^C`` itself, which the shell
-        need not repeat. Returns ``{"status", "cwd", "mode", "prompt"}``, and
-        ``"ended"``: why, if the session ends with the machine (it halts). Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
+        need not repeat. Returns ``{"status", "cwd", "mode", "prompt"}``, ``"ctrl_c"``:
+        whether the user pressed Ctrl-C meanwhile (a status of 130 may be a program's own
+        exit), and ``"ended"``: why, if the session ends with the machine (it halts). Ctrl-C while it runs interrupts the command (KeyboardInterrupt only
         if the user insists)."""
 
     def complete(self, text: str) -> tuple[int, list[str]]:

@@ -116,6 +116,9 @@ class Terminal:
         self._histories: dict = {}
         self.interactive = False
         self._done = False
+        #: the last command was stopped by the user's Ctrl-C: a script stops there, as a
+        #: bash script does (a program's own exit status 130 is not one)
+        self.ctrl_c = False
 
     # -- input loops --------------------------------------------------------------------------
 
@@ -145,7 +148,7 @@ class Terminal:
                 repl = self._repl_meant(line)
                 self.feed(line)
                 # (Ctrl-C stops the script, as it stops a bash script, not just its command)
-                if self._done or self.status == EXIT_INTERRUPTED:
+                if self._done or self.ctrl_c:
                     return self.status
                 if repl is not None and self.mode == SHELL:
                     # the lines after it are Python for the repl: as shell commands they
@@ -307,7 +310,7 @@ class Terminal:
                 self._run_local(command)
             else:
                 self._execute(command.text)
-            if self._done or self.mode != SHELL or self.status == EXIT_INTERRUPTED:
+            if self._done or self.mode != SHELL or self.ctrl_c:
                 break
 
     def _repl_meant(self, line: str) -> str | None:
@@ -346,12 +349,14 @@ class Terminal:
         self._execute(source)
 
     def _execute(self, line: str, *, payload: bytes = b"", eof: bool = False) -> None:
+        self.ctrl_c = False
         try:
             result = self.transport.execute(line, payload=payload, eof=eof, on_output=self._output,
                                             width=self._width(), echoes_ctrl_c=self._echoes_ctrl_c())
         except KeyboardInterrupt:
             self._report_ctrl_c(" (stopped waiting; tile 0 is still stopping the command)")
             self.status = EXIT_INTERRUPTED
+            self.ctrl_c = True
             return
         except RemoteError as exc:
             self._write_err(f"ipuos: {exc}\n")
@@ -366,6 +371,7 @@ class Terminal:
             return
         was_repl = self.mode != SHELL
         self.status = result["status"]
+        self.ctrl_c = result.get("ctrl_c", False)
         self.mode = result["mode"]
         self.prompt = result["prompt"]
         if was_repl and self.mode == SHELL and self.exit_on_leave:
@@ -412,11 +418,13 @@ class Terminal:
             if args is None:
                 return
         handler = getattr(self, f"_local_{name}")
+        self.ctrl_c = False
         try:
             handler(args, command)
         except KeyboardInterrupt as exc:
             self._after_ctrl_c()
             self._fail(name, str(exc) or "interrupted", EXIT_INTERRUPTED)
+            self.ctrl_c = True
         except RemoteError as exc:
             self._fail(name, str(exc))
         except OSError as exc:
@@ -523,6 +531,7 @@ class Terminal:
             written = self.transport.put(target, chunks(file), os.path.basename(host.rstrip("/")),
                                          on_interrupt=lambda: interrupted.append(True))
         if interrupted:  # too late: the copy was complete, and is in place
+            self.ctrl_c = True
             self._after_ctrl_c()
             self._write_err(f"put: {host} -> {written}: copied before the Ctrl-C could stop it\n")
         elif self.interactive:

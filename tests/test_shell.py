@@ -261,6 +261,20 @@ def test_ctrl_c_stops_a_script_not_just_its_command(shared_machine, tmp_path):
         assert "after" not in out, how
 
 
+def test_a_programs_own_exit_status_130_is_no_ctrl_c_the_script_goes_on(shared_machine, tmp_path):
+    # only the user's Ctrl-C stops the rest of a script; a program may exit with 130 itself
+    assert shell(shared_machine, "echo 'exit(130)' > /chip/e130.py").returncode == 0
+    (tmp_path / "put.txt").write_text("x")
+    for line in ("run /chip/e130.py --tiles 3", "python -c 'exit(130)'"):
+        done = shell(shared_machine, stdin=f"{line}\necho piped-after\n")
+        assert (done.returncode, done.stdout.endswith("piped-after\n")) == (0, True), (line, done.stderr)
+        # (put runs in the terminal: the line's commands go one at a time)
+        done = shell(shared_machine, f"put {tmp_path}/put.txt /chip/e130.txt; {line}; echo after-c")
+        assert (done.returncode, done.stdout.endswith("after-c\n")) == (0, True), (line, done.stderr)
+    done = shell(shared_machine, "run /chip/e130.py --tiles 3")
+    assert done.returncode == 130
+
+
 @pytest.mark.parametrize("how", ["-c", "stdin"])
 def test_a_halt_during_a_script_ends_it_with_status_1_as_at_an_interactive_prompt(machine, how):
     """The halt stops the running program as a Ctrl-C would, but it is no Ctrl-C: the
