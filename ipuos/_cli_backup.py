@@ -33,6 +33,7 @@ from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS, ipus_in_range
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
+from ._shown import shown
 from ._views import human_bytes
 
 
@@ -319,7 +320,7 @@ def image_info(path, as_json) -> None:
     formatted = [d for d in info["devices"] if d["chunks"]]
     click.echo(f"image {info['path']}: ipuos image format {info['format_version']}, "
                f"{info['digest_algorithm']} digests")
-    click.echo(f"  machine   {_shown(str(meta.get('machine', '?')))}: {_shown(meta['preset'])}, "
+    click.echo(f"  machine   {shown(str(meta.get('machine', '?')))}: {shown(meta['preset'])}, "
                f"{plural(meta['ipus'], 'IPU')}, {meta['tiles_per_chip'] * meta['ipus']} tiles")
     if taken is not None:
         click.echo(f"  taken     {_taken_at(taken)}")
@@ -383,7 +384,7 @@ def image_ls(path, device, inner, as_json) -> None:
                                 "mtime_ns": n.mtime_ns} for n in nodes], indent=1))
         return
     for node in nodes:
-        name = _shown(node.path) + ("/" if node.is_dir else "")
+        name = shown(node.path) + ("/" if node.is_dir else "")
         click.echo(f"{'d' if node.is_dir else '-'} {node.size:>9}  {_when(node.mtime_ns)}  {name}")
 
 
@@ -394,17 +395,7 @@ def _taken_at(taken) -> str:
             raise TypeError
         return _local_time(taken)
     except (TypeError, ValueError, OverflowError, OSError):
-        return f"unknown (the image says {_shown(repr(taken)[:60])})"
-
-
-def _shown(name: str) -> str:
-    """A name from an image (untrusted) as a listing line may show it: characters that
-    are not printable (escape sequences, newlines) spelled out, like ``\\x1b``."""
-    if name.isprintable() and "\\" not in name:
-        return name
-    # (a backslash is doubled, so that "a\\nb" and "a<newline>b" cannot look alike)
-    return "".join(c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii")
-                   for c in name)
+        return f"unknown (the image says {shown(repr(taken)[:60])})"
 
 
 @image.command("cat")

@@ -26,6 +26,7 @@ from rich.live import Live
 from rich.text import Text
 
 from ._plural import plural
+from ._shown import shown
 from ._terminate import TERMINATING_SIGNALS, Terminated, on_termination
 from ._views import human_bytes, human_duration, simulated_time, state_counts
 
@@ -181,7 +182,7 @@ def render_frame(status: dict, ps: dict, view: str, width: int, max_rows: int | 
     parts = [header, legend, tile_map]
     jobs = ps["jobs"]
     if jobs:
-        lines = [f"job {j['job']}  tiles {j['tiles'] or '-'}  {j['name'] or '-'}"
+        lines = [f"job {j['job']}  tiles {j['tiles'] or '-'}  {shown(j['name']) or '-'}"
                  + (f"  {human_duration(j['elapsed_seconds'])}" if j["elapsed_seconds"] is not None else "")
                  for j in jobs[:5]]
         if len(jobs) > 5:

@@ -8,6 +8,7 @@ expands it into one object per tile, which is what scripts want.
 from __future__ import annotations
 
 from ._plural import plural
+from ._shown import shown
 from ._tilespec import format_tiles, parse_tiles
 
 
@@ -119,7 +120,7 @@ def format_ps(name: str, ps: dict, tiles: list[int] | None = None) -> str:
         jobs = [("JOB", "TILES", "NAME", "ELAPSED", "CLIENT PID")]
         for job in ps["jobs"]:
             elapsed = job["elapsed_seconds"]
-            jobs.append((str(job["job"]), job["tiles"] or "-", job["name"] or "-",
+            jobs.append((str(job["job"]), job["tiles"] or "-", shown(job["name"]) or "-",
                          human_duration(elapsed) if elapsed is not None else "-",
                          str(job["client_pid"]) if job["client_pid"] else "-"))
         lines += ["", *_table(jobs)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from ipuos._plural import plural
+from ipuos._shown import shown
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 
 from ._table import COMMANDS, Usage, command, human_size, options, parse_size
@@ -286,7 +287,7 @@ def _ps(sh, args):
     rows = [("JOB", "TILES", "ELAPSED", "CLIENT", "NAME")]
     for job in jobs:
         elapsed = f"{job.elapsed:.1f}s" if job.elapsed is not None else "-"
-        rows.append((str(job.id), job.tiles, elapsed, str(job.client_pid or "-"), job.name))
+        rows.append((str(job.id), job.tiles, elapsed, str(job.client_pid or "-"), shown(job.name)))
     sh.write(_table(rows, right=(0, 2, 3)))
     return 0
 

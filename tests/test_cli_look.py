@@ -64,6 +64,25 @@ def test_ps_groups_tiles_and_lists_jobs(busy):
     assert lines[6].split()[:3] == [str(job), "0-3", "spin.py"]
 
 
+def test_a_program_name_with_control_characters_shows_spelled_out_in_ps_and_the_shell(machine):
+    # a newline in a job's name made a fake row; an escape sequence drove the terminal
+    name = "nl\nFAKE 0-15 x\x1b[31m.py"
+    sock = raw_socket(machine.paths)
+    try:
+        sock.sendall(request(1, "run", {"filename": name, "source_len": len(SPIN), "tiles": "0-1"}, SPIN))
+        job = read_frame(sock).header["event"]["job"]
+        spelled = "nl\\nFAKE 0-15 x\\x1b[31m.py"
+        lines = invoke(machine, "ps").output.splitlines()
+        assert lines[-1].split()[:3] == [str(job), "0-1", "nl\\nFAKE"] and spelled in lines[-1], lines
+        assert json.loads(invoke(machine, "ps", "--json").output)["jobs"][0]["program"] == name
+        from daemon_harness import run_cli
+        shell_ps = run_cli("shell", "-c", "ps", env=machine.env()).stdout.splitlines()
+        assert shell_ps[-1].split()[0] == str(job) and shell_ps[-1].endswith(spelled), shell_ps
+    finally:
+        sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
 def test_ps_json_has_every_tile(busy):
     booted, job = busy
     result = invoke(booted, "ps", "--json")
