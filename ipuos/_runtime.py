@@ -1498,10 +1498,10 @@ class ReplBlock:
             code = 1
         finally:
             api.tile.glet.gr_context = outer_context
-            self.outputs[rank] = output.getvalue()
             suspend = ctx.extras.get("__suspend__")
             if suspend is not None:
-                suspend()
+                suspend()  # (before the output is taken: it may tell of a file that failed to close)
+            self.outputs[rank] = output.getvalue()
         self.exit_codes[rank] = code
         return code
 

@@ -411,3 +411,17 @@ def test_a_block_that_wipes_its_globals_leaves_the_tile_a_tile(machine, wipe):
     result = repl.run("1 / 0")
     assert "ZeroDivisionError" in result.by_rank(0).error and '1 / 0' in result.by_rank(0).error
     assert "_runtime.py" not in result.by_rank(0).text  # (tracebacks still show the tile's frames only)
+
+
+def test_a_file_on_another_tile_dropped_in_a_block_is_written_when_the_block_ends(machine):
+    # CPython closes a dropped file at once; a block that drops one on another tile's
+    # disk, with its writes still buffered, has them written by the time it ends
+    repl = machine.repl("0,3")
+    try:
+        assert repl.run("if __tileid == 0:\n    open('/tiles/3/block.txt', 'w').write('from block 1')\n").ok
+        assert machine.fs.read_file(3, "/block.txt") == b"from block 1"
+        result = repl.run("if __tileid == 1:\n    print(open('/block.txt').read())\n")
+        assert result.outputs()[3] == "from block 1\n"
+    finally:
+        repl.close()
+        machine.fs.remove(3, "/block.txt")

@@ -196,9 +196,11 @@ class TileSession:
     # -- the end of the program ----------------------------------------------------------------
 
     def suspend(self) -> None:
-        """The session's block has ended (a repl's): keep its current directory, which the
-        tile's next program or repl will move."""
+        """The session's block has ended (a repl's): close the files it dropped (CPython
+        would have; on another tile's disk, they may hold writes: see ``_files``), and keep
+        its current directory, which the tile's next program or repl will move."""
         if self._vfs is not None:
+            self._vfs.close_pending()  # (failures: on the block's output, see _dropped_file_failed)
             self._cwd, self._cwd_removed = self._vfs.cwd, self._vfs.cwd_removed
             self._removals = self._vfs.removals
         self._suspended = True
