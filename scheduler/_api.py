@@ -165,7 +165,7 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     current = greenlet.getcurrent
 
     def sync() -> None:
-        if sched.collecting or sched.before_exchange:  # (rare: see _before_sync)
+        if sched.collecting or sched.left_for_exchange:  # (rare: see _before_sync)
             _before_sync(job)
         if job.coll_kind is not SYNC and job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile_of[current()], "sync()")
@@ -200,15 +200,15 @@ def _before_sync(job: "Job") -> None:
     sched = job.sched
     if sched.collecting:
         _check_sync_caller(job)
-    if sched.before_exchange:
+    if sched.left_for_exchange:
         tile = sched.tile_of.get(greenlet.getcurrent())
         if tile is not None:
-            _run_before_exchange(tile)
+            _run_left_for_exchange(tile)
 
 
-def _run_before_exchange(tile: "Tile") -> None:
+def _run_left_for_exchange(tile: "Tile") -> None:
     """Run what ``tile``'s program left for its next exchange point, which is now."""
-    hooks = tile.sched.before_exchange.pop(tile, None)
+    hooks = tile.sched.left_for_exchange.pop(tile, None)
     if hooks:
         for fn in hooks:
             fn()
@@ -271,8 +271,8 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
     def allgather(obj) -> list:
         if tile.job is not job or sched.collecting:  # (see TileAPI._check_caller)
             _check_call(tile, job, label)
-        if sched.before_exchange:
-            _run_before_exchange(tile)
+        if sched.left_for_exchange:
+            _run_left_for_exchange(tile)
         if job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
@@ -753,8 +753,8 @@ class TileAPI:
         job = self._job
         if tile.job is not job or tile.sched.collecting:
             _check_call(tile, job, what)
-        if tile.sched.before_exchange:
-            _run_before_exchange(tile)
+        if tile.sched.left_for_exchange:
+            _run_left_for_exchange(tile)
         if job.ctrl_c_queued and job.arrived:  # (before anything is sent: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, what)
 

@@ -128,6 +128,8 @@ class Job:
         self.ctrl_c_landing: list = []
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
+        #: ranks that computed past the budget (see over_budget)
+        self.over_budget_ranks: set[int] = set()
         self.future: Future = Future()
         self.waiters: list["Tile"] = []
         self.stats = JobStats()
@@ -201,14 +203,24 @@ class Job:
             self.sched.watchdog.interrupt(self, stop)
         self.raise_in_tiles(signal)
 
+    def over_budget(self, rank: int) -> str:
+        """Tile ``rank`` computed for longer than the job's budget; the watchdog, in its
+        thread, stops it and calls :meth:`out_of_budget`. Returns what to say."""
+        self.over_budget_ranks.add(rank)
+        if self.abort_reason is None:  # (what the tiles the watchdog stops next say)
+            self.abort_reason = self.budget_message(rank)
+        return self.abort_reason
+
+    def budget_message(self, rank: int) -> str:
+        return f"{self.describe([rank])} computed for more than {self.budget:g} s without reaching an exchange point"
+
     def out_of_budget(self, rank: int) -> None:
-        """Tile ``rank`` computed for longer than the job's budget (the watchdog stops it):
-        the job is over on every tile, at its next exchange point, saying why, even if
-        the program catches the tile's exception: whether it stopped must not hang on
-        how long the tiles compute after."""
+        """(The scheduler's thread.) Tile ``rank`` computed for longer than the budget: the
+        job is over on every tile, at its next exchange point, even if the program
+        catches the tile's exception (and that tile's result is the budget's error, see
+        ``_run_job``): whether it stopped must not hang on how long the tiles compute after."""
         if not self.done:
-            self.abort(JobAborted(f"{self.describe([rank])} computed for more than {self.budget:g} s "
-                                  "without reaching an exchange point"))
+            self.abort(JobAborted(self.budget_message(rank)))
 
     def end_collective(self) -> None:
         """The collective in progress is over (done, or failed on every tile): the next

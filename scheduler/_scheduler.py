@@ -98,8 +98,9 @@ class Scheduler:
         #: called from (see _api._check_sync_caller)
         self.collecting = False
         #: what tiles' programs left for their next exchange point: {tile: [fn]} (see
-        #: Tile.at_next_exchange); empty, as nearly always, the primitives look no further
-        self.before_exchange: dict[Tile, list[Callable[[], None]]] = {}
+        #: Tile.at_next_exchange; not _before_copies, which the exchange phase runs);
+        #: empty, as nearly always, the primitives look no further
+        self.left_for_exchange: dict[Tile, list[Callable[[], None]]] = {}
         #: problems inside the scheduler itself, kept for ``status`` and tests
         self.internal_errors: list[str] = []
         self.thread_ident: int | None = None
@@ -218,6 +219,11 @@ class Scheduler:
         future: Future = Future()
         self._enqueue(future, fn, args)
         return future
+
+    def call_soon(self, fn: Callable, *args) -> None:
+        """:meth:`call` with no result to wait for: a failure is reported as the
+        scheduler's own internal error (``status`` shows it)."""
+        self._enqueue(None, fn, args)
 
     def call_wait(self, fn: Callable, *args, timeout: float | None = None):
         """:meth:`call` and wait for the result (runs inline on the scheduler thread)."""
@@ -826,8 +832,7 @@ def _run_job(tile: Tile, job: Job) -> None:
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
         if exc.args == (exc.UNNAMED,):  # raised by the watchdog, which can only inject a bare class
-            exc.args = (f"{job.describe([tile.rank])} computed for more than {job.budget} s without "
-                        "reaching an exchange point",)
+            exc.args = (job.budget_message(tile.rank),)
         result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     except (TileInterrupt, JobAborted) as exc:
         if not exc.args:
@@ -843,7 +848,10 @@ def _run_job(tile: Tile, job: Job) -> None:
     except BaseException as exc:
         result = TileResult(tile.rank, tile.id, ERROR, error=exc)
     else:
-        result = TileResult(tile.rank, tile.id, OK, value=value)
+        if tile.rank in job.over_budget_ranks:  # it caught the budget's exception, and ended
+            result = TileResult(tile.rank, tile.id, ERROR, error=ComputeBudgetExceeded(job.budget_message(tile.rank)))
+        else:
+            result = TileResult(tile.rank, tile.id, OK, value=value)
     # a program's exception class may have a __str__ of its own: it runs while the tile
     # still belongs to the job, where an interrupt or the compute budget can stop it
     failure = job.failure_of(result) if result.status == ERROR else ""
@@ -875,7 +883,7 @@ def _release_tile(tile: Tile) -> None:
         # to it once it has finished (program messages are filed under int keys)
         unreceived = sum(len(queue) for key, queue in tile.inbox.items() if type(key) is int)
         tile.job.stats.dropped_messages += unreceived
-    tile.sched.before_exchange.pop(tile, None)  # (the program's session has done it at its end)
+    tile.sched.left_for_exchange.pop(tile, None)  # (the program's session has done it at its end)
     tile.job = None
     tile.program_depth = -1
     tile.program_globals = None

@@ -11,6 +11,7 @@ ownership rule says only this greenlet may touch this tile's filesystems.
 from __future__ import annotations
 
 import collections
+import threading
 import traceback
 from typing import TYPE_CHECKING, Callable
 
@@ -285,16 +286,23 @@ class Tile:
             for msg in inbox.pop(key):
                 self.consume(msg)
 
-    def at_next_exchange(self, fn: Callable[[], None]) -> None:
+    def at_next_exchange(self, fn: Callable[[], None]) -> bool:
         """Have ``fn()`` run on this tile's greenlet when its program next reaches an
         exchange point (``sync``, a collective, ``send``, ``recv`` ...), before it takes
         part: what the program left for later is done before another tile can look (a
         file on another tile's disk that it dropped without closing, its last writes
-        still buffered: CPython would have closed it at once). Callable from anywhere:
-        finalizers run wherever they are due. Once per ``fn`` until it has run."""
-        hooks = self.sched.before_exchange.setdefault(self, [])
+        still buffered: CPython would have closed it at once). Once per ``fn`` until it
+        has run. Only while a program runs here, and only from the scheduler's thread (a
+        finalizer runs wherever it is due): False otherwise, and ``fn`` is not kept, so
+        that no entry outlives the program and keeps every ``sync`` of the machine
+        looking (the entry goes when the program ends, if not before)."""
+        sched = self.sched
+        if self.job is None or threading.get_ident() != sched.thread_ident:
+            return False
+        hooks = sched.left_for_exchange.setdefault(self, [])  # (one thread: no race with the pop)
         if fn not in hooks:
             hooks.append(fn)
+        return True
 
     def kernel_state(self, key: str, make: Callable[[], object]):
         """The layers' state under ``key`` in :attr:`kernel_data`, made by ``make()`` on

@@ -165,13 +165,16 @@ class Watchdog:
         if kind is None and job in self._budgets and job.budget and now - self._sample_since > job.budget:
             kind = ComputeBudgetExceeded
             with self._lock:
-                if job in self._budgets:  # (not forgotten meanwhile: the entry would stay)
+                tripped = job in self._budgets  # (not forgotten meanwhile: the entry would stay)
+                if tripped:
+                    job.over_budget(tile.rank)  # (before any tile is stopped: what they say)
                     # the job fails; its other tiles must not each burn a budget of their own
                     self._interrupts[job] = JobAborted
-                    try:  # ... and it fails on every tile, though the program catch this
-                        sched.call(job.out_of_budget, tile.rank)
-                    except RuntimeError:
-                        pass  # (the machine is stopping: so is the job)
+            if tripped:  # ... and it fails on every tile, though the program catch this
+                try:
+                    sched.call_soon(job.out_of_budget, tile.rank)
+                except RuntimeError:
+                    pass  # (the machine is stopping: so is the job)
         if kind is not None and _safe_to_interrupt(frame):
             ident, exc = ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
             # the OS may have descheduled this thread since the sample, and the scheduler

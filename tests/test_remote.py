@@ -457,3 +457,30 @@ def test_a_remote_file_dropped_unclosed_is_written_by_the_next_exchange_point(ma
     """), tiles="0,3", timeout=60)
     assert result.ok, result.format()
     assert result.tiles[1].output == "input for tile 3 second\nby a collective\nbefore a message\n"
+
+
+def test_a_remote_file_freed_after_its_program_leaves_no_hook_behind(machine):
+    # in a reference cycle, a dropped file is freed by the cycle collector, here on a host
+    # thread after the block: nothing may stay registered for a tile's next exchange point
+    # (every sync of the machine would look at it), and the tile's next file operation
+    # closes the file, as any dropped one
+    import gc
+
+    repl = machine.repl("0")
+    try:
+        assert repl.run(textwrap.dedent("""
+            class Holder:
+                pass
+            h = Holder()
+            h.me = h
+            h.f = open("/tiles/3/cycle.txt", "w")
+            h.f.write("kept")
+            del h
+        """)).ok
+        gc.collect()
+        assert machine.scheduler.left_for_exchange == {}
+        assert machine.fs.exists(0, "/")  # tile 0's next file operation: dropped files close
+        assert machine.fs.read_file(3, "/cycle.txt") == b"kept"
+    finally:
+        repl.close()
+        machine.fs.remove(3, "/cycle.txt")

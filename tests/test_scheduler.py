@@ -1729,27 +1729,37 @@ def test_a_tile_at_the_nesting_cap_still_starts_its_part_of_the_job_it_waits_for
     assert sorted(future.result(10) for future in held) == list(range(1, MAX_SERVICE_DEPTH))
 
 
-@pytest.mark.parametrize("after", [10, 300_000])
-def test_a_caught_compute_budget_still_ends_the_job_on_every_tile_saying_why(sched, after):
-    # whether the job stops must not hang on how long the tiles compute after the catch
+@pytest.mark.parametrize("then", ["sync", "compute", "return"])
+def test_a_caught_compute_budget_still_ends_the_job_on_every_tile_saying_why(sched, then):
+    # whether, and how, the job stops must not hang on what the tile that caught the
+    # budget's exception does next: exchange at once, compute on (the watchdog stops it
+    # again), or end without another exchange
     caught = []
 
     def prog(api):
-        try:
-            if api.tileid == 1:
+        if api.tileid == 1:
+            try:
                 while True:
                     pass
-        except ComputeBudgetExceeded as exc:
-            caught.append(str(exc))
-        api.sync()
-        x = 0
-        for i in range(after):
-            x += i
+            except ComputeBudgetExceeded as exc:
+                caught.append(str(exc))
+            if then == "compute":
+                deadline = time.monotonic() + 0.5
+                while time.monotonic() < deadline:
+                    pass
+            elif then == "return":
+                return "ended"
         api.sync()
         return "done"
 
     report = run(sched, prog, tiles=[0, 1, 2, 3], budget=0.3)
     assert caught == ["computed for longer than the job's compute budget without reaching an exchange point"]
-    assert [r.status for r in report.results] == [ABORTED] * 4
-    assert {str(r.error) for r in report.results} == {
-        "tile 1 computed for more than 0.3 s without reaching an exchange point"}
+    said = "tile 1 computed for more than 0.3 s without reaching an exchange point"
+    statuses = [r.status for r in report.results]
+    assert statuses == [ABORTED, ERROR if then == "return" else ABORTED, ABORTED, ABORTED]
+    if then == "return":  # (it ended with the budget's error; the others say so, as after any)
+        assert type(report.results[1].error) is ComputeBudgetExceeded and str(report.results[1].error) == said
+        assert {str(r.error).split(": ", 1)[1] for r in report.results if r.rank != 1} == {
+            f"tile 1 failed with ComputeBudgetExceeded: {said}"}
+    else:
+        assert {str(r.error) for r in report.results} == {said}

@@ -56,6 +56,10 @@ class FsClient:
         """Run ``service(*args)`` on ``tile`` and return its result (or raise its error)."""
         raise NotImplementedError
 
+    def dropped(self) -> None:
+        """A file of this client was dropped without being closed, and is on its owner's
+        pending list (see ``_files``). The host's files are let go of instead."""
+
     # -- names -------------------------------------------------------------------------------
 
     def entry(self, tile: int, path: str) -> Entry:
@@ -280,9 +284,9 @@ class TileFsClient(FsClient):
         self._close_dropped = functools.partial(close_dropped, self.pending)
 
     def dropped(self) -> None:
-        """A file of this client was dropped without being closed (it is on ``pending``):
-        its buffered writes go out, and it is closed, at the program's next exchange
-        point at the latest, before any other tile can look at it."""
+        """Its buffered writes go out, and it is closed, at the program's next exchange
+        point at the latest, before any other tile can look at it (no program running:
+        at the tile's next file operation, as any dropped file)."""
         self._tile.at_next_exchange(self._close_dropped)
 
     def call(self, tile: int, service: str, *args):
@@ -446,7 +450,7 @@ class RemoteFile(VfsFile):
             try:
                 self._client.dropped()
             except Exception:
-                pass  # (nobody to tell: its tile's next file operation closes it all the same)
+                pass  # (a finalizer has nobody to tell; the next file operation closes it)
 
     def _abandon(self) -> None:
         self._closed = True
@@ -465,7 +469,8 @@ class RemoteFile(VfsFile):
 
         # each piece is let go of once written: one that fails stays unsent with the rest,
         # and the next use of the file tries again (a close that fails loses them, saying
-        # so, as the host's buffered files do)
+        # so, as the host's buffered files do). Sent from a copy: ``landed`` resizes the
+        # buffer, which a view of it would forbid (BufferError)
         self._position = self._client.pwrite(self._tile, self._handle, None if self._append else self._unsent_at,
                                              bytes(unsent), landed)
         self._unsent = None
