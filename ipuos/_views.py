@@ -102,13 +102,13 @@ def format_ps(name: str, ps: dict, tiles: list[int] | None = None) -> str:
         for (ipu, state, job), members in sorted(groups.items(), key=lambda g: g[1][0]):
             low, high = min(used[t] for t in members), max(used[t] for t in members)
             span = human_bytes(low) if low == high else f"{human_bytes(low)}-{human_bytes(high)}"
-            reasons = sorted({ps["waiting"][str(t)] for t in members if str(t) in ps["waiting"]})
+            reasons = sorted({shown(ps["waiting"][str(t)]) for t in members if str(t) in ps["waiting"]})
             wait = ", ".join(reasons[:2]) + (f" (+{len(reasons) - 2} more)" if len(reasons) > 2 else "")
             rows.append((str(ipu), format_tiles(members), state, _job(job), f"{span} of {total}", wait))
     else:
         for record in tile_records(ps, tiles):
             rows.append((str(record["ipu"]), str(record["tile"]), record["state"], _job(record["job"]),
-                         f"{human_bytes(record['sram_used'])} of {total}", record["waiting"] or ""))
+                         f"{human_bytes(record['sram_used'])} of {total}", shown(record["waiting"] or "")))
     if ipus == 1:  # (one chip: the column says nothing)
         rows = [row[1:] for row in rows]
     counts = ", ".join(f"{n} {state}" for state, n in state_counts(ps).items() if n)

@@ -63,8 +63,9 @@ class Message:
 class LostMessage(Message):
     """A collective's own message (a reduction's part, a scatter's item) that could not
     land: the receiver's incoming buffer was full. It takes no room, and receiving it
-    raises ``error``, so that the collective fails on every tile (see
-    ``TileAPI._recv_part``) instead of waiting for it, or going on without it."""
+    raises ``error``: a reduction then fails on every tile (see ``TileAPI._recv_part``)
+    instead of waiting for the part, or going on without it; a scatter on the tile
+    whose item it was (the others have theirs; nothing is left to put them out of step)."""
 
     __slots__ = ("error",)
 
@@ -433,12 +434,11 @@ def _make_room(dst, user: list, incoming: int) -> tuple[list, list]:
     if parts_size <= room:
         room -= parts_size
     else:
-        error = ValueError(
-            f"incoming exchange buffer full ({dst.in_used} B of unreceived "
-            f"messages + {incoming} B arriving > {dst.xin.size} B): a collective's part from "
-            f"{dst.job.describe(sorted({it[5][1] for it in parts}))} could not land; recv() pending "
-            "messages before a collective")
-        lost = [(it, LostMessage(error)) for it in parts]
+        why = (f"incoming exchange buffer full ({dst.in_used} B of unreceived "
+               f"messages + {incoming} B arriving > {dst.xin.size} B): a collective's part from "
+               f"{dst.job.describe(sorted({it[5][1] for it in parts}))} could not land; recv() pending "
+               "messages before a collective")
+        lost = [(it, LostMessage(ValueError(why))) for it in parts]  # (each raised once: its own)
         parts = []
     if sum(pad8(it[3]) for it in program) > room:
         _drop_overflow(dst, program, incoming)

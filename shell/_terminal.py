@@ -148,7 +148,9 @@ class Terminal:
                 repl = self._repl_meant(line)
                 self.feed(line)
                 # (Ctrl-C stops the script, as it stops a bash script, not just its command)
-                if self._done or self.ctrl_c:
+                if self.ctrl_c:  # (130 even if the command was done before it could stop it)
+                    return EXIT_INTERRUPTED
+                if self._done:
                     return self.status
                 if repl is not None and self.mode == SHELL:
                     # the lines after it are Python for the repl: as shell commands they

@@ -1092,6 +1092,11 @@ def test_tile_0s_own_disk_by_its_tiles_name_is_the_same_file(machine):
         print(open("/same/g").read(), open("/same/sub/f").read(), sorted(os.listdir("/same")))
         import pathlib
         print(pathlib.Path("/tiles/0/same/sub/f").samefile("/same/sub/f"))
+        try:
+            shutil.move("/same", "/tiles/0/same/sub/inner")
+        except shutil.Error as exc:
+            print(exc)
+        print(sorted(os.listdir("/same")))
         shutil.rmtree("/same")
     """)
     assert output(result).splitlines() == [
@@ -1104,4 +1109,6 @@ def test_tile_0s_own_disk_by_its_tiles_name_is_the_same_file(machine):
         "Error",
         "precious-g precious ['g', 'sub']",
         "True",
+        "Cannot move a directory '/same' into itself '/tiles/0/same/sub/inner'.",
+        "['g', 'sub']",
     ]

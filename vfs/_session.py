@@ -55,7 +55,8 @@ class TileSession:
     _MAKERS: dict[str, Callable] = {
         "os": lambda session: make_os_module(_CheckedVfs(session)),
         "glob": lambda session: make_glob_module(session.module("os")),
-        "shutil": lambda session: make_shutil_module(session.module("os"), session.open),
+        "shutil": lambda session: make_shutil_module(session.module("os"), session.open,
+                                                     _CheckedVfs(session).place),
         "pathlib": lambda session: make_pathlib_module(session.module("os"), session.open),
     }
     MODULES = tuple(_MAKERS)

@@ -52,13 +52,12 @@ class TilesBackend(Backend):
         """(tile, path on that tile) for a path inside the mount; (None, "/") for its top.
         ``changing``: the name is to be created, removed or renamed (see
         :meth:`Submounts.hidden_errno`)."""
-        name, slash, rest = path[1:].partition("/")
-        if not name:
+        if not path[1:].partition("/")[0]:
             return None, "/"
-        tile = tile_of_name(name)
-        if tile is None or tile >= self.ntiles:
+        on_tile = self.tile_path(path)
+        if on_tile is None:
             raise fs_error(errno.ENOENT, path)
-        inner = "/" + rest if slash else "/"
+        tile, inner = on_tile
         if inner != "/":
             self._submounts.refresh(tile, self.client.mounts)
             # only the tile's own disk is shown: what it mounted is hidden

@@ -50,8 +50,9 @@ def ignore_patterns(*patterns):
     return ignored
 
 
-def make_shutil_module(os, open) -> types.ModuleType:
-    """A ``shutil`` module over a tile's ``os`` module and ``open``."""
+def make_shutil_module(os, open, place) -> types.ModuleType:
+    """A ``shutil`` module over a tile's ``os`` module and ``open``; ``place(path)`` says
+    where a path leads (``Vfs.place``: a tile's own disk has two names)."""
     module = types.ModuleType("shutil", "High-level file operations on the tile's own files.")
 
     def _same(src, dst) -> bool:
@@ -59,6 +60,11 @@ def make_shutil_module(os, open) -> types.ModuleType:
             return os.path.samefile(src, dst)
         except OSError:
             return False
+
+    def _within(src, dst) -> bool:
+        """Whether ``dst`` is ``src`` or below it, by whatever names (/tiles/0/d is /d)."""
+        (src_fs, src_inner), (dst_fs, dst_inner) = place(src), place(dst)
+        return src_fs == dst_fs and (dst_inner.rstrip("/") + "/").startswith(src_inner.rstrip("/") + "/")
 
     def copyfile(src, dst, *, follow_symlinks=True):
         """Copy the bytes of file ``src`` to file ``dst`` (made or replaced); returns ``dst``."""
@@ -195,8 +201,7 @@ def make_shutil_module(os, open) -> types.ModuleType:
         except OSError as exc:
             is_dir = os.path.isdir(src)
             # (the host's says so whatever rename's errno: EINVAL here, EXDEV across mounts)
-            if is_dir and (os.path.abspath(target).rstrip("/") + "/").startswith(
-                    os.path.abspath(src).rstrip("/") + "/"):
+            if is_dir and _within(src, target):
                 raise Error(f"Cannot move a directory '{src}' into itself '{target}'.") from None
             if exc.errno != errno.EXDEV:
                 raise
