@@ -27,7 +27,8 @@ import time
 import click
 from click.core import ParameterSource
 
-from ._client import STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing, stuck_daemon
+from ._client import (RESULT_LINGER_SECONDS, STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing,
+                      stuck_daemon)
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
@@ -600,9 +601,6 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
 
 #: seconds a job may take to start before its client says why it waits
 START_PATIENCE_SECONDS = 3.0
-#: how long ``ipuos run`` waits after a second Ctrl-C for the job it then stops for good:
-#: its result still has what the tiles printed (their handlers' cleanup, say)
-RESULT_LINGER_SECONDS = 2.0
 #: how long a waiting client gives the daemon to answer ``hello`` before it calls it stuck
 PROBE_SECONDS = 3.0
 

@@ -48,6 +48,10 @@ def stuck_daemon(name: str, whose: str = "") -> str:
             "ends it")
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
+#: how long a client waits after a second Ctrl-C for the call it then stops for good (a
+#: job, a shell's run): its result still has what the tiles printed (their handlers'
+#: cleanup, say)
+RESULT_LINGER_SECONDS = 2.0
 POLL_SECONDS = 0.1
 
 

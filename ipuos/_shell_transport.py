@@ -16,7 +16,7 @@ import time
 
 import click
 
-from ._client import Client, DaemonError, MachineNotRunning
+from ._client import RESULT_LINGER_SECONDS, Client, DaemonError, MachineNotRunning
 from ._protocol import REQUEST_LIMITS, json_bytes
 from ._rundir import MachinePaths, hint
 from .shell import RemoteError
@@ -189,7 +189,7 @@ class DaemonTransport:
 
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width, "echoes_ctrl_c": echoes_ctrl_c}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event,
-                               on_interrupt=interrupted)
+                               on_interrupt=interrupted, linger=RESULT_LINGER_SECONDS)
         result["ctrl_c"] = bool(pressed)  # (the user's: a status of 130 may be a program's own)
         try:
             for stream, text in result.pop("output", None) or ():

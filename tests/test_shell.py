@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 import threading
+import time
 
 import pytest
 from daemon_harness import IPUOS, machine, run_cli, runtime_dir, shared_machine, wait_for  # noqa: F401
@@ -259,6 +260,26 @@ def test_ctrl_c_stops_a_script_not_just_its_command(shared_machine, tmp_path):
         out, err = script.communicate(timeout=30)
         assert script.returncode == 130, (how, out, err)
         assert "after" not in out, how
+
+
+def test_a_second_ctrl_c_on_run_shows_what_the_tiles_printed(shared_machine, tmp_path):
+    # as ipuos run: the job is stopped for good, and its output shown, not thrown away
+    (tmp_path / "swallow.py").write_text("while True:\n    try:\n        while True:\n            sync()\n"
+                                         "    except KeyboardInterrupt:\n        print('swallowed', __tileid)\n")
+    assert shell(shared_machine, f"put {tmp_path}/swallow.py /chip/swallow.py").returncode == 0
+    script = subprocess.Popen([IPUOS, "shell", "-c", "run /chip/swallow.py --tiles 1-2; echo SHOULD-NOT"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=shared_machine.env())
+    wait_for(lambda: "swallow.py" in subprocess.run([IPUOS, "ps"], env=shared_machine.env(),
+                                                    capture_output=True, text=True).stdout,
+             timeout=30, what="the program")
+    script.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    script.send_signal(signal.SIGINT)
+    out, err = script.communicate(timeout=30)
+    assert script.returncode == 130, (out, err)
+    assert "SHOULD-NOT" not in out
+    assert out == ("[1 tile: 1]\nswallowed 0\ninterrupted: the terminal stopped waiting\n"
+                   "[1 tile: 2]\nswallowed 1\ninterrupted: the terminal stopped waiting\n"), (out, err)
 
 
 def test_a_programs_own_exit_status_130_is_no_ctrl_c_the_script_goes_on(shared_machine, tmp_path):
