@@ -54,6 +54,13 @@ TRANSFER_CHUNK = 1 << 20
 EXIT_INTERRUPTED = 130
 
 
+def _continuation(width: int, line_number: int, wrap_count: int) -> str:
+    """What starts each further row of a shell line being typed: ``> `` for a line that
+    goes on after Enter inside a quote (or after a trailing ``\``), as sh's PS2; nothing
+    for a row that is only the terminal wrapping a long line, which is no continuation."""
+    return "" if wrap_count else "> "
+
+
 #: the file of Python lines (python and multirepl mode), beside the shell's history
 PYTHON_HISTORY_NAME = "python-history"
 #: the history kind of python and multirepl lines
@@ -204,7 +211,7 @@ class Terminal:
                 sessions[kind] = PromptSession(history=self._load_history(kind), completer=_TileCompleter(self),
                                                complete_while_typing=False, key_bindings=bindings,
                                                enable_suspend=True,
-                                               prompt_continuation="> " if kind == SHELL else None)
+                                               prompt_continuation=_continuation if kind == SHELL else None)
             return sessions[kind]
 
         lost: list[str] = []

@@ -43,11 +43,11 @@ def drawn(text: str) -> str:
 class Terminal:
     """``ipuos shell`` (or ``ipuos repl``) on a pty, with a private home for its history."""
 
-    def __init__(self, booted, home, *args: str, command: str = "shell"):
+    def __init__(self, booted, home, *args: str, command: str = "shell", columns: int = 120):
         env = booted.env(HOME=str(home), TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
         env.pop("XDG_DATA_HOME", None)
         self.child = pexpect.spawn(IPUOS, [command, *args], env=env, encoding="utf-8", timeout=30,
-                                   dimensions=(40, 120))
+                                   dimensions=(40, columns))
 
     def prompt(self, cwd: str = "/") -> str:
         """Wait for the shell's prompt; returns what was printed before it, plain."""
@@ -86,8 +86,8 @@ class Terminal:
 def terminal(shared_machine, tmp_path):
     opened = []
 
-    def open_terminal(*args, command="shell"):
-        term = Terminal(shared_machine, tmp_path, *args, command=command)
+    def open_terminal(*args, command="shell", columns=120):
+        term = Terminal(shared_machine, tmp_path, *args, command=command, columns=columns)
         opened.append(term)
         return term
 
@@ -283,6 +283,23 @@ def test_ctrl_c_at_the_prompt_clears_the_line(terminal):
     term.child.sendintr()
     term.prompt()
     assert term.run("echo after") == "after\n"
+
+
+def test_a_long_line_the_terminal_wraps_is_drawn_without_the_continuation_prompt(terminal):
+    """``> `` says a line goes on after Enter in a quote; the terminal wrapping a long line
+    drew it at the start of every wrapped row."""
+    term = terminal(columns=40)
+    term.prompt()
+    words = " ".join(["word"] * 14)  # (79 characters after the prompt: two wraps at 40)
+    term.child.send(f"echo {words}")
+    screen = ""
+    while True:  # (what is drawn until the terminal has been quiet for a second)
+        try:
+            screen += term.child.read_nonblocking(100_000, timeout=1.0)
+        except pexpect.TIMEOUT:
+            break
+    assert plain(screen).count("w") >= 14 and ">" not in plain(screen), plain(screen)
+    assert term.run("").endswith("\n" + words + "\n")
 
 
 def test_enter_in_an_open_quote_goes_on_to_a_continuation_line_as_in_sh(terminal):
