@@ -159,6 +159,7 @@ def _require_directory(sh, path: str) -> None:
 
 @command("pwd", "pwd", "print the current directory", paths=False)
 def _pwd(sh, args):
+    _opts, args = options(args, "")
     if args:
         raise Usage("pwd takes no arguments")
     sh.print(sh.session.cwd)

@@ -43,6 +43,7 @@ knows the commands above. put/get copy files between the host and the chip.
 
 @command("help", "help [COMMAND]", "list commands, or explain one", paths=False)
 def _help(sh, args):
+    _opts, args = options(args, "")  # (none; -- ends them, as for every command)
     if len(args) > 1:
         raise Usage("one command at a time")
     if args:
@@ -77,6 +78,7 @@ def ask_tiles(sh, tiles: list[int], service: str, *args) -> list[tuple[bool, obj
 
 @command("df", "df", "size and use of every filesystem (all tiles' disks under /tiles)", paths=False)
 def _df(sh, args):
+    _opts, args = options(args, "")
     if args:
         raise Usage("df takes no arguments")
     rows = [("Filesystem", "Size", "Used", "Avail", "Use%", "Mounted on")]
@@ -247,6 +249,7 @@ def _mount_ram(sh, size_text: str, path: str) -> int:
 
 @command("umount", "umount DIR", "unmount a RAM disk made with mount --ram")
 def _umount(sh, args):
+    _opts, args = options(args, "")
     if len(args) != 1:
         raise Usage("umount DIR")
     full = sh.fs.abspath(args[0])
@@ -269,6 +272,7 @@ def _umount(sh, args):
 
 @command("ps", "ps", "tile states and running jobs", paths=False)
 def _ps(sh, args):
+    _opts, args = options(args, "")
     if args:
         raise Usage("ps takes no arguments")
     states: dict[str, int] = {}

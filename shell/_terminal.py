@@ -54,6 +54,12 @@ TRANSFER_CHUNK = 1 << 20
 EXIT_INTERRUPTED = 130
 
 
+def _after_double_dash(args: list[str]) -> list[str]:
+    """The operands of a terminal command that takes no options: ``--`` may end them,
+    as it does for every command."""
+    return args[1:] if args[:1] == ["--"] else args
+
+
 def _continuation(width: int, line_number: int, wrap_count: int) -> str:
     """What starts each further row of a shell line being typed: ``> `` for a line that
     goes on after Enter inside a quote (or after a trailing ``\``), as sh's PS2; nothing
@@ -493,6 +499,7 @@ class Terminal:
         self.status = status
 
     def _local_exit(self, args, command) -> None:
+        args = _after_double_dash(args)  # (a status may be negative: -1 is no option)
         if len(args) > 1 or (args and not re.fullmatch(r"-?[0-9]+", args[0], re.ASCII)):
             self._fail("exit", "usage: exit [STATUS]", 2)
             return
@@ -501,7 +508,7 @@ class Terminal:
         self._done = True
 
     def _local_clear(self, args, command) -> None:
-        if args:
+        if _after_double_dash(args):
             self._fail("clear", "usage: clear", 2)
             return
         self.stdout.write("\x1b[H\x1b[2J")
@@ -509,7 +516,7 @@ class Terminal:
         self.status = 0
 
     def _local_history(self, args, command) -> None:
-        if args:
+        if _after_double_dash(args):
             self._fail("history", "usage: history", 2)
             return
         lines = list(reversed(list(self._load_history().load_history_strings()))) \

@@ -173,6 +173,16 @@ def test_a_double_dash_ends_the_options_of_every_command(shared_machine):
     assert done.stdout.endswith("-x\n") and "--" not in done.stdout.split()
 
 
+def test_a_double_dash_is_taken_by_the_commands_without_options_too(shared_machine):
+    done = shell(shared_machine, "mkdir -p /chip/ddx/r; cd /chip/ddx; pwd --; ps --; df --; help -- ls; "
+                                 "history --; mount --ram 8K /chip/ddx/r; umount -- /chip/ddx/r; exit -- 4")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr == ""
+    assert done.stdout.startswith("/chip/ddx\n") and "usage: ls" in done.stdout
+    done = shell(shared_machine, "exit -- -1")
+    assert done.returncode == 255, done.stderr
+
+
 def test_a_double_dash_ends_the_options_of_put_get_and_kill(shared_machine, tmp_path):
     # (the terminal does put and get: it read "--" as the host file)
     (tmp_path / "-x.dat").write_bytes(b"dashed\n")
