@@ -53,6 +53,9 @@ class Word:
     #: the word as an ``fnmatch`` pattern if unquoted glob characters appear in it (quoted
     #: ones are escaped), else None: the caller expands it against the files
     pattern: str | None = None
+    #: it starts with an unquoted ``~``, which sh expands to a home directory (a host
+    #: path's: the chip has no home directories)
+    tilde: bool = False
 
 
 @dataclass
@@ -139,6 +142,7 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
     parts: list[str] = []
     pattern: list[str] = []  # the same characters, quoted ones escaped for fnmatch
     glob = False
+    tilde = line.startswith("~", pos)  # (unquoted: a quoted one starts with the quote)
     n = len(line)
 
     def literal(text: str) -> None:
@@ -202,7 +206,7 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
             # bash's [^..] is fnmatch's [!..] (a quoted ^ stays a ^: fnmatch takes it so)
             pattern.append("!" if char == "^" and pattern and pattern[-1] == "[" else char)
             pos += 1
-    return Word("".join(parts), "".join(pattern) if glob else None), pos
+    return Word("".join(parts), "".join(pattern) if glob else None, tilde), pos
 
 
 def continues_on_next_line(text: str) -> bool:

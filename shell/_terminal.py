@@ -463,7 +463,7 @@ class Terminal:
         args = []
         for index, word in enumerate(words):
             on_host = (index == 0) == (name == "put")
-            if word.pattern is None:
+            if not on_host and word.pattern is None:
                 args.append(word.text)
             elif not on_host:
                 self._fail(name, f"{word.text}: name the file on the chip without * ? [ ] "
@@ -481,8 +481,8 @@ class Terminal:
         must match one file (None: it does not, and command ``name`` has said so;
         ``taker``: what takes one file, the command if not given)."""
         if word.pattern is None:
-            return word.text
-        matches = sorted(glob.glob(os.path.expanduser(word.pattern)))
+            return os.path.expanduser(word.text) if word.tilde else word.text
+        matches = sorted(glob.glob(os.path.expanduser(word.pattern) if word.tilde else word.pattern))
         if len(matches) == 1:
             return matches[0]
         if matches:
@@ -532,7 +532,7 @@ class Terminal:
         if not 1 <= len(args) <= 2:
             self._fail("put", f"usage: {COMMANDS['put'].usage}", 2)
             return
-        host = os.path.expanduser(args[0])
+        host = args[0]  # (~ expanded if unquoted: see _host_file)
         target = args[1] if len(args) == 2 else "."
 
         def chunks(file):
@@ -559,7 +559,7 @@ class Terminal:
             self._fail("get", f"usage: {COMMANDS['get'].usage}", 2)
             return
         name = args[0].rstrip("/").rpartition("/")[2]
-        host = os.path.expanduser(args[1]) if len(args) == 2 else name
+        host = args[1] if len(args) == 2 else name
         if not host:
             if name:
                 self._fail("get", "the host file name is empty", 2)
@@ -630,7 +630,7 @@ class Terminal:
         room = len(tiles) * self.sram_per_tile
         # (a whole chip's SRAM is ~900 MiB, more than one request carries: read no more)
         limit = room if self.max_payload is None else min(room, self.max_payload)
-        with open(os.path.expanduser(host), "rb") as file:
+        with open(host, "rb") as file:
             data = read_at_most(file, limit)
             if len(data) > limit:
                 info = os.fstat(file.fileno())

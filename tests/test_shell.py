@@ -183,6 +183,21 @@ def test_a_double_dash_is_taken_by_the_commands_without_options_too(shared_machi
     assert done.returncode == 255, done.stderr
 
 
+def test_a_quoted_tilde_in_a_host_path_is_a_tilde_as_in_sh(shared_machine, tmp_path):
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home).mkdir()
+    (work / "~").mkdir(parents=True)
+    (home / "t").write_text("from home\n")
+    (work / "~" / "t").write_text("from the ~ directory\n")
+    env = shared_machine.env(HOME=str(home))
+    done = shell(shared_machine, "put ~/t /chip/tilde-home; put '~/t' /chip/tilde-q1; put \\~/t /chip/tilde-q2; "
+                                 "cat /chip/tilde-home /chip/tilde-q1 /chip/tilde-q2; get /chip/tilde-home '~/back'",
+                 cwd=work, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "from home\nfrom the ~ directory\nfrom the ~ directory\n"
+    assert (work / "~" / "back").read_text() == "from home\n" and not (home / "back").exists()
+
+
 def test_a_double_dash_ends_the_options_of_put_get_and_kill(shared_machine, tmp_path):
     # (the terminal does put and get: it read "--" as the host file)
     (tmp_path / "-x.dat").write_bytes(b"dashed\n")
