@@ -357,7 +357,7 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
             if (e.block_size, e.block_count) != (d.block_size, d.block_count):
                 raise BackupError(
                     f"image {path}: device {d.name!r} has {e.block_count} blocks of {e.block_size} "
-                    f"bytes, but {machine_name}'s has {d.block_count} of {d.block_size}; "
+                    f"bytes, but on {machine_name} it has {d.block_count} of {d.block_size}; "
                     "nothing was restored")
         blank = {d.name: not entries[d.name].chunks for d in selected}
         _check_chip_tile(selected, blank, path)
@@ -470,17 +470,18 @@ def _uncommitted(devices: list[Device], freeze: Freeze) -> dict[Device, list[str
 
 def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
     """Names of the devices whose contents halting would lose (see the module doc)."""
-    changed, uncommitted, _ = _unsaved(machine, cancelled)
-    return sorted(set(changed) | {d.name for d in uncommitted})
+    changed, uncovered, uncommitted, _ = _unsaved(machine, cancelled)
+    return sorted(set(changed) | set(uncovered) | {d.name for d in uncommitted})
 
 
-def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]], list[str]]:
-    """(changed devices, open files with uncommitted writes by device, descriptions of
-    the filesystems in no image that hold files)."""
+def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, list[str]], list[str]]:
+    """(devices changed since the last backup or restore, devices no backup or restore
+    covered that hold files, open files with uncommitted writes by device, descriptions
+    of the filesystems in no image that hold files)."""
     devices = machine_devices(machine)
     baseline = _baseline(machine)
     owners = sorted({d.owner for d in devices})
-    changed = []
+    changed, uncovered = [], []
     with Freeze(machine, owners, "check for unsaved files", prepare=prepare_backup) as freeze:
         try:
             freeze.hold(cancelled, timeout=UNSAVED_WAIT)
@@ -499,11 +500,11 @@ def _unsaved(machine, cancelled) -> tuple[list[str], dict[Device, list[str]], li
             elif _holds_files(d, data):
                 # never saved, or saved blank: a tile formats its disk when it first uses
                 # it (a listing will do), so only files make it unsaved
-                changed.append(d.name)
+                (uncovered if base is None else changed).append(d.name)
         uncommitted = _uncommitted(devices, freeze)
     unimaged = [f"the {kind} on {mount} of tile {tile}"
                 for (tile, mount), (kind, holds_files) in sorted(freeze.unimaged.items()) if holds_files]
-    return changed, uncommitted, unimaged
+    return changed, uncovered, uncommitted, unimaged
 
 
 @functools.lru_cache(maxsize=8)
@@ -536,25 +537,30 @@ class Unsaved:
 
     #: names of the devices changed since the last backup or restore
     changed: list[str]
+    #: names of the devices no backup or restore covered that hold files
+    uncovered: list[str]
     #: tile -> the paths of its files open with writes not yet on its disk
     open_files: dict[int, list[str]]
     #: the filesystems in no image that hold files, described
     unimaged: list[str]
 
     def __bool__(self) -> bool:
-        return bool(self.changed or self.open_files or self.unimaged)
+        return bool(self.changed or self.uncovered or self.open_files or self.unimaged)
 
     def __str__(self) -> str:
         reasons = []
-        disks = [int(n.split("/")[1]) for n in self.changed if n != CHIP]
-        parts = []
-        if disks:
-            parts.append(f"the disk{'s' if len(disks) > 1 else ''} of tile{'s' if len(disks) > 1 else ''} "
-                         f"{format_tiles(disks)}")
-        if CHIP in self.changed:
-            parts.append("the chip disk")
-        if parts:
-            reasons.append(f"{' and '.join(parts)} changed since the last backup")
+        for names, what in ((self.changed, "changed since the last backup or restore"),
+                            (self.uncovered, "holds files no backup or restore has covered")):
+            disks = [int(n.split("/")[1]) for n in names if n != CHIP]
+            parts = []
+            if disks:
+                parts.append(f"the disk{'s' if len(disks) > 1 else ''} of tile{'s' if len(disks) > 1 else ''} "
+                             f"{format_tiles(disks)}")
+            if CHIP in names:
+                parts.append("the chip disk")
+            if parts:
+                several = len(disks) + (CHIP in names) > 1
+                reasons.append(f"{' and '.join(parts)} {what.replace('holds', 'hold') if several else what}")
         for tile, paths in self.open_files.items():
             reasons.append(f"tile {tile} holds {plural(len(paths), 'file')} open with writes "
                            f"not yet on its disk ({', '.join(paths)})")
@@ -568,8 +574,8 @@ class Unsaved:
 
 def unsaved_state(machine, cancelled: threading.Event | None = None) -> Unsaved:
     """What halting ``machine`` would lose (nothing: a false Unsaved)."""
-    changed, uncommitted, unimaged = _unsaved(machine, cancelled)
-    return Unsaved(changed, _open_files_by_tile(uncommitted), unimaged)
+    changed, uncovered, uncommitted, unimaged = _unsaved(machine, cancelled)
+    return Unsaved(changed, uncovered, _open_files_by_tile(uncommitted), unimaged)
 
 
 def _open_files_by_tile(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:

@@ -161,7 +161,7 @@ class MachineHost:
         if unsaved.unimaged:
             steps.append("copy them to a disk" if not unsaved.open_files else
                          "copy the files no backup takes to a disk")
-        dropped = "those writes" if not (unsaved.changed or unsaved.unimaged) else "them"
+        dropped = "those writes" if not (unsaved.changed or unsaved.uncovered or unsaved.unimaged) else "them"
         return f"{' and '.join(steps)}, then back the machine up; or halt without --if-saved to discard {dropped}"
 
     def _holders(self, open_files: dict[int, list[str]]) -> str:

@@ -206,7 +206,7 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     cli(machine, "run", "--tiles", "7", _write(tmp_path, "open('/keep', 'w').write('me')\n"))
     result = cli(machine, "halt", "--if-saved", check=False)
     assert result.returncode == 1
-    assert "the disk of tile 7 changed since the last backup" in result.stderr
+    assert "the disk of tile 7 holds files no backup or restore has covered" in result.stderr
     cli(machine, "backup", str(tmp_path / "m.img"))
     cli(machine, "run", "--tiles", "7", _write(tmp_path, "print(open('/keep').read())\n"))  # reading changes nothing
     result = cli(machine, "halt", "--if-saved")
@@ -400,7 +400,7 @@ def test_halt_if_saved_advises_a_backup_only_for_what_a_backup_would_save(machin
         spin.communicate(timeout=30)
     refused = cli(machine, "halt", "--if-saved", check=False)  # the program's end wrote them to the disk
     assert refused.returncode == 1
-    assert ("was not halted because the disk of tile 5 changed since the last backup; back it up first "
+    assert ("was not halted because the disk of tile 5 changed since the last backup or restore; back it up first "
             f"(`ipuos halt --backup IMG --name {machine.name}` backs it up and halts), or halt without "
             "--if-saved to discard its files") in refused.stderr, refused.stderr
     cli(machine, "backup", str(tmp_path / "m.img"))
