@@ -50,7 +50,7 @@ import stat
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -210,6 +210,8 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
                               for tile, paths in _open_files_by_tile(uncommitted).items() for path in paths]
     summary["left_out"] = [{"tile": tile, "path": mount, "kind": kind}
                            for (tile, mount), (kind, _) in sorted(freeze.unimaged.items())]
+    summary["times_left_out"] = [{"tile": tile, "path": mount, "files": count}
+                                 for (tile, mount), count in sorted(freeze.unwritten_times.items())]
     summary["description"] = _describe(devices)  # ("devices" is image info's list)
     summary["seconds"] = time.perf_counter() - started
     return summary
@@ -470,14 +472,15 @@ def _uncommitted(devices: list[Device], freeze: Freeze) -> dict[Device, list[str
 
 def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
     """Names of the devices whose contents halting would lose (see the module doc)."""
-    changed, uncovered, uncommitted, _ = _unsaved(machine, cancelled)
+    changed, uncovered, uncommitted, _, _ = _unsaved(machine, cancelled)
     return sorted(set(changed) | set(uncovered) | {d.name for d in uncommitted})
 
 
-def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, list[str]], list[str]]:
+def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, list[str]], list[str], dict]:
     """(devices changed since the last backup or restore, devices no backup or restore
     covered that hold files, open files with uncommitted writes by device, descriptions
-    of the filesystems in no image that hold files)."""
+    of the filesystems in no image that hold files, {(tile, mount): files whose mtimes
+    a full disk had no room for})."""
     devices = machine_devices(machine)
     baseline = _baseline(machine)
     owners = sorted({d.owner for d in devices})
@@ -504,7 +507,7 @@ def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, lis
         uncommitted = _uncommitted(devices, freeze)
     unimaged = [f"the {kind} on {mount} of tile {tile}"
                 for (tile, mount), (kind, holds_files) in sorted(freeze.unimaged.items()) if holds_files]
-    return changed, uncovered, uncommitted, unimaged
+    return changed, uncovered, uncommitted, unimaged, dict(freeze.unwritten_times)
 
 
 @functools.lru_cache(maxsize=8)
@@ -543,9 +546,11 @@ class Unsaved:
     open_files: dict[int, list[str]]
     #: the filesystems in no image that hold files, described
     unimaged: list[str]
+    #: (tile, mount) -> files whose mtimes a full disk had no room for (no image has them)
+    unwritten_times: dict = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.changed or self.uncovered or self.open_files or self.unimaged)
+        return bool(self.changed or self.uncovered or self.open_files or self.unimaged or self.unwritten_times)
 
     def __str__(self) -> str:
         reasons = []
@@ -566,6 +571,10 @@ class Unsaved:
                            f"not yet on its disk ({', '.join(paths)})")
         if self.open_files:
             reasons[-1] += ", which no backup holds"
+        for (tile, mount), files in sorted(self.unwritten_times.items()):
+            disk = f"the disk of tile {tile}" if mount == "/" else f"{mount} of tile {tile}"
+            reasons.append(f"the modification times of {plural(files, 'file')} on {disk} are not on it (it is "
+                           "too full to write them), and no backup holds them")
         if self.unimaged:
             reasons.append(f"{' and '.join(self.unimaged)} hold{'' if len(self.unimaged) > 1 else 's'} files, "
                            "which no backup takes")
@@ -574,8 +583,8 @@ class Unsaved:
 
 def unsaved_state(machine, cancelled: threading.Event | None = None) -> Unsaved:
     """What halting ``machine`` would lose (nothing: a false Unsaved)."""
-    changed, uncovered, uncommitted, unimaged = _unsaved(machine, cancelled)
-    return Unsaved(changed, uncovered, _open_files_by_tile(uncommitted), unimaged)
+    changed, uncovered, uncommitted, unimaged, unwritten_times = _unsaved(machine, cancelled)
+    return Unsaved(changed, uncovered, _open_files_by_tile(uncommitted), unimaged, unwritten_times)
 
 
 def _open_files_by_tile(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:

@@ -95,6 +95,9 @@ class Freeze:
         #: (tile id, mount) -> (what, whether it holds files) of the filesystems mounted
         #: on no device of the machine (RAM disks), which no image holds
         self.unimaged: dict[tuple[int, str], tuple[str, bool]] = {}
+        #: (tile, mount) -> how many files' mtimes a full disk had no room for (in memory
+        #: only: a copy of the device lacks them)
+        self.unwritten_times: dict[tuple[int, str], int] = {}
 
     def __enter__(self) -> "Freeze":
         return self
@@ -201,6 +204,8 @@ class Freeze:
         up = state == "up" and not reason
         uncommitted = _uncommitted_files(tile, storage) if up else {}
         unimaged = _unimaged_mounts(tile, storage) if up else {}
+        unwritten = {(tile.id, mount): backend.unwritten_times for _, mount, backend in _littlefs_mounts(tile, storage)
+                     if backend.unwritten_times} if up else {}
         with self._lock:
             if self.released:
                 return
@@ -211,6 +216,7 @@ class Freeze:
             self.states[tile.id] = state
             self.uncommitted.update(uncommitted)
             self.unimaged.update(unimaged)
+            self.unwritten_times.update(unwritten)
             self._held.append(tile)
             self._arrive()
         tile.fs_depth += 1  # no requests, no signals, no filesystem operation meanwhile

@@ -173,6 +173,11 @@ def echo_backup_notes(summary: dict) -> None:
         mounts = " and ".join(f"the {item['kind']} on {item['path']} of tile {item['tile']}" for item in left_out)
         click.echo(f"ipuos: note: not in the image: {mounts} (no backup takes "
                    f"{' or '.join(kind + 's' for kind in kinds)})", err=True)
+    for item in summary.get("times_left_out") or []:
+        disk = f"the disk of tile {item['tile']}" if item["path"] == "/" else f"{item['path']} of tile {item['tile']}"
+        click.echo(f"ipuos: note: not in the image: the modification times of {plural(item['files'], 'file')} "
+                   f"on {disk}, which is too full to write them (free some space on it, then back up "
+                   "again)", err=True)
 
 
 @main.command()

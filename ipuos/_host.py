@@ -140,7 +140,8 @@ class MachineHost:
         except BackupError as exc:  # (it cannot tell: a backup, which waits for busy tiles, can)
             raise HaltRefused(f"machine {self.name!r} was not halted because {exc}; {self._back_up_first()}")
         if unsaved:
-            advice = self._save_first(unsaved) if unsaved.open_files or unsaved.unimaged else self._back_up_first()
+            advice = (self._save_first(unsaved) if unsaved.open_files or unsaved.unimaged or unsaved.unwritten_times
+                      else self._back_up_first())
             raise HaltRefused(f"machine {self.name!r} was not halted because {unsaved}; {advice}")
 
     def _back_up_first(self) -> str:
@@ -161,7 +162,13 @@ class MachineHost:
         if unsaved.unimaged:
             steps.append("copy them to a disk" if not unsaved.open_files else
                          "copy the files no backup takes to a disk")
-        dropped = "those writes" if not (unsaved.changed or unsaved.uncovered or unsaved.unimaged) else "them"
+        if unsaved.unwritten_times:
+            steps.append("free some space on the full disk" + ("s" if len(unsaved.unwritten_times) > 1 else "")
+                         + " (the times are written at the next backup)")
+        alone = [what for what, present in (("those writes", unsaved.open_files),
+                                            ("those times", unsaved.unwritten_times)) if present]
+        dropped = alone[0] if len(alone) == 1 and not (unsaved.changed or unsaved.uncovered or unsaved.unimaged) \
+            else "them"
         return f"{' and '.join(steps)}, then back the machine up; or halt without --if-saved to discard {dropped}"
 
     def _holders(self, open_files: dict[int, list[str]]) -> str:

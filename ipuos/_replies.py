@@ -157,7 +157,8 @@ IDENTITY = {"name": str, "pid": int, "preset": str, "ipus": int, "ntiles": int}
 STALENESS = {"stale_seconds?": NUMBER, "stale_reason?": str}
 BACKUP = {"path": str, "description": str, "device_bytes": int, "file_size": int, "seconds": NUMBER,
           "uncommitted?": ListOf({"tile": int, "path": str}),
-          "left_out?": ListOf({"tile": int, "path": str, "kind": str})}
+          "left_out?": ListOf({"tile": int, "path": str, "kind": str}),
+          "times_left_out?": ListOf({"tile": int, "path": str, "files": int})}
 MOUNT = {"mountpoint": str, "readonly": bool, "tiles": str, "foreground": bool, "client_pid": OrNull(int),
          "since": NUMBER, "open_files": int, "detached?": bool}
 SHELL_STATE = {"status": int, "mode": str, "prompt": str}

@@ -8,6 +8,7 @@ sees them) and through the host's VFS client.
 from __future__ import annotations
 
 import json
+import re
 import os
 import random
 import select
@@ -818,3 +819,29 @@ def test_progress_shows_on_a_terminal_and_nowhere_else(machine, tmp_path):
     piped = cli(machine, "backup", str(tmp_path / "piped.img"))
     assert piped.stderr == "" and "backing up" not in piped.stdout
     assert piped.stdout.startswith("backed up 16 tile disks")
+
+
+def test_times_a_full_disk_had_no_room_for_are_told_by_backup_and_halt_if_saved(machine, tmp_path):
+    # a disk so full that the times of its files stay in memory: an image of it lacks
+    # them; the backup says so, halt --if-saved refuses, and with room they are saved
+    fill = _write(tmp_path, "import os\nfor i in range(12):\n    try:\n"
+                            "        with open('/f%d' % i, 'wb') as f:\n            f.write(b'x' * 1500)\n"
+                            "    except OSError:\n        os.remove('/f%d' % i)\n        break\n")
+    assert cli(machine, "run", "--tiles", "3", fill).returncode == 0
+    image = tmp_path / "full.img"
+    result = cli(machine, "backup", str(image), "--tiles", "3")
+    told = re.search(r"note: not in the image: the modification times of (\d+) files on the disk of tile 3, "
+                     r"which is too full to write them \(free some space on it, then back up again\)",
+                     result.stderr)
+    assert told, result.stderr
+    refused = cli(machine, "halt", "--if-saved", check=False)
+    assert refused.returncode == 1
+    assert (f"the modification times of {told.group(1)} files on the disk of tile 3 are not on it (it is too full "
+            "to write them), and no backup holds them") in refused.stderr, refused.stderr
+    assert "free some space on the full disk" in refused.stderr
+    cli(machine, "run", "--tiles", "3", _write(tmp_path, "import os\nos.remove('/f0'); os.remove('/f1')\n"))
+    result = cli(machine, "backup", str(image), "--tiles", "3")
+    assert "modification times" not in result.stderr, result.stderr
+    listing = json.loads(cli(machine, "image", "ls", str(image), "3", "--json").stdout)
+    entries = listing if isinstance(listing, list) else listing.get("entries", listing)
+    assert len(entries) >= 8 and all(e["mtime_ns"] for e in entries), listing

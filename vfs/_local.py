@@ -207,6 +207,12 @@ class LittlefsBackend(Backend):
         if len(stamps) > PENDING_STAMPS_MAX:
             self.sync()
 
+    @property
+    def unwritten_times(self) -> int:
+        """mtimes kept in memory, which a (nearly) full disk had no room for (see
+        _write_stamps), after a :meth:`sync`: a copy of the device lacks them."""
+        return len(self._stamps)
+
     def sync(self, path: str | None = None) -> None:
         """Write pending mtimes to littlefs: ``path``'s, or all of them."""
         owner = self.owner
