@@ -300,6 +300,12 @@ def boot(ctx, preset, ipus, name, restore) -> None:
             info = boot_daemon(paths, preset, ipus, restore)
         except MachineLocked as exc:
             _fail(f"{exc}; {hint('halt', name)} stops it, or boot another with --name")
+        except KeyboardInterrupt:
+            # (its daemon runs on its own once started: a Ctrl-C stops the waiting only)
+            if lock_holder(paths.lock) is None and not starting(paths):
+                interrupted()
+            _fail(f"stopped waiting; machine {name!r} is still booting ({hint('halt', name)} stops it)",
+                  EXIT_INTERRUPTED)
     click.echo(f"booted machine {name!r}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
 
 

@@ -388,3 +388,31 @@ def test_the_daemon_starts_with_non_temporal_broadcast_copies(machine):
     with open(f"/proc/{machine.pid}/status") as status:  # daemon threads only: none from BLAS
         threads = int(next(line for line in status if line.startswith("Threads:")).split()[1])
     assert threads < 40, threads
+
+
+def test_ctrl_c_while_boot_waits_says_the_machine_still_boots(runtime_dir):
+    """The daemon runs on its own once spawned: a Ctrl-C stops the waiting, not the boot,
+    and the command must not just say 'interrupted' while a machine comes up."""
+    import subprocess
+
+    from daemon_harness import IPUOS
+
+    from ipuos._rundir import starting
+
+    name = unique_name("intboot")
+    paths = machine_paths(name)
+    booting = subprocess.Popen([IPUOS, "boot", "--preset", "tiny", "--ipus", "32", "--name", name],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "IPUOS_RUNTIME_DIR": str(runtime_dir)})
+    try:
+        wait_for(lambda: starting(paths) or lock_holder(paths.lock) is not None, what="the daemon to start")
+        booting.send_signal(signal.SIGINT)
+        out, err = booting.communicate(timeout=60)
+        if booting.returncode == 0:
+            pytest.skip("the machine booted before the Ctrl-C came")  # (a fast host: nothing to see)
+        assert booting.returncode == 130, (out, err)
+        assert err == (f"ipuos: stopped waiting; machine {name!r} is still booting "
+                       f"(`ipuos halt --name {name}` stops it)\n"), err
+        wait_for(lambda: run_cli("status", "--name", name).returncode == 0, what="the machine to answer")
+    finally:
+        run_cli("halt", "--name", name)
