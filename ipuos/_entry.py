@@ -2,7 +2,8 @@
 
 A command spends its first ~0.2 s importing the CLI (click, the client, ...): a Ctrl-C
 then raised KeyboardInterrupt in the middle of an import, and Python printed a
-traceback. Here it ends the command as a Ctrl-C anywhere else does. This module, and the
+traceback; so did one while the CLI set up or put back its standard output around a
+command. Here it ends the command as a Ctrl-C anywhere else does. This module, and the
 ``ipuos`` package it is part of, import next to nothing themselves (the package's names
 are imported on first use), so only the interpreter's own start-up is left unguarded.
 """
@@ -17,11 +18,12 @@ EXIT_INTERRUPTED = 130
 def main() -> None:
     try:
         from ._cli import main as cli
+
+        cli()  # (which ends a Ctrl-C in a command itself; not one in its set-up around that)
     except BaseException as exc:
         if _from_ctrl_c(exc):
             interrupted()
         raise
-    cli()
 
 
 def _from_ctrl_c(exc: BaseException | None) -> bool:

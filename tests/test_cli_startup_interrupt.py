@@ -90,3 +90,26 @@ def test_a_ctrl_c_that_python_wraps_during_an_import_still_ends_the_command_quie
         _entry.main()
     assert info.value.code == 130
     assert capsys.readouterr().err == "\nipuos: interrupted\n"
+
+
+def test_a_ctrl_c_while_the_cli_sets_up_its_output_ends_the_command_quietly(monkeypatch, capsys):
+    """Around a command the CLI puts a layer of its own under standard output: a Ctrl-C
+    there, outside any command, went up through the script as a traceback."""
+    import contextlib
+
+    from ipuos import _cli, _entry
+
+    @contextlib.contextmanager
+    def interrupted_setup():
+        raise KeyboardInterrupt
+        yield  # (a generator: never reached)
+
+    monkeypatch.setattr(_cli, "_whole_output", interrupted_setup)
+    monkeypatch.setattr(sys, "argv", ["ipuos", "machines"])
+    try:
+        with pytest.raises(SystemExit) as info:
+            _entry.main()
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C went up through the entry point (a traceback)")
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "\nipuos: interrupted\n"

@@ -295,7 +295,8 @@ def test_halt_if_saved_refuses_to_drop_unsaved_files(machine, tmp_path):
     assert run_cli("run", str(program), "--tiles", "4", "--name", machine.name).returncode == 0
     done = run_cli("halt", "--if-saved", "--name", machine.name)
     assert done.returncode == 1
-    assert f"machine {machine.name!r} was not halted because the disk of tile 4 changed" in done.stderr
+    assert f"machine {machine.name!r} was not halted because the disk of tile 4 holds files no backup or restore " \
+            "has covered" in done.stderr
     assert "halt without --if-saved" in done.stderr
     assert machine.call("hello")["pid"] == machine.pid
 
