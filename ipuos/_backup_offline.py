@@ -31,7 +31,6 @@ import os
 import posixpath
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -42,6 +41,7 @@ from ._image import DeviceEntry, Image
 from ._plural import plural
 from ._safepath import NAME_MAX, UnsafePathError, check_name, directory_problem, name_prefix, open_beneath
 from ._signals import checkpoint, signals_held
+from ._tempfiles import locked_temp, remove_dead_temps
 from ._tilespec import tile_of_name
 from .blockdev import Filesystem, MemoryDevice
 
@@ -311,10 +311,16 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
         raise OfflineError(f"{refused[0]}{more}; nothing extracted (--path extracts a directory that "
                            "holds no such name; `ipuos image cat` reads a file whatever its name)")
     parent = os.path.dirname(dest)
+    prefix = f".{name_prefix(os.path.basename(dest), 100)}."
+    # (an extract killed outright left its staging directory: inside DEST it would make
+    # DEST "not empty"; nobody holds it locked, as a live extract does its own)
+    remove_dead_temps(parent, prefix)
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(dest).st_mode):
+            remove_dead_temps(dest, prefix)
     existing = _check_destination(dest, parent)
     try:  # staged beside a new destination, inside an existing one: moved in by renames
-        staging = tempfile.mkdtemp(prefix=f".{name_prefix(os.path.basename(dest), 100)}.", suffix=".tmp",
-                                   dir=dest if existing else parent)
+        lock, staging = locked_temp(dest if existing else parent, prefix, is_dir=True)
     except OSError as exc:  # (the name of the staging directory would only puzzle)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
     try:
@@ -336,6 +342,8 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        os.close(lock)
     return {"dest": dest, "files": files, "directories": sum(n.is_dir for n in nodes),
             "bytes": sum(n.size for n in nodes if not n.is_dir)}
 

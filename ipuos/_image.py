@@ -146,10 +146,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import json
 import mmap
@@ -158,7 +156,6 @@ import queue
 import re
 import stat
 import struct
-import tempfile
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -169,6 +166,7 @@ from ._affinity import unpin_thread
 from ._plural import plural
 from ._presets import largest_machine_bytes
 from ._safepath import name_prefix
+from ._tempfiles import locked_temp, remove_dead_temps
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -853,10 +851,10 @@ def write_image(
 
     directory = os.path.dirname(os.path.abspath(path))
     prefix = f".{name_prefix(os.path.basename(path), 200)}."
-    fd, tmp = _locked_temp_file(directory, prefix)
+    fd, tmp = locked_temp(directory, prefix)
     try:
         try:
-            _remove_dead_temp_files(directory, prefix)
+            remove_dead_temps(directory, prefix)
             _write_all(fd, [bytes(HEADER_SIZE)])
             entries, checks, data_length = _write_devices(
                 fd, devices, geometry, level, chunk_size, digest, threads, progress, total, stable
@@ -923,56 +921,6 @@ def write_image(
         "manifest_bytes": len(mstored),
         "digests": {e["name"]: e["digest"] for e in entries},
     }
-
-
-def _locked_temp_file(directory: str, prefix: str) -> tuple[int, str]:
-    """A new temp file ``PREFIX*.tmp`` in ``directory``, open and flock'd for as long as it
-    is written: so a writer killed outright (which leaves it behind) is told from a live one
-    by the next writer of the image (see :func:`_remove_dead_temp_files`). That writer may
-    have taken this file for a dead one's in the instant before it was locked: then it is
-    gone, and another is made."""
-    while True:
-        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # (another writer holds it only while it looks)
-            if os.fstat(fd).st_ino == os.stat(tmp).st_ino:
-                return fd, tmp
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
-
-
-def _remove_dead_temp_files(directory: str, prefix: str) -> None:
-    """Remove the temp files earlier writers of this image left when they were killed
-    (SIGKILL, a daemon that died mid-backup): each ``PREFIX*.tmp`` nobody holds locked.
-    A live writer's is locked, so never touched; nor is any other file."""
-    pattern = re.compile(re.escape(prefix) + r"[A-Za-z0-9_]{8}\.tmp\Z")
-    try:
-        names = [name for name in os.listdir(directory) if pattern.match(name)]
-    except OSError:
-        return
-    for name in names:
-        leftover = os.path.join(directory, name)
-        try:
-            fd = os.open(leftover, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-                continue
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.stat(leftover, follow_symlinks=False).st_ino == info.st_ino:
-                os.unlink(leftover)  # (while locked: its writer, if any, is dead)
-        except OSError:
-            continue  # locked by a live writer, or gone
-        finally:
-            os.close(fd)
 
 
 def _fsync_dir(directory: str) -> None:

@@ -62,7 +62,7 @@ def _after_double_dash(args: list[str]) -> list[str]:
 
 def _continuation(width: int, line_number: int, wrap_count: int) -> str:
     """What starts each further row of a shell line being typed: ``> `` for a line that
-    goes on after Enter inside a quote (or after a trailing ``\``), as sh's PS2; nothing
+    goes on after Enter inside a quote (or after a trailing ``\\``), as sh's PS2; nothing
     for a row that is only the terminal wrapping a long line, which is no continuation."""
     return "" if wrap_count else "> "
 

@@ -210,3 +210,32 @@ def test_a_settled_block_drops_signals_only_until_it_ends():
     with pytest.raises(KeyboardInterrupt):
         with signals_held():  # a fresh block holds and acts again
             os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_what_an_extract_killed_outright_left_is_removed_by_the_next_but_a_live_ones_is_not(image, tmp_path):
+    """SIGKILL leaves an extract's staging directory: inside an existing DEST it made the
+    next extract refuse DEST as "not empty" (with nothing ls shows), beside a new one it
+    stayed for ever. Nobody holds a dead extract's locked; a live extract holds its own."""
+    import fcntl
+
+    dest, new_dest = tmp_path / "out", tmp_path / "fresh"
+    dest.mkdir()
+    (dest / ".out.deadbeef.tmp" / "half").mkdir(parents=True)  # as a killed extract leaves it
+    (tmp_path / ".fresh.deadbeef.tmp").mkdir()
+    done = subprocess.run([IPUOS, "image", "extract", image, "chip", str(dest)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(dest)) == ["big", "d"]
+    done = subprocess.run([IPUOS, "image", "extract", image, "chip", str(new_dest)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fresh", "out"]
+    busy = tmp_path / "busy"
+    live = busy / ".busy.livelive.tmp"
+    live.mkdir(parents=True)
+    fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # (as a live extract holds its staging directory)
+        done = subprocess.run([IPUOS, "image", "extract", image, "chip", str(busy)], capture_output=True, text=True)
+        assert done.returncode == 1 and "it is not empty" in done.stderr, done.stderr
+        assert os.listdir(busy) == [live.name]
+    finally:
+        os.close(fd)
