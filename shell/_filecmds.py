@@ -300,7 +300,8 @@ def _stat(sh, args):
     if not args:
         raise Usage("missing operand")
     mounts = sh.fs.vfs.mount_points()
-    for index, path in enumerate(args):
+    shown = 0  # (a blank line between two files' blocks, not before the first shown)
+    for path in args:
         try:
             entry = sh.fs.entry(path)
         except OSError as exc:
@@ -314,13 +315,14 @@ def _stat(sh, args):
             where += f", served by tile {match.group(1)}"
         modified = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.mtime_ns / 1e9))
                     if entry.mtime_ns else "never recorded")
-        sh.write(("\n" if index else "")
+        sh.write(("\n" if shown else "")
                  + f"  File: {path}\n"
                  + f"  Path: {full}\n"
                  + f"  Type: {'directory' if entry.is_dir else 'regular file'}\n"
                  + f"  Size: {entry.size}\n"
                  + f"Modified: {modified}\n"
                  + f" Mount: {where}\n")
+        shown += 1
     return sh.status
 
 

@@ -198,6 +198,13 @@ def test_a_quoted_tilde_in_a_host_path_is_a_tilde_as_in_sh(shared_machine, tmp_p
     assert (work / "~" / "back").read_text() == "from home\n" and not (home / "back").exists()
 
 
+def test_stat_of_a_missing_path_then_a_file_starts_with_the_file_not_a_blank_line(shared_machine):
+    done = shell(shared_machine, "echo x > /chip/stat-one; stat /chip/nope /chip/stat-one /chip/stat-one")
+    assert done.returncode == 1
+    assert done.stderr == "stat: /chip/nope: No such file or directory\n"
+    assert done.stdout.startswith("  File: /chip/stat-one\n") and done.stdout.count("\n\n  File:") == 1
+
+
 def test_a_double_dash_ends_the_options_of_put_get_and_kill(shared_machine, tmp_path):
     # (the terminal does put and get: it read "--" as the host file)
     (tmp_path / "-x.dat").write_bytes(b"dashed\n")
