@@ -203,13 +203,12 @@ class Job:
             self.sched.watchdog.interrupt(self, stop)
         self.raise_in_tiles(signal)
 
-    def over_budget(self, rank: int) -> str:
-        """Tile ``rank`` computed for longer than the job's budget; the watchdog, in its
-        thread, stops it and calls :meth:`out_of_budget`. Returns what to say."""
+    def over_budget(self, rank: int) -> None:
+        """(The watchdog's thread.) Tile ``rank`` computed for longer than the job's
+        budget: the watchdog stops it, then has :meth:`out_of_budget` run."""
         self.over_budget_ranks.add(rank)
         if self.abort_reason is None:  # (what the tiles the watchdog stops next say)
             self.abort_reason = self.budget_message(rank)
-        return self.abort_reason
 
     def budget_message(self, rank: int) -> str:
         return f"{self.describe([rank])} computed for more than {self.budget:g} s without reaching an exchange point"
