@@ -1170,7 +1170,10 @@ class Image:
             raise self._error("is not a regular file")
         size = st.st_size
         if size == 0:
-            raise self._error("is empty (0 bytes): not an ipuos image")
+            # (a /proc or /sys file has a size of 0 and still holds bytes)
+            raise self._error("is empty (0 bytes): not an ipuos image" if not os.pread(self._fileno(), 1, 0)
+                              else "says it is 0 bytes long yet holds bytes (a /proc or /sys file?): "
+                                   "not an ipuos image")
         head = self._pread(0, min(size, HEADER_SIZE))
         if head[: len(MAGIC)] != MAGIC:
             if len(head) < len(MAGIC) and MAGIC.startswith(head):

@@ -329,7 +329,7 @@ def _stat(sh, args):
 @command("tree", "tree [-L DEPTH] [PATH]", "show a directory tree")
 def _tree(sh, args):
     opts, paths = options(args, "L:")
-    if "-L" in opts and not re.fullmatch(r"[0-9]+", opts["-L"]):
+    if "-L" in opts and not re.fullmatch(r"0*[1-9][0-9]*", opts["-L"]):  # (as tree: a level is at least 1)
         raise Usage(f"invalid depth: {opts['-L']!r}")
     depth = int(opts["-L"]) if "-L" in opts else None
     if len(paths) > 1:

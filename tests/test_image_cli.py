@@ -240,6 +240,14 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
     assert result.exit_code == 1 and "not a regular file" in result.output, result.output
 
 
+def test_an_empty_file_and_a_proc_file_are_told_apart(tmp_path):
+    (tmp_path / "empty.img").write_bytes(b"")
+    result = ipuos("image", "info", str(tmp_path / "empty.img"))
+    assert result.exit_code == 1 and "is empty (0 bytes): not an ipuos image" in result.output, result.output
+    result = ipuos("image", "info", "/proc/self/status")  # (size 0, yet it holds bytes)
+    assert result.exit_code == 1 and "says it is 0 bytes long yet holds bytes" in result.output, result.output
+
+
 def test_a_directory_cycle_is_refused_not_followed(tmp_path):
     disk = littlefs_device({"/top.txt": b"hello"}, dirs=["/a"])
     point_directories_at_root(disk, 512)

@@ -71,6 +71,7 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
     ("", "head -n 1.5 /e6", "head: invalid number of lines: '1.5'\nusage: head [-n N] FILE...", 2),
     ("", "tree -L -2 /", "tree: invalid depth: '-2'\nusage: tree [-L DEPTH] [PATH]", 2),
+    ("", "tree -L 0 /", "tree: invalid depth: '0'\nusage: tree [-L DEPTH] [PATH]", 2),
     ("", "mount --tile x", "mount: --tile: 'x' is not a tile number", 2),
     ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
     ("", "ls | wc", "sh: syntax error near '|': pipes are not supported", 2),
