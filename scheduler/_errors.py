@@ -99,6 +99,13 @@ class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):
     Ctrl-C; see :func:`for_host`.)
     """
 
+    #: what it says as the watchdog raises it in a computing tile (bare: it can inject
+    #: only a class), as where the tile takes it at an exchange point
+    UNNAMED = "interrupted (Ctrl-C)"
+
+    def __init__(self, *args):
+        super().__init__(*(args or (self.UNNAMED,)))
+
 
 def for_host(error: BaseException) -> BaseException:
     """``error``, a tile's, as host code may see it raised: a tile's Ctrl-C as a plain

@@ -1763,3 +1763,22 @@ def test_a_caught_compute_budget_still_ends_the_job_on_every_tile_saying_why(sch
             f"tile 1 failed with ComputeBudgetExceeded: {said}"}
     else:
         assert {str(r.error) for r in report.results} == {said}
+
+
+def test_a_ctrl_c_the_watchdog_raises_in_a_computing_tile_says_what_it_is(sched):
+    # a tile in pure compute gets it from the watchdog, which can inject only a class: a
+    # handler (or a __del__'s "Exception ignored") showed an empty message
+    seen = []
+
+    def prog(api):
+        try:
+            while True:
+                pass
+        except KeyboardInterrupt as exc:
+            seen.append(str(exc))
+
+    job = sched.start_job([0], prog)
+    time.sleep(0.2)
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    job.future.result(10)
+    assert seen == ["interrupted (Ctrl-C)"]
