@@ -41,6 +41,8 @@ MAX_SOCKET_PATH = 107
 
 #: how long a lock's holder may take to write its pid after taking the lock
 _PID_WAIT_SECONDS = 0.5
+#: how long a starting daemon waits out lookers' instant shared locks before giving up
+_PROBE_WAIT_SECONDS = 2.0
 
 
 class RuntimeDirError(Exception):
@@ -189,12 +191,20 @@ def acquire_lock(path: Path, name: str) -> int:
     The daemon removes its lock file when it halts, so a competitor may have opened the
     old file just before: after locking, check the path still names the file we locked,
     and start over if not. Raises MachineLocked when another daemon holds it.
+
+    A client asking who holds the lock (``lock_holder``) takes it shared for an instant:
+    that is not a daemon, so wait for it to let go rather than refuse to start.
     """
+    deadline = time.monotonic() + _PROBE_WAIT_SECONDS
     while True:
         fd = open_runtime_file(path, os.O_RDWR | os.O_CREAT, "lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if _only_probed(fd) and time.monotonic() < deadline:
+                os.close(fd)
+                time.sleep(0.002)
+                continue
             pid = _holder_pid(fd)
             os.close(fd)
             raise MachineLocked(name, pid) from None
@@ -333,6 +343,16 @@ def lock_holder(path: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def _only_probed(fd: int) -> bool:
+    """Whether the lock is held only shared (by lookers), not exclusively (by a daemon)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
 def _holder_pid(fd: int) -> int | None:

@@ -102,6 +102,27 @@ def test_a_lock_taken_a_moment_ago_names_its_holder(tmp_path):
         os.close(fd)
 
 
+def test_a_look_at_the_lock_while_a_daemon_starts_does_not_stop_it(tmp_path):
+    # lock_holder() takes the lock shared for an instant to see whether it is free; a
+    # daemon starting at that instant must wait it out, not exit "already running"
+    import fcntl
+
+    from ipuos._rundir import acquire_lock, release_lock
+
+    path = tmp_path / "m.lock"
+    looker = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(looker, fcntl.LOCK_SH)
+        letting_go = threading.Timer(0.1, fcntl.flock, (looker, fcntl.LOCK_UN))
+        letting_go.start()
+        fd = acquire_lock(path, "m")
+        letting_go.join()
+        assert lock_holder(path) == os.getpid()
+        release_lock(fd, path)
+    finally:
+        os.close(looker)
+
+
 def test_two_halts_at_once_both_report_the_machine_halted(runtime_dir):
     import subprocess
 
