@@ -34,6 +34,9 @@ from ._replies import event_problem, result_problem
 from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state, starting, wait_started
 
 CONNECT_SECONDS = 5.0
+#: how long a client waits for a serving daemon to put back its deleted socket (it looks
+#: four times a second)
+SOCKET_PUT_BACK_SECONDS = 2.0
 #: why a daemon answers nothing at all, not even that it is busy: Python raises no
 #: interrupt inside a call into C, and such a call holds the interpreter, so none of the
 #: daemon's threads runs until it returns
@@ -131,6 +134,7 @@ class Client:
     def __init__(self, paths: MachinePaths, connect_timeout: float = CONNECT_SECONDS):
         self.paths = paths
         deadline = time.monotonic() + connect_timeout
+        put_back_by = time.monotonic() + min(connect_timeout, SOCKET_PUT_BACK_SECONDS)
         while True:
             try:
                 sock = self._connected(paths, connect_timeout)
@@ -139,6 +143,10 @@ class Client:
                 # (refused: a socket file nobody listens on, which a serving daemon's is not:
                 # its last daemon died, or it was replaced from under a running one)
                 if not starting(paths):
+                    if (isinstance(exc, FileNotFoundError) and time.monotonic() < put_back_by
+                            and lock_state(paths.lock) == LOCK_SERVING and lock_holder(paths.lock)):
+                        time.sleep(0.05)  # a serving daemon puts a deleted socket back
+                        continue
                     self._not_running(paths, exc)
                 if not wait_started(paths, max(0.0, deadline - time.monotonic())):
                     raise MachineStarting(paths, lock_holder(paths.lock)) from None

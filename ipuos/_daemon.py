@@ -12,6 +12,7 @@ order, it:
    0600: no window where it is wider) and checks the result;
 4. accepts clients, checking each peer's uid with SO_PEERCRED: the 0700 directory should
    already stop other users, and this check holds even if the directory was loosened;
+   between clients, it puts back its lock and socket if they were deleted;
 5. on ``halt`` (or SIGTERM/SIGINT): stops accepting, removes the socket, interrupts jobs,
    lets their clients get their results, closes the machine, removes and releases the lock.
 
@@ -42,7 +43,7 @@ from ._presets import PRESETS
 from ._protocol import (BUSY, ERROR_PREFIX, EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_USAGE, PERMISSION_DENIED,
                         error_frame)
 from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, RuntimeDirError, acquire_lock,
-                      machine_paths, mark_lock, release_lock)
+                      machine_paths, mark_lock, private_dir, release_lock, same_file)
 
 #: connections served at once; more get a ``busy`` error
 MAX_CLIENTS = 128
@@ -81,17 +82,21 @@ class Daemon:
         self.handler_slots = threading.BoundedSemaphore(MAX_HANDLERS)
         self._connections: dict[Connection, threading.Thread] = {}
         self._connections_lock = threading.Lock()
+        self.lock_fd = -1
+        self.listener: socket.socket | None = None
+        #: (st_dev, st_ino) of the socket file the listener is bound to
+        self._socket_file: tuple[int, int] | None = None
+        self._last_warning = ""
 
     def run(self) -> None:
         """Boot, serve until halted, clean up. Raises StartupError if it cannot start."""
         try:
-            lock_fd = acquire_lock(self.paths.lock, self.paths.name)
+            self.lock_fd = acquire_lock(self.paths.lock, self.paths.name)
         except MachineLocked as exc:
             raise StartupError(f"{exc}; halt it first with `ipuos halt --name {self.paths.name}`",
                                EXIT_ALREADY_RUNNING) from None
         except RuntimeDirError as exc:
             raise StartupError(str(exc)) from None
-        listener = None
         try:
             _remove_stale_socket(self.paths.socket)
             machine = Machine(self.preset, self.ipus)
@@ -102,20 +107,20 @@ class Daemon:
                 self.host.look(kind, wait=30.0)
             self.host.collector.collect()  # the booted machine: frozen from now on
             try:
-                listener = _bind_private(self.paths.socket)
-                mark_lock(lock_fd, LOCK_SERVING)
+                self._listen()
+                mark_lock(self.lock_fd, LOCK_SERVING)
                 self._install_signals()
                 self._started()
                 log.info("machine %r booted: %s x%d, %d tiles in %.3f s; pid %d, socket %s",
                          self.paths.name, machine.preset.name, self.ipus, machine.ntiles,
                          machine.boot_seconds, os.getpid(), self.paths.socket)
-                self._accept_loop(listener)
+                self._accept_loop()
             finally:
-                if listener is not None:
-                    mark_lock(lock_fd, LOCK_HALTING)  # (before the socket goes)
-                self._shutdown(listener)
+                if self.listener is not None:
+                    mark_lock(self.lock_fd, LOCK_HALTING)  # (before the socket goes)
+                self._shutdown()
         finally:
-            release_lock(lock_fd, self.paths.lock)
+            release_lock(self.lock_fd, self.paths.lock)
         log.info("machine %r halted", self.paths.name)
 
     def _started(self) -> None:
@@ -143,11 +148,20 @@ class Daemon:
         signal.signal(signal.SIGINT, halt)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    def _accept_loop(self, listener: socket.socket) -> None:
+    def _listen(self) -> None:
+        """Serve on a new socket at the machine's path (in place of any earlier one)."""
+        listener = _bind_private(self.paths.socket)
         listener.settimeout(ACCEPT_TICK_SECONDS)
+        info = os.lstat(self.paths.socket)
+        if self.listener is not None:
+            self.listener.close()
+        self.listener, self._socket_file = listener, (info.st_dev, info.st_ino)
+
+    def _accept_loop(self) -> None:
         while not self.host.halt_requested.is_set():
+            self._stay_findable()
             try:
-                sock, _ = listener.accept()
+                sock, _ = self.listener.accept()
             except (socket.timeout, InterruptedError):
                 continue
             except OSError as exc:
@@ -189,12 +203,52 @@ class Daemon:
 
     # -- halting -------------------------------------------------------------------------
 
-    def _shutdown(self, listener: socket.socket | None) -> None:
-        self.stopping.set()
-        if listener is not None:
-            listener.close()
+    def _stay_findable(self) -> None:
+        """Put back the machine's lock and socket if they were deleted from under it (a
+        temp cleaner, ``rm -r`` of the runtime dir): without them no client can reach it,
+        and booting the name again would start a second machine beside it, unseen. If
+        another daemon has taken the name meanwhile, nothing can ever reach this one: it
+        halts (leaving the other's files alone). A file put where the socket was is not
+        ours to remove: clients are told the socket was replaced."""
+        paths = self.paths
+        if not same_file(paths.lock, self.lock_fd):
             try:
-                os.unlink(self.paths.socket)
+                private_dir(paths.lock.parent)
+                fd = acquire_lock(paths.lock, paths.name)
+            except MachineLocked as exc:
+                log.error("the runtime files of machine %r were deleted, and another daemon has taken its "
+                          "name since (%s): halting this one, which nothing can reach", paths.name, exc)
+                self.host.request_halt()
+                return
+            except RuntimeDirError as exc:
+                self._warn_once(f"cannot put back the machine's lock file, deleted from under it: {exc}")
+                return
+            mark_lock(fd, LOCK_SERVING)
+            os.close(self.lock_fd)
+            self.lock_fd = fd
+            log.warning("put back the lock file %s, deleted from under the daemon", paths.lock)
+        try:
+            os.lstat(paths.socket)
+        except FileNotFoundError:
+            try:
+                self._listen()
+            except (OSError, StartupError) as exc:
+                self._warn_once(f"cannot put back the socket {paths.socket}, deleted from under the daemon: {exc}")
+                return
+            log.warning("put back the socket %s, deleted from under the daemon", paths.socket)
+
+    def _warn_once(self, message: str) -> None:
+        if message != self._last_warning:
+            log.warning("%s", message)
+            self._last_warning = message
+
+    def _shutdown(self) -> None:
+        self.stopping.set()
+        if self.listener is not None:
+            self.listener.close()
+            try:
+                if _file_id(self.paths.socket) == self._socket_file:  # (never another's)
+                    os.unlink(self.paths.socket)
             except FileNotFoundError:
                 pass
         host = self.host
@@ -241,6 +295,11 @@ def _remove_stale_socket(path: Path) -> None:
         probe.close()
     raise StartupError(f"something already answers on {path} although this daemon holds the "
                        "machine's lock; stop it, remove the socket, and boot again")
+
+
+def _file_id(path: Path) -> tuple[int, int]:
+    info = os.lstat(path)
+    return info.st_dev, info.st_ino
 
 
 def _bind_private(path: Path) -> socket.socket:

@@ -208,11 +208,7 @@ def acquire_lock(path: Path, name: str) -> int:
             pid = _holder_pid(fd)
             os.close(fd)
             raise MachineLocked(name, pid) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
+        if same_file(path, fd):
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             return fd
@@ -318,12 +314,23 @@ def wait_started(paths: MachinePaths, timeout: float) -> bool:
 
 
 def release_lock(fd: int, path: Path) -> None:
-    """Remove the lock file while still holding it, then let go."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+    """Remove the lock file while still holding it, then let go. (Only if ``path`` still
+    names it: after the runtime dir was deleted, it may name another daemon's.)"""
+    if same_file(path, fd):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
     os.close(fd)
+
+
+def same_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` (not followed if a link) names the file open as ``fd``."""
+    try:
+        there, held = os.lstat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 
 
 def lock_holder(path: Path) -> int | None:

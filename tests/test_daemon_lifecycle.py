@@ -123,6 +123,76 @@ def test_a_look_at_the_lock_while_a_daemon_starts_does_not_stop_it(tmp_path):
         os.close(looker)
 
 
+def test_a_deleted_socket_is_put_back_by_its_daemon(machine):
+    machine.paths.socket.unlink()
+    wait_for(machine.paths.socket.exists, what="the daemon to put its socket back")
+    assert machine.call("status")["pid"] == machine.pid
+    assert oct(machine.paths.socket.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_a_client_waits_for_a_deleted_socket_to_be_put_back(machine):
+    os.kill(machine.pid, signal.SIGSTOP)  # (so the client looks before it is back)
+    try:
+        machine.paths.socket.unlink()
+    finally:
+        threading.Timer(0.3, os.kill, (machine.pid, signal.SIGCONT)).start()
+    assert machine.call("status")["pid"] == machine.pid
+
+
+def test_a_deleted_runtime_dir_is_put_back_and_no_second_machine_starts(monkeypatch, tmp_path):
+    # a temp cleaner or `rm -r` takes the runtime dir from under a running machine: it
+    # must stay reachable, and booting its name must not start a second one beside it
+    import shutil
+
+    from ipuos._rundir import RUNTIME_DIR_ENV
+
+    rundir = tmp_path / "run"
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(rundir))
+    booted = boot_machine()
+    try:
+        shutil.rmtree(rundir)
+        wait_for(booted.paths.socket.exists, what="the daemon to put back its runtime files")
+        assert oct(rundir.stat().st_mode & 0o777) == oct(0o700)
+        assert lock_holder(booted.paths.lock) == booted.pid
+        assert booted.call("status")["pid"] == booted.pid
+        again = run_cli("boot", "--preset", "tiny", "--name", booted.name)
+        assert again.returncode == 1 and f"(pid {booted.pid})" in again.stderr, again
+        assert lock_holder(booted.paths.lock) == booted.pid
+    finally:
+        booted.halt()
+    assert not booted.paths.lock.exists() and not booted.paths.socket.exists()
+
+
+def test_a_daemon_whose_name_was_taken_while_its_files_were_gone_halts_and_leaves_the_others(machine):
+    import fcntl
+
+    paths = machine.paths
+    os.kill(machine.pid, signal.SIGSTOP)  # (so it cannot put its files back first)
+    try:
+        paths.lock.unlink()
+        paths.socket.unlink()
+        other = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(other, fcntl.LOCK_EX)
+        os.pwrite(other, b"4242\n", 0)
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+    try:
+        wait_for(lambda: not _alive(machine.pid), timeout=20, what="the unreachable daemon to halt")
+        assert paths.lock.read_bytes() == b"4242\n"  # the new holder's lock is left alone
+        assert not paths.socket.exists()
+    finally:
+        os.close(other)
+        paths.lock.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_two_halts_at_once_both_report_the_machine_halted(runtime_dir):
     import subprocess
 
