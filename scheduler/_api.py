@@ -286,6 +286,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
         except Exception as exc:  # cannot be sent, or too big: every tile's call raises
             _arrive_refusing(job, tile, key, label, exc)
         lengths[rank] = len(payload)
+        tile.out_held = job.coll_token
         return _arrive(job, tile, key, label)
 
     allgather.__name__ = allgather.__qualname__ = label[:-2]  # (what a wrong call's TypeError names)
@@ -776,6 +777,7 @@ class TileAPI:
                 refused = exc
             else:
                 job.coll_len[tile.rank] = len(payload)
+                tile.out_held = job.coll_token
         if refused is not None:
             _arrive_refusing(job, tile, key, label, refused)
         return _arrive(job, tile, key, label)

@@ -120,6 +120,16 @@ def complete(job: "Job") -> None:
         job.sched._runnable.extend(job.live_resumes())
 
 
+def _set_aside(job: "Job", offs, src_ids) -> list[tuple[int, bytes]]:
+    """(index in ``offs``, part) of the parts that were set aside from their tiles'
+    outgoing buffers (see ExchangeEngine.set_aside_held_part)."""
+    if not job.coll_set_aside:
+        return []
+    ranks = {tile_id: rank for rank, tile_id in enumerate(job.ids)}
+    return [(index, job.coll_set_aside[ranks[tile_id]]) for index, (off, tile_id) in enumerate(zip(offs, src_ids))
+            if off < 0]
+
+
 def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     # every tile of the job is live here (complete() refused otherwise): no per-tile
     # lists need building, the job's own are the sources and the receivers
@@ -132,7 +142,13 @@ def _move_payloads(job: "Job", engine, kind: str, root) -> CollectiveResult:
     lengths = np.asarray(lens, dtype=np.int64)
     padded = (lengths + 7) & ~7
     positions = np.cumsum(padded) - padded
+    set_aside = _set_aside(job, offs, src_ids)
+    if set_aside:
+        offs = [job.tiles[0].xout.base if off < 0 else off for off in offs]
     data = engine.gather(offs, padded, positions)
+    for index, part in set_aside:
+        start = int(positions[index])
+        data[start : start + len(part)] = np.frombuffer(part, dtype=np.uint8)
     total = len(data)
     if kind in _ALL_RECEIVE:
         receivers, receiver_ids = job.tiles, job.ids

@@ -390,10 +390,35 @@ class ExchangeEngine:
         self._step_link.clear()
         self._step_collective.clear()
 
+    def set_aside_held_part(self, tile) -> bool:
+        """Make room in ``tile``'s outgoing buffer, which its part of a collective still
+        in progress holds, for the replies it owes (see reset_out_buffers): keep the part
+        with its job until the collective completes. False if it holds none."""
+        job = tile.job
+        if job is None or not job.arrived or tile.out_held is not job.coll_token:
+            return False
+        rank = tile.rank
+        off = job.coll_off[rank]
+        job.coll_set_aside[rank] = bytes(self.view[off : off + job.coll_len[rank]])
+        job.coll_off[rank] = -1  # (see _collectives._move_payloads)
+        tile.out_held = None
+        tile.out_used = 0
+        return True
+
     def reset_out_buffers(self) -> None:
+        """Free the outgoing buffers for the next superstep, all but each waiting tile's
+        part of a collective still in progress: it is read when the last tile arrives,
+        and meanwhile the tile may serve requests whose replies go out after it."""
+        kept = []
         for tile in self._senders:
-            tile.out_used = 0
-        self._senders.clear()
+            job = tile.job
+            if job is not None and job.arrived and tile.out_held is job.coll_token:
+                rank = tile.rank
+                tile.out_used = job.coll_off[rank] + pad8(job.coll_len[rank]) - tile.xout.base
+                kept.append(tile)
+            else:
+                tile.out_used = 0
+        self._senders = kept
 
     def compact(self, tile) -> None:
         """Make the room received messages took in ``tile``'s incoming buffer free again:

@@ -88,6 +88,11 @@ class Job:
         self.mismatch = False
         self.coll_off = [0] * self.nranks
         self.coll_len = [0] * self.nranks
+        #: stands for the collective in progress (a new one each): see Tile.out_held
+        self.coll_token = object()
+        #: parts of the collective in progress moved out of their tiles' outgoing buffers
+        #: to make room for replies, by rank (their ``coll_off`` is -1)
+        self.coll_set_aside: dict[int, bytes] = {}
         self.coll_result = None
         #: what the collective in progress raises on every tile, left by a tile that could
         #: not take part in it (see _api._arrive_refusing)
@@ -228,6 +233,9 @@ class Job:
         a tile that caught the error may already have arrived at the next one."""
         self.gen += 1
         self.arrived = 0
+        self.coll_token = object()
+        if self.coll_set_aside:
+            self.coll_set_aside = {}
         self.coll_kind = None
         self.mismatch = False
         self.refusal = None

@@ -71,7 +71,7 @@ class Tile:
         "id", "chip", "sched", "memory", "glet", "resume", "park",
         "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
-        "xout", "xin", "out_used", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
+        "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "given_up",
         "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
@@ -106,6 +106,9 @@ class Tile:
         self.xin = xin
         #: bytes of the outgoing exchange buffer used this superstep
         self.out_used = 0
+        #: the ``coll_token`` of the collective whose part this tile last wrote out (its
+        #: part stays in the buffer until that collective completes)
+        self.out_held = None
         #: end of the received-message arena in the incoming exchange buffer
         self.in_used = 0
         #: live (not yet consumed) messages in the incoming arena, for compaction

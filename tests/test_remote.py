@@ -484,3 +484,41 @@ def test_a_remote_file_freed_after_its_program_leaves_no_hook_behind(machine):
     finally:
         repl.close()
         machine.fs.remove(3, "/cycle.txt")
+
+
+@pytest.mark.parametrize("collective", ["allgather(f'part{__tileid}' * 50)", "alltoall(f'part{__tileid}' * 50)",
+                                        "gather(f'part{__tileid}' * 50, 0)", "bcast(f'part{__tileid}' * 50, 1)"])
+def test_a_tile_serving_files_keeps_its_part_of_a_collective_it_waits_in(machine, collective):
+    # tiles 1 and 2 arrive at the collective first, then serve tile 0's file requests
+    # while they wait in it: the replies must not overwrite their parts, which stay in
+    # their outgoing buffers until tile 0 arrives too
+    result = machine.run(textwrap.dedent(f"""
+        import os
+        if __tileid == 0:
+            for n in range(5):
+                open("/tiles/1/d.txt", "w").write("F" * 1500)
+                os.path.exists("/tiles/2/missing")
+        got = {collective}
+        if __tileid == 0:
+            print(got if type(got) is str else [p[:6] for p in got])
+    """), tiles="0-2", timeout=60)
+    assert result.ok, result.format()
+    expected = {"bcast": "part1" * 50, "gather": ['part0p', 'part1p', 'part2p']}.get(
+        collective.partition("(")[0], ['part0p', 'part1p', 'part2p'])
+    assert result.tiles[0].output == f"{expected}\n"
+
+
+def test_a_reply_that_does_not_fit_beside_a_waiting_part_still_goes_out(machine):
+    # tile 1's part of the allgather nearly fills its outgoing buffer while tile 0 reads
+    # a file from it: the reply must not wait for the collective (which waits for tile 0)
+    result = machine.run(textwrap.dedent("""
+        if __tileid == 0:
+            open("/tiles/1/d.txt", "w").write("D" * 4000)
+        sync()
+        if __tileid == 0:
+            data = open("/tiles/1/d.txt").read()
+        got = allgather(str(__tileid) * 3500)
+        print([(g[0], len(g)) for g in got], len(data) if __tileid == 0 else "")
+    """), tiles="0-1", timeout=30)
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "[('0', 3500), ('1', 3500)] 4000\n"
