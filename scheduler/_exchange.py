@@ -478,20 +478,21 @@ def _drop_overflow(dst, user: list, incoming: int) -> None:
     unaware would run with a hole in its stream of messages. (The job counts them as
     dropped.)"""
     job = dst.job
-    by_sender: dict = {}
+    by_sender: dict = {}  # (by rank: a sender that has finished has left its job's ranks)
     for it in user:
         it[5][0].stats.dropped_messages += 1
-        by_sender.setdefault(it[0], []).append(it)
+        by_sender.setdefault(it[5][1], []).append(it)
     lost = f"{plural(len(user), 'message')} ({sum(it[3] for it in user)} B)"
     room = f"{dst.in_used} B of unreceived messages + {incoming} B arriving > {dst.xin.size} B"
     receiver = job.describe([dst.rank])
     if dst.signal is None:
-        senders = job.describe([src.rank for src in by_sender])
+        senders = job.describe(sorted(by_sender))
         dst.signal = ValueError(
             f"{receiver}: incoming exchange buffer full ({room}): {lost} from {senders} dropped and lost; "
-            "recv() pending messages before more are sent (the senders are told too)")
-    for src, items in by_sender.items():
-        if src is dst or src.signal is not None or job.live.get(src.rank) is not src:
+            "recv() pending messages before more are sent (senders still running are told too)")
+    for rank, items in by_sender.items():
+        src = items[0][0]
+        if src is dst or src.signal is not None or job.live.get(rank) is not src:
             continue  # (one that has finished is told of by the receiver's error alone)
         src.signal = ValueError(
             f"send() to {receiver}: {plural(len(items), 'message')} ({sum(it[3] for it in items)} B) "

@@ -435,6 +435,27 @@ def test_an_overflow_tells_the_receiver_and_every_sender_what_was_lost(sched):
     assert report.stats.dropped_messages == 4  # (and the one tile 0 never received)
 
 
+def test_an_overflow_names_senders_that_have_finished_by_their_ranks(sched):
+    # senders that end right after their send have left the job (their tile's rank is
+    # -1 by the exchange): the receiver's error must still name them
+    def prog(api):
+        if api.tileid == 2:
+            api.send(1, b"y" * 1500)
+            api.sync()
+            return None
+        if api.tileid != 1:
+            api.send(1, b"y" * 1500)
+            return None
+        try:
+            api.sync()
+        except ValueError as exc:
+            return str(exc)
+
+    report = run(sched, prog, tiles=[0, 1, 2, 3])
+    error = report.results[1].value
+    assert "3 messages (4518 B) from tiles 0,2-3 dropped and lost" in error, error
+
+
 def test_messages_a_tile_never_received_count_as_dropped_when_it_ends(sched):
     def prog(api):
         if api.tileid == 0:
