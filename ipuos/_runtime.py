@@ -44,7 +44,8 @@ from typing import Callable
 
 import greenlet
 
-from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, JobAborted, ProgramGlobals, TileAPI,
+from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveMismatchError, ComputeBudgetExceeded,
+                             DeadlockError, ExchangeError, JobAborted, ProgramGlobals, TileAPI, TileFailed,
                              TileInterrupt, TilePickler, TileUnpickler, ended_call)
 
 from ._plural import plural
@@ -766,7 +767,14 @@ def _make_builtins() -> dict:
     # the host's importer of built-in modules (load_module('posix') is the host's os)
     for name in ("help", "breakpoint", "copyright", "credits", "license", "__loader__", "__spec__"):
         table.pop(name, None)
+    table.update((error.__name__, error) for error in TILE_ERRORS)
     return table
+
+
+#: what the exchange and the scheduler raise in tile programs, by name there, as the
+#: host's own exceptions are (a program catches ``ComputeBudgetExceeded`` to save its work)
+TILE_ERRORS = (ExchangeError, DeadlockError, CollectiveMismatchError, JobAborted, TileInterrupt,
+               ComputeBudgetExceeded, TileFailed)
 
 
 TILE_BUILTINS = _make_builtins()

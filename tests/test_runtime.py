@@ -856,3 +856,30 @@ def test_pickle_knows_the_programs_own_classes_and_functions(machine):
         print(type(p).__name__, p.x, isinstance(p, Point))
     """, tiles="3")
     assert later.tiles[0].output == "Point 7 True\n"
+
+
+def test_a_program_catches_the_exchanges_errors_by_name(machine):
+    # (as the README promises: "though the program catch ComputeBudgetExceeded")
+    result = machine.run(textwrap.dedent("""
+        try:
+            if __tileid == 0:
+                recv(1)
+            else:
+                recv(0)
+        except DeadlockError as exc:
+            print("deadlock caught:", isinstance(exc, ExchangeError) and isinstance(exc, RuntimeError))
+        try:
+            allgather(1) if __tileid else bcast(1, 0)
+        except CollectiveMismatchError:
+            print("mismatch caught")
+        names = (JobAborted, TileInterrupt, TileFailed)
+        try:
+            while True:
+                pass
+        except ComputeBudgetExceeded as exc:
+            print("budget caught:", isinstance(exc, TileInterrupt), [n.__name__ for n in names])
+    """), tiles="0-1", budget=0.3, timeout=60)
+    # (the budget ends the job on every tile all the same: see test_scheduler)
+    assert result.tiles[0].output == ("deadlock caught: True\nmismatch caught\n"
+                                      "budget caught: True ['JobAborted', 'TileInterrupt', 'TileFailed']\n"), \
+        result.format()
