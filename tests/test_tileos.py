@@ -120,6 +120,11 @@ def test_os_path_every_import_form(machine):
         print(path.basename("/a/b.py"), path.dirname("/a/b.py"), path.splitext("b.tar.gz"))
         print(path.normpath("/a/./b/../c"), path.expanduser("~/x"), path.getmtime("/p.txt") > 0)
         print(path.exists("/nope"), path.ismount("/"), path.islink("/p.txt"))
+        print(path.realpath("../p.txt", strict=True), path.realpath("nope"))
+        try:
+            path.realpath("nope", strict=True)
+        except FileNotFoundError as exc:
+            print("strict:", exc.errno, exc.filename)
     """, tiles="3")
     assert output(result) == (
         "True a/b\n"
@@ -128,6 +133,8 @@ def test_os_path_every_import_form(machine):
         "b.py /a ('b.tar', '.gz')\n"
         "/a/c ~/x True\n"
         "False True False\n"
+        "/p.txt /q/nope\n"
+        "strict: 2 nope\n"
     )
 
 

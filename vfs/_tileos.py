@@ -215,6 +215,8 @@ def _make_path_module(vfs) -> types.ModuleType:
         return posixpath.relpath(vfs.abspath(path), vfs.abspath(start if start is not None else "."))
 
     def realpath(path, *, strict: bool = False) -> str:
+        if strict:
+            vfs.stat(path)  # (FileNotFoundError, as on the host)
         return vfs.abspath(path)  # no symbolic links on a tile
 
     def unchanged(path):
