@@ -763,6 +763,12 @@ def kill(job, name) -> None:
     paths = _paths(name)
     with _Errors(), Client(paths) as client:
         reply = client.call("kill", {"job": job})
+    catching = reply.get("catching_tile")
+    if not reply.get("ended", True) and catching is not None:
+        _fail(f"asked job {job} to stop; it has not stopped: the program on tile {catching} catches the "
+              "interrupt (a bare `except:` or `except BaseException:` around its work) and computes on, "
+              "holding the whole machine; nothing stops it but halting the machine "
+              f"({hint('halt', paths.name)}), and the files on the machine go with it")
     if not reply.get("ended", True):
         click.echo(f"asked job {job} to stop; it has not stopped yet: a tile inside one long call "
                    "into C code (a regular expression, sum() of a huge range) is interrupted only "

@@ -66,12 +66,21 @@ class CollectiveMismatchError(ExchangeError):
     """The tiles of a job called different collectives (or different roots) in one step."""
 
 
+#: stops raised so far (TileInterrupt, JobAborted): the watchdog tells a program that
+#: catches every stop it raises from a tile inside one long call into C (which takes none)
+stops_raised = [0]
+
+
 class JobAborted(BaseException):
     """Another tile of the job failed; this tile is stopped at its next exchange point.
 
     A BaseException, like :class:`TileInterrupt`: the job is over, and ``except
     Exception`` in user code must not let the tile carry on as if it were not.
     """
+
+    def __init__(self, *args):
+        stops_raised[0] += 1
+        super().__init__(*args)
 
 
 class TileBusyError(RuntimeError):
@@ -84,6 +93,10 @@ class TileInterrupt(BaseException):
     A BaseException, like KeyboardInterrupt, so that ``except Exception`` in user code
     does not swallow it.
     """
+
+    def __init__(self, *args):
+        stops_raised[0] += 1
+        super().__init__(*args)
 
 
 class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):

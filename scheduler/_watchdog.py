@@ -28,7 +28,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt
+from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt, stops_raised
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -46,6 +46,8 @@ _TICK = 0.01
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
 #: TileKeyboardInterrupt)
 _REPEAT = 0.02
+#: stops a tile's program must have caught for the watchdog to say it catches them all
+_CAUGHT_FOR_GOOD = 5
 
 
 
@@ -103,6 +105,12 @@ class Watchdog:
         self._sample_since = 0.0
         self._injected: tuple | None = None
         self._injected_at = 0.0
+        #: stops_raised when the watchdog last raised one, and how many of those the
+        #: tile computing since has caught
+        self._raised_before = 0
+        self._caught = 0
+        #: job -> the tile whose program catches every stop raised in it
+        self._swallowing: dict["Job", int] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
@@ -134,6 +142,13 @@ class Watchdog:
         with self._lock:
             self._interrupts.pop(job, None)
             self._budgets.discard(job)
+            self._swallowing.pop(job, None)
+
+    def swallowing(self, job: "Job") -> int | None:
+        """The tile of ``job`` whose program has caught the stops raised in it and
+        computes on (a bare ``except:`` in a loop), if any: nothing stops it but closing
+        the machine. (A tile inside one long call into C takes none until it returns.)"""
+        return self._swallowing.get(job)
 
     def _run(self) -> None:
         while not self._stopped:
@@ -157,6 +172,7 @@ class Watchdog:
         if sample != self._sample:
             self._sample, self._sample_since = sample, now
             self._injected = None
+            self._caught = 0
         if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return
         kind = self._interrupts.get(job)
@@ -183,5 +199,10 @@ class Watchdog:
             if sys._current_frames().get(sched.thread_ident) is frame:
                 if kind is TileKeyboardInterrupt:
                     job.ctrl_c_due(tile.rank, take=True)
+                if self._injected == sample and stops_raised[0] != self._raised_before:
+                    self._caught += 1  # (the last one was raised, and the tile computes on)
+                    if self._caught >= _CAUGHT_FOR_GOOD and kind is not TileKeyboardInterrupt:
+                        self._swallowing[job] = tile.id
+                self._raised_before = stops_raised[0]
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
                 self._injected, self._injected_at = sample, now

@@ -212,6 +212,25 @@ def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
         sock.close()
 
 
+def test_kill_says_when_a_program_catches_every_interrupt(machine):
+    # nothing stops a tile that computes on after catching each interrupt: kill must say
+    # so, and what is left (not blame a call into C)
+    catching = b"while True:\n    try:\n        x = sum(range(1000))\n    except:\n        pass\n"
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": "catching.py", "source_len": len(catching), "tiles": "5"},
+                         catching))
+    job = read_frame(sock).header["event"]["job"]
+    try:
+        result = invoke(machine, "kill", str(job))
+        assert result.exit_code == 1, result.output
+        assert result.output.startswith(f"ipuos: asked job {job} to stop; it has not stopped: the program "
+                                        "on tile 5 catches the interrupt (a bare `except:`"), result.output
+        assert f"halting the machine (`ipuos halt --name {machine.name}`)" in result.output
+    finally:
+        sock.close()
+        machine.halt()
+
+
 def test_a_bad_name_is_a_usage_error_that_says_where_it_came_from(runtime_dir):
     result = CliRunner().invoke(main, ["status", "--name", "../up"])
     assert result.exit_code == 2
