@@ -91,6 +91,11 @@ def private_dir(path: Path | None = None, create: bool = True) -> Path:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
+        info = None
+    except OSError as exc:  # (a file where a parent should be, a name too long, a loop)
+        raise RuntimeDirError(f"cannot use the runtime directory {path}: {exc.strerror}; "
+                              f"set {RUNTIME_DIR_ENV} to a directory you own") from None
+    if info is None:
         if not create:
             raise RuntimeDirError(f"the runtime directory {path} does not exist") from None
         try:

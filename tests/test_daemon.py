@@ -92,6 +92,18 @@ def test_the_cli_refuses_an_unsafe_runtime_dir(tmp_path):
     assert f"chmod 700 {path}" in done.stderr
 
 
+@pytest.mark.parametrize("command", [["status"], ["machines"], ["boot", "--preset", "tiny"]])
+def test_a_runtime_dir_that_cannot_be_looked_up_is_one_line_of_error(tmp_path, command):
+    from daemon_harness import run_cli
+
+    (tmp_path / "file").touch()
+    for path, why in ((tmp_path / "file" / "run", "Not a directory"), (tmp_path / ("x" * 300), "File name too long")):
+        done = run_cli(*command, env=dict(os.environ, IPUOS_RUNTIME_DIR=str(path)))
+        assert done.returncode == 1, done
+        assert done.stderr == (f"ipuos: cannot use the runtime directory {path}: {why}; "
+                               "set IPUOS_RUNTIME_DIR to a directory you own\n"), done.stderr
+
+
 def test_a_relative_runtime_dir_means_the_same_directory_to_the_daemon(tmp_path):
     """The daemon runs in /: it must be given the directory the client meant."""
     from daemon_harness import IPUOS
