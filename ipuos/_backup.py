@@ -100,21 +100,35 @@ class Cancelled(BackupError):
 
 
 class _Baseline:
-    """Per machine: device name -> (digest algorithm, chunk size, digest) as of the last
-    backup or restore that covered it."""
+    """Per machine: device name -> (digest algorithm, chunk size, digest, image) as of the
+    last backup or restore that covered it; ``image`` is that image file's identity (see
+    _image_file): a device saved only in an image deleted or overwritten since is saved
+    nowhere."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.digests: dict[str, tuple[str, int, str]] = {}
+        self.digests: dict[str, tuple[str, int, str, tuple]] = {}
 
-    def record(self, algo: str, chunk_size: int, digests: dict[str, str]) -> None:
+    def record(self, algo: str, chunk_size: int, digests: dict[str, str], path: str) -> None:
+        image = _image_file(path)
         with self.lock:
             for name, digest in digests.items():
-                self.digests[name] = (algo, chunk_size, digest)
+                self.digests[name] = (algo, chunk_size, digest, image)
 
     def get(self, name: str):
         with self.lock:
             return self.digests.get(name)
+
+
+def _image_file(path: str) -> tuple:
+    """(path, device, inode, size, mtime) of the image file at ``path``: another file put
+    there, or this one changed in place, has another."""
+    path = os.fspath(path)
+    try:
+        info = os.stat(path)
+    except OSError:
+        return (path,)
+    return (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 _baselines: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -205,7 +219,7 @@ def backup(machine, path, tiles=None, *, name: str | None = None, level: int | N
         except OSError as exc:
             raise BackupError(f"cannot write {path}: {exc.strerror or exc}") from None
         uncommitted = _uncommitted(devices, freeze)
-    _baseline(machine).record(digest, summary["chunk_size"], summary["digests"])
+    _baseline(machine).record(digest, summary["chunk_size"], summary["digests"], path)
     summary["uncommitted"] = [{"tile": tile, "path": path}
                               for tile, paths in _open_files_by_tile(uncommitted).items() for path in paths]
     summary["left_out"] = [{"tile": tile, "path": mount, "kind": kind}
@@ -425,7 +439,7 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     if problems:
         raise BackupError(f"the devices were restored, but {FreezeRefused(problems)}; "
                           "restart the machine if those tiles misbehave")
-    _baseline(machine).record(algo, chunk_size, digests)
+    _baseline(machine).record(algo, chunk_size, digests, path)
     return {
         "path": path,
         "description": _describe(selected),
@@ -472,19 +486,21 @@ def _uncommitted(devices: list[Device], freeze: Freeze) -> dict[Device, list[str
 
 def unsaved(machine, cancelled: threading.Event | None = None) -> list[str]:
     """Names of the devices whose contents halting would lose (see the module doc)."""
-    changed, uncovered, uncommitted, _, _ = _unsaved(machine, cancelled)
-    return sorted(set(changed) | set(uncovered) | {d.name for d in uncommitted})
+    changed, uncovered, uncommitted, _, _, image_gone = _unsaved(machine, cancelled)
+    return sorted(set(changed) | set(uncovered) | {d.name for d in uncommitted}
+                  | {name for names in image_gone.values() for name in names})
 
 
-def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, list[str]], list[str], dict]:
+def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, list[str]], list[str], dict, dict]:
     """(devices changed since the last backup or restore, devices no backup or restore
     covered that hold files, open files with uncommitted writes by device, descriptions
     of the filesystems in no image that hold files, {(tile, mount): files whose mtimes
-    a full disk had no room for})."""
+    a full disk had no room for}, {image path: devices holding files saved last there,
+    but the image is gone or replaced})."""
     devices = machine_devices(machine)
     baseline = _baseline(machine)
     owners = sorted({d.owner for d in devices})
-    changed, uncovered = [], []
+    changed, uncovered, image_gone = [], [], {}
     with Freeze(machine, owners, "check for unsaved files", prepare=prepare_backup) as freeze:
         try:
             freeze.hold(cancelled, timeout=UNSAVED_WAIT)
@@ -496,8 +512,11 @@ def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, lis
                 continue  # not written since it was restored (or since boot, blank)
             base = baseline.get(d.name)
             data, _ = d.read(residency)
-            if base is not None and base[2] != _blank_digest(base[0], base[1], d.length):
-                algo, chunk_size, digest = base
+            if base is not None and _image_file(base[3][0]) != base[3]:
+                if _holds_files(d, data):
+                    image_gone.setdefault(base[3][0], []).append(d.name)
+            elif base is not None and base[2] != _blank_digest(base[0], base[1], d.length):
+                algo, chunk_size, digest, _ = base
                 if device_digest(data, chunk_size=chunk_size, digest=algo) != digest:
                     changed.append(d.name)
             elif _holds_files(d, data):
@@ -507,7 +526,7 @@ def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, lis
         uncommitted = _uncommitted(devices, freeze)
     unimaged = [f"the {kind} on {mount} of tile {tile}"
                 for (tile, mount), (kind, holds_files) in sorted(freeze.unimaged.items()) if holds_files]
-    return changed, uncovered, uncommitted, unimaged, dict(freeze.unwritten_times)
+    return changed, uncovered, uncommitted, unimaged, dict(freeze.unwritten_times), image_gone
 
 
 @functools.lru_cache(maxsize=8)
@@ -548,14 +567,24 @@ class Unsaved:
     unimaged: list[str]
     #: (tile, mount) -> files whose mtimes a full disk had no room for (no image has them)
     unwritten_times: dict = field(default_factory=dict)
+    #: image path -> names of the devices last saved there, but the image is gone or replaced
+    image_gone: dict = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.changed or self.uncovered or self.open_files or self.unimaged or self.unwritten_times)
+        return bool(self.changed or self.uncovered or self.open_files or self.unimaged or self.unwritten_times
+                    or self.image_gone)
+
+    @property
+    def disks(self) -> bool:
+        """Whether a backup would save some of it (a disk's files)."""
+        return bool(self.changed or self.uncovered or self.unimaged or self.image_gone)
 
     def __str__(self) -> str:
         reasons = []
+        gone = [(names, f"was saved last in {path}, which has been deleted or replaced since")
+                for path, names in sorted(self.image_gone.items())]
         for names, what in ((self.changed, "changed since the last backup or restore"),
-                            (self.uncovered, "holds files no backup or restore has covered")):
+                            (self.uncovered, "holds files no backup or restore has covered"), *gone):
             disks = [int(n.split("/")[1]) for n in names if n != CHIP]
             parts = []
             if disks:
@@ -565,7 +594,9 @@ class Unsaved:
                 parts.append("the chip disk")
             if parts:
                 several = len(disks) + (CHIP in names) > 1
-                reasons.append(f"{' and '.join(parts)} {what.replace('holds', 'hold') if several else what}")
+                if several:
+                    what = what.replace("holds", "hold", 1).replace("was saved", "were saved", 1)
+                reasons.append(f"{' and '.join(parts)} {what}")
         for tile, paths in self.open_files.items():
             reasons.append(f"tile {tile} holds {plural(len(paths), 'file')} open with writes "
                            f"not yet on its disk ({', '.join(paths)})")
@@ -583,8 +614,8 @@ class Unsaved:
 
 def unsaved_state(machine, cancelled: threading.Event | None = None) -> Unsaved:
     """What halting ``machine`` would lose (nothing: a false Unsaved)."""
-    changed, uncovered, uncommitted, unimaged, unwritten_times = _unsaved(machine, cancelled)
-    return Unsaved(changed, uncovered, _open_files_by_tile(uncommitted), unimaged, unwritten_times)
+    changed, uncovered, uncommitted, unimaged, unwritten_times, image_gone = _unsaved(machine, cancelled)
+    return Unsaved(changed, uncovered, _open_files_by_tile(uncommitted), unimaged, unwritten_times, image_gone)
 
 
 def _open_files_by_tile(uncommitted: dict[Device, list[str]]) -> dict[int, list[str]]:

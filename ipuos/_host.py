@@ -167,8 +167,7 @@ class MachineHost:
                          + " (the times are written at the next backup)")
         alone = [what for what, present in (("those writes", unsaved.open_files),
                                             ("those times", unsaved.unwritten_times)) if present]
-        dropped = alone[0] if len(alone) == 1 and not (unsaved.changed or unsaved.uncovered or unsaved.unimaged) \
-            else "them"
+        dropped = alone[0] if len(alone) == 1 and not unsaved.disks else "them"
         return f"{' and '.join(steps)}, then back the machine up; or halt without --if-saved to discard {dropped}"
 
     def _holders(self, open_files: dict[int, list[str]]) -> str:

@@ -214,6 +214,27 @@ def test_halt_if_saved_knows_what_a_backup_covers(machine, tmp_path):
     assert "halted machine" in result.stdout
 
 
+def test_halt_if_saved_does_not_trust_an_image_deleted_or_replaced_since(machine, tmp_path):
+    cli(machine, "run", "--tiles", "3", _write(tmp_path, "open('/keep', 'w').write('me')\n"))
+    image = tmp_path / "m.img"
+    cli(machine, "backup", str(image))
+    image.unlink()
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1
+    assert f"the disk of tile 3 was saved last in {image}, which has been deleted or replaced since" \
+        in result.stderr, result.stderr
+    cli(machine, "backup", str(image))
+    other = boot_machine()  # another machine's backup to the same path replaces it
+    try:
+        cli(other, "backup", str(image))
+    finally:
+        other.halt()
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1 and f"was saved last in {image}, which has been deleted" in result.stderr
+    cli(machine, "restore", str(image))  # (an empty machine's: tile 3 holds nothing now)
+    assert "halted machine" in cli(machine, "halt", "--if-saved").stdout
+
+
 def test_no_chip_disk_write_back_lands_on_the_restored_bytes(tmp_path, monkeypatch):
     """A file on /chip closed in the superstep in which the restore's freeze reaches tile 0
     leaves the chip disk's write-behind cache to go out at that superstep's exchange, while
