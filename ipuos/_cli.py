@@ -28,7 +28,7 @@ import click
 from click.core import ParameterSource
 
 from ._client import (RESULT_LINGER_SECONDS, STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing,
-                      stuck_daemon)
+                      process_stopped, stuck_daemon)
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
@@ -372,6 +372,10 @@ def halt(name, if_saved, backup, force) -> None:
     # (read now: a daemon of another release may halt as asked and be gone from its lock
     # by the time its reply turns out unreadable, below)
     pid = lock_holder(paths.lock)
+    if pid and process_stopped(pid):  # (it would take the request and answer nothing)
+        client.close()
+        _halt_unanswering(paths, pid, saving, "is stopped (by SIGSTOP, or Ctrl-Z)")
+        return
     with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup, writing=True)}
         try:
@@ -435,9 +439,12 @@ def _halt_unanswering(paths, pid: int | None, saving: bool, what: str) -> None:
     if pid is None:  # (it has just halted, another halt having got there first)
         click.echo(f"halted machine {paths.name!r} (another halt was stopping it)")
         return
+    if saving and process_stopped(pid):
+        _fail(f"machine {paths.name!r} (pid {pid}) is stopped (by SIGSTOP, or Ctrl-Z), so it cannot back up "
+              f"or say whether it is saved: `kill -CONT {pid}` lets it go on; then halt it again")
     if saving:
         _fail(f"machine {paths.name!r} (pid {pid}) {what}, so it cannot back up or say whether it is "
-              f"saved: {stuck_daemon(paths.name)}, discarding its files")
+              f"saved: {stuck_daemon(paths)}, discarding its files")
     _halt_by_signal(paths, pid, False, f"it {what}")
 
 
@@ -453,6 +460,8 @@ def _halt_by_signal(paths, pid: int, saving: bool, why: str = "it had no socket"
         _fail(f"machine {paths.name!r}: its lock does not say its daemon's pid, so it cannot be sent a "
               f"signal; see {paths.log}")
     _send_signal(pid, signal.SIGTERM)
+    if process_stopped(pid):  # (else it halts whenever someone lets it go on)
+        _send_signal(pid, signal.SIGCONT)
     deadline = time.monotonic() + SIGTERM_SECONDS
     while lock_holder(paths.lock) is not None and lock_state(paths.lock) != LOCK_HALTING:
         if time.monotonic() > deadline:
@@ -647,7 +656,7 @@ class _RunProgress:
                 return
             note = (f"does not answer at all (daemon pid {lock_holder(paths.lock)}), so it cannot say "
                     "whether this job has started: "
-                    f"{stuck_daemon(name, ', perhaps this very job (it may have started and gone into one)')}"
+                    f"{stuck_daemon(paths, ', perhaps this very job (it may have started and gone into one)')}"
                     " (Ctrl-C twice stops waiting)")
         if self.job is None:  # (not started while we asked)
             self.clear()

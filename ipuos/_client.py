@@ -44,11 +44,27 @@ STUCK_IN_C = ("a tile is most likely inside one long call into C code (a regular
               "backtracks without end, say), which holds the whole daemon and cannot be interrupted")
 
 
-def stuck_daemon(name: str, whose: str = "") -> str:
-    """Why machine ``name`` answers nothing at all, and the ways out of it; ``whose``, put
-    after the cause, may say which program that call may be."""
-    return (f"{STUCK_IN_C}{whose}; it answers again once that call returns, or {hint('halt --force', name)} "
-            "ends it")
+def stuck_daemon(paths: MachinePaths, whose: str = "") -> str:
+    """Why a machine answers nothing at all, and the ways out of it; ``whose``, put after
+    the cause, may say which program that call may be."""
+    pid = lock_holder(paths.lock)
+    if pid and process_stopped(pid):
+        return daemon_stopped(pid)
+    return (f"{STUCK_IN_C}{whose}; it answers again once that call returns, or "
+            f"{hint('halt --force', paths.name)} ends it")
+
+
+def daemon_stopped(pid: int) -> str:
+    return f"its daemon (pid {pid}) is stopped (by SIGSTOP, or Ctrl-Z): `kill -CONT {pid}` lets it go on"
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped by a signal (or a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rpartition(b")")[2].split()[:1] in ([b"T"], [b"t"])
+    except OSError:
+        return False
 #: how long a client waits beyond a call's own timeout before it gives up on the daemon
 GRACE_SECONDS = 10.0
 #: how long a client waits after a second Ctrl-C for the call it then stops for good (a
@@ -262,7 +278,7 @@ class Client:
                     if interrupts is not None and interrupts.count >= 2:
                         raise KeyboardInterrupt  # (lingered after the second Ctrl-C: no result)
                     raise DaemonError("timeout", f"machine {self.paths.name!r} did not answer {cmd!r} "
-                                      f"within {wait:g} s: {stuck_daemon(self.paths.name)}")
+                                      f"within {wait:g} s: {stuck_daemon(self.paths)}")
                 frame = self._poll()
                 if frame is None:
                     continue

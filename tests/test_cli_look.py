@@ -360,6 +360,26 @@ def test_a_machine_whose_socket_was_replaced_says_so_and_halt_stops_it(machine):
     assert lock_holder(machine.paths.lock) is None
 
 
+def test_a_stopped_daemon_is_named_as_stopped_and_halt_stops_it_at_once(machine):
+    # (not blamed on a call into C; and a halt's SIGTERM must not wait for a SIGCONT to
+    # halt the machine whenever someone lets it go on)
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        listed = CliRunner().invoke(main, ["machines"])
+        refused = CliRunner().invoke(main, ["halt", "--if-saved", "--name", machine.name])
+    except BaseException:
+        os.kill(machine.pid, signal.SIGCONT)
+        raise
+    assert (f"its daemon (pid {machine.pid}) is stopped (by SIGSTOP, or Ctrl-Z): "
+            f"`kill -CONT {machine.pid}` lets it go on") in listed.output, listed.output
+    assert refused.exit_code == 1 and f"(pid {machine.pid}) is stopped" in refused.output, refused.output
+    assert lock_holder(machine.paths.lock) == machine.pid
+    started = time.monotonic()
+    halted = CliRunner().invoke(main, ["halt", "--name", machine.name])
+    assert halted.exit_code == 0 and "stopped by signal" in halted.output, halted.output
+    assert time.monotonic() - started < 10 and lock_holder(machine.paths.lock) is None
+
+
 def test_ctrl_c_while_waiting_for_the_daemon_is_status_130(machine):
     """A daemon that does not answer (stopped here) keeps a command waiting; Ctrl-C then
     ends it as an interruption (130), not as click's 'Aborted!' error (1)."""
