@@ -21,16 +21,20 @@ __all__ = ["Retries"]
 RETRY_SECONDS = 0.5
 #: first tries of opens remembered at most (each is dropped once its retry is overdue)
 _FIRST_TRIES_MAX = 1 << 12
+#: lookups of its name a retry makes at most: the kernel checks the name it keeps, and,
+#: told it is gone, looks it up afresh; after that, the thread's own next open asks
+_RETRY_LOOKUPS = 2
 
 
 class Retries:
     """Which lookups belong to the kernel's retry of an open that found its file gone.
 
     A retry is told by its caller (the kernel's thread id) and name, and by coming within
-    RETRY_SECONDS. It may look the name up several times (a name the kernel keeps, checked
-    and told gone, is looked up afresh), and nothing says which lookup is its last: so a
-    thread whose open without O_CREAT failed so is told the name is gone until then, or
-    until it opens or creates it.
+    RETRY_SECONDS. It looks the name up at most twice (a name the kernel keeps, checked
+    and told gone, is looked up afresh): a thread whose open without O_CREAT failed so is
+    told the name is gone for those two lookups, until RETRY_SECONDS, or until it opens
+    or creates it. (Told so for all of RETRY_SECONDS, a program that opens the file
+    again at once, as a reader of a file another replaces does, failed for that long.)
 
     An open finds its file gone in two ways:
 
@@ -64,8 +68,8 @@ class Retries:
 
     def __init__(self, entry_timeout: float):
         self.entry_timeout = entry_timeout
-        #: (caller, tile, path) -> when its open found the file gone
-        self._first: dict[tuple, float] = {}
+        #: (caller, tile, path) -> [when its open found the file gone, lookups told so]
+        self._first: dict[tuple, list] = {}
         #: (tile, path) -> when the mount unlinked it, and for whom
         self._unlinked: dict[tuple[int, str], tuple[float, int | None]] = {}
         #: (tile, path) -> when the mount made a file there again since it unlinked it
@@ -100,32 +104,33 @@ class Retries:
         now = self._note()
         key = (caller, tile, path)
         first = self._first
-        first_at = first.pop(key, None)
-        if first_at is not None and now - first_at < RETRY_SECONDS:
+        earlier = first.pop(key, None)
+        if earlier is not None and now - earlier[0] < RETRY_SECONDS:
             return False
         # tries whose retry is overdue will have none (list(): one C call, which another
         # libfuse thread cannot interleave with)
-        for old, at in list(first.items()):
+        for old, (at, _) in list(first.items()):
             if now - at >= RETRY_SECONDS:
                 first.pop(old, None)
         if len(first) >= _FIRST_TRIES_MAX:
             first.clear()
-        first[key] = now
+        first[key] = [now, 0]
         return True
 
     def lookup(self, caller: int, tile: int, path: str) -> bool:
         """Is this lookup of ``path`` by ``caller`` one of a retry's? (Then it is to be
         told the file is gone.)"""
         key = (caller, tile, path)
-        first_at = self._first.get(key)
-        if first_at is None and self._first:
+        entry = self._first.get(key)
+        if entry is None and self._first:
             self._moved_on(caller, tile, path)
-        if first_at is None:
+        if entry is None:
             first_at = self._unseen_first_try(caller, tile, path)
             if first_at is None:
                 return False
-            self._first[key] = first_at
-        if time.monotonic() - first_at >= RETRY_SECONDS:
+            entry = self._first[key] = [first_at, 0]
+        entry[1] += 1
+        if time.monotonic() - entry[0] >= RETRY_SECONDS or entry[1] > _RETRY_LOOKUPS:
             self._first.pop(key, None)
             return False
         self._walks.pop(caller, None)  # its walk is accounted for
