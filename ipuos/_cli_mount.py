@@ -172,11 +172,15 @@ def _list_mounts(paths, as_json: bool) -> None:
               help="detach now even if files are open there; they are served until closed")
 def umount(mountpoint, lazy) -> None:
     """Unmount MOUNTPOINT, an ipuos mount, even one whose machine has died."""
-    from ._mount import canonical_mountpoint, mount_answers, mount_at, remove_mount, unmount_path
+    from ._mount import canonical_mountpoint, ipuos_mount_holding, mount_answers, mount_at, remove_mount, unmount_path
 
     path = canonical_mountpoint(mountpoint)
     entry = mount_at(path)
     if entry is None:
+        holder = ipuos_mount_holding(path)
+        if holder is not None:
+            _fail(f"{path} is not mounted: it is inside {holder.mountpoint}, a mount of machine "
+                  f"{holder.machine!r} (`ipuos umount {holder.mountpoint}` unmounts that)")
         _fail(f"{path} is not mounted")
     machine = entry.machine
     if machine is None:

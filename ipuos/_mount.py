@@ -136,6 +136,16 @@ def mount_at(path: str) -> MountEntry | None:
     return found
 
 
+def ipuos_mount_holding(path: str) -> MountEntry | None:
+    """The innermost ipuos mount that ``path`` (absolute, canonical) is inside, if any."""
+    found = None
+    for entry in mount_entries():
+        if entry.machine is not None and path.startswith(entry.mountpoint.rstrip("/") + "/"):
+            if found is None or len(entry.mountpoint) > len(found.mountpoint):
+                found = entry
+    return found
+
+
 def canonical_mountpoint(path: str) -> str:
     """``path`` absolute and with symlinks resolved, without touching ``path`` itself (it
     may be a dead mount, whose stat fails, or a live one of this very process)."""

@@ -65,6 +65,10 @@ def test_mount_list_and_umount(machine, mountpoint):
     assert item["mountpoint"] == mountpoint and item["readonly"] is False and item["foreground"] is False
     assert item["tiles"] == list(range(16))
     assert json.loads(cli(machine, "status", "--json").stdout)["mounts"] == [mountpoint]
+    inside = cli(machine, "umount", f"{mountpoint}/chip")
+    assert inside.returncode == 1 and inside.stderr == (
+        f"ipuos: {mountpoint}/chip is not mounted: it is inside {mountpoint}, a mount of machine "
+        f"{machine.name!r} (`ipuos umount {mountpoint}` unmounts that)\n"), inside.stderr
 
     done = cli(machine, "umount", mountpoint)
     assert done.returncode == 0, done.stderr
