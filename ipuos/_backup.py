@@ -74,8 +74,9 @@ LEVEL = 1
 #: how long ``halt --if-saved`` waits for busy tiles before it refuses (it cannot tell)
 UNSAVED_WAIT = 10.0
 
-#: progress(phase, done, total) with phases "waiting", "writing", "reading", "checking",
-#: "restoring"; ``total`` may be None
+#: progress(phase, done, total) with phases "waiting" (for tiles to reach an exchange
+#: point), "queued" (for another backup, restore or check to let tiles go), "writing",
+#: "reading", "checking", "restoring"; ``total`` may be None
 Progress = Callable[[str, int, "int | None"], None]
 
 
@@ -172,9 +173,9 @@ def _waiting_note(progress: Progress | None):
     if progress is None:
         return None
 
-    def waiting(tiles: list[int]) -> None:
+    def waiting(tiles: list[int], elsewhere: bool = False) -> None:
         if tiles:
-            progress("waiting", 0, len(tiles))
+            progress("queued" if elsewhere else "waiting", 0, len(tiles))
 
     return waiting
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import posixpath
 import threading
 import time
+import weakref
 from typing import Callable
 
 from ._plural import plural
@@ -38,6 +39,8 @@ __all__ = ["SERVICE", "Freeze", "FreezeRefused", "FilesOpen", "FreezeCancelled",
 SERVICE = "backup.freeze"
 #: open files a refusal names, at most
 _PATHS_SHOWN = 3
+#: freezes holding or waiting for tiles, of every machine (see Freeze.held_elsewhere)
+_active: "weakref.WeakSet[Freeze]" = weakref.WeakSet()
 
 
 class FreezeRefused(Exception):
@@ -110,10 +113,12 @@ class Freeze:
     def hold(self, cancelled: threading.Event | None = None,
              waiting: Callable[[list[int]], None] | None = None, poll: float = 0.1,
              timeout: float | None = None) -> None:
-        """Freeze every tile; return once all hold. ``waiting(tiles)`` is told, now and
-        then, which tiles have not reached an exchange point yet. Raises FreezeRefused (all
-        released) if any owner refused or cannot answer, FreezeCancelled if ``cancelled``
-        is set or ``timeout`` seconds pass first."""
+        """Freeze every tile; return once all hold. ``waiting(tiles, elsewhere)`` is told,
+        now and then, which tiles have not reached an exchange point yet, or (``elsewhere``
+        true) which are held by another freeze. Raises FreezeRefused (all released) if any
+        owner refused or cannot answer, FreezeCancelled if ``cancelled`` is set or
+        ``timeout`` seconds pass first."""
+        _active.add(self)
         services = self._scheduler.services
         services.setdefault(SERVICE, _serve)
         if not self.tiles:
@@ -144,7 +149,8 @@ class Freeze:
                 raise FreezeRefused({t: (exc.strerror if isinstance(exc, OSError) and exc.strerror
                                          else str(exc)) for t, exc in failed.items()})
             if waiting is not None and ticks % 5 == 0:
-                waiting(self.blocking())
+                elsewhere = self.held_elsewhere()
+                waiting(elsewhere or self.blocking(), bool(elsewhere))
         if self.refusals:
             self.release()
             raise FreezeRefused(self.refusals)
@@ -163,8 +169,20 @@ class Freeze:
         tiles = self._scheduler.tiles
         return [t for t in pending if tiles[t].job is not None] or pending
 
+    def held_elsewhere(self) -> list[int]:
+        """The pending tiles another freeze of this machine holds (another backup, a
+        restore, a halt's check): they come once it lets them go."""
+        pending = set(self.pending())
+        held = set()
+        for other in list(_active):
+            if other is not self and other._scheduler is self._scheduler and not other.released:
+                with other._lock:
+                    held |= pending & set(other.states)
+        return sorted(held)
+
     def release(self, commit: bool = False) -> None:
         """Let every owner go; ``commit`` runs ``after`` on each first (idempotent)."""
+        _active.discard(self)
         with self._lock:
             if self.released:
                 return

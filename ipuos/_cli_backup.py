@@ -65,11 +65,19 @@ class _Progress:
             self._bar.stop()
             self._bar = None
 
+    @staticmethod
+    def _waiting(phase: str, tiles: int) -> str:
+        if phase == "queued":
+            return (f"waiting for another backup, restore or check of this machine to let go of "
+                    f"{plural(tiles, 'tile')}")
+        return f"waiting for {plural(tiles, 'tile')} to reach an exchange point"
+
     def update(self, phase: str, done: int, total) -> None:
-        if self._notes and phase == "waiting":
+        waiting = phase in ("waiting", "queued")
+        if self._notes and waiting:
             self._notes = False
-            click.echo(f"ipuos: waiting for {plural(done or total, 'tile')} to reach an exchange "
-                       "point (a program is computing; Ctrl-C cancels)", err=True)
+            why = "a program is computing; Ctrl-C cancels" if phase == "waiting" else "Ctrl-C cancels"
+            click.echo(f"ipuos: {self._waiting(phase, done or total)} ({why})", err=True)
         if not self.enabled:
             return
         if self._bar is None:
@@ -81,8 +89,8 @@ class _Progress:
                                  TransferSpeedColumn(), TimeRemainingColumn(),
                                  console=Console(stderr=True), transient=True)
             self._bar.start()
-        if phase == "waiting":
-            text = f"waiting for {plural(done or total, 'tile')} to reach an exchange point"
+        if waiting:
+            text = self._waiting(phase, done or total)
             if self._task is None:
                 self._task = self._bar.add_task(text, total=None)
             self._bar.update(self._task, description=text)

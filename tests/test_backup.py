@@ -866,3 +866,34 @@ def test_times_a_full_disk_had_no_room_for_are_told_by_backup_and_halt_if_saved(
     listing = json.loads(cli(machine, "image", "ls", str(image), "3", "--json").stdout)
     entries = listing if isinstance(listing, list) else listing.get("entries", listing)
     assert len(entries) >= 8 and all(e["mtime_ns"] for e in entries), listing
+
+
+def test_a_backup_waiting_for_tiles_another_holds_says_so(tmp_path):
+    # (a second backup of a machine waited, saying "a program is computing" while no
+    # program ran: the first backup held the tiles)
+    from ipuos._backup_freeze import Freeze, FreezeCancelled
+
+    with ipuos.Machine("tiny") as machine:
+        notes = []
+        with Freeze(machine, range(4), "the first backup") as first:
+            first.hold()
+            with pytest.raises(FreezeCancelled):
+                with Freeze(machine, range(2, 6), "the second") as second:
+                    second.hold(waiting=lambda tiles, elsewhere: notes.append((tiles, elsewhere)), timeout=1.5)
+        assert notes and all(note == ([2, 3], True) for note in notes), notes
+        events = []
+        _backup.backup(machine, tmp_path / "m.img", progress=lambda *event: events.append(event))
+        assert not any(event[0] in ("waiting", "queued") for event in events)  # (all let go)
+
+
+def test_the_client_names_what_a_backup_waits_for(capsys):
+    from ipuos._cli_backup import _Progress
+
+    for phase, expected in (("queued", "waiting for another backup, restore or check of this machine to let go "
+                                       "of 3 tiles (Ctrl-C cancels)"),
+                            ("waiting", "waiting for 3 tiles to reach an exchange point (a program is computing; "
+                                        "Ctrl-C cancels)")):
+        progress = _Progress(False, notes=True)  # (not a terminal: one line, once)
+        progress.update(phase, 3, 3)
+        progress.update(phase, 2, 3)
+        assert capsys.readouterr().err == f"ipuos: {expected}\n"
