@@ -226,16 +226,27 @@ def hint(command: str, name: str) -> str:
     return f"`ipuos {command}{'' if name == DEFAULT_MACHINE else f' --name {name}'}`"
 
 
+#: (ENXIO: a FIFO opened for writing, non-blocking, with no reader)
+_NOT_REGULAR = "it is not a regular file"
+
+
 def open_runtime_file(path: Path, flags: int, what: str) -> int:
     """``os.open`` a machine's file in the runtime dir (never through a symbolic link,
     created 0600). RuntimeDirError says what is in the way: a directory or a link of that
     name is not ours to remove."""
     try:
-        return os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        # (non-blocking: opening a FIFO put there would wait for a reader forever)
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
-        raise RuntimeDirError(f"cannot open the machine's {what} {path}: {why}; remove or rename "
+        why = {errno.ELOOP: "it is a symbolic link", errno.ENXIO: _NOT_REGULAR}.get(exc.errno) or exc.strerror
+        raise RuntimeDirError(f"cannot open the machine's {what} {path}: {why or exc}; remove or rename "
                               "it and boot again") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RuntimeDirError(f"cannot open the machine's {what} {path}: {_NOT_REGULAR}; "
+                              "remove or rename it and boot again")
+    os.set_blocking(fd, True)
+    return fd
 
 
 #: what the daemon holding a lock is doing, on the line after its pid: clients tell a
@@ -255,7 +266,7 @@ def mark_lock(fd: int, state: str) -> None:
 def lock_state(path: Path) -> str:
     """What the lock's holder says it is doing (``""``: starting, or it does not say)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
     try:
@@ -298,7 +309,7 @@ def starting(paths: MachinePaths) -> bool:
     unlike flock, it can be tested without being taken, so two lookers never see each
     other's probe as a boot.)"""
     try:
-        fd = os.open(paths.boot_marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(paths.boot_marker, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -341,7 +352,7 @@ def same_file(path: Path, fd: int) -> bool:
 def lock_holder(path: Path) -> int | None:
     """The pid of the daemon holding the lock at ``path`` (0 if unknown), or None if free."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ELOOP):
             return None

@@ -160,6 +160,7 @@ def test_a_deleted_runtime_dir_is_put_back_and_no_second_machine_starts(monkeypa
         assert lock_holder(booted.paths.lock) == booted.pid
     finally:
         booted.halt()
+        _kill_if_alive(booted.pid)  # (one left unreachable must not outlive the test)
     assert not booted.paths.lock.exists() and not booted.paths.socket.exists()
 
 
@@ -183,6 +184,12 @@ def test_a_daemon_whose_name_was_taken_while_its_files_were_gone_halts_and_leave
     finally:
         os.close(other)
         paths.lock.unlink()
+        _kill_if_alive(machine.pid)
+
+
+def _kill_if_alive(pid: int) -> None:
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:
@@ -329,18 +336,20 @@ def test_racing_starts_share_one_daemon(runtime_dir):
         wait_halted(paths)
 
 
-@pytest.mark.parametrize("kind, what", [("log", "directory"), ("log", "link"), ("lock", "directory"),
-                                        ("lock", "link")])
+@pytest.mark.parametrize("kind, what", [("log", "directory"), ("log", "link"), ("log", "fifo"),
+                                        ("lock", "directory"), ("lock", "link"), ("lock", "fifo")])
 def test_a_stray_log_or_lock_is_named_with_what_to_do(runtime_dir, tmp_path, kind, what):
     # (a directory named NAME.log gave a Python traceback, NAME.lock a bare IsADirectoryError)
     name = unique_name("stray")
     stray = runtime_dir / f"{name}.{kind}"
     if what == "directory":
         stray.mkdir()
+    elif what == "fifo":  # (opening it waited for a reader: boot hung)
+        os.mkfifo(stray, 0o600)
     else:
         stray.symlink_to(tmp_path / "elsewhere")
-    done = run_cli("boot", "--preset", "tiny", "--name", name)
-    reason = "Is a directory" if what == "directory" else "it is a symbolic link"
+    done = run_cli("boot", "--preset", "tiny", "--name", name, timeout=30)
+    reason = {"directory": "Is a directory", "fifo": "it is not a regular file"}.get(what, "it is a symbolic link")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"cannot open the machine's {kind} {stray}: {reason}; remove or rename it and boot " \
            "again" in done.stderr, done.stderr
