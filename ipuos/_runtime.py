@@ -728,6 +728,14 @@ def _tile_import(ctx: TileContext, name, globals=None, locals=None, fromlist=(),
             "(their own files arrive through the tile's open() and os)",
             name=name,
         )
+    if top in sys.stdlib_module_names:
+        have = sorted(m for m in TILE_MODULES | set(_PER_TILE_MODULES) | set(ctx.extras.get("__modules__", {}))
+                      if not m.startswith("_"))
+        raise ModuleNotFoundError(
+            f"module {top!r} of the standard library is not on tiles; the standard modules they "
+            f"have: {', '.join(have)}",
+            name=name,
+        )
     raise ModuleNotFoundError(
         f"no module named {name!r} on this tile (pure-compute standard modules such as math, "
         "random, json, re, collections, itertools work; so do modules stored on the tile "

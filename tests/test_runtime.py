@@ -83,6 +83,17 @@ def test_unknown_modules_say_what_works(machine):
     assert "no module named 'numpy' on this tile" in result.tiles[0].error
 
 
+def test_a_standard_module_tiles_lack_is_named_as_one_with_those_they_have(machine):
+    # (it said "no module named 'tomllib'", beside "pure-compute standard modules work")
+    result = run(machine, "import tomllib", tiles="0")
+    error = result.tiles[0].error
+    assert "module 'tomllib' of the standard library is not on tiles; the standard modules they have: " \
+           "abc, array," in error, error
+    for module in ("io", "json", "math", "os", "random", "re", "shutil"):
+        assert f" {module}," in error or error.endswith(f" {module}"), module
+    assert "__future__" not in error
+
+
 def test_host_open_and_input_are_refused(machine):
     # open() reaches the tile's own files (see test_tileos.py), never the host's
     result = run(machine, """

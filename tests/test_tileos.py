@@ -1119,3 +1119,21 @@ def test_tile_0s_own_disk_by_its_tiles_name_is_the_same_file(machine):
         "Cannot move a directory '/same' into itself '/tiles/0/same/sub/inner'.",
         "['g', 'sub']",
     ]
+
+
+def test_paths_that_are_not_str_say_what_tiles_take(machine):
+    result = run(machine, """
+        import os
+        for call in (lambda: open(0), lambda: os.stat(3), lambda: open(None), lambda: os.listdir(b"/"),
+                     lambda: open(1.5)):
+            try:
+                call()
+            except TypeError as exc:
+                print(exc)
+    """)
+    assert output(result) == (
+        "tile paths are str: a tile has no file descriptors to open by number\n"
+        "tile paths are str: a tile has no file descriptors to open by number\n"
+        "expected str or os.PathLike object, not NoneType (tile paths are str)\n"
+        "tile paths are str, not bytes\n"
+        "expected str or os.PathLike object, not float (tile paths are str)\n")

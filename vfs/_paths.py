@@ -28,7 +28,13 @@ def checked(path) -> str:
     text is EINVAL, as the mount answers for one (littlefs stores names as UTF-8).
     """
     if type(path) is not str:
-        path = os.fspath(path)
+        if isinstance(path, int) and not isinstance(path, bool):
+            raise TypeError("tile paths are str: a tile has no file descriptors to open by number")
+        try:
+            path = os.fspath(path)
+        except TypeError:
+            raise TypeError(f"expected str or os.PathLike object, not {type(path).__name__} "
+                            "(tile paths are str)") from None
         if not isinstance(path, str):
             raise TypeError(f"tile paths are str, not {type(path).__name__}")
     if not path:
