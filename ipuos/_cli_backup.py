@@ -158,7 +158,7 @@ def backup(image, tile_spec, name, as_json) -> None:
     args = {"path": image_path(image, writing=True), "tiles": tile_spec}
     summary = _call_with_progress(paths, "backup", args, as_json)
     if as_json:
-        click.echo(json.dumps(summary, indent=1))
+        click.echo(json.dumps({"name": paths.name, **summary}, indent=1))
         return
     click.echo(f"backed up {summary['description']} of machine {name!r} to {summary['path']}: "
                f"{human_bytes(summary['device_bytes'])} of disks in a {human_bytes(summary['file_size'])} image "
@@ -209,7 +209,7 @@ def restore(image, tile_spec, name, as_json) -> None:
     args = {"path": path, "tiles": tile_spec}
     summary = _call_with_progress(paths, "restore", args, as_json)
     if as_json:
-        click.echo(json.dumps(summary, indent=1))
+        click.echo(json.dumps({"name": paths.name, **summary}, indent=1))
         return
     click.echo(f"restored {summary['description']} of machine {name!r} from {summary['path']} "
                f"({summary['seconds']:.2f} s)")

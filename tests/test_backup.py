@@ -706,6 +706,7 @@ def test_cli_errors_and_exit_codes(machine, tmp_path):
     assert summary["device_count"] == 17 and summary["digest_algorithm"] == "blake3"
     restored = json.loads(cli(machine, "restore", str(image), "--json").stdout)
     assert restored["device_count"] == 17
+    assert summary["name"] == restored["name"] == machine.name  # (as in every machine's --json)
     assert summary["description"] == restored["description"] == "16 tile disks (0-15) and the chip disk"
     # a key the commands share means the same thing in each ("devices" is image info's list)
     info = json.loads(run_cli("image", "info", str(image), "--json").stdout)
