@@ -412,6 +412,10 @@ def halt(name, if_saved, backup, force) -> None:
     note = f" (interrupted job{'s' if len(jobs) > 1 else ''} {', '.join(map(str, jobs))})" if jobs else ""
     saved = f" after backing it up to {reply['backup']['path']}" if reply.get("backup") else ""
     click.echo(f"halted machine {name!r}{saved}{note}")
+    for busy in reply.get("busy_mounts", ()):
+        click.echo(f"ipuos: detached the mount at {busy['mountpoint']}, where {plural(busy['open_files'], 'file')} "
+                   f"{'was' if busy['open_files'] == 1 else 'were'} open: using "
+                   f"{'it' if busy['open_files'] == 1 else 'them'} now fails", err=True)
     if reply.get("backup"):
         _cli_backup.echo_backup_notes(reply["backup"])
 

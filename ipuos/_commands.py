@@ -485,9 +485,11 @@ def _halt(call: Call):
     except HaltRefused as exc:
         raise CommandError("refused", str(exc)) from None
     jobs = [job.id for job in host.jobs()]
+    busy = [{"mountpoint": mount.mountpoint, "open_files": files} for mount in host.mounts.mounts()
+            if (files := mount.operations.open_files())]
     log.info("halt requested by client pid %s", call.peer_pid)
     host.request_halt()
-    return {"name": host.name, "pid": host.pid, "interrupted_jobs": jobs, "backup": backup}
+    return {"name": host.name, "pid": host.pid, "interrupted_jobs": jobs, "backup": backup, "busy_mounts": busy}
 
 
 def _ipuos_version() -> str:

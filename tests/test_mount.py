@@ -471,6 +471,8 @@ def test_halt_detaches_a_busy_foreground_mount_and_its_command_says_so(machine, 
     try:
         done = cli(machine, "halt")
         assert done.returncode == 0, done.stderr
+        assert done.stderr == (f"ipuos: detached the mount at {mountpoint}, where 1 file was open: using it "
+                               "now fails\n"), done.stderr
         out, err = process.communicate(timeout=30)
         assert process.returncode == 0, err
         assert f"unmounted {mountpoint} (machine {machine.name!r} halted; it was in use, so it was detached)" in out
