@@ -306,7 +306,8 @@ def boot(ctx, preset, ipus, name, restore) -> None:
                 interrupted()
             _fail(f"stopped waiting; machine {name!r} is still booting ({hint('halt', name)} stops it)",
                   EXIT_INTERRUPTED)
-    click.echo(f"booted machine {name!r}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
+    restored = f" from {restore}" if restore is not None else ""
+    click.echo(f"booted machine {name!r}{restored}: {_geometry(info)} (pid {info['pid']}; log {paths.log})")
 
 
 #: how long halt waits for the daemon to answer before it turns to SIGTERM

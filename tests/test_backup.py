@@ -113,7 +113,7 @@ def test_round_trip_through_backup_and_boot_restore(machine, other, tmp_path):
     name = unique_name("restored")
     boot = run_cli("boot", "--restore", str(image), "--name", name)
     assert boot.returncode == 0, boot.stderr
-    assert "tiny, 1 IPU" in boot.stdout  # the image's preset, although none was given
+    assert f"booted machine {name!r} from {image}: tiny, 1 IPU" in boot.stdout  # (its preset: none was given)
     try:
         restored = Booted(name, machine_paths(name), 0)
         assert per_tile(listing(restored, tmp_path)) == before
