@@ -137,6 +137,7 @@ class TileContext:
         #: still prints, opens and imports as the tile
         self.builtins = dict(TILE_BUILTINS)
         self.builtins["print"] = self.print
+        self.builtins["input"] = self.input
         self.builtins["__import__"] = self.import_module
         #: modules this tile has its own copy of (random: per-tile generator state)
         self.modules: dict[str, types.ModuleType] = {}
@@ -215,6 +216,13 @@ class TileContext:
 
     def flush(self) -> None:
         pass
+
+    def input(self, prompt="") -> str:
+        """As the host's ``input`` at the end of its input: the prompt is written (to
+        the tile's output), then EOFError."""
+        if prompt:
+            self.print(prompt, end="")
+        _no_input()
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
         if self.ended or self._tile.job is not self._job:  # (not running: written out)
