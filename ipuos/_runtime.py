@@ -934,7 +934,7 @@ _SCHEDULER_PREFIX = re.compile(r"^([ |+]*)ipuos\.scheduler\.", re.MULTILINE)
 def _program_frames(tb) -> traceback.StackSummary:
     frames = traceback.StackSummary()
     for (frame, _), summary in zip(traceback.walk_tb(tb), traceback.extract_tb(tb)):
-        if TILE_GLOBALS_MARKER not in frame.f_globals:
+        if TILE_GLOBALS_MARKER not in frame.f_globals and not _runs_as_a_tile(frame):
             continue
         lines = (frame.f_globals.get(TILE_SOURCE_LINES) or {}).get(summary.filename)
         if lines is not None and 0 < summary.lineno <= len(lines):
@@ -944,6 +944,12 @@ def _program_frames(tb) -> traceback.StackSummary:
                 end_lineno=summary.end_lineno, colno=summary.colno, end_colno=summary.end_colno)
         frames.append(summary)
     return frames
+
+
+def _runs_as_a_tile(frame) -> bool:
+    """Whether ``frame`` is tile code whose globals are not a tile module's: code the
+    program ran with ``exec(text, {})``, which gets the tile's builtins (its print)."""
+    return isinstance(getattr(frame.f_builtins.get("print"), "__self__", None), TileContext)
 
 
 def source_text(source) -> str:

@@ -895,3 +895,17 @@ def test_a_program_catches_the_exchanges_errors_by_name(machine):
     assert result.tiles[0].output == ("deadlock caught: True\nmismatch caught\n"
                                       "budget caught: True ['JobAborted', 'TileInterrupt', 'TileFailed']\n"), \
         result.format()
+
+
+def test_a_traceback_shows_the_frames_of_code_the_program_ran_with_exec(machine):
+    result = run(machine, """
+        def f():
+            exec("x = 1\\ny = 1/0", {})
+        f()
+    """, tiles="0")
+    assert result.tiles[0].error.endswith(
+        '  File "<program>", line 3, in f\n'
+        '    exec("x = 1\\ny = 1/0", {})\n'
+        '  File "<string>", line 2, in <module>\n'
+        'ZeroDivisionError: division by zero\n'), result.tiles[0].error
+    assert "ipuos" not in result.tiles[0].error  # (the runtime's own frames stay out)
