@@ -251,10 +251,9 @@ def _wait_counted(job: "Job", tile: "Tile", gen: int, label: str) -> None:
     except BaseException:
         if job.gen == gen and job.arrived > 0:
             job.arrived -= 1
+            job.sched.engine.give_back_part(tile, job)
             if job.arrived == 0:
-                job.coll_kind = None
-                job.mismatch = False
-                job.refusal = None
+                job.clear_collective()
                 job.left_collective()
         raise
 

@@ -88,6 +88,8 @@ class ExchangeEngine:
         # posted remote-memory transfers: (tile, remote_tile, src_abs, dst_abs, nbytes, done)
         self._dma: list[tuple] = []
         self._senders: list = []
+        #: tiles whose replies do not fit beside their held parts (see make_room)
+        self._short_of_room: set = set()
         # statistics
         self.bytes_out = np.zeros(ntiles, dtype=np.int64)
         self.bytes_in = np.zeros(ntiles, dtype=np.int64)
@@ -390,35 +392,60 @@ class ExchangeEngine:
         self._step_link.clear()
         self._step_collective.clear()
 
-    def set_aside_held_part(self, tile) -> bool:
-        """Make room in ``tile``'s outgoing buffer, which its part of a collective still
-        in progress holds, for the replies it owes (see reset_out_buffers): keep the part
-        with its job until the collective completes. False if it holds none."""
-        job = tile.job
-        if job is None or not job.arrived or tile.out_held is not job.coll_token:
-            return False
+    def make_room(self, tile) -> None:
+        """``tile`` has a reply that does not fit in its outgoing buffer this superstep:
+        if its part of a collective still in progress takes the room, set the part aside
+        (keep it with its job until the collective completes) when the buffer is reset."""
+        self._short_of_room.add(tile)
+
+    def give_back_part(self, tile, job) -> None:
+        """``tile`` has left the collective in progress by an exception: its part is no
+        longer held, and its room is free at once if nothing was written after it."""
+        if tile.out_held is not job.coll_token:
+            return
+        tile.out_held = None
+        off, size = job.coll_off[tile.rank], pad8(job.coll_len[tile.rank])
+        if off >= 0 and tile.out_used == off + size - tile.xout.base:
+            tile.out_used = off - tile.xout.base
+
+    def reset_out_buffers(self) -> None:
+        """Free the outgoing buffers for the next superstep, all but each waiting tile's
+        part of a collective still in progress: it is read when the last tile arrives,
+        and meanwhile the tile may serve requests whose replies go out after it. Such a
+        part moves to the front of the buffer (what was before it has been delivered);
+        a tile short of room for a reply (see make_room) has its part set aside."""
+        short = self._short_of_room
+        if short:
+            self._short_of_room = set()
+        kept = []
+        for tile in self._senders:
+            job = tile.job
+            if job is not None and job.arrived and tile.out_held is job.coll_token:
+                if tile in short:
+                    self._set_aside(tile, job)
+                    tile.out_used = 0
+                    continue
+                tile.out_used = self._to_front(tile, job)
+                kept.append(tile)
+            else:
+                tile.out_used = 0
+        self._senders = kept
+
+    def _to_front(self, tile, job) -> int:
+        """Move ``tile``'s held part to the start of its outgoing buffer; its padded size."""
+        rank = tile.rank
+        off, size, base = job.coll_off[rank], job.coll_len[rank], tile.xout.base
+        if off != base:
+            self.view[base : base + size] = self.view[off : off + size]
+            job.coll_off[rank] = base
+        return pad8(size)
+
+    def _set_aside(self, tile, job) -> None:
         rank = tile.rank
         off = job.coll_off[rank]
         job.coll_set_aside[rank] = bytes(self.view[off : off + job.coll_len[rank]])
         job.coll_off[rank] = -1  # (see _collectives._move_payloads)
         tile.out_held = None
-        tile.out_used = 0
-        return True
-
-    def reset_out_buffers(self) -> None:
-        """Free the outgoing buffers for the next superstep, all but each waiting tile's
-        part of a collective still in progress: it is read when the last tile arrives,
-        and meanwhile the tile may serve requests whose replies go out after it."""
-        kept = []
-        for tile in self._senders:
-            job = tile.job
-            if job is not None and job.arrived and tile.out_held is job.coll_token:
-                rank = tile.rank
-                tile.out_used = job.coll_off[rank] + pad8(job.coll_len[rank]) - tile.xout.base
-                kept.append(tile)
-            else:
-                tile.out_used = 0
-        self._senders = kept
 
     def compact(self, tile) -> None:
         """Make the room received messages took in ``tile``'s incoming buffer free again:

@@ -232,6 +232,10 @@ class Job:
         ends by an exception then no longer counts itself out (see _api._wait_counted):
         a tile that caught the error may already have arrived at the next one."""
         self.gen += 1
+        self.clear_collective()
+
+    def clear_collective(self) -> None:
+        """No tile is in a collective (any more): forget what the last one gathered."""
         self.arrived = 0
         self.coll_token = object()
         if self.coll_set_aside:

@@ -479,12 +479,10 @@ class Scheduler:
             )))
         try:
             off = engine.write_out(server, payload)
-        except ValueError:
-            if not engine.set_aside_held_part(server):
-                # the buffer is full this superstep: send it with the next one
-                self._deferred_replies.append((server, client, payload))
-                return
-            off = engine.write_out(server, payload)
+        except ValueError:  # the buffer is full this superstep: send it with the next one
+            engine.make_room(server)
+            self._deferred_replies.append((server, client, payload))
+            return
         engine.post(server, client, off, len(payload), KIND_REPLY, None)
 
     def _deliver_host_request(self, tile_id: int, service: str, args: tuple, future: Future) -> None:

@@ -522,3 +522,49 @@ def test_a_reply_that_does_not_fit_beside_a_waiting_part_still_goes_out(machine)
     """), tiles="0-1", timeout=30)
     assert result.ok, result.format()
     assert result.tiles[0].output == "[('0', 3500), ('1', 3500)] 4000\n"
+
+
+def test_a_reply_short_of_room_overwrites_no_message_sent_before_it(machine):
+    # tile 1 sends a message, then waits in the allgather and serves tile 0's open: the
+    # reply has no room beside the held part and the message, and must not take theirs
+    machine.fs.write_file(1, "/a.txt", b"A" * 10)
+    result = machine.run(textwrap.dedent("""
+        if __tileid == 1:
+            recv(0)
+            send(0, b'U' * 2000)
+            got = allgather('1' * 2040)
+        else:
+            send(1, b'go')
+            f = open("/tiles/1/a.txt")
+            u = recv(1)
+            print(u == b'U' * 2000, f.read())
+            got = allgather('x')
+        print([g[:1] for g in got])
+    """), tiles="0-1", timeout=30)
+    assert result.ok, result.format()
+    assert result.tiles[0].output == "True AAAAAAAAAA\n['x', '1']\n"
+
+
+def test_a_tile_that_leaves_a_collective_by_an_exception_gets_its_room_back(machine):
+    # its part (most of its outgoing buffer) was held for the collective; once it has
+    # left it, what it sends in that same superstep must fit
+    handle = machine.launch(textwrap.dedent("""
+        if __tileid == 1:
+            try:
+                got = allgather('1' * 3400)
+            except KeyboardInterrupt:
+                print("left")
+            send(0, b'x' * 1000)
+        else:
+            try:
+                while True:
+                    x = 1
+            except KeyboardInterrupt:
+                pass
+            print(len(recv(1)))
+    """), tiles="0-1")
+    time.sleep(1.0)  # (tile 1 waits in the allgather, tile 0 computes)
+    handle.interrupt(ctrl_c=True)
+    result = handle.wait(30)
+    assert result.ok, result.format()
+    assert [t.output for t in result.tiles] == ["1000\n", "left\n"]
