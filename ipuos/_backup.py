@@ -124,11 +124,11 @@ class _Baseline:
 def _image_file(path: str) -> tuple:
     """(path, device, inode, size, mtime) of the image file at ``path``: another file put
     there, or this one changed in place, has another."""
-    path = os.fspath(path)
+    path = os.path.abspath(path)
     try:
         info = os.stat(path)
     except OSError:
-        return (path,)
+        return (path, time.monotonic_ns())  # (equal to no other: a missing image is no copy)
     return (path, info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
 
 
@@ -508,12 +508,19 @@ def _unsaved(machine, cancelled) -> tuple[list[str], list[str], dict[Device, lis
         except (FreezeCancelled, FreezeRefused) as exc:
             raise BackupError(f"it cannot tell what is unsaved: {exc}") from None
         residency = Residency.of(machine.sram)
+        images: dict[str, tuple] = {}  # (each image looked at once)
         for d in devices:
-            if freeze.states[d.owner] != "up":
-                continue  # not written since it was restored (or since boot, blank)
             base = baseline.get(d.name)
+            gone = False
+            if base is not None:
+                path = base[3][0]
+                if path not in images:
+                    images[path] = _image_file(path)
+                gone = images[path] != base[3]
+            if freeze.states[d.owner] != "up" and not gone:
+                continue  # not written since it was restored (or since boot, blank)
             data, _ = d.read(residency)
-            if base is not None and _image_file(base[3][0]) != base[3]:
+            if gone:
                 if _holds_files(d, data):
                     image_gone.setdefault(base[3][0], []).append(d.name)
             elif base is not None and base[2] != _blank_digest(base[0], base[1], d.length):

@@ -232,6 +232,14 @@ def test_halt_if_saved_does_not_trust_an_image_deleted_or_replaced_since(machine
     result = cli(machine, "halt", "--if-saved", check=False)
     assert result.returncode == 1 and f"was saved last in {image}, which has been deleted" in result.stderr
     cli(machine, "restore", str(image))  # (an empty machine's: tile 3 holds nothing now)
+    cli(machine, "run", "--tiles", "3", _write(tmp_path, "open('/keep', 'w').write('me')\n"))
+    cli(machine, "backup", str(image))
+    cli(machine, "restore", str(image))  # (tile 3's disk is then as restored: not written since)
+    image.unlink()
+    result = cli(machine, "halt", "--if-saved", check=False)
+    assert result.returncode == 1 and f"the disk of tile 3 was saved last in {image}, which has been deleted" \
+        in result.stderr, result.stderr
+    cli(machine, "backup", str(image))
     assert "halted machine" in cli(machine, "halt", "--if-saved").stdout
 
 
