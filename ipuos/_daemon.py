@@ -159,7 +159,10 @@ class Daemon:
 
     def _accept_loop(self) -> None:
         while not self.host.halt_requested.is_set():
-            self._stay_findable()
+            try:
+                self._stay_findable()
+            except OSError as exc:  # (its directory made unreadable, say: it serves on)
+                self._warn_once(f"cannot check the machine's socket and lock: {exc}")
             try:
                 sock, _ = self.listener.accept()
             except (socket.timeout, InterruptedError):
@@ -249,8 +252,8 @@ class Daemon:
             try:
                 if _file_id(self.paths.socket) == self._socket_file:  # (never another's)
                     os.unlink(self.paths.socket)
-            except FileNotFoundError:
-                pass
+            except OSError:
+                pass  # (gone, or its directory replaced: nothing of ours to remove)
         host = self.host
         if host is None:
             return

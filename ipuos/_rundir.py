@@ -335,8 +335,8 @@ def release_lock(fd: int, path: Path) -> None:
     if same_file(path, fd):
         try:
             os.unlink(path)
-        except FileNotFoundError:
-            pass
+        except OSError:
+            pass  # (gone meanwhile, or its directory was replaced: nothing of ours to remove)
     os.close(fd)
 
 
@@ -344,7 +344,7 @@ def same_file(path: Path, fd: int) -> bool:
     """Whether ``path`` (not followed if a link) names the file open as ``fd``."""
     try:
         there, held = os.lstat(path), os.fstat(fd)
-    except FileNotFoundError:
+    except OSError:  # (gone, or its directory replaced by a file, or not ours to look in)
         return False
     return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
 

@@ -164,6 +164,28 @@ def test_a_deleted_runtime_dir_is_put_back_and_no_second_machine_starts(monkeypa
     assert not booted.paths.lock.exists() and not booted.paths.socket.exists()
 
 
+def test_a_runtime_dir_replaced_by_a_file_leaves_the_daemon_serving(monkeypatch, tmp_path):
+    # (every look at its socket and lock raised NotADirectoryError, and the daemon died
+    # without its shutdown: no jobs interrupted, no mounts removed)
+    from ipuos._rundir import RUNTIME_DIR_ENV
+
+    rundir = tmp_path / "run"
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(rundir))
+    booted = boot_machine()
+    try:
+        rundir.rename(tmp_path / "moved")
+        rundir.write_text("not a directory")
+        time.sleep(1.0)  # (four looks)
+        assert _alive(booted.pid)
+        rundir.unlink()
+        (tmp_path / "moved").rename(rundir)
+        assert booted.call("status")["pid"] == booted.pid
+    finally:
+        booted.halt()
+        _kill_if_alive(booted.pid)
+    assert not booted.paths.lock.exists() and not booted.paths.socket.exists()
+
+
 def test_a_daemon_whose_name_was_taken_while_its_files_were_gone_halts_and_leaves_the_others(machine):
     import fcntl
 
