@@ -39,8 +39,10 @@ __all__ = ["SERVICE", "Freeze", "FreezeRefused", "FilesOpen", "FreezeCancelled",
 SERVICE = "backup.freeze"
 #: open files a refusal names, at most
 _PATHS_SHOWN = 3
-#: freezes holding or waiting for tiles, of every machine (see Freeze.held_elsewhere)
+#: freezes holding or waiting for tiles, of every machine (see Freeze.held_elsewhere),
+#: and the lock that makes it safe from the threads of several requests at once
 _active: "weakref.WeakSet[Freeze]" = weakref.WeakSet()
+_active_lock = threading.Lock()
 
 
 class FreezeRefused(Exception):
@@ -118,7 +120,8 @@ class Freeze:
         true) which are held by another freeze. Raises FreezeRefused (all released) if any
         owner refused or cannot answer, FreezeCancelled if ``cancelled`` is set or
         ``timeout`` seconds pass first."""
-        _active.add(self)
+        with _active_lock:
+            _active.add(self)
         services = self._scheduler.services
         services.setdefault(SERVICE, _serve)
         if not self.tiles:
@@ -174,7 +177,9 @@ class Freeze:
         restore, a halt's check): they come once it lets them go."""
         pending = set(self.pending())
         held = set()
-        for other in list(_active):
+        with _active_lock:
+            others = list(_active)
+        for other in others:
             if other is not self and other._scheduler is self._scheduler and not other.released:
                 with other._lock:
                     held |= pending & set(other.states)
@@ -182,7 +187,8 @@ class Freeze:
 
     def release(self, commit: bool = False) -> None:
         """Let every owner go; ``commit`` runs ``after`` on each first (idempotent)."""
-        _active.discard(self)
+        with _active_lock:
+            _active.discard(self)
         with self._lock:
             if self.released:
                 return

@@ -55,7 +55,8 @@ def stuck_daemon(paths: MachinePaths, whose: str = "") -> str:
 
 
 def daemon_stopped(pid: int) -> str:
-    return f"its daemon (pid {pid}) is stopped (by SIGSTOP, or Ctrl-Z): `kill -CONT {pid}` lets it go on"
+    return (f"its daemon (pid {pid}) is stopped (by SIGSTOP, Ctrl-Z or a debugger): `kill -CONT {pid}` lets it "
+            "go on")
 
 
 def process_stopped(pid: int) -> bool:

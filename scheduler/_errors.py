@@ -6,6 +6,8 @@ by hand is the failure mode these replace.
 
 from __future__ import annotations
 
+import threading
+
 
 def describe_tiles(ranks) -> str:
     """``[0, 1, 2, 5]`` -> ``"tiles 0-2,5"`` (``"tile 3"`` for one)."""
@@ -66,9 +68,15 @@ class CollectiveMismatchError(ExchangeError):
     """The tiles of a job called different collectives (or different roots) in one step."""
 
 
-#: stops raised so far (TileInterrupt, JobAborted): the watchdog tells a program that
-#: catches every stop it raises from a tile inside one long call into C (which takes none)
-stops_raised = [0]
+#: thread id -> stops (TileInterrupt, JobAborted) made on that thread so far: a
+#: machine's watchdog tells a program on its scheduler thread that catches every stop it
+#: raises from a tile inside one long call into C (which takes none)
+stops_raised: dict[int, int] = {}
+
+
+def _count_stop() -> None:
+    thread = threading.get_ident()
+    stops_raised[thread] = stops_raised.get(thread, 0) + 1
 
 
 class JobAborted(BaseException):
@@ -79,7 +87,7 @@ class JobAborted(BaseException):
     """
 
     def __init__(self, *args):
-        stops_raised[0] += 1
+        _count_stop()
         super().__init__(*args)
 
 
@@ -95,7 +103,7 @@ class TileInterrupt(BaseException):
     """
 
     def __init__(self, *args):
-        stops_raised[0] += 1
+        _count_stop()
         super().__init__(*args)
 
 

@@ -199,10 +199,13 @@ class Watchdog:
             if sys._current_frames().get(sched.thread_ident) is frame:
                 if kind is TileKeyboardInterrupt:
                     job.ctrl_c_due(tile.rank, take=True)
-                if self._injected == sample and stops_raised[0] != self._raised_before:
+                raised = stops_raised.get(sched.thread_ident, 0)
+                if self._injected == sample and raised != self._raised_before:
                     self._caught += 1  # (the last one was raised, and the tile computes on)
                     if self._caught >= _CAUGHT_FOR_GOOD and kind is not TileKeyboardInterrupt:
-                        self._swallowing[job] = tile.id
-                self._raised_before = stops_raised[0]
+                        with self._lock:
+                            if job in self._interrupts:  # (not forgotten meanwhile)
+                                self._swallowing[job] = tile.id
+                self._raised_before = raised
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
                 self._injected, self._injected_at = sample, now

@@ -370,7 +370,7 @@ def test_a_stopped_daemon_is_named_as_stopped_and_halt_stops_it_at_once(machine)
     except BaseException:
         os.kill(machine.pid, signal.SIGCONT)
         raise
-    assert (f"its daemon (pid {machine.pid}) is stopped (by SIGSTOP, or Ctrl-Z): "
+    assert (f"its daemon (pid {machine.pid}) is stopped (by SIGSTOP, Ctrl-Z or a debugger): "
             f"`kill -CONT {machine.pid}` lets it go on") in listed.output, listed.output
     assert refused.exit_code == 1 and f"(pid {machine.pid}) is stopped" in refused.output, refused.output
     assert lock_holder(machine.paths.lock) == machine.pid
