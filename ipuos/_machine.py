@@ -252,6 +252,18 @@ def _release_when_free(scheduler: Scheduler, tile_ids: list[int], state: ReplSta
     threading.Thread(target=names.clear, name="ipuos-repl-let-go", daemon=True).start()
 
 
+def _seconds(value, what: str) -> float | None:
+    """A wait's ``value`` in seconds (None: no limit): TypeError if not a number,
+    ValueError if not above 0 (a wait of none would fail on an idle machine too)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} is seconds (a number, or None: no limit), not {value!r}")
+    if not value > 0:
+        raise ValueError(f"{what} must be more than 0 seconds (or None: no limit), not {value!r}")
+    return float(value)
+
+
 def _check_output_limit(limit) -> None:
     if limit is not None and (type(limit) is not int or limit < 0):
         raise ValueError("output_limit is the characters of output kept per tile (0 or more, "
@@ -436,10 +448,20 @@ class Machine:
         ValueError if a tile has no room in its SRAM for its share of ``data`` (one
         error saying so, not each tile's MemoryError).
         """
+        start_timeout = _seconds(start_timeout, "start_timeout")
+        deadline = None if start_timeout is None else time.monotonic() + start_timeout
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
         if shares is not None:
-            self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares)
+            # (on the scheduler thread, which a computing tile holds: within the timeout)
+            try:
+                self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares, timeout=start_timeout)
+            except concurrent.futures.TimeoutError:
+                raise TimeoutError(f"{filename} did not start within {start_timeout:g} s: the machine "
+                                   "takes a job between supersteps, and a tile is computing without "
+                                   "reaching an exchange point") from None
+            if deadline is not None:
+                start_timeout = max(0.0, deadline - time.monotonic())
         _check_output_limit(output_limit)
         if argv is not None and not (isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv)):
             raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")
@@ -456,6 +478,7 @@ class Machine:
         handle to stop it (use :meth:`launch` to keep a program running). Past
         ``timeout``, it raises TimeoutError (``job 8 ran longer than 0.5 s, and was
         interrupted``) rather than return what the tiles printed so far."""
+        timeout = _seconds(timeout, "timeout")
         return _run_within(lambda start_timeout: self.launch(source, tiles, data, start_timeout=start_timeout,
                                                              **kwargs), timeout)
 

@@ -379,13 +379,29 @@ def _never_ran(machine, tile: int) -> bool:
     return result.tiles[0].output == "False\n"
 
 
-def test_run_timeout_bounds_the_wait_for_a_busy_machine_to_take_the_program(machine):
+@pytest.mark.parametrize("data", [None, "its share\n"])
+def test_run_timeout_bounds_the_wait_for_a_busy_machine_to_take_the_program(machine, data):
+    # (with data, whose room is checked on the scheduler thread first, it waited for good)
     busy = _busy_machine(machine, 2.0)
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="did not start within 0.3 s"):
-        machine.run("open('/ran', 'w').close()", tiles="5", timeout=0.3)
+        machine.run("open('/ran', 'w').close()", tiles="5", data=data, timeout=0.3)
     assert time.monotonic() - started < 1.5
     busy.wait(10)
+    assert _never_ran(machine, 5)
+
+
+@pytest.mark.parametrize("timeout, error, message", [
+    (0, ValueError, "timeout must be more than 0 seconds (or None: no limit), not 0"),
+    (-1, ValueError, "timeout must be more than 0 seconds"),
+    (float("nan"), ValueError, "timeout must be more than 0 seconds"),
+    ("1", TypeError, "timeout is seconds (a number, or None: no limit), not '1'"),
+    (True, TypeError, "timeout is seconds")])
+def test_a_timeout_that_is_no_wait_is_refused_before_anything_starts(machine, timeout, error, message):
+    # (0 on an idle machine said a tile was computing without an exchange point)
+    with pytest.raises(error) as info:
+        machine.run("open('/ran', 'w').close()", tiles="5", timeout=timeout)
+    assert str(info.value).startswith(message)
     assert _never_ran(machine, 5)
 
 
