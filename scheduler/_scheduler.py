@@ -13,6 +13,7 @@ import collections
 import contextlib
 import gc
 import itertools
+import operator
 import sys
 import threading
 import time
@@ -232,9 +233,10 @@ class Scheduler:
         return self.call(fn, *args).result(timeout)
 
     def submit(self, tile_id: int, service: str, *args) -> Future:
-        """Send kernel request ``service(*args)`` to tile ``tile_id``; a Future of its reply."""
+        """Send kernel request ``service(*args)`` to tile ``tile_id``; a Future of its reply.
+        TypeError if ``tile_id`` is no integer (numpy's are)."""
         future: Future = Future()
-        self._enqueue(None, self._deliver_host_request, (tile_id, service, args, future))
+        self._enqueue(None, self._deliver_host_request, (_tile_id(tile_id), service, args, future))
         return future
 
     def submit_all(self, tile_ids: Iterable[int], service: str, *args) -> dict[int, Future]:
@@ -243,7 +245,7 @@ class Scheduler:
         One queued call for them all: submitting one at a time wakes the scheduler thread
         per tile, and its wake-ups then fight the caller for the lock (1472 tiles took
         25-230 ms that way, against a few ms at once). Served in the same superstep."""
-        futures = {tile_id: Future() for tile_id in tile_ids}
+        futures = {_tile_id(tile_id): Future() for tile_id in tile_ids}
         # (a list of its own: the caller owns the dict and may add to it meanwhile)
         self._enqueue(None, self._deliver_host_requests, (service, args, list(futures.items())))
         return futures
@@ -899,6 +901,16 @@ def _release_tile(tile: Tile) -> None:
     tile.in_msgs.clear()
     tile.in_live = 0
     tile.in_used = 0
+
+
+def _tile_id(tile_id) -> int:
+    """A host's tile id as an int (a numpy integer is one): TypeError if it is no integer."""
+    if not isinstance(tile_id, bool):
+        try:
+            return operator.index(tile_id)
+        except TypeError:
+            pass
+    raise TypeError(f"a tile id is an integer, not {tile_id!r}")
 
 
 def _refuse(future: Future, error: BaseException) -> None:
