@@ -659,9 +659,11 @@ class Scheduler:
         if busy:
             jobs = sorted({t.job.id for t in busy})
             verb = "runs" if len(busy) == 1 else "run"
+            several = len(jobs) > 1
             raise TileBusyError(
-                f"{describe_tiles(t.id for t in busy)} already {verb} job "
-                f"{', '.join(map(str, jobs))}; wait for it or kill it first"
+                f"{describe_tiles(t.id for t in busy)} already {verb} job{'s' if several else ''} "
+                f"{', '.join(map(str, jobs))}; wait for {'them' if several else 'it'} or kill "
+                f"{'them' if several else 'it'} first"
             )
         dead = [t.id for t in tiles if not t.alive]
         if dead:

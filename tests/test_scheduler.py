@@ -1462,14 +1462,18 @@ def test_a_busy_tile_cannot_start_another_job(sched):
             api.sync()
 
     job = sched.start_job([0, 1], prog)
+    other = sched.start_job([3], prog)
     try:
-        with pytest.raises(TileBusyError, match=f"tile 1 already runs job {job.id}"):
+        with pytest.raises(TileBusyError, match=f"tile 1 already runs job {job.id}; wait for it or kill it first"):
             sched.start_job([1, 2], lambda api: None)
         with pytest.raises(TileBusyError, match="tiles 0-1 already run"):
             sched.start_job([0, 1, 2], lambda api: None)
+        with pytest.raises(TileBusyError, match=f"tiles 1,3 already run jobs {job.id}, {other.id}; wait for them "
+                                                "or kill them first"):
+            sched.start_job([1, 2, 3], lambda api: None)
     finally:
         release.set()
-    assert job.future.result(5).ok
+    assert job.future.result(5).ok and other.future.result(5).ok
 
 
 def test_a_job_whose_statistics_fail_still_reports_its_results():
