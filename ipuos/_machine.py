@@ -144,6 +144,8 @@ class Repl:
         """The names the blocks have defined on the session's ``rank``-th tile (before
         the first block, the names every tile starts with). For reading between blocks
         (name completion): the tile owns it while a block runs."""
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(self.tile_ids):
+            raise IndexError(f"no rank {rank!r} in this session: its ranks are 0-{len(self.tile_ids) - 1}")
         entry = self.state.tiles.get(rank)
         return entry[0] if entry is not None else preview_namespace()
 

@@ -195,6 +195,10 @@ def test_names_complete_before_the_first_block(machine):
     assert set(before) <= set(after)
     assert {name for name in set(after) - set(before) if not name.startswith("__ipuos")} == {"open"}
     assert before["__builtins__"]["open"] is not open  # the tile's, not the host's
+    assert repl.namespace(1) is not after
+    for rank in (2, -1, "0"):  # (a rank outside the session gave the starting names)
+        with pytest.raises(IndexError, match=f"no rank {rank!r} in this session: its ranks are 0-1"):
+            repl.namespace(rank)
 
 
 def test_close_forgets_namespaces(machine):
