@@ -535,22 +535,34 @@ class Machine:
 
     # -- state ---------------------------------------------------------------------------
 
-    def stats(self) -> dict:
+    def _between_supersteps(self, fn: Callable, timeout: float | None, what: str):
+        """``fn()`` on the scheduler thread, between supersteps: a tile computing without
+        an exchange point holds it up; TimeoutError past ``timeout`` seconds (None: wait)."""
+        timeout = _seconds(timeout, "timeout")
+        try:
+            return self.scheduler.call_wait(fn, timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"no {what} within {timeout:g} s: the machine answers between supersteps, "
+                               "and a tile is computing without reaching an exchange point") from None
+
+    def stats(self, *, timeout: float | None = None) -> dict:
         """Machine-wide counters: ``supersteps``, ``supersteps_with_traffic``,
         ``bytes_exchanged``, ``simulated_exchange_seconds`` (from the cost model), and the
         machine's geometry: ``preset``, ``ipus``, ``ntiles``. The keys are those of
-        ``ipuos status --json``, where a count of tiles is ``ntiles`` and ``tiles`` a list."""
-        stats = self.scheduler.call_wait(self.scheduler.stats)
+        ``ipuos status --json``, where a count of tiles is ``ntiles`` and ``tiles`` a list.
+        ``timeout``: seconds to wait for the machine to be between supersteps."""
+        stats = self._between_supersteps(self.scheduler.stats, timeout, "statistics")
         stats.update(preset=self.preset.name, ipus=self.ipus, ntiles=self.ntiles)
         return stats
 
-    def sram_usage(self, tile: int) -> dict:
-        """Named regions and free bytes of one tile's SRAM."""
+    def sram_usage(self, tile: int, *, timeout: float | None = None) -> dict:
+        """Named regions and free bytes of one tile's SRAM (``timeout``: see :meth:`stats`)."""
         parse_tiles([tile], self.ntiles)
-        return self.scheduler.call_wait(lambda: self.sram.memory(tile).usage())
+        return self._between_supersteps(lambda: self.sram.memory(tile).usage(), timeout, "SRAM usage")
 
-    def tile_states(self) -> list[dict]:
-        """State, job and SRAM use of every tile (a consistent snapshot between supersteps)."""
+    def tile_states(self, *, timeout: float | None = None) -> list[dict]:
+        """State, job and SRAM use of every tile (a consistent snapshot between supersteps;
+        ``timeout``: see :meth:`stats`)."""
 
         def snapshot():
             return [
@@ -564,7 +576,7 @@ class Machine:
                 for t in self.scheduler.tiles
             ]
 
-        return self.scheduler.call_wait(snapshot)
+        return self._between_supersteps(snapshot, timeout, "tile states")
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -494,9 +494,15 @@ def test_tracebacks_show_the_failing_programs_own_lines(machine):
 
 
 def test_a_host_request_to_a_tile_that_is_no_int_fails_at_once(machine):
-    for bad in ("3", 3.0, None):
-        with pytest.raises(IndexError, match="no tile"):
+    import numpy as np
+
+    machine.fs.write_file(3, "/n", b"x")
+    assert "n" in machine.fs.listdir(np.int64(3), "/")  # (an integer, as run()'s tiles take)
+    for bad in ("3", True, 3.0, None):
+        with pytest.raises(TypeError, match=f"a tile id is an integer, not {bad!r}"):
             machine.fs.listdir(bad, "/")
+    with pytest.raises(IndexError, match="no tile 99: this machine has tiles 0-15"):
+        machine.fs.listdir(99, "/")
 
 
 def test_busy_tiles_are_refused(machine):
@@ -713,3 +719,15 @@ def test_the_scheduler_names_the_tile_that_holds_it():
             handle.interrupt()
             handle.wait(10)
         assert machine.scheduler.computing_tile() is None
+
+
+def test_looks_at_a_busy_machine_can_be_bounded(machine):
+    busy = _busy_machine(machine, 2.0)
+    for look in (machine.stats, machine.tile_states, lambda **kw: machine.sram_usage(3, **kw)):
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="within 0.2 s: the machine answers between supersteps, and a "
+                                               "tile is computing without reaching an exchange point"):
+            look(timeout=0.2)
+        assert time.monotonic() - started < 1.0
+    busy.wait(10)
+    assert machine.stats(timeout=5)["ntiles"] == 16 and len(machine.tile_states(timeout=5)) == 16

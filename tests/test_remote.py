@@ -100,18 +100,6 @@ def test_host_client_errors_carry_errno_and_names(machine):
         assert excinfo.value.errno == expected and excinfo.value.filename
 
 
-def test_host_client_tile_ids_are_integers_numpys_too(machine):
-    import numpy as np
-
-    machine.fs.write_file(3, "/n", b"x")
-    assert machine.fs.listdir(np.int64(3), "/") == ["n"]
-    for bad in ("3", True, 3.0, None):
-        with pytest.raises(TypeError, match=f"a tile id is an integer, not {bad!r}"):
-            machine.fs.listdir(bad, "/")
-    with pytest.raises(IndexError, match="no tile 99: this machine has tiles 0-15"):
-        machine.fs.listdir(99, "/")
-
-
 def test_host_files_read_write_seek_append(machine):
     fs = machine.fs
     with fs.open(3, "/h", "w+b") as f:
