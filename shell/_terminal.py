@@ -132,6 +132,10 @@ class Terminal:
         #: the last command was stopped by the user's Ctrl-C: a script stops there, as a
         #: bash script does (a program's own exit status 130 is not one)
         self.ctrl_c = False
+        #: what was written last ended its line: the prompt line editor draws from the
+        #: first column, over what a line left open shows (``echo -n``, ``cat`` of a file
+        #: with no final newline)
+        self._at_line_start = True
 
     # -- input loops --------------------------------------------------------------------------
 
@@ -247,6 +251,8 @@ class Terminal:
                     break
                 session = session_for(SHELL if self.mode == SHELL else _PYTHON_LINES)
                 active[:] = [session]
+                if not self._at_line_start:
+                    self._output("out", "\n")
                 try:
                     prompting[0] = True
                     try:
@@ -396,6 +402,8 @@ class Terminal:
         target = self.stderr if stream == "err" else self.stdout
         target.write(text)
         target.flush()
+        if text:
+            self._at_line_start = text.endswith("\n")
 
     def _write_err(self, text: str) -> None:
         self._output("err", text)
@@ -513,6 +521,7 @@ class Terminal:
             return
         self.stdout.write("\x1b[H\x1b[2J")
         self.stdout.flush()
+        self._at_line_start = True
         self.status = 0
 
     def _local_history(self, args, command) -> None:

@@ -108,6 +108,18 @@ def test_prompt_commands_errors_and_ctrl_d(terminal):
     assert term.finish() == 127  # the status of the last command
 
 
+def test_output_without_a_final_newline_keeps_its_line_from_the_prompt(terminal):
+    # the line editor draws from the first column: after "abc" with no newline, the
+    # prompt and what was typed went over it, and it vanished once the line was taken
+    term = terminal()
+    term.prompt()
+    term.child.sendline("echo -n abc")
+    term.child.expect_exact("\x1b[?2004labc")  # (the output: once the editor let go of the line)
+    after = term.prompt()
+    assert after.startswith("\n"), repr(after)  # (the line ended before the prompt)
+    assert term.run("echo -n; echo next") == "next\n"  # (nothing printed: no empty line)
+
+
 def test_a_usage_error_is_two_lines_on_a_terminal(terminal):
     """The usage line is a line of its own, as with -c or a pipe (on a terminal, control
     characters of a message show as ?, and the line break between the two did too)."""
