@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ._commands import Arg, Call, CommandError, Reply, busy_why, command
 from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
-from ._runresult import process_status
+from ._runresult import STOPPED_FOR_GOOD, process_status
 from ._runtime import ReplBlock
 from ._tilespec import format_tiles
 from .shell import ShellServer
@@ -233,8 +233,7 @@ def _exec(call: Call):
     call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))
     # (the terminal's second Ctrl-C, or its going away, gives up on the line: a program
     # that caught the first Ctrl-C and runs on is stopped whatever it catches)
-    call.on_abandon(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False,
-                                             reason="interrupted: the terminal stopped waiting"))
+    call.on_abandon(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False, reason=STOPPED_FOR_GOOD))
     future.add_done_callback(lambda _: pieces.put(done))
     while True:
         item = pieces.get()

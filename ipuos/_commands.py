@@ -35,6 +35,7 @@ from ._plural import plural
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._rundir import hint
 from ._runjson import run_result_to_json
+from ._runresult import STOPPED_FOR_GOOD
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
@@ -404,8 +405,7 @@ def _run(call: Call):
         # the Ctrl-C a KeyboardInterrupt the program may catch; if it does, and runs on, the
         # client giving up (its second Ctrl-C, or gone) stops it whatever it catches
         call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)", ctrl_c=True))
-        call.on_abandon(lambda: (stop := interrupt()) is not None and stop(
-            "interrupted for good (a second Ctrl-C, or the client went away)"))
+        call.on_abandon(lambda: (stop := interrupt()) is not None and stop(STOPPED_FOR_GOOD))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
         result = handle.wait()

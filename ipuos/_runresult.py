@@ -13,6 +13,9 @@ from .scheduler import ABORTED, ERROR, INTERRUPTED, OK, JobStats
 
 #: exit status of a tile that was interrupted (as a shell reports SIGINT)
 EXIT_INTERRUPTED = 130
+#: why a program was stopped whatever it catches: its client gave up on it (`ipuos run`
+#: or the shell's `run`, alike)
+STOPPED_FOR_GOOD = "interrupted for good (a second Ctrl-C, or the client went away)"
 
 
 @dataclass

@@ -184,8 +184,7 @@ class DaemonTransport:
 
         def interrupted(count: int) -> None:
             pressed.append(count)
-            if count == 1:  # (after the ^C a terminal echoes: the report starts a line)
-                on_output("err", "\n")
+            on_output("err", "\n")  # (after the ^C a terminal echoes: what follows starts a line)
 
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width, "echoes_ctrl_c": echoes_ctrl_c}
         result, _ = self._call("shell.exec", args, payload, wait=None, interruptible=True, on_event=event,

@@ -215,6 +215,23 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
 
 
+def test_a_second_ctrl_c_on_run_starts_the_report_on_a_line_of_its_own(terminal, shared_machine, tmp_path):
+    (tmp_path / "swallow.py").write_text("while True:\n    try:\n        while True:\n            sync()\n"
+                                         "    except KeyboardInterrupt:\n        print('swallowed')\n")
+    term = terminal()
+    term.prompt()
+    term.run(f"put {tmp_path}/swallow.py /swallow2.py")
+    term.child.sendline("run /swallow2.py --tiles 1")
+    wait_for(lambda: "swallow2.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
+             what="the program to run")
+    term.child.sendintr()
+    time.sleep(1.0)
+    term.child.sendintr()
+    out = term.prompt()
+    # (the second ^C and the report were on one line)
+    assert "^C\n^C\n[1 tile: 1]\nswallowed\ninterrupted for good" in out, repr(out)
+
+
 @contextlib.contextmanager
 def tile_0_held(booted, tmp_path):
     """A program computes on tile 0 without an exchange point until the block ends: it
