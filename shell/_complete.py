@@ -19,10 +19,14 @@ import inspect
 import keyword
 import re
 
+from ._filecmds import natural_order
 from ._session import MULTIREPL, PYTHON, SHELL
 from ._table import COMMANDS
 
 __all__ = ["complete", "host_word", "complete_host_path"]
+
+#: commands whose paths are directories: files are not offered
+_TAKE_DIRECTORIES = frozenset({"cd", "rmdir"})
 
 # as the parser reads a line: a newline ends a command like ';', a CR is a space
 _BREAKS = " \t\r\n;>"
@@ -79,10 +83,12 @@ def complete(fs, session, text: str) -> tuple[int, list[str]]:
     if not before.strip():
         names = sorted(name for name in COMMANDS if name.startswith(word))
         return start, [name + " " for name in names]
-    spec = COMMANDS.get(before.split()[0])
+    command = before.split()[0]
+    spec = COMMANDS.get(command)
     after_redirect = before.rstrip().endswith(">")
     if spec is not None and not spec.paths and not after_redirect:
         return start, []
+    directories_only = command in _TAKE_DIRECTORIES and not after_redirect
     directory, slash, base = word.rpartition("/")
     directory = directory + slash
     try:
@@ -90,8 +96,8 @@ def complete(fs, session, text: str) -> tuple[int, list[str]]:
     except (OSError, ValueError):
         return start, []
     found = []
-    for entry in sorted(entries, key=lambda e: e.name):
-        if not entry.name.startswith(base):
+    for entry in sorted(entries, key=natural_order):  # (as ls lists them: /tiles/2 before /tiles/10)
+        if not entry.name.startswith(base) or (directories_only and not entry.is_dir):
             continue
         if entry.name.startswith(".") and not base.startswith("."):
             continue

@@ -27,7 +27,7 @@ def _join(directory: str, name: str) -> str:
     return directory + name if directory.endswith("/") else directory + "/" + name
 
 
-def _natural(entry) -> list:
+def natural_order(entry) -> list:
     """Sort key: digits compare as numbers, so /tiles lists 0, 1, 2 ... 10, not 0, 1, 10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", entry.name)]
 
@@ -90,7 +90,7 @@ def _ls(sh, args):
             continue
         if not show_all:
             entries = [e for e in entries if not e.name.startswith(".")]
-        entries.sort(key=_natural)
+        entries.sort(key=natural_order)
         if show_all:
             here = sh.fs.entry(path)
             entries[:0] = [here._replace(name="."), here._replace(name="..", size=0, mtime_ns=0)]
@@ -351,7 +351,7 @@ def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int]
         return
     sh.check()
     try:
-        entries = sorted(sh.fs.entries(path), key=_natural)
+        entries = sorted(sh.fs.entries(path), key=natural_order)
     except OSError as exc:
         sh.oserror(exc)
         return
@@ -392,7 +392,7 @@ def _du_below(sh, path: str, every: bool, top: bool = False, skip: tuple = ()) -
     except OSError as exc:
         sh.oserror(exc)
         return 0
-    for entry in sorted(entries, key=_natural):  # (as ls and tree: /tiles/2 before /tiles/10)
+    for entry in sorted(entries, key=natural_order):  # (as ls and tree: /tiles/2 before /tiles/10)
         if entry.is_dir:
             child = _join(path, entry.name)
             if not skip or sh.fs.abspath(child) not in skip:

@@ -155,6 +155,11 @@ def test_completion_of_commands_and_paths(server):
     assert session.complete("cat fi") == (4, ["file "])
     assert session.complete("ls /tiles/1") == (3, ["/tiles/1/", "/tiles/10/", "/tiles/11/", "/tiles/12/",
                                                    "/tiles/13/", "/tiles/14/", "/tiles/15/"])
+    # in the order ls lists them (numbers as numbers), and only directories for cd
+    assert session.complete("ls /tiles/")[1][:3] == ["/tiles/0/", "/tiles/1/", "/tiles/2/"]
+    assert session.complete("cd /comp/") == (3, ["/comp/dir/", "/comp/with\\ space/"])
+    assert session.complete("rmdir /comp/d") == (6, ["/comp/dir/"])
+    assert session.complete("echo > /comp/fi") == (7, ["/comp/file "])
 
 
 def test_a_completed_name_holding_a_newline_stays_one_word(server):
