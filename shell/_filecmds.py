@@ -309,7 +309,7 @@ def _stat(sh, args):
             continue
         full = sh.fs.abspath(path)
         mount = max((m for m in mounts if is_within(full, m.path)), key=lambda m: len(m.path))
-        where = f"{mount.path} ({mount.kind}: {mount.source})"
+        where = f"{mount.path} ({mount.kind}: {mount.source.strip('<>')})"  # (as mount shows it)
         match = re.match(r"^/tiles/(\d+)", full)
         if match and mount.path == "/tiles":
             where += f", served by tile {match.group(1)}"

@@ -767,6 +767,8 @@ def test_tree_stat_du(shared_machine):
     assert "6\t/tiles/6/t\n" in done.stdout
     assert "  Type: regular file\n  Size: 6\n" in done.stdout
     assert "served by tile 6" in done.stdout
+    done = shell(shared_machine, "stat /")
+    assert " Mount: / (littlefs: MemoryDevice tile 0 'disk' " in done.stdout, done.stdout  # (as mount shows it)
 
 
 def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_path):
