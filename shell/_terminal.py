@@ -275,8 +275,34 @@ class Terminal:
                         continue
                     self._execute("", eof=True)
                     continue
-                self.feed(line)
+                self._feed_entry(line)
         return self.status
+
+    def _feed_entry(self, text: str) -> None:
+        """What was entered at the prompt. Lines pasted at once run one after another,
+        as a script's: a line that starts python or multirepl takes the lines after it as
+        its input (and if it does not start, they do not run as shell commands)."""
+        if self.mode != SHELL or "\n" not in text:
+            self.feed(text)
+            return
+        lines = iter(text.split("\n"))
+        for line in lines:
+            repl = None
+            if self.mode == SHELL:
+                while continues_on_next_line(line):  # (a quote that goes on: one command)
+                    following = next(lines, None)
+                    if following is None:
+                        break
+                    line += "\n" + following
+                repl = self._repl_meant(line)
+            self.feed(line)
+            if self._done or self.ctrl_c:
+                return
+            if repl is not None and self.mode == SHELL:
+                if any(rest.strip() for rest in lines):
+                    self._write_err(f"{repl}: did not start, so the pasted lines after it do not run (they "
+                                    "are its input, not shell commands)\n")
+                return
 
     def _load_history(self, kind: str = SHELL):
         """The history of shell lines (``history_file``) or of Python lines (beside it)."""

@@ -120,6 +120,19 @@ def test_output_without_a_final_newline_keeps_its_line_from_the_prompt(terminal)
     assert term.run("echo -n; echo next") == "next\n"  # (nothing printed: no empty line)
 
 
+def test_pasted_lines_run_in_turn_and_those_after_python_are_its_input(terminal):
+    # (a paste is one entry: it was refused whole, "python: must be the last command on
+    # its line", though python was the last of its line)
+    term = terminal()
+    term.prompt()
+    term.child.send("\x1b[200~echo first\npython\nx = 40\nprint(x + 2)\x1b[201~\r")
+    out = term.expect_prompt(">>>")
+    assert "first\n" in out and "42\n" in out, repr(out)
+    term.child.sendeof()  # (leaves python)
+    term.prompt()
+    assert term.run("echo back") == "back\n"
+
+
 def test_a_usage_error_is_two_lines_on_a_terminal(terminal):
     """The usage line is a line of its own, as with -c or a pipe (on a terminal, control
     characters of a message show as ?, and the line break between the two did too)."""
