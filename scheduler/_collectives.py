@@ -122,7 +122,7 @@ def complete(job: "Job") -> None:
 
 def _set_aside(job: "Job", offs, src_ids) -> list[tuple[int, bytes]]:
     """(index in ``offs``, part) of the parts that were set aside from their tiles'
-    outgoing buffers (see ExchangeEngine.set_aside_held_part)."""
+    outgoing buffers (see ExchangeEngine.make_room)."""
     if not job.coll_set_aside:
         return []
     ranks = {tile_id: rank for rank, tile_id in enumerate(job.ids)}
