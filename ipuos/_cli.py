@@ -27,8 +27,8 @@ import time
 import click
 from click.core import ParameterSource
 
-from ._client import (RESULT_LINGER_SECONDS, STUCK_IN_C, Client, DaemonError, MachineNotRunning, SocketMissing,
-                      process_stopped, stuck_daemon)
+from ._client import (RESULT_LINGER_SECONDS, STOPPED, STUCK_IN_C, Client, DaemonError, MachineNotRunning,
+                      SocketMissing, process_stopped, stuck_daemon)
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import plural
@@ -375,7 +375,7 @@ def halt(name, if_saved, backup, force) -> None:
     pid = lock_holder(paths.lock)
     if pid and process_stopped(pid):  # (it would take the request and answer nothing)
         client.close()
-        _halt_unanswering(paths, pid, saving, "is stopped (by SIGSTOP, Ctrl-Z or a debugger)")
+        _halt_unanswering(paths, pid, saving, STOPPED)
         return
     with _Errors(), client:
         args = {"if_saved": if_saved, "backup": None if backup is None else image_path(backup, writing=True)}
@@ -445,7 +445,7 @@ def _halt_unanswering(paths, pid: int | None, saving: bool, what: str) -> None:
         click.echo(f"halted machine {paths.name!r} (another halt was stopping it)")
         return
     if saving and process_stopped(pid):
-        _fail(f"machine {paths.name!r} (pid {pid}) is stopped (by SIGSTOP, Ctrl-Z or a debugger), so it cannot back up "
+        _fail(f"machine {paths.name!r} (pid {pid}) {STOPPED}, so it cannot back up "
               f"or say whether it is saved: `kill -CONT {pid}` lets it go on; then halt it again")
     if saving:
         _fail(f"machine {paths.name!r} (pid {pid}) {what}, so it cannot back up or say whether it is "

@@ -54,9 +54,12 @@ def stuck_daemon(paths: MachinePaths, whose: str = "") -> str:
             f"{hint('halt --force', paths.name)} ends it")
 
 
+#: what a daemon stopped by a signal is, wherever a client says so
+STOPPED = "is stopped (by SIGSTOP, Ctrl-Z or a debugger)"
+
+
 def daemon_stopped(pid: int) -> str:
-    return (f"its daemon (pid {pid}) is stopped (by SIGSTOP, Ctrl-Z or a debugger): `kill -CONT {pid}` lets it "
-            "go on")
+    return f"its daemon (pid {pid}) {STOPPED}: `kill -CONT {pid}` lets it go on"
 
 
 def process_stopped(pid: int) -> bool:

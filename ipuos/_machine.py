@@ -34,7 +34,7 @@ from ._runtime import (
 from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
 from ._tilespec import format_tiles, parse_tiles
-from .scheduler import ABORTED, ERROR, OK, Job, Scheduler, TileFailed
+from .scheduler import ABORTED, ERROR, OK, Job, Scheduler, TileFailed, not_started
 from .vfs import HostFsClient, Storage, working_directories
 
 class RunHandle:
@@ -459,9 +459,7 @@ class Machine:
             try:
                 self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares, timeout=start_timeout)
             except concurrent.futures.TimeoutError:
-                raise TimeoutError(f"{filename} did not start within {start_timeout:g} s: the machine "
-                                   "takes a job between supersteps, and a tile is computing without "
-                                   "reaching an exchange point") from None
+                raise not_started(filename, start_timeout) from None
             if deadline is not None:
                 start_timeout = max(0.0, deadline - time.monotonic())
         _check_output_limit(output_limit)

@@ -60,11 +60,12 @@ __all__ = [
     "encode",
     "ended_call",
     "foreign_call",
+    "not_started",
 ]
 
 #: public names imported on first use (see ipuos._lazy)
 __getattr__, __dir__ = lazy_exports(__name__, globals(), {
-    "Scheduler": "._scheduler", "Tile": "._tile", "TileAPI": "._api",
+    "Scheduler": "._scheduler", "not_started": "._scheduler", "Tile": "._tile", "TileAPI": "._api",
     "Job": "._job", "JobReport": "._job", "TileResult": "._job",
     "ProgramGlobals": "._payload", "TilePickler": "._payload", "TileUnpickler": "._payload",
     "decode": "._payload", "encode": "._payload",

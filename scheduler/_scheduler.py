@@ -297,9 +297,7 @@ class Scheduler:
                     raise exc from None
                 self.interrupt_job(job, "interrupted: the caller stopped waiting for it to start")
             if isinstance(exc, _FutureTimeout):
-                raise TimeoutError(f"{name} did not start within {timeout:g} s: the machine "
-                                   "takes a job between supersteps, and a tile is computing "
-                                   "without reaching an exchange point") from None
+                raise not_started(name, timeout) from None
             raise
 
     def interrupt_job(self, job: Job, reason: str = "interrupted by the user", ctrl_c: bool = False) -> None:
@@ -903,6 +901,12 @@ def _release_tile(tile: Tile) -> None:
     tile.in_msgs.clear()
     tile.in_live = 0
     tile.in_used = 0
+
+
+def not_started(name: str, timeout: float) -> TimeoutError:
+    """The error of a job the machine did not take within ``timeout`` seconds."""
+    return TimeoutError(f"{name} did not start within {timeout:g} s: the machine takes a job between "
+                        "supersteps, and a tile is computing without reaching an exchange point")
 
 
 def _tile_id(tile_id) -> int:
