@@ -1306,6 +1306,7 @@ class _UnraisableRouter:
             self.host_hook(unraisable)
             return
         error = unraisable.exc_value or unraisable.exc_type()
+        ctx.api.job.name_stop(error, ctx.api.tileid)
         if ctx.stops_ignored is not None and isinstance(error, (TileInterrupt, JobAborted)):
             ctx.stops_ignored.append(error)
         where = f"{unraisable.err_msg or 'Exception ignored in'}: {unraisable.object!r}\n"

@@ -215,6 +215,17 @@ class Job:
         if self.abort_reason is None:  # (what the tiles the watchdog stops next say)
             self.abort_reason = self.budget_message(rank)
 
+    def name_stop(self, stop: BaseException, rank: int) -> BaseException:
+        """Give ``stop`` the words it lacks: the watchdog can only inject a bare class
+        into a computing tile, and whoever reports the stop (the job's result, a
+        ``__del__`` it interrupted) must say why, as a stop raised at an exchange does."""
+        if isinstance(stop, ComputeBudgetExceeded):
+            if stop.args == (stop.UNNAMED,):
+                stop.args = (self.budget_message(rank),)
+        elif isinstance(stop, (TileInterrupt, JobAborted)) and not stop.args:
+            stop.args = (self.abort_reason or "interrupted",)
+        return stop
+
     def budget_message(self, rank: int) -> str:
         return f"{self.describe([rank])} computed for more than {self.budget:g} s without reaching an exchange point"
 

@@ -834,12 +834,9 @@ def _run_job(tile: Tile, job: Job) -> None:
             tile.raise_signal()
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
-        if exc.args == (exc.UNNAMED,):  # raised by the watchdog, which can only inject a bare class
-            exc.args = (job.budget_message(tile.rank),)
-        result = TileResult(tile.rank, tile.id, ERROR, error=exc)
+        result = TileResult(tile.rank, tile.id, ERROR, error=job.name_stop(exc, tile.rank))
     except (TileInterrupt, JobAborted) as exc:
-        if not exc.args:
-            exc.args = (job.abort_reason or "interrupted",)
+        job.name_stop(exc, tile.rank)
         status = ABORTED if isinstance(exc, JobAborted) else INTERRUPTED
         result = TileResult(tile.rank, tile.id, status, error=exc)
     except greenlet.GreenletExit as exc:
