@@ -405,8 +405,10 @@ class Job:
 
 def _stops_for_good(signal: BaseException) -> bool:
     """Whether ``signal`` ends the job whatever its program catches: an interrupt other
-    than the user's Ctrl-C (``kill``, its client gone, shutdown)."""
-    return isinstance(signal, TileInterrupt) and not isinstance(signal, TileKeyboardInterrupt)
+    than the user's Ctrl-C (``kill``, its client gone, shutdown), or the abort after a
+    tile failed."""
+    return isinstance(signal, JobAborted) or (
+        isinstance(signal, TileInterrupt) and not isinstance(signal, TileKeyboardInterrupt))
 
 
 @dataclass

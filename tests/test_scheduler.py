@@ -1276,6 +1276,29 @@ def test_a_caught_ctrl_c_leaves_a_failure_handled_as_ever(sched):
     assert sorted(ran_on) == [1, 2]
 
 
+def test_a_failure_while_the_others_have_a_ctrl_c_still_to_raise_stops_them(sched):
+    """Tile 0 takes its Ctrl-C first and fails at once, while tiles 1 and 2 have theirs
+    still to raise: the job's abort must not wait behind a Ctrl-C they catch (it did,
+    and they ran on to the end as if the job had not failed)."""
+    entered = []
+
+    def prog(api):
+        _sync_until_a_ctrl_c(api, entered)
+        if api.tileid == 0:
+            raise ValueError("boom")
+        api.sync()
+        api.sync()
+
+    job = sched.start_job([0, 1, 2], prog)
+    _started(job, entered, 3)
+    # on the scheduler thread, between supersteps: every tile gets its Ctrl-C as it
+    # waits, and tile 0 (resumed first) raises and fails before the others resume
+    sched.call(sched.interrupt_job, job, "interrupted (Ctrl-C)", True).result(5)
+    report = job.future.result(5)
+    assert [r.status for r in report.results] == [ERROR, ABORTED, ABORTED]
+    assert "tile 0 failed with ValueError: boom" in str(report.results[1].error)
+
+
 @pytest.mark.parametrize("handler", ["allreduce", "recv"])
 def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_meets_them(sched, handler):
     """Tile 2 computes, the others wait in sync(): the watchdog hands tile 2 its Ctrl-C at
