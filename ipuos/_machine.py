@@ -488,6 +488,7 @@ class Machine:
         multirepl); ``data`` is split into ``__tiledata`` as for :meth:`launch`, and each
         tile keeps its share in SRAM while the session lasts: ValueError if a tile has no
         room for it."""
+        self.scheduler.check_running()  # (now, not at its first block)
         tile_ids = parse_tiles(tiles, self.ntiles)
         _check_output_limit(output_limit)
         shares = _shares(data, len(tile_ids))

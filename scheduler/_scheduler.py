@@ -255,10 +255,19 @@ class Scheduler:
         for tile_id, future in requests:
             deliver(tile_id, service, args, future)
 
+    def check_running(self) -> None:
+        """RuntimeError saying why, unless the machine takes calls now."""
+        if self.running and not self._closed:
+            return
+        if self._stopping or self._closed:
+            raise RuntimeError("the machine has been shut down and runs nothing more: start a new one")
+        if self._thread is None:
+            raise RuntimeError("the machine is not running: it has not been started")
+        raise RuntimeError("the machine is not running: its scheduler thread ended (see its internal errors)")
+
     def _enqueue(self, future, fn, args) -> None:
         with self._cond:  # (the lock: a call is never queued after shutdown failed the rest)
-            if not self.running or self._closed:
-                raise RuntimeError("the machine is not running")
+            self.check_running()
             self._calls.append((future, fn, args))
             self._cond.notify()
 

@@ -565,6 +565,19 @@ def test_close_interrupts_running_programs():
     assert handle.wait(5).tiles[0].status == "interrupted"
 
 
+@pytest.mark.parametrize("use", [
+    lambda m: m.run("print(1)"),
+    lambda m: m.repl("0"),
+    lambda m: m.fs.listdir(0, "/"),
+    lambda m: m.stats(),
+], ids=["run", "repl", "fs", "stats"])
+def test_a_closed_machine_says_it_was_shut_down(use):
+    m = Machine("tiny")
+    m.close()
+    with pytest.raises(RuntimeError, match="^the machine has been shut down and runs nothing more: start a new one$"):
+        use(m)
+
+
 def _wait_for_threads_to_end(threads, seconds: float = 10.0) -> list:
     deadline = time.monotonic() + seconds
     while any(t.is_alive() for t in threads) and time.monotonic() < deadline:

@@ -1575,10 +1575,13 @@ def test_submitting_to_a_stopped_scheduler_is_refused_at_once():
     stopped = Scheduler(SRAM(4, 64 * 1024), 4, exchange_out=2048, exchange_in=4096)
     stopped.start()
     stopped.stop()
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(RuntimeError, match="has been shut down and runs nothing more: start a new one"):
         stopped.submit(0, "test.whoami", 1)
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(RuntimeError, match="has been shut down"):
         stopped.submit_all(range(4), "test.whoami", 1)
+    never_started = Scheduler(SRAM(4, 64 * 1024), 4, exchange_out=2048, exchange_in=4096)
+    with pytest.raises(RuntimeError, match="not running: it has not been started"):
+        never_started.submit(0, "test.whoami", 1)
 
 
 def test_a_request_that_came_during_a_file_operation_is_served_at_the_next_sync(sched):
