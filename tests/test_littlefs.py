@@ -183,9 +183,33 @@ def test_invalid_configuration_is_refused_before_littlefs_sees_it():
         Filesystem(device, block_cycles=0)
     with pytest.raises(ValueError):
         Filesystem(MemoryDevice.new(64, 32))
-    for metadata_max in (256, 1024, -512, "512"):  # not whole cache lines of the block
-        with pytest.raises(ValueError, match="metadata_max must be 0 or a multiple of cache_size 512"):
+    for metadata_max in (256, 1024, -512, "512"):  # not whole read units dividing the block
+        with pytest.raises(ValueError, match=r"metadata_max must be 0 or a multiple of read_size and "
+                                             r"prog_size \(512\) that divides the block size 512"):
             Filesystem(device, metadata_max=metadata_max)
+    big_blocks = MemoryDevice.new(16384, 8)
+    for metadata_max in (2048, 6144, 12288):  # (littlefs aborts on each: not read units dividing it)
+        with pytest.raises(ValueError, match="metadata_max must be 0 or a multiple"):
+            Filesystem(big_blocks, read_size=4096, metadata_max=metadata_max)
+
+
+def test_big_blocks_get_whole_block_cache_lines_and_a_short_metadata_log():
+    """File data is read a block at a time, while a small read (a tag, a pointer) still
+    reads 4 KiB and the metadata log stays 4 KiB: what littlefs accepts (it aborts on a
+    log that is not whole read units dividing the block), and what works."""
+    fs = Filesystem(MemoryDevice.new(16384, 16))
+    config = fs.config
+    assert (config["cache_size"], config["read_size"], config["metadata_max"]) == (16384, 4096, 4096)
+    fs.format()
+    fs.mount()
+    data = bytes(range(256)) * 300
+    with fs.open("/a", "w") as f:
+        f.write(data)
+    fs.unmount()
+    fs.mount()
+    with fs.open("/a", "r") as f:
+        assert f.read() == data
+    assert _metadata_log_bytes(fs.device) <= 4096
 
 
 def _metadata_log_bytes(device) -> int:

@@ -173,6 +173,17 @@ def test_sweep_with_wear_levelling_relocations():
     assert report.ok, str(report)
 
 
+@pytest.mark.parametrize("name", ["append+sync", "mkdir/rmdir", "rename-replace"])
+def test_sweep_with_cache_lines_longer_than_reads_and_a_short_metadata_log(name):
+    """The chip disk's shape, scaled down: cache lines of a whole block, reads of a
+    quarter of one, a metadata log of a quarter block (see blockdev._littlefs._config)."""
+    workload, setup = WORKLOADS[name]
+    report = power_loss_sweep(lambda: MemoryDevice.new(1024, 24), workload, setup=setup, torn=True,
+                              filesystem_options={"cache_size": 1024, "read_size": 256, "metadata_max": 256})
+    assert report.writes >= 300, f"{name} makes only {report.writes} writes"
+    assert report.ok, str(report)
+
+
 def test_sweep_with_flash_like_erased_value():
     report = power_loss_sweep(lambda: MemoryDevice.new(256, 48, erase_value=0xFF),
                               rename_replace, torn=True)
