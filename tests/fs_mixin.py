@@ -137,6 +137,22 @@ class FilesystemTests:
             assert f.tell() == 600
         assert self.read_file(fs, "/f") == b"head"
 
+    def test_an_empty_write_leaves_no_mark_on_where_the_next_one_goes(self, fs):
+        # (a client buffering writes once sent the next one to where the empty one was)
+        with fs.open("/f", "w+") as f:
+            f.write(b"abc")
+            f.sync()
+            assert f.write(b"") == 0
+            f.seek(0)
+            f.write(b"Z")
+        assert self.read_file(fs, "/f") == b"Zbc"
+        self.write_file(fs, "/g", b"0123456789")
+        with fs.open("/g", "r+") as f:
+            assert f.write(b"") == 0
+            assert f.read(5) == b"01234"
+            f.write(b"Z")
+        assert self.read_file(fs, "/g") == b"01234Z6789"
+
     def test_overwrite_in_the_middle(self, fs):
         self.write_file(fs, "/f", pattern(2000))
         with fs.open("/f", "r+") as f:
@@ -175,6 +191,15 @@ class FilesystemTests:
             f.seek(0)
             f.write(b"three")  # appends regardless of the position
         assert self.read_file(fs, "/log") == b"one,two,three"
+
+    def test_truncate_at_the_position_after_appending(self, fs):
+        # an append lands at the end wherever the position was: truncate() cuts there
+        self.write_file(fs, "/log", b"0123456789")
+        with fs.open("/log", "a") as f:
+            f.seek(2)
+            f.write(b"XY")
+            assert f.truncate() == 12
+        assert self.read_file(fs, "/log") == b"0123456789XY"
 
     def test_open_modes(self, fs):
         self.write_file(fs, "/f", b"original")

@@ -97,6 +97,40 @@ def test_text_files(place):
     assert raw == "ünïcode\nsecond 2\nthird\r\n".encode()
 
 
+@pytest.mark.parametrize("mode", ["b", ""], ids=["binary", "text"])
+def test_writes_land_where_the_position_says_after_empty_writes_and_appends(place, mode):
+    """(Found on /tiles/N, whose client buffers writes: an empty write left the next
+    write going to where it was; truncate() in append mode cut at the position from
+    before the appends.)"""
+    def body(vfs, path):
+        data = (lambda text: text.encode()) if mode else (lambda text: text)
+        with vfs.open(path("e"), "w" + mode) as f:
+            f.write(data("abc"))
+            f.flush()
+            f.write(data(""))
+            f.seek(0)
+            f.write(data("Z"))
+        with vfs.open(path("r"), "w" + mode) as f:
+            f.write(data("0123456789"))
+        with vfs.open(path("r"), "r+" + mode) as f:
+            f.write(data(""))
+            f.read(5)
+            f.write(data("Z"))
+        with vfs.open(path("a"), "w" + mode) as f:
+            f.write(data("0123456789"))
+        with vfs.open(path("a"), "a" + mode) as f:
+            f.seek(2)
+            f.write(data("XY"))
+            cut = f.truncate()
+        return [vfs.open(path(name), "rb").read() for name in ("e", "r", "a")], cut
+
+    contents, cut = place.run(body)
+    # (in text mode a read reads ahead, and the write after it goes to the end: as
+    # CPython's own text files do)
+    assert contents == [b"Zbc", b"01234Z6789" if mode else b"0123456789Z", b"0123456789XY"]
+    assert cut == 12
+
+
 def test_binary_random_access(place):
     def body(vfs, path):
         data = bytes(range(256)) * 20

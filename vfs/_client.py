@@ -367,6 +367,8 @@ class RemoteFile(VfsFile):
             raise wrong_mode_error(self.name, reading=False)
         view = memoryview(data).cast("B")
         count = len(view)
+        if not count:
+            return 0  # (nothing to hold: an empty buffer would keep this position for the next write)
         if self._unsent is None:
             self._unsent = bytearray()
             self._unsent_at = self._position
@@ -423,8 +425,11 @@ class RemoteFile(VfsFile):
     @_naming_errors
     def truncate(self, size: int | None = None) -> int:
         self._check_open()
-        size = self._position if size is None else checked_size(size, self.name)
-        self._send_writes()
+        if size is not None:
+            size = checked_size(size, self.name)
+        self._send_writes()  # (first: where buffered appends land is known once they are sent)
+        if size is None:
+            size = self._position
         self._client.call(self._tile, "fs.ftruncate", self._handle, size)
         return size
 
@@ -461,6 +466,7 @@ class RemoteFile(VfsFile):
     def _send_writes(self) -> None:
         unsent = self._unsent
         if not unsent:
+            self._unsent = None
             return
 
         def landed(n: int) -> None:
