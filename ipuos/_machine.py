@@ -504,13 +504,20 @@ class Machine:
         their own (a group each in the output), so both are refused before they start."""
         sizes = [len(share.encode("utf-8")) for share in shares]
         room = [self.sram.memory(tile).largest_free() for tile in tile_ids]
-        for tile, size, free in zip(tile_ids, sizes, room):
+        for tile, share, size, free in zip(tile_ids, shares, sizes, room):
             if size > free:
+                whole = f"the data ({sum(sizes)} bytes) does not fit in the SRAM of " \
+                        f"{plural(len(tile_ids), 'tile')} ({format_tiles(tile_ids)}): "
+                longest = max(len(line.encode("utf-8")) for line in share.splitlines(keepends=True))
+                if longest > max(room):
+                    # more tiles would not help: a line is never split between tiles
+                    raise ValueError(
+                        f"{whole}tile {tile}'s share holds a line of {longest} bytes, and no tile has "
+                        f"room for more than {max(room)}; a line is never split between tiles: break it up")
                 raise ValueError(
-                    f"the data ({sum(sizes)} bytes) does not fit in the SRAM of "
-                    f"{plural(len(tile_ids), 'tile')} ({format_tiles(tile_ids)}): tile {tile}'s share is "
-                    f"{size} bytes, and it has room for {free} (the largest free block of each tile "
-                    f"adds up to {sum(room)} bytes); give less data, or spread it over more tiles")
+                    f"{whole}tile {tile}'s share is {size} bytes, and it has room for {free} (the "
+                    f"largest free block of each tile adds up to {sum(room)} bytes); give less data, "
+                    f"or spread it over more tiles")
 
     def _program_setup(self, api, ctx) -> None:
         """Give a program its tile's files: ``open``, ``os``, imports from the tile's

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import contextlib
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -171,6 +174,16 @@ def test_data_that_does_not_fit_the_tiles_is_one_error_not_one_per_tile(runner, 
     assert result.exit_code != 0
     assert result.output.count("does not fit in the SRAM of 4 tiles (0-3): tile 0's share is 75000 bytes") == 1
     assert "MemoryError" not in result.output and "[1 tile:" not in result.output
+
+
+def test_a_data_line_no_tile_can_hold_says_so_rather_than_to_use_more_tiles(runner, program, tmp_path):
+    data = tmp_path / "long.txt"
+    data.write_text("short\n" + "x" * 70000 + "\n")  # one line bigger than a tiny tile's SRAM
+    result = runner.invoke(main, ["run", program("pass"), "--tiles", "0-15", "--data", str(data)])
+    assert result.exit_code == 1, result.output
+    assert re.search(r"tile \d+'s share holds a line of 70001 bytes, and no tile has room for more than \d+; "
+                     r"a line is never split between tiles: break it up", result.output), result.output
+    assert "more tiles" not in result.output
 
 
 def test_run_exit_status_reflects_errors(runner, program):

@@ -360,7 +360,7 @@ def test_repl_data_takes_sram_like_a_programs():
         # 60 KB: more than a tile has free, so the session would fail every block
         with pytest.raises(ValueError, match=r"^the data \(60000 bytes\) does not fit in the SRAM of 1 tile "
                                              r"\(1\): tile 1's share is 60000 bytes, and it has room for \d+ "):
-            machine.repl(tiles="1", data="word " * 12000)
+            machine.repl(tiles="1", data="word\n" * 12000)
         # room that goes between the start and the first block, which takes the share: each block says so
         repl = machine.repl(tiles="1", data="word " * 2000)
         machine.scheduler.call_wait(lambda: memory.alloc("filler", memory.largest_free()))
