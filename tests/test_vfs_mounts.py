@@ -131,6 +131,21 @@ def test_writes_land_where_the_position_says_after_empty_writes_and_appends(plac
     assert cut == 12
 
 
+def test_a_closed_file_is_named_as_it_was_opened(place):
+    def body(vfs, path):
+        f = vfs.open(path("c"), "wb")
+        f.close()
+        messages = []
+        for use in (f.read, lambda: f.write(b"x"), f.tell, lambda: f.seek(0), f.truncate):
+            with pytest.raises(ValueError) as excinfo:
+                use()
+            messages.append(str(excinfo.value))
+        return path("c"), messages
+
+    name, messages = place.run(body)
+    assert all(message.endswith(f"closed file {name!r}") for message in messages), messages
+
+
 def test_binary_random_access(place):
     def body(vfs, path):
         data = bytes(range(256)) * 20

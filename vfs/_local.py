@@ -479,6 +479,9 @@ class LocalFile(VfsFile):
         except OSError as exc:
             exc.filename = self.name
             raise
+        except ValueError:
+            self._check_open()  # (closed: named as the program opened it, not as its filesystem does)
+            raise
         finally:
             owner.fs_depth -= 1
 
@@ -491,6 +494,9 @@ class LocalFile(VfsFile):
             written = self._file.write(data)
         except OSError as exc:
             exc.filename = self.name
+            raise
+        except ValueError:
+            self._check_open()  # (see read)
             raise
         finally:
             owner.fs_depth -= 1
@@ -526,6 +532,9 @@ class LocalFile(VfsFile):
             return call(*args)
         except OSError as exc:
             exc.filename = self.name
+            raise
+        except ValueError:
+            self._check_open()  # (see read)
             raise
         finally:
             owner.fs_depth -= 1
