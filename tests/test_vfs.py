@@ -803,6 +803,8 @@ def test_a_path_over_path_max_is_enametoolong(vfs):
     (dict(ns=[0, 1]), TypeError),
     (dict(times=(0, float("nan"))), ValueError),
     (dict(times=(0, float("inf"))), OverflowError),
+    (dict(times=(0, 1e30)), OverflowError),  # (beyond time_t: was a ValueError)
+    (dict(ns=(0, 10**30)), OverflowError),
     (dict(times=(0, 1), ns=(0, 1)), ValueError),
 ])
 def test_utime_refuses_what_the_host_refuses(vfs, kwargs, error):
@@ -811,6 +813,17 @@ def test_utime_refuses_what_the_host_refuses(vfs, kwargs, error):
     with pytest.raises(error):
         vfs.utime("/bad-time", **kwargs)
     assert vfs.stat("/bad-time").st_mtime_ns == 42
+
+
+@pytest.mark.parametrize("kwargs, kept", [
+    (dict(times=(0, -1e10)), -(1 << 63)),  # (time_t holds it, 64 bits of ns do not: as Linux clamps)
+    (dict(ns=(0, -10**19)), -(1 << 63)),
+    (dict(times=(0, 1e18)), (1 << 63) - 1),
+])
+def test_utime_keeps_the_nearest_time_a_tile_can_when_the_host_takes_it(vfs, kwargs, kept):
+    vfs.open("/far-time", "w").close()
+    vfs.utime("/far-time", **kwargs)
+    assert vfs.stat("/far-time").st_mtime_ns == kept
 
 
 def _changes_dir_mtimes(vfs, directories, action) -> list[bool]:

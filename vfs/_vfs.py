@@ -23,6 +23,7 @@ import time
 from typing import NamedTuple
 
 from ipuos._plural import plural
+from ipuos.blockdev import MTIME_MAX_NS, MTIME_MIN_NS
 
 from ._backend import Backend, error_name, fs_error
 from ._cwds import busy_reason
@@ -787,8 +788,23 @@ def _refine_open_error(exc: OSError, mount, inner: str, name: str, mode) -> None
 
 
 def _utime_ns(times, ns) -> int:
-    """The modification time ``os.utime`` was given, in nanoseconds, its types checked as
-    the host checks them: before any arithmetic (``'x' * 10**9`` is a gigabyte)."""
+    """The modification time ``os.utime`` was given, in nanoseconds, as a tile keeps it.
+
+    Types are checked as the host checks them: before any arithmetic (``'x' * 10**9``
+    is a gigabyte). A time the host's time_t cannot hold is OverflowError, as there; one
+    it can hold, but not 64 bits of nanoseconds, becomes the nearest a tile keeps, as
+    Linux clamps a time to what the filesystem keeps."""
+    mtime_ns = _given_ns(times, ns)
+    if not _TIME_T_MIN_NS <= mtime_ns <= _TIME_T_MAX_NS:
+        raise OverflowError("timestamp out of range for platform time_t")
+    return min(max(mtime_ns, MTIME_MIN_NS), MTIME_MAX_NS)
+
+
+#: the times (in ns) a host's 64-bit time_t holds
+_TIME_T_MIN_NS, _TIME_T_MAX_NS = -(1 << 63) * 1_000_000_000, ((1 << 63) - 1) * 1_000_000_000
+
+
+def _given_ns(times, ns) -> int:
     if times is not None and ns is not None:
         raise ValueError("utime: you may specify either 'times' or 'ns' but not both")
     if ns is not None:
