@@ -135,6 +135,8 @@ class Job:
         self.abort_reason: str | None = None
         #: ranks that computed past the budget (see over_budget)
         self.over_budget_ranks: set[int] = set()
+        #: the superstep its tiles' programs begin in, all alike (see Scheduler._start_job)
+        self.first_superstep = 0
         self.future: Future = Future()
         self.waiters: list["Tile"] = []
         self.stats = JobStats()

@@ -677,6 +677,10 @@ class Scheduler:
             verb = "has" if len(dead) == 1 else "have"
             raise TileFailed(5, f"{describe_tiles(dead)} {verb} failed and cannot run programs")
         job = Job(self, next(self._job_ids), tiles, target, name, budget)
+        # started by a tile's code (the shell's `run`), mid-superstep: every tile begins in
+        # the next one, the starting tile too, or what it sent in this one would reach
+        # the others in their first superstep
+        job.first_superstep = self.superstep + int(self.in_compute)
         self.jobs[job.id] = job
         self._count_chips()
         for rank, tile in enumerate(tiles):
@@ -841,6 +845,10 @@ def _run_job(tile: Tile, job: Job) -> None:
     try:
         if tile.signal is not None and _stops_before_start(job, tile.signal):
             tile.raise_signal()
+        sched = tile.sched
+        if sched.superstep < job.first_superstep:  # (see _start_job)
+            sched.wake(tile)
+            tile.wait(lambda: sched.superstep >= job.first_superstep, "its first superstep")
         value = job.target(api)
     except ComputeBudgetExceeded as exc:
         result = TileResult(tile.rank, tile.id, ERROR, error=job.name_stop(exc, tile.rank))

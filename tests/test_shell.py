@@ -794,6 +794,18 @@ def test_run_groups_output_and_passes_arguments_and_data(shared_machine, tmp_pat
     ]
 
 
+def test_a_message_tile_0_sends_arrives_after_the_exchange_in_a_program_the_shell_runs(shared_machine):
+    """The shell, on tile 0, starts the job mid-superstep: every tile of it must still
+    begin in the same superstep (tile 0 began at once, and its message reached tile 1
+    in tile 1's first superstep)."""
+    program = ("_ = send(1, 'm') if __tileid == 0 else print(poll(0))\n"
+               "sync()\n"
+               "_ = None if __tileid == 0 else print(poll(0), recv(0))\n")
+    done = shell(shared_machine, f"echo \"{program}\" > /bsp.py; run /bsp.py --tiles 0-1")
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout == "[1 tile: 1]\nFalse\nTrue m\n"
+
+
 def test_run_refuses_a_slip_for_its_own_options_unless_after_double_dash(shared_machine):
     """``--tile 0`` used to reach the program as an argument, and it ran on every tile."""
     assert shell(shared_machine, "echo 'print(__args)' > /runargs.py").returncode == 0
