@@ -155,7 +155,7 @@ def _cp(sh, args):
             if entry.is_dir and not recursive:
                 sh.error(f"{source}: is a directory (use cp -r)")
                 continue
-            copy_tree(sh, source, target)
+            copy_tree(sh, source, target, report=sh.oserror)
         except OSError as exc:
             sh.oserror(exc)
     return sh.status
@@ -299,9 +299,11 @@ def _check_replaceable(sh, is_dir: bool, target: str) -> None:
         raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY), target)
 
 
-def copy_tree(sh, source: str, target: str, *, keep_times: bool = False) -> None:
+def copy_tree(sh, source: str, target: str, *, keep_times: bool = False, report=None) -> None:
     """Copy a file, or a directory and everything below it, chunk by chunk (``keep_times``:
-    with their modification times, as a move keeps them)."""
+    with their modification times, as a move keeps them). ``report``: called with each
+    OSError below ``source``, and the rest is copied (``cp -r``, as GNU cp); without it
+    the first error ends the copy (a move, which must not remove what it did not copy)."""
     sh.check()
     entry = sh.fs.entry(source)
     if not entry.is_dir:
@@ -313,7 +315,13 @@ def copy_tree(sh, source: str, target: str, *, keep_times: bool = False) -> None
             if not sh.fs.isdir(target):
                 raise
         for child in sh.fs.entries(source):
-            copy_tree(sh, _join(source, child.name), _join(target, child.name), keep_times=keep_times)
+            try:
+                copy_tree(sh, _join(source, child.name), _join(target, child.name), keep_times=keep_times,
+                          report=report)
+            except OSError as exc:
+                if report is None:
+                    raise
+                report(exc)
     if keep_times and entry.mtime_ns:
         sh.fs.utime(target, entry.mtime_ns)
 
@@ -335,10 +343,27 @@ def copy_file(sh, source: str, target: str) -> None:
                 _named(target, writer.write, data)
             _named(target, writer.close)
             _named(target, sh.fs.rename, temporary, target)
-        except BaseException:
+        except BaseException as exc:
             close_after_failure(writer)
             _discard(sh, temporary)
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC and _room_without(sh, target, source):
+                raise OSError(errno.ENOSPC, f"{exc.strerror} (the copy is written beside the old file, which it "
+                                            "replaces once complete: remove that first to make room)",
+                              target) from None
             raise
+
+
+def _room_without(sh, target: str, source: str) -> bool:
+    """Whether ``source`` would fit where ``target`` is if the file there now were removed
+    (a copy that ran out of space: see copy_file)."""
+    try:
+        old = sh.fs.entry(target)
+        if old.is_dir:
+            return False
+        info = sh.fs.statvfs(target)
+        return sh.fs.entry(source).size <= info.f_bavail * info.f_bsize + old.size
+    except OSError:
+        return False
 
 
 def close_after_failure(file) -> None:

@@ -575,6 +575,24 @@ def test_cp_onto_a_full_disk_says_no_space(shared_machine, tmp_path):
     # and no partial copy is left behind
     gone = shell(shared_machine, "rm /chip/blob; ls /tiles/5/copy")
     assert gone.stderr == "ls: /tiles/5/copy: No such file or directory\n"
+    # over a file there already: the old one stays, and cp says why room ran out
+    (tmp_path / "nine.bin").write_bytes(os.urandom(9_000))  # two do not fit a 16 KiB disk
+    done = shell(shared_machine, "put nine.bin /tiles/5/nine; put nine.bin /chip/nine; cp /chip/nine /tiles/5/nine",
+                 cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr == ("cp: /tiles/5/nine: No space left on device (the copy is written beside the old "
+                           "file, which it replaces once complete: remove that first to make room)\n")
+    assert shell(shared_machine, "rm /tiles/5/nine; cp /chip/nine /tiles/5/nine; rm /chip/nine /tiles/5/nine").returncode == 0
+
+
+def test_cp_r_reports_what_fails_and_goes_on_with_the_rest(shared_machine, tmp_path):
+    """As GNU cp: one file that fails does not leave the rest of the tree uncopied."""
+    (tmp_path / "big.bin").write_bytes(os.urandom(20_000))  # more than tile 10's 16 KiB disk
+    done = shell(shared_machine, "mkdir /chip/mix; echo a > /chip/mix/a_small; put big.bin /chip/mix/b_big; "
+                                 "echo c > /chip/mix/c_small; cp -r /chip/mix /tiles/10/", cwd=tmp_path)
+    assert (done.returncode, done.stderr) == (1, "cp: /tiles/10/mix/b_big: No space left on device\n")
+    assert shell(shared_machine, "ls /tiles/10/mix").stdout == "a_small\nc_small\n"
+    shell(shared_machine, "rm -r /chip/mix /tiles/10/mix")
 
 
 def test_put_and_get_expand_a_host_pattern_to_one_file_and_refuse_one_on_the_chip(shared_machine, tmp_path):
