@@ -110,14 +110,13 @@ def test_writes_land_where_the_position_says_after_empty_writes_and_appends(plac
             f.write(data(""))
             f.seek(0)
             f.write(data("Z"))
-        with vfs.open(path("r"), "w" + mode) as f:
-            f.write(data("0123456789"))
+        for name in ("r", "a"):
+            with vfs.open(path(name), "w" + mode) as f:
+                f.write(data("0123456789"))
         with vfs.open(path("r"), "r+" + mode) as f:
             f.write(data(""))
             f.read(5)
             f.write(data("Z"))
-        with vfs.open(path("a"), "w" + mode) as f:
-            f.write(data("0123456789"))
         with vfs.open(path("a"), "a" + mode) as f:
             f.seek(2)
             f.write(data("XY"))
