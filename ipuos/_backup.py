@@ -61,7 +61,8 @@ from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_di
 from ._plural import plural
 from ._presets import PRESETS, ipus_in_range
 from ._safepath import directory_problem
-from ._tilespec import format_tiles, parse_tiles
+from ._diskwords import disks_of, times_alike
+from ._tilespec import describe_tiles, format_tiles, parse_tiles, tiles_alike
 from .blockdev import Filesystem, MemoryDevice, check_mounts
 
 __all__ = ["BackupError", "Cancelled", "DIGEST", "Unsaved", "backup", "restore", "unsaved", "unsaved_state",
@@ -269,7 +270,7 @@ def check_destination(path: str) -> None:
         # (a socket there may be a machine's own: replaced, its daemon could not be reached)
         raise BackupError(f"cannot write {path}: it exists and is not a regular file "
                           f"({_FILE_KINDS.get(stat.S_IFMT(mode), 'a special file')}); an image only replaces a file")
-    problem = _replacing_problem(path) if mode is not None else None
+    problem = _replacing_problem(path, mode) if mode is not None else None
     if problem:
         raise BackupError(f"cannot write {path}: it exists and {problem} (a backup replaces the "
                           "file); remove it first or choose another name")
@@ -283,16 +284,24 @@ def check_destination(path: str) -> None:
 _NEWER_VERSIONS_MAX = 255
 
 
-def _replacing_problem(path: str) -> str | None:
-    """Why the file at ``path`` must not be replaced by a backup, or None: it may be if it
-    is empty or an image this ipuos writes (a typo must not turn a program or a document
-    into an image, nor lose a newer ipuos's backup this one cannot even read).
-    Unreadable: cannot tell."""
+def _replacing_problem(path: str, mode: int) -> str | None:
+    """Why the file at ``path`` (of ``mode``) must not be replaced by a backup, or None: it
+    may be if it is empty or an image this ipuos writes (a typo must not turn a program
+    or a document into an image, nor lose a newer ipuos's backup this one cannot even
+    read), and not made read-only (as a kept image is guarded: the image is written
+    beside the file and renamed over it, which its mode alone would not stop)."""
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return f"is read-only (mode {stat.S_IMODE(mode):04o})"
     try:
         with open(path, "rb") as f:
             start = f.read(len(MAGIC) + 2)
-    except OSError:
-        return None
+    except OSError as exc:
+        try:
+            empty = os.stat(path).st_size == 0
+        except OSError:
+            empty = False
+        # (one that cannot be read cannot be told from a document)
+        return None if empty else f"cannot be read to tell whether it is an ipuos image ({exc.strerror or exc})"
     if not start:
         return None
     if not start.startswith(MAGIC):
@@ -605,15 +614,18 @@ class Unsaved:
                 if several:
                     what = what.replace("holds", "hold", 1).replace("was saved", "were saved", 1)
                 reasons.append(f"{' and '.join(parts)} {what}")
-        for tile, paths in self.open_files.items():
-            reasons.append(f"tile {tile} holds {plural(len(paths), 'file')} open with writes "
-                           f"not yet on its disk ({', '.join(paths)})")
+        for tiles, paths in tiles_alike((tile, tuple(paths)) for tile, paths in self.open_files.items()):
+            one = len(tiles) == 1
+            reasons.append(f"{describe_tiles(tiles)} hold{'s' if one else ''} {plural(len(paths), 'file')}"
+                           f"{'' if one else ' each'} open with writes not yet on {'its disk' if one else 'their disks'} "
+                           f"({', '.join(paths)})")
         if self.open_files:
             reasons[-1] += ", which no backup holds"
-        for (tile, mount), files in sorted(self.unwritten_times.items()):
-            disk = f"the disk of tile {tile}" if mount == "/" else f"{mount} of tile {tile}"
-            reasons.append(f"the modification times of {plural(files, 'file')} on {disk} are not on it (it is "
-                           "too full to write them), and no backup holds them")
+        for tiles, mount, files in times_alike(self.unwritten_times):
+            it = "it" if len(tiles) == 1 else "them"
+            reasons.append(f"the modification times of {files} on {disks_of(mount, tiles)} are not on {it} "
+                           f"({'it is' if len(tiles) == 1 else 'they are'} too full to write them), and no "
+                           "backup holds them")
         if self.unimaged:
             reasons.append(f"{' and '.join(self.unimaged)} hold{'' if len(self.unimaged) > 1 else 's'} files, "
                            "which no backup takes")

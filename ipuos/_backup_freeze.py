@@ -30,7 +30,7 @@ import weakref
 from typing import Callable
 
 from ._plural import plural
-from ._tilespec import format_tiles
+from ._tilespec import describe_tiles, format_tiles
 from .blockdev import MemoryDevice
 from .vfs import LittlefsBackend
 
@@ -344,8 +344,6 @@ def _write_back(backend) -> None:
         flush()
 
 
-def describe_tiles(tiles: list[int]) -> str:
-    return f"tile{'s' if len(tiles) != 1 else ''} {format_tiles(tiles)}" if tiles else "no tile"
 
 
 def _unimaged_mounts(tile, storage) -> dict[tuple[int, str], tuple[str, bool]]:

@@ -29,11 +29,13 @@ import click
 from ._cli import (StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, directory_name_problem, image_path,
                    json_option, main, name_option)
 from ._client import Client, DaemonError
+from ._diskwords import disks_of, times_alike
 from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS, ipus_in_range
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
 from ._shown import shown
+from ._tilespec import describe_tiles, tiles_alike
 from ._views import human_bytes
 
 
@@ -170,7 +172,8 @@ def echo_backup_notes(summary: dict) -> None:
     """What a backup's image lacks, on stderr: writes not yet committed, RAM disks."""
     uncommitted = summary.get("uncommitted") or []
     if uncommitted:
-        files = "; ".join(f"tile {item['tile']}: {item['path']}" for item in uncommitted)
+        files = "; ".join(f"{describe_tiles(tiles)}: {path}"
+                          for tiles, path in tiles_alike((item["tile"], item["path"]) for item in uncommitted))
         click.echo(f"ipuos: note: {plural(len(uncommitted), 'file was', 'files were')} open "
                    f"with writes not yet committed, and the image holds {'them' if len(uncommitted) > 1 else 'it'} "
                    f"as last committed ({files}); a program commits a file's writes when it flushes or "
@@ -181,11 +184,12 @@ def echo_backup_notes(summary: dict) -> None:
         mounts = " and ".join(f"the {item['kind']} on {item['path']} of tile {item['tile']}" for item in left_out)
         click.echo(f"ipuos: note: not in the image: {mounts} (no backup takes "
                    f"{' or '.join(kind + 's' for kind in kinds)})", err=True)
-    for item in summary.get("times_left_out") or []:
-        disk = f"the disk of tile {item['tile']}" if item["path"] == "/" else f"{item['path']} of tile {item['tile']}"
-        click.echo(f"ipuos: note: not in the image: the modification times of {plural(item['files'], 'file')} "
-                   f"on {disk}, which is too full to write them (free some space on it, then back up "
-                   "again)", err=True)
+    times = {(item["tile"], item["path"]): item["files"] for item in summary.get("times_left_out") or []}
+    for tiles, mount, files in times_alike(times):
+        one = len(tiles) == 1
+        click.echo(f"ipuos: note: not in the image: the modification times of {files} on {disks_of(mount, tiles)}, "
+                   f"which {'is' if one else 'are'} too full to write them (free some space on "
+                   f"{'it' if one else 'them'}, then back up again)", err=True)
 
 
 @main.command()

@@ -892,8 +892,9 @@ def write_image(
             head += H(head)
             if os.pwrite(fd, head, 0) != HEADER_SIZE:
                 raise OSError(f"short write of the header of {tmp}")
-            try:  # replacing a file: its mode stays what its owner chose (as cp keeps it)
-                os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
+            try:  # replacing a file: its mode stays what its owner chose (as cp keeps it),
+                # but for its owner's read and write: an image they cannot read restores nothing
+                os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode) | stat.S_IRUSR | stat.S_IWUSR)
             except FileNotFoundError:
                 pass  # a new image: private (mkstemp's 0600), it holds the machine's files
             os.fsync(fd)

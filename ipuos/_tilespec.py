@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 
 
 class TileSpecError(ValueError):
@@ -147,3 +147,18 @@ def format_tiles(tiles: Iterable[int]) -> str:
             parts.append(f"{first}-{last}:{ordered[i + 1] - first}")
         i = j + 1
     return ",".join(parts)
+
+
+def describe_tiles(tiles: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"tiles 0-2,5"`` (``"tile 3"`` for one, ``"no tile"`` for none)."""
+    ordered = sorted(set(tiles))
+    return f"tile{'s' if len(ordered) != 1 else ''} {format_tiles(ordered)}" if ordered else "no tile"
+
+
+def tiles_alike(pairs: Iterable[tuple[int, Hashable]]) -> list[tuple[list[int], Hashable]]:
+    """``(tile, what)`` pairs grouped by ``what``, each with its tiles, in the order each
+    ``what`` first comes: what 1,472 tiles have alike is told once, for their range."""
+    groups: dict = {}
+    for tile, what in pairs:
+        groups.setdefault(what, []).append(tile)
+    return [(tiles, what) for what, tiles in groups.items()]
