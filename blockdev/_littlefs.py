@@ -251,7 +251,7 @@ class _DeviceCallbacks:
 
     def __init__(self, device, unit: int):
         self.device = device
-        #: littlefs' usual request size (its cache line), for the fast paths' counting
+        #: a request size littlefs often makes (its cache line), for the fast paths' counting
         self.unit = unit
         self.fault: BaseException | None = None
         #: ``[n]``: syncs littlefs asked for. littlefs syncs at the end of every metadata
@@ -1460,8 +1460,8 @@ def _config(block_size, block_count, read_size, prog_size, cache_size, lookahead
         cache_size = _largest_part(block_size, 64 * 1024)
     if read_size is None:
         read_size = math.gcd(read_unit(block_size), cache_size)
-    if prog_size is None:
-        prog_size = math.gcd(16, cache_size)
+    if prog_size is None:  # (of the read size: a metadata log is whole read and prog units)
+        prog_size = math.gcd(16, read_size)
     if lookahead_size is None:
         lookahead_size = max(8, -(-block_count // 64) * 8)
     if metadata_max is None:  # a 4 KiB log in bigger blocks, in whole read units

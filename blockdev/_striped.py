@@ -22,7 +22,7 @@ pages of a block (preset ``chipdisk_cache_page``; see below):
   1,500 exchanges, against 314 MB in 3,000 with whole blocks (1.6x faster), but the
   per-page bookkeeping made small files 15-35% slower, so whole blocks stay the default.
 * **heads kept apart (``heads``):** littlefs reads a block's first read unit (``head``
-  bytes, its read cache line) far more often than the rest: a file's skip-list pointers
+  bytes, what each of its small reads fetches) far more often than the rest: a file's skip-list pointers
   sit at the start of its blocks, and it walks them from the file's last block at every
   block it reads; a directory's metadata log (``metadata_max`` 4 KiB) is all there too.
   A pool of heads of blocks the block slots do not hold keeps those walks and

@@ -193,6 +193,20 @@ def test_invalid_configuration_is_refused_before_littlefs_sees_it():
             Filesystem(big_blocks, read_size=4096, metadata_max=metadata_max)
 
 
+@pytest.mark.parametrize("block_size", [128, 200, 520, 4104, 8208, 12304, 24592, 65552, 131072])
+def test_the_default_configuration_works_for_any_block_size(block_size):
+    """(Whole-block cache lines once made the default metadata log refuse block sizes
+    that are not powers of two: 8208 B blocks failed to format.)"""
+    fs = Filesystem(MemoryDevice.new(block_size, 8))
+    fs.format()
+    fs.mount()
+    with fs.open("/f", "w") as f:
+        f.write(b"x" * (3 * block_size))
+    fs.unmount()
+    fs.mount()
+    assert fs.stat("/f").size == 3 * block_size
+
+
 def test_big_blocks_get_whole_block_cache_lines_and_a_short_metadata_log():
     """File data is read a block at a time, while a small read (a tag, a pointer) still
     reads 4 KiB and the metadata log stays 4 KiB: what littlefs accepts (it aborts on a
