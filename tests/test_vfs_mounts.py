@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import traceback
 
 import pytest
 
@@ -138,11 +139,13 @@ def test_a_closed_file_is_named_as_it_was_opened(place):
         for use in (f.read, lambda: f.write(b"x"), f.tell, lambda: f.seek(0), f.truncate):
             with pytest.raises(ValueError) as excinfo:
                 use()
-            messages.append(str(excinfo.value))
+            # (as a traceback shows it: with the error it was raised from, if any)
+            messages.append("".join(traceback.format_exception(excinfo.value)))
         return path("c"), messages
 
     name, messages = place.run(body)
-    assert all(message.endswith(f"closed file {name!r}") for message in messages), messages
+    for message in messages:
+        assert message.count("closed file") == 1 and message.endswith(f"closed file {name!r}\n"), message
 
 
 def test_binary_random_access(place):

@@ -269,8 +269,7 @@ class VfsFile:
             self._close()
 
     def __enter__(self):
-        if self._closed:
-            raise ValueError(f"I/O operation on closed file {self.name!r}")
+        self._check_open()
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -399,7 +398,10 @@ class VfsFile:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError(f"I/O operation on closed file {self.name!r}")
+            raise self.closed_error()
+
+    def closed_error(self) -> ValueError:
+        return ValueError(f"I/O operation on closed file {self.name!r}")
 
     def _close(self) -> None:
         raise NotImplementedError

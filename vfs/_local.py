@@ -480,7 +480,8 @@ class LocalFile(VfsFile):
             exc.filename = self.name
             raise
         except ValueError:
-            self._check_open()  # (closed: named as the program opened it, not as its filesystem does)
+            if self._closed:  # named as the program opened it, not as its filesystem does
+                raise self.closed_error() from None
             raise
         finally:
             owner.fs_depth -= 1
@@ -496,7 +497,8 @@ class LocalFile(VfsFile):
             exc.filename = self.name
             raise
         except ValueError:
-            self._check_open()  # (see read)
+            if self._closed:  # (see read)
+                raise self.closed_error() from None
             raise
         finally:
             owner.fs_depth -= 1
@@ -534,7 +536,8 @@ class LocalFile(VfsFile):
             exc.filename = self.name
             raise
         except ValueError:
-            self._check_open()  # (see read)
+            if self._closed:  # (see read)
+                raise self.closed_error() from None
             raise
         finally:
             owner.fs_depth -= 1
