@@ -21,7 +21,7 @@ def times_alike(unwritten: dict) -> list[tuple[list[int], str, str]]:
         if len(tiles) == 1:
             files = plural(low, "file")
         else:
-            files = f"{low} files each" if low == high else f"{low} to {high} files each"
+            files = f"{plural(low, 'file')} each" if low == high else f"{low} to {high} files each"
         told.append((tiles, mount, files))
     return told
 

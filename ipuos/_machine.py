@@ -508,7 +508,8 @@ class Machine:
             if size > free:
                 whole = f"the data ({sum(sizes)} bytes) does not fit in the SRAM of " \
                         f"{plural(len(tile_ids), 'tile')} ({format_tiles(tile_ids)}): "
-                longest = max(len(line.encode("utf-8")) for line in share.splitlines(keepends=True))
+                lines = share.split("\n")  # (as the data is cut: at "\n" alone)
+                longest = max([len(line.encode("utf-8")) + 1 for line in lines[:-1]] + [len(lines[-1].encode("utf-8"))])
                 if longest > max(room):
                     # more tiles would not help: a line is never split between tiles
                     raise ValueError(

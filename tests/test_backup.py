@@ -952,6 +952,15 @@ def test_times_full_disks_had_no_room_for_are_told_once_for_a_range_of_tiles(mac
     assert refused.stderr.count("modification times") == 1
 
 
+def test_the_words_for_times_left_out_count_files_per_tile():
+    from ipuos._diskwords import disks_of, times_alike
+
+    assert times_alike({(2, "/"): 1, (3, "/"): 1}) == [([2, 3], "/", "1 file each")]
+    assert times_alike({(4, "/"): 7, (2, "/"): 3, (3, "/"): 7, (2, "/img"): 1}) == [
+        ([2, 3, 4], "/", "3 to 7 files each"), ([2], "/img", "1 file")]
+    assert (disks_of("/", [2, 3, 4]), disks_of("/img", [2])) == ("the disks of tiles 2-4", "/img of tile 2")
+
+
 def test_a_backup_waiting_for_tiles_another_holds_says_so(tmp_path):
     # (a second backup of a machine waited, saying "a program is computing" while no
     # program ran: the first backup held the tiles)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import contextlib
 import json
 import os
@@ -176,12 +174,13 @@ def test_data_that_does_not_fit_the_tiles_is_one_error_not_one_per_tile(runner, 
     assert "MemoryError" not in result.output and "[1 tile:" not in result.output
 
 
-def test_a_data_line_no_tile_can_hold_says_so_rather_than_to_use_more_tiles(runner, program, tmp_path):
+@pytest.mark.parametrize("end, longest", [("\n", 70001), ("\r", 70007)])  # (data is cut at "\n" alone)
+def test_a_data_line_no_tile_can_hold_says_so_rather_than_to_use_more_tiles(runner, program, tmp_path, end, longest):
     data = tmp_path / "long.txt"
-    data.write_text("short\n" + "x" * 70000 + "\n")  # one line bigger than a tiny tile's SRAM
+    data.write_bytes(f"short{end}{'x' * 70000}{end}".encode())  # a line bigger than a tiny tile's SRAM
     result = runner.invoke(main, ["run", program("pass"), "--tiles", "0-15", "--data", str(data)])
     assert result.exit_code == 1, result.output
-    assert re.search(r"tile \d+'s share holds a line of 70001 bytes, and no tile has room for more than \d+; "
+    assert re.search(rf"tile \d+'s share holds a line of {longest} bytes, and no tile has room for more than \d+; "
                      r"a line is never split between tiles: break it up", result.output), result.output
     assert "more tiles" not in result.output
 
