@@ -344,8 +344,6 @@ def _write_back(backend) -> None:
         flush()
 
 
-
-
 def _unimaged_mounts(tile, storage) -> dict[tuple[int, str], tuple[str, bool]]:
     """The littlefs filesystems the tile mounts on no device of the machine (``mount
     --ram``'s RAM disks): what each is and whether it holds any file."""

@@ -361,7 +361,9 @@ def _room_without(sh, target: str, source: str) -> bool:
         if old.is_dir:
             return False
         info = sh.fs.statvfs(target)
-        return sh.fs.entry(source).size <= info.f_bavail * info.f_bsize + old.size
+        block = info.f_bsize
+        needed = -(-sh.fs.entry(source).size // block)
+        return needed <= info.f_bavail + old.size // block  # (whole blocks: what removing it surely frees)
     except OSError:
         return False
 

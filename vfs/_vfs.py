@@ -801,7 +801,7 @@ def _utime_ns(times, ns) -> int:
 
 
 #: the times (in ns) a host's 64-bit time_t holds
-_TIME_T_MIN_NS, _TIME_T_MAX_NS = -(1 << 63) * 1_000_000_000, ((1 << 63) - 1) * 1_000_000_000
+_TIME_T_MIN_NS, _TIME_T_MAX_NS = -(1 << 63) * 1_000_000_000, (1 << 63) * 1_000_000_000 - 1
 
 
 def _given_ns(times, ns) -> int:
