@@ -455,8 +455,15 @@ class TileAPI:
     def sendrecv(self, obj, dst: int, src: int | None = None):
         """``send(dst, obj)``, then ``recv(src)``: a ring shift or an exchange with a
         partner in one call, as mpi4py's ``sendrecv`` (every tile can send first: a send
-        never waits)."""
-        self.send(dst, obj)
+        never waits). Both ranks are checked before anything is sent: a bad ``src`` must
+        not leave a message on its way."""
+        self._check_caller("sendrecv()")
+        nranks = self._job.nranks
+        if type(dst) is not int or not 0 <= dst < nranks:
+            dst = _rank(dst, nranks, "sendrecv()")
+        if src is not None and (type(src) is not int or not 0 <= src < nranks):
+            src = _rank(src, nranks, "sendrecv()")
+        self._send(dst, obj, USER_CHANNEL)
         return self.recv(src)
 
     def _recv_any(self):

@@ -298,6 +298,22 @@ def test_sendrecv_sends_then_receives(sched):
     assert values(run(sched, prog, tiles=[0, 1, 2])) == [(20, "any"), (0, "any"), (10, "any")]
 
 
+def test_sendrecv_checks_both_ranks_before_it_sends(sched):
+    def prog(api):
+        errors = []
+        if api.tileid == 0:
+            for dst, src in ((9, 1), (1, 9)):
+                try:
+                    api.sendrecv("stray", dst, src)
+                except ValueError as exc:
+                    errors.append(str(exc))
+        api.sync()
+        return errors if api.tileid == 0 else api.poll(0)
+
+    assert values(run(sched, prog, tiles=[0, 1])) == [
+        ["sendrecv(): no tile 9 in this job (tiles 0-1)"] * 2, False]  # (nothing was sent)
+
+
 def test_messages_sent_together_arrive_together_in_order(sched):
     def prog(api):
         if api.tileid == 1:
