@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
+from typing import NoReturn
 
 import click
 
@@ -35,6 +37,7 @@ from ._presets import MAX_IPUS, PRESETS, ipus_in_range
 from ._rundir import hint
 from ._runresult import EXIT_INTERRUPTED
 from ._shown import shown
+from ._terminate import die_of, on_termination
 from ._tilespec import describe_tiles, tiles_alike
 from ._views import human_bytes
 
@@ -123,9 +126,23 @@ def _call_with_progress(paths, cmd: str, args: dict, quiet: bool) -> dict:
 
 def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl_c: str) -> dict:
     """``client.call`` with a progress bar, or notes when not on a terminal (unless
-    ``quiet``); Ctrl-C cancels, a second stops waiting (``after_ctrl_c`` says what then)."""
+    ``quiet``); Ctrl-C cancels, a second stops waiting (``after_ctrl_c`` says what then).
+    SIGTERM and SIGHUP cancel as Ctrl-C does, saying so, then end the process by the
+    signal (left to their default action, the client died silently mid-way)."""
     terminal = _stderr_is_terminal()
-    with _Progress(not quiet and terminal, notes=not quiet) as progress:
+    terminated: list[int] = []
+
+    def cancel(signum: int) -> None:
+        terminated.append(signum)
+        signal.raise_signal(signal.SIGINT)  # (counted by the call as a Ctrl-C: see Client.call)
+
+    def end(message: str) -> NoReturn:
+        if not terminated:
+            _fail(message, EXIT_INTERRUPTED)
+        click.echo(f"ipuos: {message}", err=True)
+        die_of(terminated[0])
+
+    with _Progress(not quiet and terminal, notes=not quiet) as progress, on_termination(cancel):
         try:
             return client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
                                on_interrupt=progress.interrupted)
@@ -134,11 +151,11 @@ def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl
             if exc.code == "bad_tiles":
                 raise click.BadParameter(exc.message, param_hint="--tiles") from None
             if exc.code == "cancelled":
-                _fail(exc.message, EXIT_INTERRUPTED)
+                end(exc.message)
             raise
         except KeyboardInterrupt:
             progress.close()
-            _fail(f"stopped waiting; {after_ctrl_c}", EXIT_INTERRUPTED)
+            end(f"stopped waiting; {after_ctrl_c}")
 
 
 # -- backup and restore -----------------------------------------------------------------------

@@ -560,9 +560,10 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     assert "note: not in the image: the RAM disk on /ram of tile 0" in result.stderr
 
 
-def _ctrl_c_once_waiting(booted, *args: str) -> str:
+def _ctrl_c_once_waiting(booted, *args: str, signum: int = signal.SIGINT) -> str:
     """Run ``ipuos ARGS``; once it says it waits for a tile to reach an exchange point,
-    Ctrl-C it. Returns its stderr; it must end interrupted (status 130)."""
+    Ctrl-C it (or send ``signum``). Returns its stderr; it must end interrupted (status
+    130), or by the signal."""
     command = subprocess.Popen([IPUOS, *args], env=booted.env(), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     # not a terminal: no progress bar, but one line says what it waits for
@@ -570,9 +571,9 @@ def _ctrl_c_once_waiting(booted, *args: str) -> str:
     assert ready and command.poll() is None
     note = command.stderr.readline()
     assert note.startswith("ipuos: waiting for 1 tile to reach an exchange point"), note
-    command.send_signal(signal.SIGINT)
+    command.send_signal(signum)
     out, err = command.communicate(timeout=60)
-    assert command.returncode == 130, (out, err)
+    assert command.returncode == (130 if signum == signal.SIGINT else -signum), (out, err)
     return err
 
 
@@ -790,7 +791,9 @@ def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
     assert run_cli("status", "--name", name).returncode == 3  # nothing left running
 
 
-def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path, signum):
+    """(SIGTERM too, saying so, and the client then ends by it: it died silently.)"""
     image = tmp_path / "m.img"
     image.write_bytes(MAGIC + b"the old image")
     busy = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, """
@@ -801,7 +804,7 @@ print(x)
 """)], env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(1.0)  # tile 3 now computes without an exchange point: it cannot freeze
     # (tile 3 holds up the others: it is the one the note counts)
-    err = _ctrl_c_once_waiting(machine, "backup", str(image))
+    err = _ctrl_c_once_waiting(machine, "backup", str(image), signum=signum)
     assert f"backup cancelled; {image} was not written" in err, err
     busy.communicate(timeout=60)
     assert image.read_bytes() == MAGIC + b"the old image"
