@@ -7,7 +7,8 @@ reads the image file (see ``_backup_offline``).
 
 Long work shows a progress bar on stderr when it is a terminal (rich), nothing otherwise.
 Ctrl-C cancels a backup or restore cleanly (no partial image, machine untouched) and
-exits 130; a second Ctrl-C stops waiting. Exit statuses as everywhere: 0 ok, 1 an error
+exits 130; a second Ctrl-C stops waiting. SIGTERM and SIGHUP cancel as it does, then end
+the client by the signal. Exit statuses as everywhere: 0 ok, 1 an error
 (a damaged image, a refusal), 2 a usage error, 3 no such machine. An ``image`` command
 ended by SIGTERM or SIGHUP while it reads a filesystem cleans up as for Ctrl-C (an
 extraction leaves nothing behind) and exits with 128 + the signal's number; once an
