@@ -117,10 +117,14 @@ def _merge_keys(known: tuple, key: tuple) -> tuple | None:
     for mine, theirs in zip(known, key):
         if mine is REFUSED:
             mine = theirs
-        elif theirs is not REFUSED and mine != theirs:
+        elif theirs is not REFUSED and mine != theirs and not (mine in _ONE_COLLECTIVE and theirs in _ONE_COLLECTIVE):
             return None
         merged.append(mine)
     return tuple(merged)
+
+
+#: names of one collective (MPI's name and ePython's), which tiles may mix as sync and barrier
+_ONE_COLLECTIVE = (ALLTOALL, ALLGATHER)
 
 
 #: ``tile.recv_src`` of a tile waiting in ``recv()`` for a message from any tile (>= 0: a

@@ -314,6 +314,15 @@ def test_sendrecv_checks_both_ranks_before_it_sends(sched):
         ["sendrecv(): no tile 9 in this job (tiles 0-1)"] * 2, False]  # (nothing was sent)
 
 
+def test_allgather_and_alltoall_are_one_collective_tiles_may_mix(sched):
+    """(as sync and barrier: a mismatch error said they differ)"""
+    def prog(api):
+        gather = api.allgather if api.tileid == 1 else api.alltoall
+        return gather(api.tileid * 10), api.bcast("after", 0)
+
+    assert values(run(sched, prog, tiles=[0, 1, 2])) == [([0, 10, 20], "after")] * 3
+
+
 def test_messages_sent_together_arrive_together_in_order(sched):
     def prog(api):
         if api.tileid == 1:
