@@ -80,6 +80,30 @@ def place(request, tmp_path):
     place.machine.close()
 
 
+def test_a_path_too_long_to_cross_the_exchange_is_enametoolong(tmp_path):
+    """On the tiny preset (4 KiB exchange buffers) a path of 4,040 bytes under /tiles/N
+    got the exchange's own error ("a reply of 4133 B is larger than tile 1's outgoing
+    exchange buffer"), or a request that did not fit."""
+    place = other_tile(tmp_path)
+    long = "/".join(["d" * 99] * 40 + ["e" * 40])
+
+    def body(vfs, path):
+        errors = []
+        for use in (lambda: vfs.open(path(long)), lambda: vfs.stat(path(long)), lambda: vfs.listdir(path(long)),
+                    lambda: vfs.rename(path(long), path("x"))):
+            with pytest.raises(OSError) as excinfo:
+                use()
+            errors.append((excinfo.value.errno, excinfo.value.filename == path(long), str(excinfo.value)))
+        return errors
+
+    try:
+        for number, named, message in place.run(body):
+            assert (number, named) == (errno.ENAMETOOLONG, True), message
+            assert "File name too long (a request to another tile carries paths of up to" in message
+    finally:
+        place.machine.close()
+
+
 def test_text_files(place):
     def body(vfs, path):
         with vfs.open(path("t.txt"), "w") as f:

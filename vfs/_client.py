@@ -278,6 +278,9 @@ class TileFsClient(FsClient):
         self.chunk = max(64, room // 64 * 64)
         self.write_behind = self.chunk  # a round trip per small write would cost supersteps
         self.listing_page = self.chunk - 64  # (the page's own envelope)
+        #: the most bytes of paths a request may carry (its error reply names them again,
+        #: beside the error's own words)
+        self.longest_paths = max(0, room - 128)
         self.owner = tile
         self.pending = pending if pending is not None else []
         # (one object, so that a tile's next exchange point closes them once)
@@ -290,11 +293,23 @@ class TileFsClient(FsClient):
         self._tile.at_next_exchange(self._close_dropped)
 
     def call(self, tile: int, service: str, *args):
+        paths = [arg for arg in args if type(arg) is str]
+        if paths and sum(map(len, paths)) * 4 > self.longest_paths:  # (UTF-8: at most 4 bytes a character)
+            self._check_path_room(paths)
         if service == "fs.open":  # interrupted before the handle came: close it when it does
             sched = self._tile.sched
             return self._call_tile(self._tile, tile, service, *args,
                                    abandoned=lambda ok, handle: ok and sched.post_request(tile, "fs.close", handle))
         return self._call_tile(self._tile, tile, service, *args)
+
+    def _check_path_room(self, paths: list[str]) -> None:
+        """ENAMETOOLONG for paths too long to cross the exchange in a request (and in
+        the error that names them on the way back): not an exchange buffer's error."""
+        size = sum(len(path.encode("utf-8", "surrogatepass")) for path in paths)
+        if size > self.longest_paths:
+            raise OSError(errno.ENAMETOOLONG, f"{os.strerror(errno.ENAMETOOLONG)} (a request to another tile "
+                                              f"carries paths of up to {self.longest_paths} bytes on this machine, "
+                                              f"whose exchange buffers are small)", paths[0])
 
 
 def _naming_errors(method):
