@@ -34,9 +34,11 @@ __all__ = ["ShellSyntaxError", "Word", "Command", "continues_on_next_line", "par
 _GLOB_CHARS = frozenset("*?[")
 #: what ``\`` escapes inside double quotes (before anything else it is itself, as in sh)
 _ESCAPED_IN_DOUBLE_QUOTES = frozenset('$`"\\\n')
-_UNSUPPORTED = {
+_UNSUPPORTED = {  # (longest first where one starts another)
+    "||": "|| and && are not supported (use ; to run commands in turn)",
+    "&&": "|| and && are not supported (use ; to run commands in turn)",
     "|": "pipes are not supported",
-    "&": "background jobs and && are not supported",
+    "&": "background jobs are not supported",
     "<": "input redirection is not supported",
     "`": "command substitution is not supported",
     "$(": "command substitution is not supported",
