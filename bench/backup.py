@@ -28,6 +28,7 @@ from _common import parser, report  # noqa: E402
 
 import ipuos  # noqa: E402
 from ipuos import _backup  # noqa: E402
+from ipuos._collector import Collector  # noqa: E402
 from ipuos._memtune import reexec_tuned  # noqa: E402
 
 FILL = """
@@ -79,6 +80,10 @@ def main() -> None:
             started = time.perf_counter()
             machine.run(FILL, timeout=600)
             print(f"(filled {machine.ntiles} tile disks in {time.perf_counter() - started:.1f} s)", flush=True)
+            # as the daemon does after a request in which a job ended: collect, and freeze
+            # the survivors (the machine), so that a full collection during a backup walks
+            # only what is newer (see ipuos._collector): else one took ~140 ms of a backup
+            Collector(machine.scheduler).collect()
             nbytes = machine.ntiles * machine.preset.disk_size
             copy_src.write_bytes(os.urandom(nbytes))
             subprocess.run(["sync"], check=True)
