@@ -123,7 +123,7 @@ def _merge_keys(known: tuple, key: tuple) -> tuple | None:
     return tuple(merged)
 
 
-#: names of one collective (MPI's name and ePython's), which tiles may mix as sync and barrier
+#: the two names of one collective, which tiles may mix as they mix sync and barrier
 _ONE_COLLECTIVE = (ALLTOALL, ALLGATHER)
 
 
