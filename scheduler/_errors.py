@@ -10,11 +10,11 @@ import threading
 
 
 def describe_tiles(ranks) -> str:
-    """``[0, 1, 2, 5]`` -> ``"tiles 0-2,5"`` (``"tile 3"`` for one)."""
-    from ipuos._tilespec import format_tiles
+    """``[0, 1, 2, 5]`` -> ``"tiles 0-2,5"`` (``"tile 3"`` for one): the machine's own
+    words (``ipuos._tilespec``), imported when first needed."""
+    from ipuos._tilespec import describe_tiles as describe
 
-    ranks = sorted(set(ranks))
-    return ("tile " if len(ranks) == 1 else "tiles ") + format_tiles(ranks)
+    return describe(ranks)
 
 
 def describe_exception(exc: BaseException) -> str:
