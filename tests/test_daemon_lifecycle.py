@@ -178,7 +178,10 @@ def test_a_runtime_dir_replaced_by_a_file_leaves_the_daemon_serving(monkeypatch,
         time.sleep(1.0)  # (four looks)
         assert _alive(booted.pid)
         rundir.unlink()
-        (tmp_path / "moved").rename(rundir)
+        # the daemon makes its runtime directory again and puts its files back in it (a
+        # test that moved the old one back raced it: the name was a directory again)
+        wait_for(lambda: booted.paths.socket.exists() and booted.paths.lock.exists(),
+                 what="the daemon to put its files back")
         assert booted.call("status")["pid"] == booted.pid
     finally:
         booted.halt()
