@@ -187,13 +187,14 @@ def host_tree(top: str | Path) -> dict:
 class InProcessMount:
     """A :class:`MountManager` mount of an in-process Machine, used from child processes."""
 
-    def __init__(self, machine, path: str):
+    def __init__(self, machine, path: str, **mount_args):
         self.machine = machine
         self.path = path
         self.manager = MountManager(machine, f"test{os.getpid()}")
+        self.mount_args = mount_args
 
     def __enter__(self):
-        self.active = self.manager.mount(self.path)
+        self.active = self.manager.mount(self.path, **self.mount_args)
         return self
 
     def __exit__(self, *exc):
@@ -208,14 +209,15 @@ class InProcessMount:
         return json.loads(done.stdout)
 
 
-def in_process_mount(preset: str = "tiny"):
+def in_process_mount(preset: str = "tiny", **mount_args):
     """Fixture body: a fresh in-process machine of ``preset`` mounted in this process
-    (use it from child processes only); unmounted and closed afterwards."""
+    (use it from child processes only); unmounted and closed afterwards. ``mount_args``
+    go to MountManager.mount."""
     import ipuos
 
     machine = ipuos.Machine(preset)
     try:
-        with InProcessMount(machine, new_mountpoint()) as mounted:
+        with InProcessMount(machine, new_mountpoint(), **mount_args) as mounted:
             yield mounted
     finally:
         machine.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import os
 import shutil
 import stat
@@ -439,6 +440,65 @@ def test_a_create_is_one_request_and_a_stat_one(tiny):
     # the mkdir (its lookup, the tile's mount table, mkdir, its attributes); per file an
     # open and its close, then one stat; nothing for the directories around or new names
     assert operations.requests - before == 4 + 20 * 2 + 20
+
+
+_HOLD_THEN_OPEN = """
+import json, os, sys
+path = sys.argv[1] + "/tiles/5/held"
+held = os.open(path, os.O_RDONLY)  # (the kernel keeps a name in use, whatever it is told)
+print("held", flush=True)
+sys.stdin.readline()  # (a tile removes the file meanwhile)
+try:
+    os.close(os.open(path, int(sys.argv[2])))
+    print(json.dumps(None), flush=True)
+except OSError as exc:
+    print(json.dumps(exc.errno), flush=True)
+sys.stdin.readline()  # (its requests are counted meanwhile)
+"""
+
+
+def _open_held_name_of_removed_file(mounted: InProcessMount, flags: int) -> tuple[int | None, int]:
+    """A child holds ``/tiles/5/held`` open, a tile removes the file, and the child opens
+    the name again with ``flags``: the errno (None if it opened) and the requests made."""
+    machine = mounted.machine
+    machine.fs.write_file(5, "/held", b"old")
+    child = subprocess.Popen([sys.executable, "-c", _HOLD_THEN_OPEN, mounted.path, str(flags)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "held\n"
+        machine.fs.remove(5, "/held")
+        operations = mounted.active.operations
+        before = operations.requests
+        child.stdin.write("open\n")
+        child.stdin.flush()
+        failed = json.loads(child.stdout.readline())
+        requests = operations.requests - before
+        child.communicate("exit\n", timeout=60)
+    finally:
+        child.kill()
+    return failed, requests
+
+
+def test_an_o_creat_open_of_a_name_whose_file_went_makes_the_file_at_once(tiny):
+    """The kernel opens the file it keeps the name of, without O_CREAT (it keeps that
+    back); the mount sees the caller asked for it and makes the file in that one request,
+    rather than have the kernel retry the open with a lookup and a create, which other
+    processes unlinking and making the file meanwhile could fail with ESTALE."""
+    failed, requests = _open_held_name_of_removed_file(tiny, os.O_WRONLY | os.O_CREAT)
+    assert failed is None
+    assert tiny.machine.fs.read_file(5, "/held") == b""
+    assert requests <= 3  # the open that made it, its flush (and its release, if it came yet)
+
+
+@pytest.fixture
+def tiny_read_only(fuse_session):
+    yield from in_process_mount("tiny", readonly=True)
+
+
+def test_a_read_only_mount_makes_no_file_for_an_o_creat_open_that_found_it_gone(tiny_read_only):
+    failed, _ = _open_held_name_of_removed_file(tiny_read_only, os.O_RDONLY | os.O_CREAT)
+    assert failed == errno.EROFS
+    assert not tiny_read_only.machine.fs.exists(5, "/held")
 
 
 def test_host_appends_beside_a_tile_holding_the_file_open_all_land(tiny):

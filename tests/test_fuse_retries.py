@@ -28,3 +28,34 @@ def test_only_the_caller_whose_open_failed_is_told_the_name_is_gone():
     assert retries.lookup(CALLER, TILE, "/cfg")
     retries.done(CALLER, TILE, "/cfg")  # it opened the file after all
     assert not retries.lookup(CALLER, TILE, "/cfg")
+
+
+def _a_walk_after_an_unlink_and_a_recreation(retries: Retries) -> None:
+    """Another thread unlinks ``/cfg`` and a third makes it again; then CALLER's walk
+    looks up ``tiles``, which the kernel keeps: a retry's walk, or a fresh process's."""
+    retries.root_lookup("tiles", lambda: CALLER)  # (the kernel keeps it from now)
+    retries.unlinked(TILE, "/cfg", OTHER)
+    retries.created(TILE, "/cfg")
+    retries.root_lookup("tiles", lambda: CALLER)
+
+
+def test_a_walk_that_began_with_the_file_made_again_is_told_the_truth():
+    """``rm f; echo new > f`` and then ``ls -l f`` in another process finds the file."""
+    retries = Retries(entry_timeout=30.0)
+    _a_walk_after_an_unlink_and_a_recreation(retries)
+    assert not retries.lookup(CALLER, TILE, "/cfg", creating=lambda: False)
+    assert not retries.lookup(CALLER, TILE, "/cfg")  # (not known: as not creating)
+
+
+def test_an_open_that_creates_is_told_a_name_just_unlinked_is_gone():
+    """An O_CREAT open that looks up a name unlinked through the mount: told the truth
+    (made again by another process), its open could meet the next unlink and fail with
+    ESTALE; told the name is gone, the kernel sends a create, which opens what is there.
+    So with a walk or without one, and even for the caller that unlinked it."""
+    retries = Retries(entry_timeout=30.0)
+    _a_walk_after_an_unlink_and_a_recreation(retries)
+    assert not retries.lookup(OTHER, TILE, "/cfg", creating=lambda: False)
+    for _ in range(4):  # (as many lookups as the kernel makes: see Retries.lookup)
+        assert retries.lookup(CALLER, TILE, "/cfg", creating=lambda: True)
+    assert retries.lookup(OTHER, TILE, "/cfg", creating=lambda: True)
+    assert not retries.lookup(CALLER, TILE, "/elsewhere", creating=lambda: True)  # (not unlinked)

@@ -97,6 +97,7 @@ from ._changes import ADDED_DIR, ADDED_FILE, CHANGED, MOVED, REMOVED, RESET
 from ._client import await_reply
 from ._retries import Retries
 from ._submounts import Submounts
+from ._syscalls import creating_open
 
 __all__ = ["ChipFilesystem", "FuseUnavailable", "load_mfusepy", "serve_fuse", "FUSE_SUBTYPE"]
 
@@ -690,7 +691,13 @@ class ChipFilesystem:
     def _retry_lookup(self, place: _Place) -> bool:
         """Is this lookup of ``place`` the kernel's retry of an open that found no file?"""
         caller = self._caller()
-        return caller is not None and self._retries.lookup(caller, place.tile, place.inner)
+        return caller is not None and self._retries.lookup(caller, place.tile, place.inner,
+                                                           lambda: creating_open(caller))
+
+    def _caller_creates(self) -> bool:
+        """Is the caller known to be in an open with O_CREAT (see :mod:`._syscalls`)?"""
+        caller = self._caller()
+        return caller is not None and creating_open(caller) is True
 
     def _named(self, place: _Place) -> None:
         """The kernel has been told that ``place`` exists (see Retries.named)."""
@@ -1201,16 +1208,28 @@ class ChipFilesystem:
         place = self._file_place(path, creating=creating)
         if place.fixed:
             raise _fail(errno.EISDIR if not creating else errno.EEXIST)
+        return self._open_place(place, flags, creating)
+
+    def _open_place(self, place: _Place, flags: int, creating: bool) -> tuple[int, _Open]:
         try:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except OSError as exc:
             if not creating:
+                if isinstance(exc, FileNotFoundError) and self._caller_creates():
+                    # the kernel found the name, but the file has gone since: the caller
+                    # asked for O_CREAT, which the kernel keeps back from an open, so the
+                    # file is made, as on a local disk (by the caller's name for it, if
+                    # libfuse hid the file it found)
+                    if self.readonly:
+                        raise _fail(errno.EROFS) from None
+                    return self._open_place(self._unhidden(place), flags | os.O_CREAT, True)
                 if (isinstance(exc, FileNotFoundError) and self._kernel is not None
                         and self._first_try(self._unhidden(place))):
                     # the kernel found the name in its cache, but it was removed since (by
                     # a tile, or through the mount while another process held it open,
                     # which libfuse hid): ESTALE makes the kernel look the path up again
-                    # and retry, so O_CREAT creates the file
+                    # and retry, so O_CREAT, if the caller's flags could not be read,
+                    # creates the file
                     raise _fail(errno.ESTALE) from None
                 if isinstance(exc, IsADirectoryError):  # (a tile retyped what the kernel opens)
                     self._as_told(place, True)

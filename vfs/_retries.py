@@ -9,6 +9,11 @@ file there and open it after it had gone too: a second ESTALE, or ENOENT, reache
 caller, even one that asked for O_CREAT. Told "no such file", an O_CREAT open creates the
 file (the kernel sends a create: O_CREAT never reaches an open, the kernel keeps it back),
 and any other fails with ENOENT, as an open racing a removal may on a local disk.
+
+Which lookups are a retry's is guessed from timing and who asks. A caller known to be in
+an O_CREAT open (see :mod:`._syscalls`) needs no guess: any lookup of its of a name just
+unlinked through the mount is told the name is gone, retry or not, and the create that
+follows opens whatever file is there by then, so the race cannot fail it.
 """
 
 from __future__ import annotations
@@ -117,13 +122,19 @@ class Retries:
         first[key] = [now, 0]
         return True
 
-    def lookup(self, caller: int, tile: int, path: str) -> bool:
+    def lookup(self, caller: int, tile: int, path: str, creating=lambda: None) -> bool:
         """Is this lookup of ``path`` by ``caller`` one of a retry's? (Then it is to be
-        told the file is gone.)"""
+        told the file is gone.) ``creating()``: is the caller in an open with O_CREAT
+        (None: not known)? Asked only of a lookup of a name just unlinked through the
+        mount."""
         key = (caller, tile, path)
         entry = self._first.get(key)
         if entry is None and self._first:
             self._moved_on(caller, tile, path)
+        if (tile, path) in self._unlinked and creating():
+            # (however many lookups: the kernel may find the name made again by another
+            # process's lookup before it sends its own, and look it up once more)
+            return True
         if entry is None:
             first_at = self._unseen_first_try(caller, tile, path)
             if first_at is None:
