@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,53 @@ def errno_of(call, *args) -> int | None:
     except OSError as exc:
         return exc.errno
     return None
+
+
+# -- what the mount can read of its callers (vfs._syscalls) ------------------------------------
+
+
+def blocked(argv: list[str], in_open: bool) -> subprocess.Popen:
+    """Start ``argv`` and wait until it sleeps in a system call (an open, if ``in_open``):
+    a process blocked as one waiting on the mount is. Killed and failed after 20 s."""
+    from ipuos.vfs._syscalls import _OPEN_CALLS
+
+    process = subprocess.Popen(argv)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{process.pid}/stat") as stat:
+                sleeping = stat.read().rpartition(")")[2].split()[0] == "S"
+            with open(f"/proc/{process.pid}/syscall") as syscall:
+                call = syscall.read().split()[0]
+        except OSError as exc:
+            process.kill()
+            pytest.skip(f"this host shows no process's system call: {exc}")
+        if sleeping and call.isdigit() and (int(call) in _OPEN_CALLS) == in_open:
+            return process
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail(f"{argv} never blocked")
+
+
+#: opens its first argument with the flags in its second (a FIFO without a reader: blocks)
+OPENER = "import os, sys; os.open(sys.argv[1], int(sys.argv[2]))"
+
+
+@pytest.fixture(scope="session")
+def caller_flags_readable(tmp_path_factory) -> None:
+    """Skip unless this host lets the mount read a caller's open flags (vfs._syscalls):
+    another architecture, an old kernel, or Yama's rules say no."""
+    from ipuos.vfs._syscalls import _READABLE, creating_open
+
+    if not _READABLE:
+        pytest.skip("open flags of callers are not read on this host (see vfs._syscalls)")
+    fifo = tmp_path_factory.mktemp("flags") / "fifo"
+    os.mkfifo(fifo)
+    process = blocked([sys.executable, "-c", OPENER, str(fifo), str(os.O_WRONLY | os.O_CREAT)], in_open=True)
+    try:
+        readable = creating_open(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+    if readable is None:
+        pytest.skip("this host does not let a process read a child's system call (Yama?)")

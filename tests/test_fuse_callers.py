@@ -5,31 +5,14 @@ here, processes blocked opening a FIFO that has no reader."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 
 import pytest
+from fuse_harness import OPENER, blocked, caller_flags_readable  # noqa: F401  (fixture)
 
-from ipuos.vfs._syscalls import _OPEN_CALLS, creating_open
+from ipuos.vfs._syscalls import creating_open
 
-pytestmark = pytest.mark.skipif(not _OPEN_CALLS, reason="open calls are not known on this architecture")
-
-
-def _blocked(argv: list[str], in_open: bool):
-    """Start ``argv`` and wait until it sleeps in a call (an open, if ``in_open``)."""
-    process = subprocess.Popen(argv)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with open(f"/proc/{process.pid}/stat") as stat:
-            sleeping = stat.read().rpartition(")")[2].split()[0] == "S"
-        with open(f"/proc/{process.pid}/syscall") as syscall:
-            call = syscall.read().split()[0]
-        if sleeping and call.isdigit() and (int(call) in _OPEN_CALLS) == in_open:
-            return process
-        time.sleep(0.01)
-    process.kill()
-    pytest.fail(f"{argv} never blocked")
+pytestmark = pytest.mark.usefixtures("caller_flags_readable")
 
 
 @pytest.fixture
@@ -51,14 +34,13 @@ def fifo(tmp_path):
 ])
 def test_an_open_tells_whether_it_creates(fifo, flags, creating):
     path, processes = fifo
-    processes.append(_blocked([sys.executable, "-c", "import os, sys; os.open(sys.argv[1], int(sys.argv[2]))",
-                               str(path), str(flags)], in_open=True))
+    processes.append(blocked([sys.executable, "-c", OPENER, str(path), str(flags)], in_open=True))
     assert creating_open(processes[-1].pid) is creating
 
 
 def test_a_thread_in_another_call_is_not_creating(fifo):
     _, processes = fifo
-    processes.append(_blocked(["sleep", "60"], in_open=False))
+    processes.append(blocked(["sleep", "60"], in_open=False))
     assert creating_open(processes[-1].pid) is False
 
 

@@ -23,7 +23,7 @@ import threading
 
 import pytest
 from fuse_harness import InProcessMount, errno_of, file_id, fuse_session, host_tree, in_process_mount, mounted_machine  # noqa: F401
-from fuse_harness import new_mountpoint, runtime_dir, tile_tree  # noqa: F401
+from fuse_harness import caller_flags_readable, new_mountpoint, runtime_dir, tile_tree  # noqa: F401
 
 import ipuos
 from ipuos import _mount
@@ -479,7 +479,7 @@ def _open_held_name_of_removed_file(mounted: InProcessMount, flags: int) -> tupl
     return failed, requests
 
 
-def test_an_o_creat_open_of_a_name_whose_file_went_makes_the_file_at_once(tiny):
+def test_an_o_creat_open_of_a_name_whose_file_went_makes_the_file_at_once(tiny, caller_flags_readable):
     """The kernel opens the file it keeps the name of, without O_CREAT (it keeps that
     back); the mount sees the caller asked for it and makes the file in that one request,
     rather than have the kernel retry the open with a lookup and a create, which other
@@ -487,7 +487,77 @@ def test_an_o_creat_open_of_a_name_whose_file_went_makes_the_file_at_once(tiny):
     failed, requests = _open_held_name_of_removed_file(tiny, os.O_WRONLY | os.O_CREAT)
     assert failed is None
     assert tiny.machine.fs.read_file(5, "/held") == b""
-    assert requests <= 3  # the open that made it, its flush (and its release, if it came yet)
+    # the open that found the file gone, the one that made it (and the close at release,
+    # if it came yet): no ESTALE, lookups and create
+    assert requests <= 3
+
+
+_UNLINK_THEN_OPEN_INSIDE = """
+import json, os, sys
+base = sys.argv[1] + "/tiles/6"
+with open(base + "/d", "w") as f:
+    f.write("a file")
+os.unlink(base + "/d")
+print("unlinked", flush=True)
+sys.stdin.readline()  # (a tile makes a directory there meanwhile)
+try:
+    with open(base + "/d/log", "w") as f:
+        f.write("inside")
+    print(json.dumps(None))
+except OSError as exc:
+    print(json.dumps(exc.errno))
+"""
+
+
+def test_a_directory_a_tile_made_where_a_file_was_just_unlinked_is_walked_into(tiny, caller_flags_readable):
+    """An O_CREAT open is told a name just unlinked through the mount is gone (see
+    vfs._retries), but not once a tile has made a directory there: its path goes
+    through that directory."""
+    child = subprocess.Popen([sys.executable, "-c", _UNLINK_THEN_OPEN_INSIDE, tiny.path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "unlinked\n"
+        tiny.machine.fs.makedirs(6, "/d")
+        out, _ = child.communicate("go\n", timeout=60)
+    finally:
+        child.kill()
+    assert json.loads(out) is None
+    assert tiny.machine.fs.read_file(6, "/d/log") == b"inside"
+
+
+_TRUNCATE_WHAT_CAME_BACK = """
+import os, sys
+path = sys.argv[1] + "/tiles/7/t"
+with open(path, "w") as f:
+    f.write("first")
+os.unlink(path)
+print("unlinked", flush=True)
+sys.stdin.readline()  # (a tile makes the file again meanwhile)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+kept = os.dup(fd)  # (no release yet: only the close's flush)
+os.close(fd)
+print("closed", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_create_that_found_a_file_there_shows_it_truncated_from_the_close(tiny, caller_flags_readable):
+    """Told a name just unlinked is gone, an O_CREAT open sends a create, which finds the
+    file a tile made again and truncates it: the tile shows it empty from the close on,
+    as after any ``open(f, "w")``, not only once the last descriptor goes."""
+    child = subprocess.Popen([sys.executable, "-c", _TRUNCATE_WHAT_CAME_BACK, tiny.path],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "unlinked\n"
+        tiny.machine.fs.write_file(7, "/t", b"made again")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == "closed\n"
+        assert tiny.machine.fs.stat(7, "/t").st_size == 0
+        assert tiny.machine.fs.read_file(7, "/t") == b""
+        child.communicate("exit\n", timeout=60)
+    finally:
+        child.kill()
 
 
 @pytest.fixture
@@ -495,9 +565,11 @@ def tiny_read_only(fuse_session):
     yield from in_process_mount("tiny", readonly=True)
 
 
-def test_a_read_only_mount_makes_no_file_for_an_o_creat_open_that_found_it_gone(tiny_read_only):
-    failed, _ = _open_held_name_of_removed_file(tiny_read_only, os.O_RDONLY | os.O_CREAT)
+def test_a_read_only_mount_makes_no_file_for_an_o_creat_open_that_found_it_gone(tiny_read_only,
+                                                                                 caller_flags_readable):
+    failed, requests = _open_held_name_of_removed_file(tiny_read_only, os.O_RDONLY | os.O_CREAT)
     assert failed == errno.EROFS
+    assert requests == 1  # the open that found the file gone: refused at once
     assert not tiny_read_only.machine.fs.exists(5, "/held")
 
 

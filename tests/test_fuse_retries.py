@@ -3,7 +3,8 @@ open (vfs._retries): plain bookkeeping, driven here call by call as the mount dr
 
 from __future__ import annotations
 
-from ipuos.vfs._retries import Retries
+from ipuos.vfs import _retries
+from ipuos.vfs._retries import RETRY_SECONDS, Retries
 
 CALLER, OTHER, TILE = 4242, 4343, 0
 
@@ -59,3 +60,22 @@ def test_an_open_that_creates_is_told_a_name_just_unlinked_is_gone():
         assert retries.lookup(CALLER, TILE, "/cfg", creating=lambda: True)
     assert retries.lookup(OTHER, TILE, "/cfg", creating=lambda: True)
     assert not retries.lookup(CALLER, TILE, "/elsewhere", creating=lambda: True)  # (not unlinked)
+
+
+def test_an_open_that_creates_is_told_the_truth_of_a_directory_made_there():
+    retries = Retries(entry_timeout=30.0)
+    retries.unlinked(TILE, "/d", OTHER)
+    retries.named(TILE, "/d")  # a tile made a directory there
+    assert not retries.lookup(CALLER, TILE, "/d", creating=lambda: True)
+
+
+def test_an_open_that_creates_is_told_the_truth_once_the_unlink_is_old(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(_retries.time, "monotonic", lambda: now[0])
+    retries = Retries(entry_timeout=30.0)
+    retries.unlinked(TILE, "/old", OTHER)
+    now[0] += RETRY_SECONDS / 2
+    retries.unlinked(TILE, "/new", OTHER)  # (unlinks go on: the mount stays active)
+    now[0] += RETRY_SECONDS * 0.6
+    assert retries.lookup(CALLER, TILE, "/new", creating=lambda: True)
+    assert not retries.lookup(CALLER, TILE, "/old", creating=lambda: True)

@@ -629,8 +629,11 @@ class ChipFilesystem:
         nothing: the kernel keeps none. The mount's own removals and renames need nothing
         either: the kernel has updated its names from their replies."""
         self._known.notice(tile, kind, path, path2)
-        if self._retries.active and kind in (ADDED_FILE, ADDED_DIR, MOVED):
-            self._retries.created(tile, path2 if kind == MOVED else path)  # (see Retries.created)
+        if self._retries.active:  # (see Retries.created and Retries.named)
+            if kind == ADDED_FILE:
+                self._retries.created(tile, path)
+            elif kind == ADDED_DIR or kind == MOVED:
+                self._retries.named(tile, path2 if kind == MOVED else path)
         kernel = self._kernel
         if kernel is None or kind in (CHANGED, ADDED_FILE, ADDED_DIR):
             return
@@ -1073,6 +1076,8 @@ class ChipFilesystem:
         self._change_own(src.tile, src.inner, "fs.unlink", src.inner)
         self._told.pop((src.tile, src.inner), None)
         opens = self._orphan(src.tile, src.inner)
+        if self._kernel is not None:  # (an unlink as any other: libfuse has no node of the name)
+            self._retries.unlinked(src.tile, src.inner, self._caller())
         with self._open_lock:
             self._hidden_files[(hidden.tile, hidden.inner)] = opens
             if len(self._hidden_from) >= _HIDDEN_FROM_MAX:
@@ -1215,14 +1220,16 @@ class ChipFilesystem:
             handle = self._call(place.tile, "fs.open", place.inner, flags)
         except OSError as exc:
             if not creating:
-                if isinstance(exc, FileNotFoundError) and self._caller_creates():
+                if (isinstance(exc, FileNotFoundError) and self._unhidden(place) is place
+                        and self._caller_creates()):
                     # the kernel found the name, but the file has gone since: the caller
                     # asked for O_CREAT, which the kernel keeps back from an open, so the
-                    # file is made, as on a local disk (by the caller's name for it, if
-                    # libfuse hid the file it found)
+                    # file is made, as on a local disk. (Not for a file libfuse hid: the
+                    # caller's descriptor would be on the hidden node, apart from the new
+                    # file's; the retry's lookup of the name finds it gone, see _hide.)
                     if self.readonly:
                         raise _fail(errno.EROFS) from None
-                    return self._open_place(self._unhidden(place), flags | os.O_CREAT, True)
+                    return self._open_place(place, flags | os.O_CREAT, True)
                 if (isinstance(exc, FileNotFoundError) and self._kernel is not None
                         and self._first_try(self._unhidden(place))):
                     # the kernel found the name in its cache, but it was removed since (by
@@ -1246,7 +1253,9 @@ class ChipFilesystem:
             self._tell((place.tile, place.inner), False)
         opened = _Open(place.tile, handle, place.inner, bool(flags & os.O_APPEND))
         # an O_TRUNC open has changed the file already: littlefs commits that at flush (a
-        # create made a new, empty file, committed as it was made: nothing to commit)
+        # create made a new, empty file, committed as it was made: nothing to commit; one
+        # that found a file there leaves its truncation to the release, which the tile's
+        # views count meanwhile, as they count every open handle's)
         opened.dirty = bool(flags & os.O_TRUNC) and not creating
         if opened.dirty and opened.append:
             # appends commit one by one (see _append): the truncation must come first

@@ -59,13 +59,19 @@ class Retries:
       again may be a retry's, of an open that raced the unlink: told the file is gone,
       an O_CREAT open creates it, where the truth could fail it with ESTALE again.)
 
+    A caller known to be in an O_CREAT open (see :mod:`._syscalls`) needs none of that:
+    within RETRY_SECONDS of an unlink of the name through the mount, every lookup of its
+    of that name is told it is gone, retry or not. Its own call then sends a create,
+    which opens whatever file is there by then and gives the name a node again; no later
+    call is left holding a name told gone, which the hazard below needs.
+
     Telling a name is gone while libfuse still has a node of it is not harmless: the
     kernel, keeping that name for one file, takes the name told gone for another, and
     sends ``mv x x`` (a rename of the name onto itself) to libfuse, whose path locks then
     wait on it forever, with the calling process unkillable. So a retry is over as soon
     as its caller does anything else (:meth:`acted`, :meth:`_moved_on`), and a
-    directory made or a name renamed to through the mount since it was unlinked is
-    never told gone (:meth:`named`).
+    directory made or a name renamed to since it was unlinked (through the mount, or by
+    a tile) is never told gone (:meth:`named`).
 
     ``entry_timeout``: how long the kernel keeps a name it has looked up. Plain dict work,
     called from libfuse's threads at once (and :meth:`forgot` from the scheduler thread).
@@ -125,15 +131,17 @@ class Retries:
     def lookup(self, caller: int, tile: int, path: str, creating=lambda: None) -> bool:
         """Is this lookup of ``path`` by ``caller`` one of a retry's? (Then it is to be
         told the file is gone.) ``creating()``: is the caller in an open with O_CREAT
-        (None: not known)? Asked only of a lookup of a name just unlinked through the
-        mount."""
+        (None: not known)? Asked only of a lookup of a name unlinked through the mount
+        within RETRY_SECONDS."""
         key = (caller, tile, path)
         entry = self._first.get(key)
         if entry is None and self._first:
             self._moved_on(caller, tile, path)
-        if (tile, path) in self._unlinked and creating():
+        unlinked = self._unlinked.get((tile, path))
+        if unlinked is not None and time.monotonic() - unlinked[0] < RETRY_SECONDS and creating():
             # (however many lookups: the kernel may find the name made again by another
             # process's lookup before it sends its own, and look it up once more)
+            self._walks.pop(caller, None)  # (its walk, if any, is accounted for)
             return True
         if entry is None:
             first_at = self._unseen_first_try(caller, tile, path)
@@ -172,9 +180,11 @@ class Retries:
         self._first.pop((caller, tile, path), None)
 
     def named(self, tile: int, path: str) -> None:
-        """The mount has made a directory at ``path``, or renamed something to it:
+        """A directory is at ``path`` now, or something was renamed to it (through the
+        mount, or by a tile): no longer a file just unlinked. Through the mount,
         libfuse has a node of that name now, and a walk's lookup of it must not be told it
-        is gone (see the class doc). (Not for every name libfuse gets a node for: a file
+        is gone (see the class doc); a directory, or a name inside the path of an O_CREAT
+        open, must not be either. (Not for every name libfuse gets a node for: a file
         created, or a lookup answered, is what opens with O_CREAT racing unlinks do at
         every turn, and telling their retries the truth fails them with ESTALE again;
         there, a name is told gone to a retry only while it lasts.)"""
@@ -196,6 +206,9 @@ class Retries:
     def unlinked(self, tile: int, path: str, caller: int | None) -> None:
         """The mount has unlinked ``path`` for ``caller``: libfuse forgets the name of its
         node."""
+        if len(self._unlinked) >= _FIRST_TRIES_MAX:  # (an unlink loop over many names)
+            self._unlinked.clear()
+            self._recreated.clear()
         self._unlinked[(tile, path)] = (self._note(), caller)
         self._recreated.pop((tile, path), None)
 
