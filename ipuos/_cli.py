@@ -145,25 +145,29 @@ class _WholeWrites(io.RawIOBase):
     drops the rest without an error.) After a failure, writes are dropped: it is reported
     once, not again when the interpreter flushes stdout as it exits."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int | None):
         super().__init__()
-        self.fd = fd
+        self.fd = fd  # None: standard output was closed when the command started
         self.error: StdoutError | None = None
 
     def writable(self) -> bool:
         return True
 
     def fileno(self) -> int:
+        if self.fd is None:
+            raise OSError(errno.EBADF, "standard output is closed")
         return self.fd
 
     def isatty(self) -> bool:
-        return os.isatty(self.fd)
+        return self.fd is not None and os.isatty(self.fd)
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         size = len(view)
         if self.error is None:
             try:
+                if self.fd is None and size:
+                    raise OSError(errno.EBADF, os.strerror(errno.EBADF))
                 while view:
                     view = view[os.write(self.fd, view):]
             except OSError as exc:
@@ -178,15 +182,21 @@ def _whole_output():
     not a traceback, nor a file cut short and status 0. A reader that has gone (``| head``)
     ends it quietly, as it does any command-line tool."""
     stdout = sys.stdout
-    try:
-        fd = stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # (no descriptor: CliRunner's capture)
-        yield
-        return
-    stdout.flush()
+    if stdout is None:
+        # descriptor 1 was closed when Python started (``>&-``): writes fail, as they do
+        # on any closed descriptor, never reaching a file the command opens as 1 since
+        fd, layers = None, {"encoding": "utf-8", "errors": "strict"}
+    else:
+        try:
+            fd = stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # (no descriptor: CliRunner's capture)
+            yield
+            return
+        stdout.flush()
+        layers = {"encoding": stdout.encoding, "errors": stdout.errors,
+                  "line_buffering": stdout.line_buffering, "write_through": stdout.write_through}
     raw = _WholeWrites(fd)
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stdout.encoding, errors=stdout.errors,
-                                  line_buffering=stdout.line_buffering, write_through=stdout.write_through)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), **layers)
     try:
         yield
     except StdoutError:

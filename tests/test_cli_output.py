@@ -41,6 +41,14 @@ def test_output_to_a_full_disk_is_one_line_and_status_1(shared_machine, files, c
     assert (result.returncode, result.stderr) == (1, "ipuos: write error: No space left on device\n")
 
 
+@pytest.mark.parametrize("command", ["status", "ps --json", "image ls {files}/m.img", "image cat {files}/m.img chip /f"])
+def test_output_to_a_closed_descriptor_is_one_line_and_status_1(shared_machine, files, command):
+    """``ipuos image cat IMG chip /f >&-``: a traceback, or, from the others, status 0
+    with the output lost without a word."""
+    result = ipuos(shared_machine, files, command, None, pass_fds=(), preexec_fn=lambda: os.close(1))
+    assert (result.returncode, result.stderr) == (1, "ipuos: write error: Bad file descriptor\n")
+
+
 def test_output_a_nearly_full_disk_takes_only_part_of_is_an_error(shared_machine, files, host_tmpfs):
     """The disk takes part of a large write: Python's stdout returned, dropping the rest,
     and the command exited 0 with its output cut short."""
