@@ -319,6 +319,9 @@ def _unreadable_problem(path: str) -> str | None:
 def _open(path: str, verify: bool = False):
     from ._image import ImageError, open_image
 
+    if path == "-":
+        raise ImageError("'-': an image is read from a file, not from standard input; give the "
+                         "image's file name")
     problem = directory_name_problem(path, writing=False)
     path = os.path.abspath(path)  # (reported as backup and restore report theirs)
     problem = problem or _unreadable_problem(path)

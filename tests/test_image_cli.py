@@ -190,6 +190,8 @@ def test_extract_to_a_long_name_in_a_multibyte_script(good, tmp_path):
     (["extract", "{img}", "2", "{tmp}/x", "--path", "/hello.txt"], "is a file"),
     (["extract", "{img}", "2", "{tmp}/no/such/dir"], "does not exist"),
     (["info", "{tmp}/nothing.img"], "no such file"),
+    (["info", "-"], "'-': an image is read from a file, not from standard input"),
+    (["cat", "-", "2", "/hello.txt"], "'-': an image is read from a file, not from standard input"),
     (["ls", "{img}", "2", ""], "an empty path names nothing in the device"),
     (["cat", "{img}", "2", ""], "an empty path names nothing in the device"),
 ])
