@@ -80,7 +80,7 @@ def mounted(image: Image, entry: DeviceEntry) -> Iterator[Filesystem]:
     """littlefs of ``entry``, mounted over a checked copy of its bytes; signals are held
     while it is (see the module doc). A blank device (its tile never used its storage) is
     an empty filesystem, as the machine shows it: it formats one on first use."""
-    data = image.read_device(entry.name)  # verifies the image first, then this device again
+    data = image.read_device(entry.name)  # (checked: its chunks and its digest)
     with signals_held():
         try:
             fs = Filesystem(MemoryDevice(data, entry.block_size))

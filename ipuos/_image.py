@@ -66,8 +66,9 @@ returning.
   partial. Open with ``verify=False`` first to read the image once rather than twice. The
   arrays are views of one lazily zeroed anonymous mapping: all-zero chunks cost no RAM.
 - ``verify(progress=None)``: the full check; raises :class:`ImageError`.
-- ``read_device(name) -> numpy uint8 array``: one device, checked again as it is read
-  (chunks and digest); the whole image is verified first if that has not been done.
+- ``read_device(name) -> numpy uint8 array``: one device, checked as it is read (its
+  chunks and digest), whatever the rest of the image holds: what is intact can be read
+  out of a damaged image.
 - ``iter_devices(progress=None)``: ``(DeviceEntry, array)`` one device at a time after a
   whole-image verify (streaming restore in bounded memory; reads the image twice).
 - ``info() -> dict``: a JSON-able summary for ``ipuos image info``.
@@ -1516,11 +1517,12 @@ class Image:
         return out
 
     def read_device(self, name: str, progress: Callable[[int, int | None], None] | None = None) -> np.ndarray:
-        """One device's bytes, checked; the whole image is verified first if it was not."""
+        """One device's bytes, checked: its chunks and its digest (the manifest was checked
+        as the image opened). Damage elsewhere in the image does not stop it: what is
+        intact can be read from a damaged image (a restore reads it whole, and only if
+        the whole is good)."""
         entry = self.device(name)
         self._check_cap(entry.length)
-        if not self.verified:
-            self.verify()
         dest = _lazy_zeros(entry.length)
         self._scan([entry], {entry.name: dest}, progress)
         return dest

@@ -302,6 +302,26 @@ def test_damaged_images_are_refused(good, tmp_path):
     assert result.exit_code == 1 and "truncated" in result.output
 
 
+def test_what_is_intact_in_a_damaged_image_can_still_be_read(good, tmp_path):
+    """A flipped bit in the chip disk's part: tile 2's files still list, cat and extract
+    (before, every device was refused); the chip disk's are refused, and so is a verify."""
+    from ipuos._image import open_image
+
+    with open_image(good, verify=False) as img:
+        chunk = img.device("chip").chunks[0]
+    raw = bytearray(good.read_bytes())
+    raw[chunk.file_offset + chunk.stored_length // 2] ^= 0x10
+    bad = tmp_path / "bad.img"
+    bad.write_bytes(raw)
+    assert ipuos("image", "cat", str(bad), "2", "/hello.txt").output == "hello from tile 2\n"
+    assert "hello.txt" in ipuos("image", "ls", str(bad), "2").output
+    extracted = ipuos("image", "extract", str(bad), "2", str(tmp_path / "out"))
+    assert extracted.exit_code == 0 and (tmp_path / "out" / "hello.txt").read_bytes() == b"hello from tile 2\n"
+    for args in (["cat", str(bad), "chip", "/shared"], ["verify", str(bad)]):
+        refused = ipuos("image", *args)
+        assert refused.exit_code == 1 and "device 'chip'" in refused.output and "damaged" in refused.output
+
+
 # -- hostile images --------------------------------------------------------------------------
 
 

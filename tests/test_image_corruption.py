@@ -163,7 +163,9 @@ def test_random_bit_flips_in_chunks_are_refused_naming_the_chunk(tmp_path, good,
     assert where in message, message
 
 
-def test_damage_anywhere_stops_read_device_of_another_device(tmp_path, good):
+def test_damage_in_one_device_leaves_the_others_readable_but_not_the_whole(tmp_path, good):
+    """What is intact can be read out of a damaged image (``ipuos image cat``, ``ls``,
+    ``extract``); the damaged device, a verify and a restore's read of the whole refuse."""
     name, ci, off, n = _chunks(good)[-1]  # the last chunk of the last device
     assert name == "chip"
     raw = bytearray(good)
@@ -171,8 +173,13 @@ def test_damage_anywhere_stops_read_device_of_another_device(tmp_path, good):
     path = tmp_path / "bad.img"
     path.write_bytes(bytes(raw))
     with open_image(path, verify=False) as img:
+        assert bytes(img.read_device("tile/0/disk")) == bytes(_devices()[0].data)
         with pytest.raises(ImageError, match="fails its checksum"):
-            img.read_device("tile/0/disk")  # undamaged itself, but the image is not
+            img.read_device("chip")
+        with pytest.raises(ImageError, match="fails its checksum"):
+            img.verify()
+        with pytest.raises(ImageError, match="fails its checksum"):
+            img.read_all()
 
 
 def test_truncation_anywhere_is_refused(tmp_path, good):
