@@ -108,6 +108,16 @@ def directory_name_problem(image: str, writing: bool) -> str | None:
     return f"{image}: not an image file name (it ends with {os.sep}, which names a directory)"
 
 
+def _others_running(name: str) -> str:
+    """What to add to "no machine named X is running": the machines that are (a user
+    who booted one by another name, or in another shell's IPUOS_MACHINE, meant that)."""
+    others = [other for other in running_names() if other != name]
+    if not others:
+        return ""
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return f"; running: {shown} (name one with --name or IPUOS_MACHINE)"
+
+
 class _Errors:
     """Turn the client-side exceptions into one clear line and an exit status."""
 
@@ -118,7 +128,7 @@ class _Errors:
         if exc is None:
             return False
         if isinstance(exc, MachineNotRunning):
-            _fail(str(exc), EXIT_NOT_RUNNING)
+            _fail(str(exc) + _others_running(exc.name), EXIT_NOT_RUNNING)
         if isinstance(exc, DaemonError):
             _fail(exc.message)
         if isinstance(exc, (RuntimeDirError, BootFailed, MachineLocked)):
@@ -364,7 +374,7 @@ def halt(name, if_saved, backup, force) -> None:
     if force:
         pid = lock_holder(paths.lock)
         if pid is None:
-            _fail(str(MachineNotRunning(name)), EXIT_NOT_RUNNING)
+            _fail(str(MachineNotRunning(name)) + _others_running(name), EXIT_NOT_RUNNING)
         _halt_by_signal(paths, pid, False, "--force", force=True)
         return
     with _Errors():

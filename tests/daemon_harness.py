@@ -83,6 +83,16 @@ def _kill(paths: MachinePaths) -> None:
         wait_halted(paths, timeout=10)
 
 
+@pytest.fixture
+def empty_runtime_dir(monkeypatch):
+    """A runtime dir of this test's own, with no machine in it: a message that lists the
+    machines running says nothing more, whatever other tests have running."""
+    path = Path(tempfile.mkdtemp(prefix="ipe", dir="/tmp"))
+    monkeypatch.setenv(RUNTIME_DIR_ENV, str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def runtime_dir():
     """A private runtime dir for the whole session, set in the environment."""

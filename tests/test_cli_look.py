@@ -16,6 +16,7 @@ from daemon_harness import (  # noqa: F401  (fixtures)
     IPUOS,
     boot_machine,
     closed_by_peer,
+    empty_runtime_dir,
     machine,
     raw_socket,
     read_frame,
@@ -179,11 +180,20 @@ def test_top_refuses_an_interval_that_is_no_number_of_seconds(machine):
 
 
 @pytest.mark.parametrize("command", [["ps"], ["status"], ["top", "--once"], ["kill", "1"], ["ps", "--json"]])
-def test_read_commands_do_not_start_a_machine(runtime_dir, command):
+def test_read_commands_do_not_start_a_machine(empty_runtime_dir, command):
     result = CliRunner().invoke(main, [*command, "--name", "nothing-here"])
     assert result.exit_code == 3
     assert result.output == ("ipuos: no machine named 'nothing-here' is running; "
                              "start one with `ipuos boot --name nothing-here`\n")
+
+
+def test_a_machine_not_running_names_those_that_are(machine):
+    """Booted by another name (or in a shell with another IPUOS_MACHINE): said which."""
+    result = CliRunner().invoke(main, ["status", "--name", "nothing-here"])
+    assert result.exit_code == 3
+    said, _, running = result.output.partition("; running: ")
+    assert said == "ipuos: no machine named 'nothing-here' is running; start one with `ipuos boot --name nothing-here`"
+    assert machine.name in running and running.endswith(" (name one with --name or IPUOS_MACHINE)\n")
 
 
 def test_kill_from_the_cli(busy):

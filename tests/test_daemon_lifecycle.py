@@ -12,6 +12,7 @@ import time
 import pytest
 from daemon_harness import (  # noqa: F401  (fixtures)
     boot_machine,
+    empty_runtime_dir,
     machine,
     raw_socket,
     read_frame,
@@ -382,7 +383,7 @@ def test_a_stray_log_or_lock_is_named_with_what_to_do(runtime_dir, tmp_path, kin
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_status_of_a_machine_that_never_ran(runtime_dir):
+def test_status_of_a_machine_that_never_ran(empty_runtime_dir):
     done = run_cli("status", "--name", "never-booted")
     assert done.returncode == 3
     assert done.stderr == ("ipuos: no machine named 'never-booted' is running; "
