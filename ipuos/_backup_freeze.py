@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import Callable
 
-from ._plural import plural
+from ._plural import first_few, plural
 from ._tilespec import describe_tiles, format_tiles
 from .blockdev import MemoryDevice
 from .vfs import LittlefsBackend
@@ -324,8 +324,7 @@ def prepare_restore(tile, storage) -> str | None:
         removed = sum(backend.removed_open_files for _, _, backend in mounts)
         paths = [posixpath.join(mount, inner.lstrip("/")).rstrip("/") for _, mount, backend in mounts
                  for inner in backend.open_paths()]
-        named = ", ".join(paths[:_PATHS_SHOWN]) + (f" and {len(paths) - _PATHS_SHOWN} more"
-                                                    if len(paths) > _PATHS_SHOWN else "")
+        named = first_few(paths, _PATHS_SHOWN)
         named = "; ".join(filter(None, [named, f"{removed} removed while open" if removed else ""]))
         return FilesOpen(f"{plural(open_files, 'file is', 'files are')} open on it"
                          + (f" ({named})" if named else ""))

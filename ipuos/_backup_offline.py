@@ -38,7 +38,7 @@ from littlefs import lfs
 
 from ._backup_devices import tile_disk_name
 from ._image import DeviceEntry, Image
-from ._plural import plural
+from ._plural import first_few, plural
 from ._safepath import NAME_MAX, UnsafePathError, check_name, directory_problem, name_prefix, open_beneath
 from ._signals import checkpoint, signals_held
 from ._tempfiles import locked_temp, remove_dead_temps
@@ -71,8 +71,8 @@ def device_entry(image: Image, spec: str) -> DeviceEntry:
         return image.device(name)
     except KeyError:
         names = [e.name for e in image.devices]
-        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-        raise OfflineError(f"image {image.path} has no device {spec!r}; it holds {shown or 'none'}") from None
+        raise OfflineError(f"image {image.path} has no device {spec!r}; it holds "
+                           f"{first_few(names, 6) or 'none'}") from None
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from ._client import (RESULT_LINGER_SECONDS, STOPPED, STUCK_IN_C, Client, Daemon
                       SocketMissing, process_stopped, stuck_daemon)
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
-from ._plural import plural
+from ._plural import first_few, plural
 from ._presets import DEFAULT_PRESET, MAX_IPUS, PRESETS
 from ._readlimit import read_at_most
 from ._rundir import (
@@ -114,8 +114,7 @@ def _others_running(name: str) -> str:
     others = [other for other in running_names() if other != name]
     if not others:
         return ""
-    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
-    return f"; running: {shown} (name one with --name or IPUOS_MACHINE)"
+    return f"; running: {first_few(others, 5)} (name one with --name or IPUOS_MACHINE)"
 
 
 class _Errors:
