@@ -95,17 +95,47 @@ def _closing(key: tuple, op, refused: bool = False) -> tuple[tuple, str]:
     return key + (name,), label
 
 
-def _note_kind(job: "Job", key: tuple) -> None:
-    # the first tile to arrive fixes the collective; anyone else arriving at another is a
-    # mismatch (a refusing tile's REFUSED root or op takes the others')
-    if job.arrived == 1:
-        job.coll_kind = key
-    elif job.coll_kind != key:
+def _note_kind(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
+    """``tile`` is about to arrive at the collective ``key``, which is not the one in
+    progress (if any): the first tile to arrive fixes the collective; anyone else
+    arriving at another is a mismatch (a refusing tile's REFUSED root or op takes the
+    others'). Not while other tiles still have a signal to raise: the tiles a Ctrl-C
+    finds waiting in a collective leave it one after another, as each is resumed, and
+    the first out, running its handler, would meet with its handler's collective those
+    still to leave theirs. It waits for them to leave first."""
+    while job.arrived:
+        if job.ctrl_c_queued:
+            _let_the_ctrl_c_land(job, tile, label)
+            continue
         merged = _merge_keys(job.coll_kind, key)
-        if merged is None:
-            job.mismatch = True
-        else:
+        if merged is not None:
             job.coll_kind = merged
+            return
+        if not _others_to_raise(job, tile):
+            job.mismatch = True
+            return
+        _wait_for_others_to_raise(job, tile, label)
+    job.coll_kind = key
+
+
+def _others_to_raise(job: "Job", tile: "Tile") -> bool:
+    """Whether a live tile of ``job`` other than ``tile`` has a signal still to raise."""
+    return any(other.signal is not None and other is not tile for other in job.live.values())
+
+
+def _wait_for_others_to_raise(job: "Job", tile: "Tile", label: str) -> None:
+    """Wait, a superstep at a time, until no other live tile has a signal to raise:
+    they were woken with it, so they raise it as they are resumed (one inside a file
+    operation, or serving a request, raises it right after)."""
+    sched = job.sched
+
+    def raised() -> bool:
+        if not _others_to_raise(job, tile):
+            return True
+        sched.wake(tile)  # (look again next superstep)
+        return False
+
+    tile.wait(raised, label)
 
 
 def _merge_keys(known: tuple, key: tuple) -> tuple | None:
@@ -171,12 +201,10 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     def sync() -> None:
         if sched.collecting or sched.left_for_exchange:  # (rare: see _before_sync)
             _before_sync(job)
-        if job.coll_kind is not SYNC and job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
-            _let_the_ctrl_c_land(job, tile_of[current()], "sync()")
+        if job.coll_kind is not SYNC:  # (the first to arrive, or rare: see _note_kind)
+            _note_kind(job, tile_of[current()], SYNC, "sync()")
         arrived = job.arrived + 1
         job.arrived = arrived
-        if job.coll_kind is not SYNC:
-            _note_kind(job, SYNC)
         if arrived >= job.nlive:
             if not job.nlive:  # the job is over (looked at here, where it costs nothing)
                 _check_sync_caller(job)
@@ -258,7 +286,6 @@ def _wait_counted(job: "Job", tile: "Tile", gen: int, label: str) -> None:
             job.sched.engine.give_back_part(tile, job)
             if job.arrived == 0:
                 job.clear_collective()
-                job.left_collective()
         raise
 
 
@@ -276,7 +303,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
             _check_call(tile, job, label)
         if sched.left_for_exchange:
             _run_left_for_exchange(tile)
-        if job.ctrl_c_queued and job.arrived:  # (rare: see _let_the_ctrl_c_land)
+        if job.ctrl_c_queued and (job.arrived or job.nrecv):  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
@@ -301,10 +328,10 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
     arrived and the exchange has completed it, and return this tile's share.
     (``sync`` spells the same out: it is the one collective with no payload to spare a
     call against.)"""
+    if job.coll_kind != key:
+        _note_kind(job, tile, key, label)
     arrived = job.arrived + 1
     job.arrived = arrived
-    if job.coll_kind != key:
-        _note_kind(job, key)
     if arrived >= job.nlive:
         job.sched._ready_jobs.append(job)
     gen = job.gen
@@ -325,18 +352,12 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
 
 def _let_the_ctrl_c_land(job: "Job", tile: "Tile", label: str) -> None:
     """``tile`` is about to exchange (before it sends anything) while the job's other
-    tiles wait in a collective and a Ctrl-C is on its way to them (see
-    ``Job.hand_over_ctrl_c``): hand it to them, and wait until they have left that
-    collective, so that this tile's exchange is not taken for a part of theirs; they run
+    tiles wait (in a collective, in recv) and a Ctrl-C is on its way to them (see
+    ``Job.hand_over_ctrl_c``): hand it to them, and wait until they have raised it, so
+    that this tile's exchange is not taken for a part of what they waited for; they run
     their handlers, as it does."""
-    stale = job.coll_kind
     job.hand_over_ctrl_c()
-    job.ctrl_c_landing.append(tile)
-    try:
-        tile.wait(lambda: job.coll_kind != stale, label)
-    finally:
-        if tile in job.ctrl_c_landing:
-            job.ctrl_c_landing.remove(tile)
+    _wait_for_others_to_raise(job, tile, label)
 
 
 def _arrive_refusing(job: "Job", tile: "Tile", key: tuple, label: str, exc: Exception):
@@ -393,11 +414,9 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     """A collective reached after some tiles finished: a mismatch if one of them ended
     normally; if they all failed, the job is stopping and the tile stops with it."""
     finished = [r for r in range(job.nranks) if r not in job.live]
-    ended_well = [r for r in finished if job.results[r] is not None and job.results[r].status == OK]
-    if not ended_well and tile.signal is not None:
+    if tile.signal is not None and not any(map(job.ended_well, finished)):
         tile.raise_signal()
-    raise job.missing_tiles([tile.rank], ended_well or finished, f"{key[0]}()",
-                            "finished" if ended_well else "stopped")
+    raise job.missing_tiles([tile.rank], finished, f"{key[0]}()")
 
 
 class TileAPI:
@@ -492,7 +511,7 @@ class TileAPI:
         job = self._job
         tile = self._tile
         off = self._engine.write_out(tile, payload)
-        key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank)
+        key = tile.rank if channel == USER_CHANNEL else (channel, tile.rank, job.ctrl_c_epoch(tile.rank))
         self._engine.post(tile, job.tiles[dst], off, len(payload), KIND_USER, (job, tile.rank, key))
 
     def _take(self, key, src: int, what: str) -> Message:
@@ -529,7 +548,7 @@ class TileAPI:
         error as it now stands: FAILED_PART if the part failed there, could not land here
         (this tile's incoming buffer was full) or cannot be loaded here, its error this
         tile's if it had none. Every tile's call then raises, in step."""
-        msg = self._take((channel, src), src, label)
+        msg = self._take(self._part_key(channel, src), src, label)
         tile = self._tile
         try:
             if type(msg) is LostMessage:
@@ -543,6 +562,19 @@ class TileAPI:
             return FAILED_PART, exc if failure is None else failure
         finally:
             tile.consume(msg)
+
+    def _part_key(self, channel: int, src: int) -> tuple:
+        """The key a collective's part from rank ``src`` is filed under here (see
+        Job.ctrl_c_epoch). After a Ctrl-C, parts of the collective it cut short that
+        are still queued are dropped as this tile first waits for a part of another
+        (they came before it took the Ctrl-C; those landing after are dropped as they
+        land: see Scheduler._land)."""
+        tile = self._tile
+        epoch = self._job.ctrl_c_epoch(tile.rank)
+        key = (channel, src, epoch)
+        if epoch and key not in tile.inbox:
+            tile.drop_collective_values(before_ctrl_c=epoch)
+        return key
 
     def poll(self, src: int) -> bool:
         """True if a message from ``src`` has arrived and ``recv(src)`` would not wait.
@@ -593,7 +625,7 @@ class TileAPI:
                 for rank, payload in enumerate(payloads):
                     self._post(rank, payload, SCATTER_CHANNEL)
         self._collective((SCATTER, root), None, send=False, refused=refused)
-        return self._recv((SCATTER_CHANNEL, root), root, f"scatter(root={root})")
+        return self._recv(self._part_key(SCATTER_CHANNEL, root), root, f"scatter(root={root})")
 
     def _scatter_payloads(self, objs) -> list[bytes]:
         """The root's items for :meth:`scatter`, encoded, one per tile; an error if they
@@ -766,7 +798,7 @@ class TileAPI:
             _check_call(tile, job, what)
         if tile.sched.left_for_exchange:
             _run_left_for_exchange(tile)
-        if job.ctrl_c_queued and job.arrived:  # (before anything is sent: see _let_the_ctrl_c_land)
+        if job.ctrl_c_queued and (job.arrived or job.nrecv):  # (before anything is sent: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, what)
 
     def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None,

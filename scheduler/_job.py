@@ -128,9 +128,8 @@ class Job:
         self.ctrl_cs = 0
         self._ctrl_c_taken: dict[int, int] = {}
         #: a Ctrl-C is queued for the scheduler thread to hand to the tiles (see
-        #: hand_over_ctrl_c), and the tiles waiting for the others to leave a collective
+        #: hand_over_ctrl_c)
         self.ctrl_c_queued = False
-        self.ctrl_c_landing: list = []
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
         #: ranks that computed past the budget (see over_budget)
@@ -293,13 +292,12 @@ class Job:
             self.ctrl_c_queued = False
             self.raise_in_tiles(TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)"))
 
-    def left_collective(self) -> None:
-        """The last tile waiting in a collective left it (by an exception): wake those
-        waiting for that to exchange afresh (see :meth:`hand_over_ctrl_c`)."""
-        if self.ctrl_c_landing:
-            landing, self.ctrl_c_landing = self.ctrl_c_landing, []
-            for tile in landing:
-                self.sched.wake(tile)
+    def ctrl_c_epoch(self, rank: int) -> int:
+        """Which of the job's Ctrl-Cs rank ``rank`` was last handed (0: none). The parts
+        of a reduction, scan or scatter are filed under their sender's: each tile takes
+        each Ctrl-C once, so a part sent before one, for the collective it cut short, is
+        never taken for a part of the collective a handler calls after it."""
+        return self._ctrl_c_taken.get(rank, 0)
 
     def ctrl_c_due(self, rank: int, take: bool = False) -> bool:
         """Whether rank ``rank`` is yet to be handed the latest Ctrl-C (``take``: it is
@@ -354,15 +352,17 @@ class Job:
         target (a repl prints it as the tile's output): the others' errors name it."""
         self.endings[rank] = f"it raised {describe_exception(exc)}"
 
-    def missing_tiles(self, waiting, finished, waits_in: str,
-                      ended: str = "finished") -> CollectiveMismatchError:
+    def missing_tiles(self, waiting, finished, waits_in: str) -> CollectiveMismatchError:
         """The error of the ``waiting`` ranks, whose collective ``waits_in`` needs the
-        ``finished`` ranks (which ``ended``: finished, or stopped by a failure).
+        ``finished`` ranks: those of them that finished, or if none did, those stopped
+        (by a failure, or a Ctrl-C before the program began).
 
         It names the tiles whose own end started it, never tiles that failed only because
         of them: a reduction's tree fails tile by tile, and every tile of the job then
         reports one cause, which groups as one output.
         """
+        ended_well = [rank for rank in finished if self.ended_well(rank)]
+        finished, ended = (ended_well, "finished") if ended_well else (finished, "stopped")
         roots = sorted({root for rank in finished for root in self._blamed.get(rank, (rank,))})
         for rank in waiting:
             self._blamed[rank] = tuple(roots)
@@ -371,6 +371,11 @@ class Job:
         if len(roots) == 1 and endings:
             text += f" ({endings[0]})"
         return CollectiveMismatchError(text)
+
+    def ended_well(self, rank: int) -> bool:
+        """Whether rank ``rank``'s program has ended, and not by an exception or a stop."""
+        result = self.results[rank]
+        return result is not None and result.status == OK
 
     def waiting_report(self) -> str:
         """``tiles 0-5 wait in sync(); tile 6 waits in recv from tile 7``."""

@@ -437,6 +437,8 @@ class Scheduler:
         for kind, meta, src, abs_off, length, msg in arrivals:
             if kind == KIND_USER:  # (for the receiver's own job: the engine dropped others)
                 job, src_rank, key = meta
+                if type(key) is tuple and key[2] < job.ctrl_c_epoch(dst.rank):
+                    continue  # a collective's part sent before a Ctrl-C the receiver took (see TileAPI._part_key)
                 msg.src_rank = src_rank
                 queue = dst.inbox.get(key)
                 if queue is None:

@@ -274,18 +274,20 @@ class Tile:
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None
         self.raised = signal
-        self._drop_collective_values()
+        self.drop_collective_values()
         raise signal
 
-    def _drop_collective_values(self) -> None:
+    def drop_collective_values(self, before_ctrl_c: int | None = None) -> None:
         """Free the values queued for this tile by a reduction, scatter or prefix
         reduction the signal cuts short: a program that catches the error and calls it
         again would take them for its new call's. (Only collectives' channels are keyed
-        by tuples.) Dropped when the signal is raised, not when it is sent: a tile whose
-        wait was over before a failure runs on with what it received (see
-        _over_before_failure)."""
+        by tuples, ``(channel, sender, Ctrl-C)``.) Dropped when the signal is raised, not
+        when it is sent: a tile whose wait was over before a failure runs on with what it
+        received (see _over_before_failure). ``before_ctrl_c``: only those sent before
+        the Ctrl-C of that number (see Job.ctrl_c_epoch)."""
         inbox = self.inbox
-        for key in [key for key in inbox if type(key) is tuple]:
+        for key in [key for key in inbox if type(key) is tuple
+                    and (before_ctrl_c is None or key[2] < before_ctrl_c)]:
             for msg in inbox.pop(key):
                 self.consume(msg)
 

@@ -459,6 +459,33 @@ def test_ctrl_c_in_run_stops_a_program_that_swallows_it(machine, api):
     assert machine.run("print('free')", tiles="11").tiles[0].output == "free\n"
 
 
+@pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
+def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
+    """Tile 0 computes while the others wait in a collective; on a Ctrl-C each tile's
+    handler reduces again. With three tiles or more, the first tile out of the
+    collective met those still leaving it (a collective mismatch); a part sent for the
+    interrupted allreduce was summed with the handlers' (21 instead of 30)."""
+    from daemon_harness import wait_for
+
+    source = ("try:\n"
+              "    if __tileid == 0:\n"
+              "        recv(1)  # (by the time it comes, the others wait)\n"
+              "        while True:\n"
+              "            pass\n"
+              "    if __tileid == 1:\n"
+              "        send(0, 'go')\n"
+              f"    {waits_in}\n"
+              "except KeyboardInterrupt:\n"
+              "    print('handler', allreduce(10))\n")
+    scheduler = machine.scheduler
+    handle = machine.launch(source, tiles="0-3")
+    wait_for(lambda: scheduler.computing_tile() is scheduler.tiles[0], what="tile 0 computing")
+    handle.interrupt(ctrl_c=True)
+    result = handle.wait(10)
+    assert [run.output for run in result.tiles] == ["handler 40\n"] * 4, result.format()
+    assert result.exit_status == 0
+
+
 def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
     def regions() -> list[str]:
         return [r["name"] for r in machine.sram_usage(9)["regions"]]

@@ -1360,6 +1360,41 @@ def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_me
         assert handled == ({0: 6, 1: 6, 2: 6, 3: 6} if handler == "allreduce" else {0: 3, 1: 0, 2: 1, 3: 2})
 
 
+@pytest.mark.parametrize("ntiles", [2, 3, 5])
+@pytest.mark.parametrize("waiting_in", ["sync", "allreduce"])
+def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched, waiting_in, ntiles):
+    """The last tile computes from the start; the others wait for it in their first
+    collective. On a Ctrl-C every tile's handler reduces again and must get exactly the
+    handlers' values. Two bugs did otherwise: a part an interrupted allreduce had already
+    sent was taken for the handlers' (2 tiles: 11 instead of 20), and the first tile out
+    of the collective met those still leaving it with its handler's: a collective
+    mismatch, or some handlers never ran."""
+    entered, handled = [], {}
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            if api.tileid == ntiles - 1:
+                while True:
+                    pass
+            api.sync() if waiting_in == "sync" else api.allreduce(1)
+        except KeyboardInterrupt:
+            handled[api.tileid] = api.allreduce(10)
+
+    for _ in range(2):
+        entered.clear()
+        handled.clear()
+        job = sched.start_job(range(ntiles), prog)
+        wait_for(lambda: len(entered) == ntiles and sched.in_compute, what="the last tile computing")
+        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
+        try:
+            report = job.future.result(10)
+        finally:
+            sched.interrupt_job(job, "the test is over")  # (a no-op once it has ended)
+        assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
+        assert handled == dict.fromkeys(range(ntiles), 10 * ntiles)
+
+
 def test_a_stop_right_after_a_ctrl_c_is_not_caught_as_it(sched):
     """The tiles have the Ctrl-C pending when the stop comes: they get the stop instead,
     at their next exchange point, not when the watchdog happens to find them computing."""
