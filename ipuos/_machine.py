@@ -33,7 +33,7 @@ from ._runtime import (
 )
 from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
-from ._tilespec import format_tiles, parse_tiles
+from ._tilespec import describe_tiles, format_tiles, parse_tiles
 from .scheduler import ABORTED, ERROR, OK, Job, Scheduler, TileFailed, not_started
 from .vfs import HostFsClient, Storage, working_directories
 
@@ -454,19 +454,18 @@ class Machine:
         deadline = None if start_timeout is None else time.monotonic() + start_timeout
         tile_ids = parse_tiles(tiles, self.ntiles)
         shares = _shares(data, len(tile_ids))
-        if shares is not None:
-            # (on the scheduler thread, which a computing tile holds: within the timeout)
-            try:
-                self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares, timeout=start_timeout)
-            except concurrent.futures.TimeoutError:
-                raise not_started(filename, start_timeout) from None
-            if deadline is not None:
-                start_timeout = max(0.0, deadline - time.monotonic())
         _check_output_limit(output_limit)
         if argv is not None and not (isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv)):
             raise TypeError(f"argv is a list of str (the program's __args), not {argv!r}")
         program = TileProgram(source, filename, shares, output_limit, setup=self._program_setup,
                               argv=argv)
+        # (on the scheduler thread, which a computing tile holds: within the timeout)
+        try:
+            self.scheduler.call_wait(self._check_room, tile_ids, program.text_size, shares, timeout=start_timeout)
+        except concurrent.futures.TimeoutError:
+            raise not_started(filename, start_timeout) from None
+        if deadline is not None:
+            start_timeout = max(0.0, deadline - time.monotonic())
         job = self.scheduler.start_job(tile_ids, program, name=filename, budget=budget,
                                        timeout=start_timeout)
         return RunHandle(self, job, program)
@@ -493,17 +492,29 @@ class Machine:
         _check_output_limit(output_limit)
         shares = _shares(data, len(tile_ids))
         if shares is not None:
-            self.scheduler.call_wait(self._check_shares_fit, tile_ids, shares)
+            self.scheduler.call_wait(self._check_room, tile_ids, 0, shares)
         return Repl(self, tile_ids, shares, output_limit)
 
-    def _check_shares_fit(self, tile_ids: list[int], shares: list[str]) -> None:
-        """ValueError if a tile has no room in its SRAM for its share of the data now (on
-        the scheduler thread). A repl keeps the share there for the whole session, taken
-        by the first block: one that could not take it would fail every block and never
-        run the user's code; a program's tiles would each fail with a MemoryError of
-        their own (a group each in the output), so both are refused before they start."""
+    def _check_room(self, tile_ids: list[int], program_size: int, shares: list[str] | None) -> None:
+        """ValueError if a tile has no room in its SRAM now (on the scheduler thread) for
+        what a program's start puts there: its text (``program_size`` bytes), then its
+        share of the data. A tile without it would fail with a MemoryError once the
+        others had begun, and they would run up to their first exchange point (leaving
+        files behind, say) before the job stopped; a repl keeps the share for the whole
+        session, taken by its first block, which could then never run the user's code."""
+        memories = [self.sram.memory(tile) for tile in tile_ids]
+        short = [tile for tile, memory in zip(tile_ids, memories) if memory.largest_free_after(program_size) is None]
+        if short:
+            room = max(memories[tile_ids.index(tile)].largest_free() for tile in short)
+            raise ValueError(
+                f"the program ({program_size} bytes) does not fit in the free SRAM of "
+                f"{describe_tiles(short)}, which {'has' if len(short) == 1 else 'have'} "
+                f"room for {room} bytes at most: a tile keeps its program's text in SRAM while it runs; "
+                "run it on other tiles, or make room on these (`ipuos ps` shows their SRAM use)")
+        if shares is None:
+            return
         sizes = [len(share.encode("utf-8")) for share in shares]
-        room = [self.sram.memory(tile).largest_free() for tile in tile_ids]
+        room = [memory.largest_free_after(program_size) for memory in memories]
         for tile, share, size, free in zip(tile_ids, shares, sizes, room):
             if size > free:
                 whole = f"the data ({sum(sizes)} bytes) does not fit in the SRAM of " \

@@ -1004,6 +1004,11 @@ class TileProgram:
         self._text = self.source.encode("utf-8")
         self._lines = self.source.splitlines()
 
+    @property
+    def text_size(self) -> int:
+        """The bytes of SRAM the program's text takes on each tile while it runs."""
+        return len(self._text)
+
     def __call__(self, api: TileAPI) -> int:
         tile = api.tile
         rank = api.tileid

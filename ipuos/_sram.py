@@ -136,11 +136,25 @@ class TileMemory:
 
     def largest_free(self) -> int:
         """The biggest region that could still be allocated."""
-        best, cursor = 0, 0
-        for region in self.regions:
-            best = max(best, region.offset - cursor)
+        return self.largest_free_after()
+
+    def largest_free_after(self, *sizes: int) -> int | None:
+        """The biggest region that could still be allocated once regions of ``sizes``
+        were, in that order, as :meth:`alloc` places them; None if they do not all fit.
+        (What a program's start takes, checked before it starts on any tile.)"""
+        gaps, cursor = [], 0
+        for region in self._by_offset:
+            gaps.append([cursor, region.offset - cursor])
             cursor = region.offset + _align(region.size)
-        return max(best, self.size - cursor)
+        gaps.append([cursor, self.size - cursor])
+        for size in sizes:
+            need = _align(size)
+            gap = next((gap for gap in gaps if gap[1] >= need), None)  # (first fit, as _find_gap)
+            if gap is None:
+                return None
+            gap[0] += need
+            gap[1] -= need
+        return max(length for _, length in gaps)
 
     def usage(self) -> dict:
         """Per-region usage, for ``free``, ``ps`` and ``top``."""

@@ -379,6 +379,29 @@ def _never_ran(machine, tile: int) -> bool:
     return result.tiles[0].output == "False\n"
 
 
+@pytest.mark.parametrize("data, room", [(None, 1024), (("x" * 74 + "\n") * 20, 2048)])
+def test_a_program_a_tile_has_no_room_for_starts_on_no_tile(machine, data, room):
+    """Tile 5's SRAM cannot take the program's text (or its share of the data beside
+    it): it failed with a MemoryError, while tile 4 ran up to its first exchange point,
+    leaving a file behind. The program is refused before it starts, saying why."""
+    memory = machine.sram.memory(5)
+    machine.scheduler.call_wait(lambda: memory.alloc("filler", memory.largest_free() - room))
+    program = "open('/ran', 'w').close()\nsync()\n# " + "padding " * 200 + "\n"
+    try:
+        with pytest.raises(ValueError) as info:
+            machine.run(program, tiles="4-5", data=data)
+    finally:
+        machine.scheduler.call_wait(memory.free, "filler")
+    if data is None:
+        assert str(info.value).startswith(f"the program ({len(program)} bytes) does not fit in the free SRAM "
+                                          "of tile 5, which has room for 1024 bytes at most")
+    else:
+        assert "tile 5's share is 750 bytes, and it has room for " in str(info.value)
+    assert _never_ran(machine, 4) and _never_ran(machine, 5)
+    # with the room back, it runs (writing no file: the machine is the module's)
+    assert machine.run(program.replace("open('/ran', 'w').close()", "pass"), tiles="4-5", data=data).ok
+
+
 @pytest.mark.parametrize("data", [None, "its share\n"])
 def test_run_timeout_bounds_the_wait_for_a_busy_machine_to_take_the_program(machine, data):
     # (with data, whose room is checked on the scheduler thread first, it waited for good)
