@@ -122,10 +122,13 @@ class ExchangeEngine:
         if used + need > tile.xout.size:
             # (no tile id: every tile sending too much says the same, and its output
             # groups as one; the report names the tiles)
+            if need > tile.xout.size:  # (no superstep would take it whole)
+                advice = "it can never go in one piece: send it in smaller parts"
+            else:
+                advice = "send less per superstep or sync() between sends"
             raise ValueError(
                 f"exchange payload of {n} B does not fit in the outgoing buffer "
-                f"({tile.xout.size - used} B of {tile.xout.size} B left this superstep); "
-                "send less per superstep or sync() between sends"
+                f"({tile.xout.size - used} B of {tile.xout.size} B left this superstep); {advice}"
             )
         if used == 0:
             self._senders.append(tile)
@@ -512,11 +515,15 @@ def _drop_overflow(dst, user: list, incoming: int) -> None:
     lost = f"{plural(len(user), 'message')} ({sum(it[3] for it in user)} B)"
     room = f"{dst.in_used} B of unreceived messages + {incoming} B arriving > {dst.xin.size} B"
     receiver = job.describe([dst.rank])
+    if dst.in_used:
+        advice, senders_advice = "recv() pending messages before more are sent", "it must recv() pending messages before more are sent"
+    else:  # (nothing was waiting: the one exchange brought more than the buffer holds)
+        advice = senders_advice = "send it fewer bytes per superstep (sync() between sends)"
     if dst.signal is None:
         senders = job.describe(sorted(by_sender))
         dst.signal = ValueError(
             f"{receiver}: incoming exchange buffer full ({room}): {lost} from {senders} dropped and lost; "
-            "recv() pending messages before more are sent (senders still running are told too)")
+            f"{advice} (senders still running are told too)")
     for rank, items in by_sender.items():
         src = items[0][0]
         if src is dst or src.signal is not None or job.live.get(rank) is not src:
@@ -524,7 +531,7 @@ def _drop_overflow(dst, user: list, incoming: int) -> None:
         src.signal = ValueError(
             f"send() to {receiver}: {plural(len(items), 'message')} ({sum(it[3] for it in items)} B) "
             f"sent before this exchange point dropped and lost: its incoming exchange buffer was full "
-            f"({room}); it must recv() pending messages before more are sent")
+            f"({room}); {senders_advice}")
         src.sched.wake(src)
 
 

@@ -380,14 +380,20 @@ def test_bad_destination_is_a_clear_error(sched):
 def test_payload_larger_than_the_exchange_buffer_is_a_value_error(sched):
     def prog(api):
         if api.tileid == 0:
-            try:
-                api.send(1, b"x" * 5000)  # the outgoing buffer is 2048 B
-            except ValueError as exc:
-                return str(exc)
+            messages = []
+            for size in (5000, 1500, 1500):  # the outgoing buffer is 2048 B
+                try:
+                    api.send(1, b"x" * size)
+                except ValueError as exc:
+                    messages.append(str(exc))
+            return messages
         return None
 
-    message = values(run(sched, prog, tiles=[0, 1]))[0]
-    assert "does not fit in the outgoing buffer" in message
+    too_big, too_many = values(run(sched, prog, tiles=[0, 1]))[0]
+    # (whether sync() between sends would help: it said so of one no buffer holds)
+    assert too_big.startswith("exchange payload of 5006 B does not fit in the outgoing buffer (2048 B of "
+                              "2048 B left this superstep); it can never go in one piece: send it in smaller parts")
+    assert too_many.endswith("left this superstep); send less per superstep or sync() between sends")
 
 
 def test_a_collective_result_too_big_for_the_incoming_buffer_is_a_value_error(sched):
@@ -433,6 +439,11 @@ def test_an_overflow_while_waiting_in_recv_fails_the_receiver_not_a_false_deadlo
     assert isinstance(receiver.error, ValueError), receiver.error
     assert "incoming exchange buffer full" in str(receiver.error)
     assert not any(isinstance(r.error, DeadlockError) for r in report.results)
+    # nothing was left unreceived: it is too much in one exchange, not messages left
+    # waiting (it told everyone to recv() them)
+    assert str(receiver.error).endswith("; send it fewer bytes per superstep (sync() between sends) "
+                                        "(senders still running are told too)")
+    assert "recv()" not in str(receiver.error)
 
 
 def test_an_overflow_tells_the_receiver_and_every_sender_what_was_lost(sched):
