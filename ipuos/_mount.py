@@ -446,12 +446,37 @@ class MountManager:
 
     def mounts(self) -> list[ActiveMount]:
         """The mounts, and those detached lazily that still serve open files."""
+        self._follow_moves()
         with self._lock:
             return sorted([*self._mounts.values(), *self._detached], key=lambda m: m.mountpoint)
 
     def get(self, mountpoint: str) -> ActiveMount | None:
+        self._follow_moves()
         with self._lock:
             return self._mounts.get(mountpoint)
+
+    def _follow_moves(self) -> None:
+        """Know each mount by where it is now. Renaming a directory above a mount point
+        moves the mount with it (the kernel's table shows the new path): known by its
+        old path, it could not be unmounted, and halt left it dead. Found by its device
+        number, which is the connection's own; of several places (bind mounts), the
+        one it had stays, else the first."""
+        with self._lock:
+            mounts = [active for active in self._mounts.values() if active.device]
+        if not mounts:
+            return
+        places: dict[str, list[str]] = {}
+        for entry in mount_entries():
+            places.setdefault(entry.device, []).append(entry.mountpoint)
+        with self._lock:
+            for active in mounts:
+                now = places.get(active.device)
+                if not now or active.mountpoint in now or self._mounts.get(active.mountpoint) is not active:
+                    continue
+                del self._mounts[active.mountpoint]
+                log.info("machine %r's mount at %s has moved to %s", self.name, active.mountpoint, now[0])
+                active.mountpoint = now[0]
+                self._mounts[now[0]] = active
 
     def holding(self, path: str) -> ActiveMount | None:
         """The mount of this machine that the existing directory ``path`` is on, if any
@@ -511,6 +536,7 @@ class MountManager:
     def _check_mountpoint(self, mountpoint: str) -> None:
         if self.runtime_dir is not None:
             refuse_over_runtime_dir(mountpoint, self.runtime_dir)
+        self._follow_moves()
         with self._lock:
             attached = list(self._mounts.values())
         for active in attached:
@@ -613,6 +639,7 @@ class MountManager:
 
     def unmount_all(self, reason: str) -> list[str]:
         """Unmount everything, lazily where busy (``halt``); returns the mount points."""
+        self._follow_moves()
         with self._lock:
             self._halting = True
             mounts = list(self._mounts.values())

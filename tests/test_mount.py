@@ -463,6 +463,32 @@ def test_halt_unmounts_everything(machine, mountpoint):
         cleanup_mountpoint(second)
 
 
+def test_a_mount_whose_directory_was_moved_is_unmounted_where_it_is_now(machine, mountpoint):
+    """Renaming a directory above a mount point moves the mount. The daemon knew it by its
+    old path: `umount` at the new one said another machine's runtime dir served it, and
+    halt left it there dead."""
+    before, after = Path(mountpoint, "before"), Path(mountpoint, "after")
+    (before / "m").mkdir(parents=True)
+    try:
+        assert cli(machine, "mount", str(before / "m")).returncode == 0
+        before.rename(after)
+        assert mounted(str(after / "m"))
+        (item,) = json.loads(cli(machine, "mount", "--json").stdout)["mounts"]
+        assert item["mountpoint"] == str(after / "m")
+        done = cli(machine, "umount", str(after / "m"))
+        assert done.returncode == 0 and done.stdout.strip() == f"unmounted {after / 'm'}", done.stderr
+        assert not mounted(str(after / "m"))
+
+        assert cli(machine, "mount", str(after / "m")).returncode == 0
+        after.rename(before)
+        assert cli(machine, "halt").returncode == 0
+        assert not mounted(str(before / "m")) and not mounted(str(after / "m"))
+    finally:
+        for path in (before / "m", after / "m"):
+            if mounted(str(path)):
+                remove_mount(str(path))
+
+
 def test_halt_detaches_a_busy_foreground_mount_and_its_command_says_so(machine, mountpoint):
     """halt does not wait for the processes using a foreground mount (a shell's cwd can
     stay there for hours): the mount is detached and its command told why it ended."""
