@@ -322,7 +322,7 @@ def test_machines_lists_a_machine_that_does_not_answer(machine):
         os.kill(machine.pid, signal.SIGCONT)
     mine = next(m for m in listed if m["name"] == machine.name)
     assert mine["answering"] is False and mine["pid"] == machine.pid
-    assert "did not answer" in mine["problem"]
+    assert f"its daemon (pid {machine.pid}) is stopped" in mine["problem"]
 
 
 def test_a_machine_of_another_release_says_so_and_halt_stops_it(machine, monkeypatch):
@@ -391,6 +391,24 @@ def test_a_stopped_daemon_is_named_as_stopped_and_halt_stops_it_at_once(machine)
     halted = CliRunner().invoke(main, ["halt", "--name", machine.name])
     assert halted.exit_code == 0 and "stopped by signal" in halted.output, halted.output
     assert time.monotonic() - started < 10 and lock_holder(machine.paths.lock) is None
+
+
+def test_a_command_waiting_on_a_stopped_daemon_says_so_within_seconds(machine):
+    """ps, status and kill waited their whole timeout (30-40 s) on a daemon stopped by
+    a signal before saying it was stopped."""
+    os.kill(machine.pid, signal.SIGSTOP)
+    try:
+        for command in (["ps"], ["status", "--json"], ["kill", "3"]):
+            started = time.monotonic()
+            result = CliRunner().invoke(main, [*command, "--name", machine.name])
+            assert time.monotonic() - started < 8, command
+            assert result.exit_code != 0, (command, result.output)
+            assert (f"machine {machine.name!r} cannot answer {command[0]!r}: its daemon (pid {machine.pid}) "
+                    f"is stopped (by SIGSTOP, Ctrl-Z or a debugger): `kill -CONT {machine.pid}` lets it go on"
+                    ) in result.output, (command, result.output)
+    finally:
+        os.kill(machine.pid, signal.SIGCONT)
+    assert invoke(machine, "ps").exit_code == 0
 
 
 def test_ctrl_c_while_waiting_for_the_daemon_is_status_130(machine):
