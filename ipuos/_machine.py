@@ -94,7 +94,9 @@ class Repl:
     gives the tile's own, as in a program; the primitives are rebound to each block's
     job). A tile's exception is its error (``TileRun.error``, the tile's status ok, exit
     code 1), shown after its output and grouped with it like any other text; a bare
-    expression's value is printed, as in Python's REPL.
+    expression's value is printed, as in Python's REPL. A block's ``exit(N)`` ends that
+    block with exit code N; the session goes on until :meth:`close`: whoever drives it
+    decides (the shell's multirepl leaves on it).
     """
 
     def __init__(self, machine: "Machine", tile_ids: list[int], shares, output_limit: int):
