@@ -30,6 +30,16 @@ def test_names_persist_between_blocks(machine):
     assert repl.run("print(twice(x))").outputs()[3] == "60\n"
 
 
+def test_exit_ends_the_block_and_the_session_goes_on(machine):
+    """As documented: the block's exit code is its result's; the caller decides whether
+    the session ends (the shell's multirepl leaves on it)."""
+    with machine.repl("0-1") as repl:
+        repl.run("x = 5")
+        result = repl.run("print('before')\nexit(3)\nprint('after')")
+        assert result.exit_status == 3 and result.outputs() == {0: "before\n", 1: "before\n"}
+        assert repl.run("print(x)").outputs() == {0: "5\n", 1: "5\n"}
+
+
 def test_a_bare_expression_shows_its_value(machine):
     repl = machine.repl("0-1")
     result = repl.run("__tileid + 40")
