@@ -35,7 +35,9 @@ def _mount(call: Call):
     manager = call.host.mounts
     try:
         active = manager.mount(args["mountpoint"], readonly=args["read_only"], tiles=args["tiles"],
-                               foreground=args["foreground"], client_pid=call.peer_pid)
+                               foreground=args["foreground"],
+                               # (the command that asked for a mount in the background has ended)
+                               client_pid=call.peer_pid if args["foreground"] else None)
     except MountError as exc:
         _fail(exc)
     info = active.describe()

@@ -63,6 +63,7 @@ def test_mount_list_and_umount(machine, mountpoint):
     assert listed["name"] == machine.name
     (item,) = listed["mounts"]
     assert item["mountpoint"] == mountpoint and item["readonly"] is False and item["foreground"] is False
+    assert item["client_pid"] is None  # (the `ipuos mount` that asked has ended: no pid of it)
     assert item["tiles"] == list(range(16))
     assert json.loads(cli(machine, "status", "--json").stdout)["mounts"] == [mountpoint]
     inside = cli(machine, "umount", f"{mountpoint}/chip")
