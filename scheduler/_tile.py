@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import greenlet
 
-from ._errors import JobAborted, TileInterrupt, foreign_call
+from ._errors import JobAborted, TileInterrupt, TileKeyboardInterrupt, foreign_call
 
 #: signals that stop a job's program (a deadlock report concerns the wait it ended)
 _JOB_SIGNALS = (JobAborted, TileInterrupt)
@@ -274,7 +274,12 @@ class Tile:
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None
         self.raised = signal
-        self.drop_collective_values()
+        if isinstance(signal, TileKeyboardInterrupt) and self.job is not None:
+            # handed out with it, the Ctrl-C has a number of its own: what the handlers of
+            # tiles that took it sooner have sent here already is kept for this one's
+            self.drop_collective_values(before_ctrl_c=self.job.ctrl_c_epoch(self.rank))
+        else:
+            self.drop_collective_values()
         raise signal
 
     def drop_collective_values(self, before_ctrl_c: int | None = None) -> None:

@@ -1371,21 +1371,24 @@ def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_me
         assert handled == ({0: 6, 1: 6, 2: 6, 3: 6} if handler == "allreduce" else {0: 3, 1: 0, 2: 1, 3: 2})
 
 
-@pytest.mark.parametrize("ntiles", [2, 3, 5])
+@pytest.mark.parametrize("ntiles, computing", [(2, 1), (3, 2), (5, 4), (4, 1), (5, 2)])
 @pytest.mark.parametrize("waiting_in", ["sync", "allreduce"])
-def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched, waiting_in, ntiles):
-    """The last tile computes from the start; the others wait for it in their first
-    collective. On a Ctrl-C every tile's handler reduces again and must get exactly the
-    handlers' values. Two bugs did otherwise: a part an interrupted allreduce had already
-    sent was taken for the handlers' (2 tiles: 11 instead of 20), and the first tile out
-    of the collective met those still leaving it with its handler's: a collective
-    mismatch, or some handlers never ran."""
+def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched, waiting_in, ntiles, computing):
+    """One tile computes; those before it wait in a collective, those after it have not
+    been resumed in that superstep yet. On a Ctrl-C every tile's handler reduces again
+    and must get exactly the handlers' values. Bugs did otherwise: a part an interrupted
+    allreduce had already sent was taken for the handlers' (2 tiles: 11 instead of 20);
+    the first tile out of the collective met with its handler's those still to leave
+    theirs (a collective mismatch, or handlers that never ran); and the leader, raising
+    its Ctrl-C a superstep after the tiles behind the computing one, dropped the parts
+    their handlers had sent it already (a deadlock)."""
     entered, handled = [], {}
 
     def prog(api):
         entered.append(api.tileid)
         try:
-            if api.tileid == ntiles - 1:
+            api.sync()  # (every tile has begun: those after the computing one take the Ctrl-C here)
+            if api.tileid == computing:
                 while True:
                     pass
             api.sync() if waiting_in == "sync" else api.allreduce(1)
@@ -1396,7 +1399,8 @@ def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched
         entered.clear()
         handled.clear()
         job = sched.start_job(range(ntiles), prog)
-        wait_for(lambda: len(entered) == ntiles and sched.in_compute, what="the last tile computing")
+        wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[computing],
+                 what=f"tile {computing} computing")
         sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
         try:
             report = job.future.result(10)
