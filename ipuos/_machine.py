@@ -505,7 +505,7 @@ class Machine:
         files behind, say) before the job stopped; a repl keeps the share for the whole
         session, taken by its first block, which could then never run the user's code."""
         memories = [self.sram.memory(tile) for tile in tile_ids]
-        short = [tile for tile, memory in zip(tile_ids, memories) if memory.largest_free_after(program_size) is None]
+        short = [tile for tile, memory in zip(tile_ids, memories) if not memory.fits(program_size)]
         if short:
             room = max(memories[tile_ids.index(tile)].largest_free() for tile in short)
             raise ValueError(

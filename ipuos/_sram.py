@@ -138,6 +138,10 @@ class TileMemory:
         """The biggest region that could still be allocated."""
         return self.largest_free_after()
 
+    def fits(self, size: int) -> bool:
+        """Whether a region of ``size`` bytes could be allocated now."""
+        return self._find_gap(_align(size)) is not None
+
     def largest_free_after(self, *sizes: int) -> int | None:
         """The biggest region that could still be allocated once regions of ``sizes``
         were, in that order, as :meth:`alloc` places them; None if they do not all fit.

@@ -110,6 +110,28 @@ def test_allocation_is_first_fit_and_regions_stay_in_address_order():
         sram.close()
 
 
+def test_what_fits_is_told_before_anything_is_allocated():
+    """A program's start checks its text and data fit on every tile before any starts:
+    by placing them as alloc does (first fit), without allocating."""
+    sram = SRAM(tiles=1, bytes_per_tile=4096)
+    try:
+        mem = sram.memory(0)
+        mem.alloc("low", 1000)
+        mem.alloc("high", 1000)
+        mem.free("low")  # gaps: 1000 B at 0, then 2096 B after "high" (at 1000)
+        assert mem.fits(2096) and not mem.fits(2097)
+        assert mem.largest_free_after() == mem.largest_free() == 2096
+        assert mem.largest_free_after(900) == 2096  # (first fit: into the low gap)
+        assert mem.largest_free_after(1100) == 1000  # (only the high gap takes it: 996 B left there)
+        assert mem.largest_free_after(1100, 1000) == 996  # the second one takes the low gap
+        assert mem.largest_free_after(1100, 1001) is None
+        assert [r.name for r in mem.regions] == ["high"]  # nothing was allocated
+        region = mem.alloc("a", 1100)  # and alloc places as told
+        assert region.offset == 2000
+    finally:
+        sram.close()
+
+
 def test_a_region_is_read_only():
     sram = SRAM(tiles=1, bytes_per_tile=4096)
     try:
