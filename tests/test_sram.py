@@ -122,8 +122,8 @@ def test_what_fits_is_told_before_anything_is_allocated():
         assert mem.fits(2096) and not mem.fits(2097)
         assert mem.largest_free_after() == mem.largest_free() == 2096
         assert mem.largest_free_after(900) == 2096  # (first fit: into the low gap)
-        assert mem.largest_free_after(1100) == 1000  # (only the high gap takes it: 996 B left there)
-        assert mem.largest_free_after(1100, 1000) == 996  # the second one takes the low gap
+        assert mem.largest_free_after(1100) == 1000  # (only the high gap takes it, as 1104 B: 992 B left)
+        assert mem.largest_free_after(1100, 1000) == 992  # the second one takes the low gap
         assert mem.largest_free_after(1100, 1001) is None
         assert [r.name for r in mem.regions] == ["high"]  # nothing was allocated
         region = mem.alloc("a", 1100)  # and alloc places as told
