@@ -104,8 +104,8 @@ def _note_kind(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
     the first out, running its handler, would meet with its handler's collective those
     still to leave theirs. It waits for them to leave first."""
     while job.arrived:
-        if job.ctrl_c_queued:
-            _let_the_ctrl_c_land(job, tile, label)
+        if job.ctrl_cs and job.ctrl_c_to_hand(tile):
+            _let_the_ctrl_c_land(job, tile, label)  # (it raises its own Ctrl-C here, if it has one)
             continue
         merged = _merge_keys(job.coll_kind, key)
         if merged is not None:
@@ -119,8 +119,10 @@ def _note_kind(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
 
 
 def _others_to_raise(job: "Job", tile: "Tile") -> bool:
-    """Whether a live tile of ``job`` other than ``tile`` has a signal still to raise."""
-    return any(other.signal is not None and other is not tile for other in job.live.values())
+    """Whether a live tile of ``job`` other than ``tile`` has a signal still to raise (or
+    a Ctrl-C still to take: see Job.raise_in_tiles)."""
+    return bool(job.ctrl_c_later) or any(other.signal is not None and other is not tile
+                                          for other in job.live.values())
 
 
 def _wait_for_others_to_raise(job: "Job", tile: "Tile", label: str) -> None:
@@ -303,7 +305,7 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
             _check_call(tile, job, label)
         if sched.left_for_exchange:
             _run_left_for_exchange(tile)
-        if job.ctrl_c_queued and (job.arrived or job.nrecv):  # (rare: see _let_the_ctrl_c_land)
+        if job.ctrl_cs and job.ctrl_c_to_hand(tile):  # (rare: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
@@ -351,12 +353,13 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
 
 
 def _let_the_ctrl_c_land(job: "Job", tile: "Tile", label: str) -> None:
-    """``tile`` is about to exchange (before it sends anything) while the job's other
-    tiles wait (in a collective, in recv) and a Ctrl-C is on its way to them (see
-    ``Job.hand_over_ctrl_c``): hand it to them, and wait until they have raised it, so
-    that this tile's exchange is not taken for a part of what they waited for; they run
-    their handlers, as it does."""
+    """``tile`` is about to exchange (before it sends anything) while a Ctrl-C is on its
+    way to the job's tiles (see ``Job.hand_over_ctrl_c``), or left for this tile's next
+    exchange point, which this is: hand it out (this tile raises its own here), and wait
+    until the others have raised theirs, so that this tile's exchange is not taken for a
+    part of what they waited for; they run their handlers, as it does."""
     job.hand_over_ctrl_c()
+    job.take_ctrl_c_later(tile)
     _wait_for_others_to_raise(job, tile, label)
 
 
@@ -413,6 +416,12 @@ def _rank(value, nranks: int, what: str) -> int:
 def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     """A collective reached after some tiles finished: a mismatch if one of them ended
     normally; if they all failed, the job is stopping and the tile stops with it."""
+    # an interrupt on its way stopped the others (the watchdog stops a computing tile at
+    # once): this tile takes it too, here, rather than an error that they have gone
+    job.sched.hand_interrupts_due()
+    if job.ctrl_cs and job.ctrl_c_to_hand(tile):
+        job.hand_over_ctrl_c()
+        job.take_ctrl_c_later(tile)
     finished = [r for r in range(job.nranks) if r not in job.live]
     if tile.signal is not None and not any(map(job.ended_well, finished)):
         tile.raise_signal()
@@ -798,7 +807,7 @@ class TileAPI:
             _check_call(tile, job, what)
         if tile.sched.left_for_exchange:
             _run_left_for_exchange(tile)
-        if job.ctrl_c_queued and (job.arrived or job.nrecv):  # (before anything is sent: see _let_the_ctrl_c_land)
+        if job.ctrl_cs and job.ctrl_c_to_hand(tile):  # (before anything is sent: see _let_the_ctrl_c_land)
             _let_the_ctrl_c_land(job, tile, what)
 
     def _collective(self, key: tuple, obj, send: bool = True, refused: Exception | None = None,

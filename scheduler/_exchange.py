@@ -300,7 +300,7 @@ class ExchangeEngine:
             landing = _Landing(grid, lo, hi + 1, cols, data)
             landing.future = self._copy_pool().submit(landing.copy_from_front)
             self._landing = landing
-            _switch_often.enter()
+            switch_often.enter()
 
     def settle(self) -> None:
         """Make sure every byte of earlier exchanges has landed in SRAM."""
@@ -311,7 +311,7 @@ class ExchangeEngine:
                 landing.copy_from_back()  # help rather than wait: both cores copy
                 landing.future.result()
             finally:
-                _switch_often.leave()
+                switch_often.leave()
 
     def _copy_pool(self) -> ThreadPoolExecutor:
         with self._pool_lock:
@@ -606,4 +606,4 @@ class _SwitchInterval:
                 sys.setswitchinterval(self._saved)
 
 
-_switch_often = _SwitchInterval(_LANDING_SWITCH_INTERVAL)
+switch_often = _SwitchInterval(_LANDING_SWITCH_INTERVAL)

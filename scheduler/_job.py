@@ -130,6 +130,9 @@ class Job:
         #: a Ctrl-C is queued for the scheduler thread to hand to the tiles (see
         #: hand_over_ctrl_c)
         self.ctrl_c_queued = False
+        #: tiles handed a Ctrl-C while they were still to run in the superstep computing
+        #: then: each takes it at its next exchange point (see raise_in_tiles)
+        self.ctrl_c_later: set = set()
         #: why the job's tiles were stopped (the first abort, interrupt or deadlock)
         self.abort_reason: str | None = None
         #: ranks that computed past the budget (see over_budget)
@@ -269,11 +272,26 @@ class Job:
         compute) and gives the job no reason to stop."""
         ctrl_c = isinstance(error, TileKeyboardInterrupt)
         stop = _stops_for_good(error)
+        # handed in the middle of a superstep, a Ctrl-C finds some tiles still to run in
+        # it: resumed, each would take it where it last waited, a wait over long ago on
+        # the chip (outside the program's try:, say), so it takes it at its next
+        # exchange point instead (see take_ctrl_c_later), or at this superstep's exchange
+        later = self.sched.still_to_run() if ctrl_c else ()
+        if stop:
+            self.ctrl_c_later.clear()
         for tile in self.live.values():
             pending = tile.signal
             # a stop replaces a Ctrl-C not yet raised: a program that catches that would
             # run on until the watchdog happened to catch it computing
             if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)):
+                # (one whose program has not begun is stopped before its first line, as
+                # README says: started, each tile of a 1472-tile `while True: pass` would
+                # wait for the watchdog to stop it, a tick each)
+                if ctrl_c and tile in later and tile.program_depth >= 0 and self.ctrl_c_due(tile.rank):
+                    if not self.ctrl_c_later:
+                        self.sched.hand_ctrl_c_later(self)
+                    self.ctrl_c_later.add(tile)
+                    continue
                 if ctrl_c and not self.ctrl_c_due(tile.rank, take=True):
                     continue  # (the watchdog stopped it with this Ctrl-C already)
                 # a fresh instance per tile: each raise writes its own traceback into it
@@ -291,6 +309,27 @@ class Job:
         if self.ctrl_c_queued:
             self.ctrl_c_queued = False
             self.raise_in_tiles(TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)"))
+
+    def ctrl_c_to_hand(self, tile) -> bool:
+        """Whether ``tile``, at an exchange point, must first see a Ctrl-C handed out:
+        one queued for the tiles, left for its next exchange point, or a later one than
+        it had still to raise when that came."""
+        return bool(self.ctrl_c_queued or self.ctrl_c_later
+                    or (self.ctrl_cs and tile.signal is None and self.ctrl_c_due(tile.rank)))
+
+    def take_ctrl_c_later(self, tile=None) -> None:
+        """Hand the Ctrl-C to ``tile`` at its exchange point, which is now, if it is due
+        one: left for then, or a later Ctrl-C than the one it still had to raise when
+        that came (None: every tile it was left for: the superstep's exchange)."""
+        if tile is None:
+            tiles, self.ctrl_c_later = self.ctrl_c_later, set()
+        else:
+            self.ctrl_c_later.discard(tile)
+            tiles = (tile,)
+        for tile in tiles:
+            if tile.signal is None and self.live.get(tile.rank) is tile and self.ctrl_c_due(tile.rank, take=True):
+                tile.signal = TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)")
+                self.sched.wake(tile)
 
     def ctrl_c_epoch(self, rank: int) -> int:
         """Which of the job's Ctrl-Cs rank ``rank`` was last handed (0: none). The parts

@@ -43,7 +43,7 @@ from ._errors import (
     describe_tiles,
     for_host,
 )
-from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
+from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine, switch_often
 from ._job import Job, JobReport, TileResult
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK
 from ._payload import decode, encode
@@ -119,6 +119,10 @@ class Scheduler:
         self._deferred_replies: list[tuple[Tile, Tile, bytes]] = []
         #: run at the next exchange, before the remote copies (see before_copies)
         self._before_copies: list[Callable[[], None]] = []
+        #: jobs with a Ctrl-C left for tiles' next exchange point (see Job.raise_in_tiles),
+        #: and interrupts from host threads, applied at the next exchange too (see interrupt_job)
+        self._ctrl_c_later: list[Job] = []
+        self._interrupts_due: list[tuple[Job, str, type]] = []
         self._calls: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -330,6 +334,10 @@ class Scheduler:
         if on_thread:
             job.interrupt(reason, kind)
         else:
+            # the watchdog may stop a computing tile at once; the others get theirs at the
+            # next exchange, before it reads anything into a tile having gone (a collective
+            # that "needs tile 3, which already stopped"); the call does it if that is later
+            self._interrupts_due.append((job, reason, kind))
             self.call(lambda: job.done or job.interrupt(reason, kind))
 
     # -- scheduler thread ----------------------------------------------------------------
@@ -337,6 +345,30 @@ class Scheduler:
     def wake(self, tile: Tile) -> None:
         """Make ``tile`` runnable next superstep (harmless if it has nothing to do)."""
         self._runnable.append(tile.resume)
+
+    def still_to_run(self) -> set:
+        """The tiles still to be resumed in the superstep computing now (none between
+        supersteps)."""
+        if not self.in_compute or not self.runq:
+            return set()
+        queued = set(self.runq)
+        running = self.tile_of.get(greenlet.getcurrent())  # (woken twice, it may be queued again)
+        return {tile for tile in self.tiles if tile.resume in queued and tile is not running}
+
+    def hand_ctrl_c_later(self, job: Job) -> None:
+        """Have this superstep's exchange hand ``job``'s Ctrl-C to the tiles it was left
+        for that have not reached an exchange point by then (see Job.raise_in_tiles).
+        Meanwhile a tile of them that computes is the watchdog's to stop, at once: it
+        looks often, and the GIL changes hands often enough for it to (1472 tiles in
+        `while True: pass` took 23 s, a tick each)."""
+        self._ctrl_c_later.append(job)
+        switch_often.enter()
+        self.watchdog.hurry()
+
+    @property
+    def ctrl_c_left_for_later(self) -> bool:
+        """Whether a Ctrl-C waits for tiles' next exchange point (see hand_ctrl_c_later)."""
+        return bool(self._ctrl_c_later)
 
     def _loop(self) -> None:
         calls = self._calls
@@ -401,6 +433,8 @@ class Scheduler:
         )
 
     def _exchange_phase(self) -> None:
+        if self._interrupts_due or self._ctrl_c_later:
+            self._hand_interrupts()
         engine = self.engine
         engine.settle()
         engine.deliver_p2p(self._land)
@@ -429,6 +463,23 @@ class Scheduler:
                 self._post_reply_payload(server, client, payload)
         engine.end_superstep(self._chips_in_use, self.jobs.values(), self.tiles)
         self.superstep += 1
+
+    def hand_interrupts_due(self) -> None:
+        """Hand out the interrupts host threads have asked for (see interrupt_job), now
+        (scheduler thread or tile greenlets)."""
+        due, self._interrupts_due = self._interrupts_due, []
+        for job, reason, kind in due:
+            if not job.done:
+                job.interrupt(reason, kind)
+
+    def _hand_interrupts(self) -> None:
+        """Before the exchange judges any collective: the interrupts host threads asked
+        for, and the Ctrl-Cs tiles were to take at their next exchange point."""
+        self.hand_interrupts_due()
+        later, self._ctrl_c_later = self._ctrl_c_later, []
+        for job in later:
+            job.take_ctrl_c_later()
+            switch_often.leave()
 
     # -- messages arriving ---------------------------------------------------------------
 

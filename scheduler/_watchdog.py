@@ -42,6 +42,8 @@ TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
 TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
+#: while a Ctrl-C waits for tiles still to run in a superstep (see Scheduler.hand_ctrl_c_later)
+_HURRIED_TICK = 0.0005
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
 #: TileKeyboardInterrupt)
@@ -150,10 +152,16 @@ class Watchdog:
         the machine. (A tile inside one long call into C takes none until it returns.)"""
         return self._swallowing.get(job)
 
+    def hurry(self) -> None:
+        """Look now, and often while the scheduler has a Ctrl-C left for tiles' next
+        exchange point (see Scheduler.hand_ctrl_c_later)."""
+        self._wake.set()
+
     def _run(self) -> None:
         while not self._stopped:
             busy = bool(self._interrupts or self._budgets)
-            self._wake.wait(_TICK if busy else None)
+            tick = _HURRIED_TICK if self._sched.ctrl_c_left_for_later else _TICK
+            self._wake.wait(tick if busy else None)
             self._wake.clear()
             if self._stopped:
                 return

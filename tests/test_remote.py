@@ -550,12 +550,14 @@ def test_a_tile_that_leaves_a_collective_by_an_exception_gets_its_room_back(mach
     # left it, what it sends in that same superstep must fit
     handle = machine.launch(textwrap.dedent("""
         if __tileid == 1:
+            send(0, 'go')
             try:
                 got = allgather('1' * 3400)
             except KeyboardInterrupt:
                 print("left")
             send(0, b'x' * 1000)
         else:
+            recv(1)  # (by the time it comes, tile 1 waits in the allgather)
             try:
                 while True:
                     x = 1

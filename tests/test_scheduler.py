@@ -1410,6 +1410,70 @@ def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched
         assert handled == dict.fromkeys(range(ntiles), 10 * ntiles)
 
 
+@pytest.mark.parametrize("ntiles", [2, 3, 5])
+@pytest.mark.parametrize("handler_exchanges", [False, True])
+def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_point(
+        sched, ntiles, handler_exchanges):
+    """Tile 0, resumed first, computes; the others, still to run in that superstep, were
+    given the Ctrl-C where they last waited: a sync() before the program's try:, so
+    they died of it (their handlers never ran), or went on to meet a tile 0 that had
+    ended ('needs tile 0, which already finished'). On the chip they had long left
+    that sync(): they take it at their next exchange point, inside the try:."""
+    entered, handled = [], {}
+
+    def prog(api):
+        entered.append(api.tileid)
+        api.sync()
+        try:
+            if api.tileid == 0:
+                while True:
+                    pass
+            api.allreduce(1)
+        except KeyboardInterrupt:
+            handled[api.tileid] = api.allreduce(10) if handler_exchanges else True
+
+    job = sched.start_job(range(ntiles), prog)
+    wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[0], what="tile 0 computing")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
+    try:
+        report = job.future.result(10)
+    finally:
+        sched.interrupt_job(job, "the test is over")
+    assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
+    assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
+
+
+@pytest.mark.parametrize("second", ["ctrl_c", "stop"])
+def test_a_second_interrupt_while_handlers_exchange_stops_every_tile(sched, second):
+    """Tile 0's handler computes, the others' wait in allreduce() for it; a second Ctrl-C
+    or a stop then came to tile 0 at once, and the others' allreduce() reported it gone
+    (a CollectiveMismatchError, the job failed) instead of their own interrupt."""
+    entered, handling = [], []
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            while True:
+                api.allreduce(1)
+        except KeyboardInterrupt:
+            handling.append(api.tileid)
+            if api.tileid == 0:
+                while True:
+                    pass
+            api.allreduce(10)
+
+    job = sched.start_job(range(3), prog)
+    wait_for(lambda: len(entered) == 3, what="the tiles to start")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        wait_for(lambda: 0 in handling and sched.computing_tile() is sched.tiles[0], what="tile 0's handler computing")
+        sched.interrupt_job(job, "interrupted (Ctrl-C)" if second == "ctrl_c" else "killed", ctrl_c=second == "ctrl_c")
+        report = job.future.result(10)
+    finally:
+        sched.interrupt_job(job, "the test is over")
+    assert [r.status for r in report.results] == [INTERRUPTED] * 3, [r.error for r in report.results]
+
+
 def test_a_stop_right_after_a_ctrl_c_is_not_caught_as_it(sched):
     """The tiles have the Ctrl-C pending when the stop comes: they get the stop instead,
     at their next exchange point, not when the watchdog happens to find them computing."""
