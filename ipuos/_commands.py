@@ -329,9 +329,9 @@ def _staleness(host: MachineHost, age: float | None) -> dict:
     if age is None:
         return {}
     return {"stale_seconds": age,
-            "stale_reason": f"the tiles' SRAM use and waits are as they were {age:.1f} s ago, "
-                            f"when the machine last answered; which tiles run which jobs is as it "
-                            f"is now: {busy_why(host)}"}
+            "stale_reason": f"the tiles' SRAM use and waits are as the last look at them found "
+                            f"them, {age:.1f} s ago; which tiles run which jobs is as it is now: "
+                            f"{busy_why(host)}"}
 
 
 def busy_why(host: MachineHost) -> str:

@@ -547,8 +547,8 @@ def test_a_busy_machine_answers_with_its_last_snapshot(machine):
     ps = machine.call("ps")
     assert "computing without reaching an exchange point" in ps["stale_reason"]
     # (it said "tile states are as they were 24.6 s ago" of a job that was 3 s old)
-    assert re.match(r"the tiles' SRAM use and waits are as they were \d+\.\d s ago, when the machine last "
-                    r"answered; which tiles run which jobs is as it is now: ", ps["stale_reason"])
+    assert re.match(r"the tiles' SRAM use and waits are as the last look at them found them, \d+\.\d s ago; "
+                    r"which tiles run which jobs is as it is now: ", ps["stale_reason"])
     assert ps["states"][:3] == "rri" and ps["jobs"][0]["tiles"] == "0-1"
     assert "stale_reason" in machine.call("status")
     sock.sendall(request(2, "cancel", {"id": 1}))
