@@ -466,12 +466,16 @@ class MountManager:
         if not mounts:
             return
         places: dict[str, list[str]] = {}
+        source = SOURCE_PREFIX + self.name
         for entry in mount_entries():
-            places.setdefault(entry.device, []).append(entry.mountpoint)
+            # (a device number is reused once its mount has gone: only this machine's count)
+            if entry.fstype == MOUNT_TYPE and entry.source == source:
+                places.setdefault(entry.device, []).append(entry.mountpoint)
         with self._lock:
             for active in mounts:
                 now = places.get(active.device)
-                if not now or active.mountpoint in now or self._mounts.get(active.mountpoint) is not active:
+                if (not now or active.mountpoint in now or self._mounts.get(active.mountpoint) is not active
+                        or now[0] in self._mounts):
                     continue
                 del self._mounts[active.mountpoint]
                 log.info("machine %r's mount at %s has moved to %s", self.name, active.mountpoint, now[0])

@@ -95,27 +95,35 @@ def _closing(key: tuple, op, refused: bool = False) -> tuple[tuple, str]:
     return key + (name,), label
 
 
-def _note_kind(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
-    """``tile`` is about to arrive at the collective ``key``, which is not the one in
-    progress (if any): the first tile to arrive fixes the collective; anyone else
-    arriving at another is a mismatch (a refusing tile's REFUSED root or op takes the
-    others'). Not while other tiles still have a signal to raise: the tiles a Ctrl-C
-    finds waiting in a collective leave it one after another, as each is resumed, and
-    the first out, running its handler, would meet with its handler's collective those
-    still to leave theirs. It waits for them to leave first."""
+def _ready_to_arrive(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
+    """``tile`` is about to take part in the collective ``key``, which is not the one in
+    progress (if any), before it has written or refused anything for it: not while
+    other tiles still have a signal to raise. The tiles a Ctrl-C finds waiting in a
+    collective leave it one after another, as each is resumed, and the first out,
+    running its handler, would meet with its handler's collective those still to leave
+    theirs (a mismatch). It waits for them to leave first: before writing its part, as
+    the last one out clears what the collective held."""
     while job.arrived:
         if job.ctrl_cs and job.ctrl_c_to_hand(tile):
             _let_the_ctrl_c_land(job, tile, label)  # (it raises its own Ctrl-C here, if it has one)
             continue
-        merged = _merge_keys(job.coll_kind, key)
-        if merged is not None:
-            job.coll_kind = merged
-            return
-        if not _others_to_raise(job, tile):
-            job.mismatch = True
+        if _merge_keys(job.coll_kind, key) is not None or not _others_to_raise(job, tile):
             return
         _wait_for_others_to_raise(job, tile, label)
-    job.coll_kind = key
+
+
+def _note_kind(job: "Job", key: tuple) -> None:
+    """``key`` is arriving at a collective not (yet) of its kind: the first tile to
+    arrive fixes the collective; anyone else arriving at another is a mismatch (a
+    refusing tile's REFUSED root or op takes the others')."""
+    if not job.arrived:
+        job.coll_kind = key
+        return
+    merged = _merge_keys(job.coll_kind, key)
+    if merged is None:
+        job.mismatch = True
+    else:
+        job.coll_kind = merged
 
 
 def _others_to_raise(job: "Job", tile: "Tile") -> bool:
@@ -203,8 +211,9 @@ def _job_sync(job: "Job") -> Callable[[], None]:
     def sync() -> None:
         if sched.collecting or sched.left_for_exchange:  # (rare: see _before_sync)
             _before_sync(job)
-        if job.coll_kind is not SYNC:  # (the first to arrive, or rare: see _note_kind)
-            _note_kind(job, tile_of[current()], SYNC, "sync()")
+        if job.coll_kind is not SYNC:  # (the first to arrive, or rare: see _ready_to_arrive)
+            _ready_to_arrive(job, tile_of[current()], SYNC, "sync()")
+            _note_kind(job, SYNC)
         arrived = job.arrived + 1
         job.arrived = arrived
         if arrived >= job.nlive:
@@ -309,6 +318,8 @@ def _make_allgather(tile: "Tile", job: "Job", key: tuple, label: str) -> Callabl
             _let_the_ctrl_c_land(job, tile, label)
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
+        if job.coll_kind != key:
+            _ready_to_arrive(job, tile, key, label)
         try:  # (free until it raises: the fast path pays nothing for it)
             if type(obj) in MARSHAL_TYPES:
                 payload = b"M" + marshal_dumps(obj)  # encode()'s fast path, inlined
@@ -331,7 +342,7 @@ def _arrive(job: "Job", tile: "Tile", key: tuple, label: str):
     (``sync`` spells the same out: it is the one collective with no payload to spare a
     call against.)"""
     if job.coll_kind != key:
-        _note_kind(job, tile, key, label)
+        _note_kind(job, key)  # (its callers went through _ready_to_arrive before writing)
     arrived = job.arrived + 1
     job.arrived = arrived
     if arrived >= job.nlive:
@@ -820,6 +831,8 @@ class TileAPI:
         if job.nlive < job.nranks:
             _refuse_finished(job, key, tile)
         label = label or _label(key)
+        if job.coll_kind != key:
+            _ready_to_arrive(job, tile, key, label)
         if send and refused is None:
             try:
                 payload = encode(obj, by_name=True, program=tile.program_globals)

@@ -283,6 +283,13 @@ class Job:
             pending = tile.signal
             # a stop replaces a Ctrl-C not yet raised: a program that catches that would
             # run on until the watchdog happened to catch it computing
+            if ctrl_c and isinstance(pending, TileKeyboardInterrupt) and self.ctrl_c_due(tile.rank):
+                # it still has the last Ctrl-C to raise: this one waits for its next
+                # exchange point after that (see take_ctrl_c_later)
+                if not self.ctrl_c_later:
+                    self.sched.hand_ctrl_c_later(self)
+                self.ctrl_c_later.add(tile)
+                continue
             if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)):
                 # (one whose program has not begun is stopped before its first line, as
                 # README says: started, each tile of a 1472-tile `while True: pass` would
@@ -327,9 +334,16 @@ class Job:
             self.ctrl_c_later.discard(tile)
             tiles = (tile,)
         for tile in tiles:
-            if tile.signal is None and self.live.get(tile.rank) is tile and self.ctrl_c_due(tile.rank, take=True):
-                tile.signal = TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)")
-                self.sched.wake(tile)
+            if self.live.get(tile.rank) is not tile or not self.ctrl_c_due(tile.rank):
+                continue
+            if tile.signal is not None:  # (the last Ctrl-C still to raise: this one after it)
+                if not self.ctrl_c_later:
+                    self.sched.hand_ctrl_c_later(self)
+                self.ctrl_c_later.add(tile)
+                continue
+            self.ctrl_c_due(tile.rank, take=True)
+            tile.signal = TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)")
+            self.sched.wake(tile)
 
     def ctrl_c_epoch(self, rank: int) -> int:
         """Which of the job's Ctrl-Cs rank ``rank`` was last handed (0: none). The parts

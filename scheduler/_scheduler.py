@@ -43,7 +43,7 @@ from ._errors import (
     describe_tiles,
     for_host,
 )
-from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine, switch_often
+from ._exchange import KIND_REPLY, KIND_REQUEST, KIND_USER, ExchangeEngine
 from ._job import Job, JobReport, TileResult
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK
 from ._payload import decode, encode
@@ -122,7 +122,7 @@ class Scheduler:
         #: jobs with a Ctrl-C left for tiles' next exchange point (see Job.raise_in_tiles),
         #: and interrupts from host threads, applied at the next exchange too (see interrupt_job)
         self._ctrl_c_later: list[Job] = []
-        self._interrupts_due: list[tuple[Job, str, type]] = []
+        self._interrupts_due: list[_HostInterrupt] = []
         self._calls: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -337,8 +337,9 @@ class Scheduler:
             # the watchdog may stop a computing tile at once; the others get theirs at the
             # next exchange, before it reads anything into a tile having gone (a collective
             # that "needs tile 3, which already stopped"); the call does it if that is later
-            self._interrupts_due.append((job, reason, kind))
-            self.call(lambda: job.done or job.interrupt(reason, kind))
+            interrupt = _HostInterrupt(job, reason, kind)
+            self._interrupts_due.append(interrupt)
+            self.call(interrupt.hand)
 
     # -- scheduler thread ----------------------------------------------------------------
 
@@ -362,13 +363,16 @@ class Scheduler:
         looks often, and the GIL changes hands often enough for it to (1472 tiles in
         `while True: pass` took 23 s, a tick each)."""
         self._ctrl_c_later.append(job)
-        switch_often.enter()
         self.watchdog.hurry()
 
-    @property
     def ctrl_c_left_for_later(self) -> bool:
-        """Whether a Ctrl-C waits for tiles' next exchange point (see hand_ctrl_c_later)."""
-        return bool(self._ctrl_c_later)
+        """Whether a Ctrl-C left for tiles' next exchange point is still due to one of
+        them (see hand_ctrl_c_later; any thread: the watchdog asks)."""
+        try:
+            return any(job.ctrl_c_due(tile.rank) for job in tuple(self._ctrl_c_later)
+                       for tile in tuple(job.ctrl_c_later))
+        except RuntimeError:  # (changed size meanwhile: look again next time)
+            return True
 
     def _loop(self) -> None:
         calls = self._calls
@@ -468,9 +472,8 @@ class Scheduler:
         """Hand out the interrupts host threads have asked for (see interrupt_job), now
         (scheduler thread or tile greenlets)."""
         due, self._interrupts_due = self._interrupts_due, []
-        for job, reason, kind in due:
-            if not job.done:
-                job.interrupt(reason, kind)
+        for interrupt in due:
+            interrupt.hand()
 
     def _hand_interrupts(self) -> None:
         """Before the exchange judges any collective: the interrupts host threads asked
@@ -479,7 +482,6 @@ class Scheduler:
         later, self._ctrl_c_later = self._ctrl_c_later, []
         for job in later:
             job.take_ctrl_c_later()
-            switch_often.leave()
 
     # -- messages arriving ---------------------------------------------------------------
 
@@ -889,6 +891,24 @@ class Scheduler:
         for future, _fn, _args in calls:
             if future is not None:
                 _refuse(future, RuntimeError(stopped.format("a call")))
+
+
+class _HostInterrupt:
+    """An interrupt a host thread asked for: handed out once, at the next exchange or by
+    the queued call, whichever comes first (a stop handed twice would stop a cleanup
+    the program runs after catching the first)."""
+
+    __slots__ = ("job", "reason", "kind", "handed")
+
+    def __init__(self, job: Job, reason: str, kind: type):
+        self.job, self.reason, self.kind = job, reason, kind
+        self.handed = False
+
+    def hand(self) -> None:
+        if not self.handed:
+            self.handed = True
+            if not self.job.done:
+                self.job.interrupt(self.reason, self.kind)
 
 
 def _run_job(tile: Tile, job: Job) -> None:

@@ -29,6 +29,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt, stops_raised
+from ._exchange import switch_often
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -113,6 +114,8 @@ class Watchdog:
         self._caught = 0
         #: job -> the tile whose program catches every stop raised in it
         self._swallowing: dict["Job", int] = {}
+        #: looking often, for a Ctrl-C left for tiles still to run (see hurry)
+        self._hurried = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
@@ -153,19 +156,34 @@ class Watchdog:
         return self._swallowing.get(job)
 
     def hurry(self) -> None:
-        """Look now, and often while the scheduler has a Ctrl-C left for tiles' next
-        exchange point (see Scheduler.hand_ctrl_c_later)."""
+        """Look now, and often (the GIL changing hands often meanwhile), while the
+        scheduler has a Ctrl-C left for tiles' next exchange point that one of them is
+        still due (see Scheduler.hand_ctrl_c_later)."""
+        with self._lock:
+            if not self._hurried:
+                self._hurried = True
+                switch_often.enter()
         self._wake.set()
 
+    def _calm(self) -> None:
+        with self._lock:
+            if self._hurried:
+                self._hurried = False
+                switch_often.leave()
+
     def _run(self) -> None:
-        while not self._stopped:
-            busy = bool(self._interrupts or self._budgets)
-            tick = _HURRIED_TICK if self._sched.ctrl_c_left_for_later else _TICK
-            self._wake.wait(tick if busy else None)
-            self._wake.clear()
-            if self._stopped:
-                return
-            self._check()
+        try:
+            while not self._stopped:
+                if self._hurried and not self._sched.ctrl_c_left_for_later():
+                    self._calm()
+                busy = bool(self._interrupts or self._budgets or self._hurried)
+                self._wake.wait((_HURRIED_TICK if self._hurried else _TICK) if busy else None)
+                self._wake.clear()
+                if self._stopped:
+                    return
+                self._check()
+        finally:
+            self._calm()  # (the interval is the process's: never left short)
 
     def _check(self) -> None:
         sched = self._sched
@@ -205,8 +223,8 @@ class Watchdog:
             # thread run on into the kernel (ending the tile's job, say): inject only if it
             # is still in the frame found safe, checked as late as Python allows
             if sys._current_frames().get(sched.thread_ident) is frame:
-                if kind is TileKeyboardInterrupt:
-                    job.ctrl_c_due(tile.rank, take=True)
+                if kind is TileKeyboardInterrupt and not job.ctrl_c_due(tile.rank, take=True):
+                    return  # (it took this Ctrl-C at an exchange point since the sample)
                 raised = stops_raised.get(sched.thread_ident, 0)
                 if self._injected == sample and raised != self._raised_before:
                     self._caught += 1  # (the last one was raised, and the tile computes on)

@@ -1474,6 +1474,78 @@ def test_a_second_interrupt_while_handlers_exchange_stops_every_tile(sched, seco
     assert [r.status for r in report.results] == [INTERRUPTED] * 3, [r.error for r in report.results]
 
 
+@pytest.mark.parametrize("bad", [None, 0, 2, 3])
+def test_a_handlers_allgather_waits_for_the_others_before_it_writes_its_part(sched, bad):
+    """Tile 1 computes; on a Ctrl-C every handler calls allgather, the last tile after a
+    kernel request to tile 0. A part written while its tile waited for the others to
+    leave the collective they were in was freed by their leaving: tile 0's reply was
+    written over it (every tile failed to unpickle), and a tile's refusal (``bad``: an
+    object no exchange can carry) was forgotten (the others read stale offsets)."""
+    import threading as threads
+
+    sched.services["echo"] = lambda tile, value: value
+    entered = []
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            api.sync()
+            if api.tileid == 1:
+                while True:
+                    pass
+            api.sync()
+        except KeyboardInterrupt:
+            if api.tileid == 3:
+                sched.call_tile(sched.tiles[3], 0, "echo", "Z" * 60)
+            try:
+                return ("got", api.allgather(threads.Lock() if api.tileid == bad else ("part-of", api.tileid)))
+            except TypeError as exc:
+                return ("raised", str(exc))
+
+    job = sched.start_job(range(4), prog)
+    wait_for(lambda: len(entered) == 4 and sched.computing_tile() is sched.tiles[1], what="tile 1 computing")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        report = job.future.result(10)
+    finally:
+        sched.interrupt_job(job, "the test is over")
+    assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
+    if bad is None:
+        assert [r.value for r in report.results] == [("got", [("part-of", rank) for rank in range(4)])] * 4
+    else:
+        for r in report.results:
+            kind, message = r.value
+            assert kind == "raised"
+            assert message.startswith("cannot send" if r.rank == bad else f"allgather() failed on tile {bad}: ")
+
+
+def test_a_stop_is_raised_once_whichever_way_it_comes(sched):
+    """A host's stop is handed out at the next exchange and by a queued call, whichever
+    comes first: both did, and the second stopped the cleanup a program ran after
+    catching the first."""
+    entered, log = [], []
+
+    def prog(api):
+        tile = sched.tiles[api.tileid]
+        entered.append(api.tileid)
+        try:
+            tile.wait(lambda: False, "the host")
+        except TileInterrupt:
+            api.sync()
+            api.sync()
+            log.append(api.tileid)
+
+    for _ in range(3):
+        entered.clear()
+        log.clear()
+        job = sched.start_job(range(2), prog)
+        wait_for(lambda: len(entered) == 2, what="the tiles to wait")
+        time.sleep(0.1)  # (the scheduler idle: the call is taken first)
+        sched.interrupt_job(job, "killed")
+        report = job.future.result(10)
+        assert [r.status for r in report.results] == [OK, OK] and sorted(log) == [0, 1], report.results
+
+
 def test_a_stop_right_after_a_ctrl_c_is_not_caught_as_it(sched):
     """The tiles have the Ctrl-C pending when the stop comes: they get the stop instead,
     at their next exchange point, not when the watchdog happens to find them computing."""
