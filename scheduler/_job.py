@@ -286,18 +286,14 @@ class Job:
             if ctrl_c and isinstance(pending, TileKeyboardInterrupt) and self.ctrl_c_due(tile.rank):
                 # it still has the last Ctrl-C to raise: this one waits for its next
                 # exchange point after that (see take_ctrl_c_later)
-                if not self.ctrl_c_later:
-                    self.sched.hand_ctrl_c_later(self)
-                self.ctrl_c_later.add(tile)
+                self._leave_ctrl_c_for_later(tile)
                 continue
             if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)):
                 # (one whose program has not begun is stopped before its first line, as
                 # README says: started, each tile of a 1472-tile `while True: pass` would
                 # wait for the watchdog to stop it, a tick each)
                 if ctrl_c and tile in later and tile.program_depth >= 0 and self.ctrl_c_due(tile.rank):
-                    if not self.ctrl_c_later:
-                        self.sched.hand_ctrl_c_later(self)
-                    self.ctrl_c_later.add(tile)
+                    self._leave_ctrl_c_for_later(tile)
                     continue
                 if ctrl_c and not self.ctrl_c_due(tile.rank, take=True):
                     continue  # (the watchdog stopped it with this Ctrl-C already)
@@ -324,6 +320,13 @@ class Job:
         return bool(self.ctrl_c_queued or self.ctrl_c_later
                     or (self.ctrl_cs and tile.signal is None and self.ctrl_c_due(tile.rank)))
 
+    def _leave_ctrl_c_for_later(self, tile) -> None:
+        """``tile`` takes the latest Ctrl-C at its next exchange point, or this
+        superstep's exchange hands it (see Scheduler.hand_ctrl_c_later)."""
+        if not self.ctrl_c_later:
+            self.sched.hand_ctrl_c_later(self)
+        self.ctrl_c_later.add(tile)
+
     def take_ctrl_c_later(self, tile=None) -> None:
         """Hand the Ctrl-C to ``tile`` at its exchange point, which is now, if it is due
         one: left for then, or a later Ctrl-C than the one it still had to raise when
@@ -337,9 +340,7 @@ class Job:
             if self.live.get(tile.rank) is not tile or not self.ctrl_c_due(tile.rank):
                 continue
             if tile.signal is not None:  # (the last Ctrl-C still to raise: this one after it)
-                if not self.ctrl_c_later:
-                    self.sched.hand_ctrl_c_later(self)
-                self.ctrl_c_later.add(tile)
+                self._leave_ctrl_c_for_later(tile)
                 continue
             self.ctrl_c_due(tile.rank, take=True)
             tile.signal = TileKeyboardInterrupt(self.abort_reason or "interrupted (Ctrl-C)")

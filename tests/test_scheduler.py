@@ -1371,6 +1371,20 @@ def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_me
         assert handled == ({0: 6, 1: 6, 2: 6, 3: 6} if handler == "allreduce" else {0: 3, 1: 0, 2: 1, 3: 2})
 
 
+def _ctrl_c_while_computing(sched, prog, ntiles: int, entered: list, computing: int):
+    """Run ``prog`` on tiles 0 to ``ntiles - 1``, press Ctrl-C (from this thread: queued)
+    once every tile has begun (``entered``) and tile ``computing`` computes, and return
+    the job's report (the job is stopped for good whatever happens)."""
+    job = sched.start_job(range(ntiles), prog)
+    wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[computing],
+             what=f"tile {computing} computing")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        return job.future.result(10)
+    finally:
+        sched.interrupt_job(job, "the test is over")  # (a no-op once it has ended)
+
+
 @pytest.mark.parametrize("ntiles, computing", [(2, 1), (3, 2), (5, 4), (4, 1), (5, 2)])
 @pytest.mark.parametrize("waiting_in", ["sync", "allreduce"])
 def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched, waiting_in, ntiles, computing):
@@ -1398,14 +1412,7 @@ def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched
     for _ in range(2):
         entered.clear()
         handled.clear()
-        job = sched.start_job(range(ntiles), prog)
-        wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[computing],
-                 what=f"tile {computing} computing")
-        sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
-        try:
-            report = job.future.result(10)
-        finally:
-            sched.interrupt_job(job, "the test is over")  # (a no-op once it has ended)
+        report = _ctrl_c_while_computing(sched, prog, ntiles, entered, computing)
         assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
         assert handled == dict.fromkeys(range(ntiles), 10 * ntiles)
 
@@ -1432,13 +1439,7 @@ def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_p
         except KeyboardInterrupt:
             handled[api.tileid] = api.allreduce(10) if handler_exchanges else True
 
-    job = sched.start_job(range(ntiles), prog)
-    wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[0], what="tile 0 computing")
-    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)  # (from this thread: queued)
-    try:
-        report = job.future.result(10)
-    finally:
-        sched.interrupt_job(job, "the test is over")
+    report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0)
     assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
     assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
 
@@ -1502,13 +1503,7 @@ def test_a_handlers_allgather_waits_for_the_others_before_it_writes_its_part(sch
             except TypeError as exc:
                 return ("raised", str(exc))
 
-    job = sched.start_job(range(4), prog)
-    wait_for(lambda: len(entered) == 4 and sched.computing_tile() is sched.tiles[1], what="tile 1 computing")
-    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
-    try:
-        report = job.future.result(10)
-    finally:
-        sched.interrupt_job(job, "the test is over")
+    report = _ctrl_c_while_computing(sched, prog, 4, entered, 1)
     assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
     if bad is None:
         assert [r.value for r in report.results] == [("got", [("part-of", rank) for rank in range(4)])] * 4
