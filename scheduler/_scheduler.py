@@ -376,6 +376,8 @@ class Scheduler:
 
     def _loop(self) -> None:
         calls = self._calls
+        clock = time.monotonic
+        shared_at = clock()
         while True:
             if calls:
                 self._run_calls()
@@ -385,8 +387,16 @@ class Scheduler:
                 with self._cond:
                     while not calls and not self._stopping:
                         self._cond.wait()
+                shared_at = clock()
                 continue
             self._superstep()
+            if clock() - shared_at > GIL_SHARE_EVERY:
+                # supersteps back to back release the GIL only for moments (numpy's copies),
+                # each time taking it back before a waiting thread wakes: CPython then never
+                # forces a switch, and the host's threads (the daemon's connections, the
+                # mount) waited seconds for it. A real pause hands it over
+                time.sleep(GIL_HANDOVER)
+                shared_at = clock()
 
     def _superstep(self) -> None:
         # written like a bare greenlet loop: per-tile work here costs 1472x per superstep
@@ -891,6 +901,12 @@ class Scheduler:
         for future, _fn, _args in calls:
             if future is not None:
                 _refuse(future, RuntimeError(stopped.format("a call")))
+
+
+#: seconds of supersteps back to back after which the scheduler's thread pauses, and
+#: how long, so that a host thread waiting for the GIL gets it (see Scheduler._loop)
+GIL_SHARE_EVERY = 0.02
+GIL_HANDOVER = 0.0001
 
 
 class _HostInterrupt:

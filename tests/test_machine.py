@@ -482,6 +482,21 @@ def test_ctrl_c_in_run_stops_a_program_that_swallows_it(machine, api):
     assert machine.run("print('free')", tiles="11").tiles[0].output == "free\n"
 
 
+def test_host_threads_get_the_gil_while_tiles_exchange_back_to_back(machine):
+    """Supersteps back to back release the GIL only for moments (numpy's copies), and a
+    host thread waiting for it (the daemon's connections, the mount) waited seconds:
+    twenty sleeps of a millisecond took ~8 s beside this program."""
+    handle = machine.launch("while True:\n    send((__tileid + 1) % 4, 1)\n    recv()\n", tiles="12-15")
+    try:
+        started = time.monotonic()
+        for _ in range(20):
+            time.sleep(0.001)
+        assert time.monotonic() - started < 2.0
+    finally:
+        handle.interrupt("the test is over")
+        handle.wait(20)
+
+
 @pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
 def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
     """Tile 0 computes while the others wait in a collective; on a Ctrl-C each tile's
