@@ -1021,6 +1021,17 @@ class TileProgram:
         failing = False
         outer_context = ctx.enter(tile)
         _route_unraisable()
+
+        def left() -> None:  # its tile left it, never to run it again (Scheduler.leave_program)
+            try:
+                # its globals let go of (what only they hold is freed), its files closed
+                _end_on_tile(ctx, namespace, first_own, failing=True)
+            finally:
+                self.outputs[rank] = output.getvalue()
+                for name in region_names:
+                    memory.free(name)
+
+        tile.leave_hook = left
         try:
             text = memory.alloc(f"job{api.job.id}.program", len(self._text))
             region_names.append(text.name)
@@ -1514,6 +1525,16 @@ class ReplBlock:
         code = 0
         outer_context = ctx.enter(api.tile)
         _route_unraisable()
+
+        def left() -> None:  # its tile left it, never to run it again (Scheduler.leave_program)
+            suspend = ctx.extras.get("__suspend__")
+            try:
+                if suspend is not None:
+                    suspend()
+            finally:
+                self.outputs[rank] = output.getvalue()
+
+        api.tile.leave_hook = left
         try:
             run_module_code(self.body, namespace)
         except SystemExit as exc:
@@ -1585,6 +1606,15 @@ class ReplEnd:
         output = OutputBuffer(state.output_limit)
         outer_context = api.tile.glet.gr_context
         resumed = False
+
+        def left() -> None:  # its tile left it, never to run it again (Scheduler.leave_program)
+            try:
+                _run_cleanups(ctx)
+            finally:
+                self.outputs[rank] = output.getvalue()
+                state.release(rank)
+
+        api.tile.leave_hook = left
         try:
             # (resuming may reach another tile, where an interrupt can land: the files,
             # registrations and SRAM of the session are let go of all the same, below)

@@ -253,6 +253,7 @@ def _run_left_for_exchange(tile: "Tile") -> None:
     """Run what ``tile``'s program left for its next exchange point, which is now."""
     hooks = tile.sched.left_for_exchange.pop(tile, None)
     if hooks:
+        hooks.sort(key=lambda fn: fn == tile.leave_if_caught)  # (last: it may never return)
         for fn in hooks:
             fn()
 

@@ -33,6 +33,12 @@ SCATTER_CHANNEL = 2
 SCAN_CHANNEL = 3
 
 
+#: seconds a program that caught a stop (``kill``, a second Ctrl-C, the machine halting)
+#: may run on, exchanging, to clean up: past it, its tiles leave it at their next exchange
+#: point (as ``docker stop`` waits before its SIGKILL; ``ipuos kill`` waits 2 s to report)
+STOP_CATCH_GRACE = 1.0
+
+
 @dataclass
 class TileResult:
     rank: int
@@ -123,6 +129,8 @@ class Job:
         #: a Ctrl-C, which the program may catch and run on after, as a job like any other
         #: (its deadlocks reported, a failure handled as ever)
         self.stopping = False
+        #: when the first such interrupt came (time.monotonic()), for :meth:`past_stop_grace`
+        self.stopped_at: float | None = None
         #: the user's Ctrl-Cs so far, and by rank the count at the last one a tile was
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
@@ -272,6 +280,9 @@ class Job:
         compute) and gives the job no reason to stop."""
         ctrl_c = isinstance(error, TileKeyboardInterrupt)
         stop = _stops_for_good(error)
+        # an interrupt that ends the job replaces whatever else a tile has still to raise
+        # (a deadlock's error the program would catch, and run on)
+        kill = stop and isinstance(error, TileInterrupt)
         # handed in the middle of a superstep, a Ctrl-C finds some tiles still to run in
         # it: resumed, each would take it where it last waited, a wait over long ago on
         # the chip (outside the program's try:, say), so it takes it at its next
@@ -288,7 +299,8 @@ class Job:
                 # exchange point after that (see take_ctrl_c_later)
                 self._leave_ctrl_c_for_later(tile)
                 continue
-            if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)):
+            if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)) or (
+                    kill and not _stops_for_good(pending)):
                 # (one whose program has not begun is stopped before its first line, as
                 # README says: started, each tile of a 1472-tile `while True: pass` would
                 # wait for the watchdog to stop it, a tick each)
@@ -371,8 +383,26 @@ class Job:
         self.ctrl_c_queued = False  # (handed to every tile now)
         if kind is not TileKeyboardInterrupt:
             self.stopping = True
+            if self.stopped_at is None:
+                self.stopped_at = time.monotonic()
+                # a tile that caught it may wait meanwhile with nothing left to wake it
+                # (the others gone): once the grace is over, it looks again and leaves
+                self.sched.call_later(STOP_CATCH_GRACE + 0.01, self.wake_catchers)
         self.failed_in = None  # (its tiles stop at once, wherever they are)
         self.abort(kind(reason))
+
+    def wake_catchers(self) -> None:
+        """Wake the tiles that had a stop raised and wait: past the grace, each that
+        caught it has it raised again there (see Tile.wait)."""
+        for tile in self.live.values():
+            if tile.stop_taken:
+                self.sched.wake(tile)
+
+    def past_stop_grace(self) -> bool:
+        """Whether the job's stop came :data:`STOP_CATCH_GRACE` seconds ago or more: a
+        program that caught it may still be cleaning up until then (exchanging, say),
+        and is left by its tiles only after it (see Scheduler.leave_program)."""
+        return self.stopped_at is not None and time.monotonic() - self.stopped_at >= STOP_CATCH_GRACE
 
     # -- reports -------------------------------------------------------------------------
 

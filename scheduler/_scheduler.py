@@ -111,7 +111,8 @@ class Scheduler:
         self._runnable: list[Callable] = []
         #: those of this superstep still to run (see Tile.start)
         self.runq: collections.deque = collections.deque()
-        #: switches to the scheduler's loop (set on its thread)
+        #: the scheduler loop's greenlet, and the switch to it (set on its thread)
+        self._main: greenlet.greenlet | None = None
         self.to_main: Callable | None = None
         self._ready_jobs: list[Job] = []
         self._finished_jobs: list[Job] = []
@@ -162,6 +163,8 @@ class Scheduler:
             self._cond.notify_all()
         self._thread.join(timeout + 5)
         ended = not self._thread.is_alive()
+        if ended:
+            _let_go_of_left_programs()  # (this thread is another: they are freed without running)
         self.watchdog.stop()
         self.engine.close()
         self._thread = None
@@ -202,7 +205,7 @@ class Scheduler:
 
     def _thread_main(self) -> None:
         pin_thread()  # host requests hand off to this thread: see ipuos._affinity
-        main = greenlet.getcurrent()
+        main = self._main = greenlet.getcurrent()
         self.to_main = main.switch
         park = parker(main, self.runq)
         for tile in self.tiles:
@@ -229,6 +232,16 @@ class Scheduler:
         """:meth:`call` with no result to wait for: a failure is reported as the
         scheduler's own internal error (``status`` shows it)."""
         self._enqueue(None, fn, args)
+
+    def call_later(self, delay: float, fn: Callable, *args) -> None:
+        """:meth:`call_soon` in ``delay`` seconds (nothing if the machine has stopped by then)."""
+        def due() -> None:
+            with contextlib.suppress(RuntimeError):  # (stopped meanwhile)
+                self.call_soon(fn, *args)
+
+        timer = threading.Timer(delay, due)
+        timer.daemon = True
+        timer.start()
 
     def call_wait(self, fn: Callable, *args, timeout: float | None = None):
         """:meth:`call` and wait for the result (runs inline on the scheduler thread)."""
@@ -355,6 +368,45 @@ class Scheduler:
         queued = set(self.runq)
         running = self.tile_of.get(greenlet.getcurrent())  # (woken twice, it may be queued again)
         return {tile for tile in self.tiles if tile.resume in queued and tile is not running}
+
+    def leave_program(self, tile: Tile) -> None:
+        """Leave ``tile``'s program at the exchange point it has reached, never to run it
+        again: it caught a stop raised at an exchange point and ran on to this one (see
+        Tile.caught_a_stop), as a process that ignores SIGTERM gets SIGKILL. Nothing
+        else would end it: raised again, it would be caught again.
+
+        Its part of the job ends interrupted; the program's own target ends it as far as
+        it can without running it (``leave_hook``: the files it left open closed, what
+        it printed kept). The tile's kernel goes on in a new greenlet. The old one, whose
+        stack holds the program's frames, is kept parked for good: a greenlet freed while
+        suspended has GreenletExit thrown into it, which the program would catch too.
+        (A program that computes on after catching, with no exchange point, is beyond
+        this: only the watchdog reaches it, with stops it catches.)"""
+        job, rank, old = tile.job, tile.rank, tile.glet
+        tile.raised = tile.signal = None
+        tile.stop_taken = False  # (the hook's own exchanges must not come back here)
+        error = TileInterrupt(f"{job.interrupted or 'interrupted'}; its program caught that and ran on, "
+                              "and its tile left it at its next exchange point")
+        hook, tile.leave_hook = tile.leave_hook, None
+        if hook is not None:
+            try:
+                hook()
+            except (TileInterrupt, JobAborted):
+                pass  # (stopped again as it let go: what it held is let go of all the same)
+            except Exception:
+                self.report_internal_error(f"tile {tile.id}: ending a program it left failed",
+                                           traceback.format_exc())
+        _release_tile(tile)
+        tile.service_depth = 0  # (the old greenlet's services are never returned to)
+        del self.tile_of[old]
+        _park_for_good(old)
+        tile.start(self._main, self.runq, tile.park)
+        self.tile_of[tile.glet] = tile
+        job.finish_tile(tile, TileResult(rank, tile.id, INTERRUPTED, error=error), "")
+        self.wake(tile)  # (the new kernel serves what is queued for the tile)
+        park = tile.park
+        while True:  # a wake the old greenlet still had is passed on
+            park()
 
     def hand_ctrl_c_later(self, job: Job) -> None:
         """Have this superstep's exchange hand ``job``'s Ctrl-C to the tiles it was left
@@ -587,6 +639,8 @@ class Scheduler:
         open whose file nobody will close can close it with :meth:`post_request`).
         """
         tile.check_own_greenlet("a request to tile {}", dst_id)  # (before it is sent: see Tile.elsewhere)
+        if tile.stop_taken and tile.caught_a_stop() and tile.job.past_stop_grace():
+            self.leave_program(tile)  # (a remote file operation: an exchange point of its own)
         if dst_id == tile.id:
             return self.services[service](tile, *args)
         if not 0 <= dst_id < self.ntiles:
@@ -870,6 +924,9 @@ class Scheduler:
         while (self.jobs or self._runnable or self._exchange_pending()) and time.monotonic() < deadline:
             if self._calls:
                 self._run_calls()
+            for job in _snapshot(self.jobs):
+                if job.past_stop_grace():  # (no timer's call comes now)
+                    job.wake_catchers()
             self._superstep()
         for tile in self.tiles:
             glet = tile.glet
@@ -983,6 +1040,24 @@ def _stops_before_start(job: Job, signal: BaseException) -> bool:
     return failure is not None and isinstance(failure.error, ComputeBudgetExceeded)
 
 
+#: greenlets holding programs their tiles left (see Scheduler.leave_program), with their
+#: scheduler's thread: freed only once that has ended (a greenlet freed on its own, live
+#: thread is thrown GreenletExit; on a dead one's, it is let go of without running)
+_LEFT_BEHIND: list[tuple[threading.Thread, greenlet.greenlet]] = []
+
+
+def _park_for_good(glet: greenlet.greenlet) -> None:
+    """Keep ``glet`` (on this thread) until this thread has ended."""
+    _let_go_of_left_programs()
+    _LEFT_BEHIND.append((threading.current_thread(), glet))
+
+
+def _let_go_of_left_programs() -> None:
+    """Let go of the left programs' greenlets whose thread has ended (never those of
+    the calling thread, which is alive: freed here, they would run)."""
+    _LEFT_BEHIND[:] = [entry for entry in _LEFT_BEHIND if entry[0].is_alive()]
+
+
 def _release_tile(tile: Tile) -> None:
     if tile.inbox:
         # the program's messages it never received are dropped with it, as are those sent
@@ -996,6 +1071,8 @@ def _release_tile(tile: Tile) -> None:
     tile.rank = -1
     tile.signal = None
     tile.raised = None  # (its traceback holds the program's frames)
+    tile.leave_hook = None
+    tile.stop_taken = False
     tile.waiting = None
     tile.recv_src = -1
     tile.inbox.clear()

@@ -72,7 +72,7 @@ class Tile:
         "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "given_up",
+        "given_up", "leave_hook", "stop_taken",
         "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
 
@@ -90,6 +90,13 @@ class Tile:
         self._signal: BaseException | None = None  # (see the ``signal`` property)
         #: the signal raised last (a request that ends with it hands it back to the job)
         self.raised: BaseException | None = None
+        #: what ends the running program's part here if the tile leaves it (its files
+        #: closed, its output kept: see Scheduler.leave_program); set by the job's target
+        self.leave_hook: Callable[[], None] | None = None
+        #: a stop (``kill``, a second Ctrl-C, the machine halting) was raised in the
+        #: running program: reaching an exchange point again, it caught that (see
+        #: caught_a_stop)
+        self.stop_taken = False
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
         #: what the globals in the running program's data are (set by the tile runtime;
@@ -231,6 +238,11 @@ class Tile:
         """
         self.check_own_greenlet("waiting for {}", what)
         while True:
+            if self.stop_taken and self.signal is None and self.caught_a_stop() and self.job.past_stop_grace():
+                # the program caught its stop, and its grace is over: raised again here, the
+                # stop unwinds this wait (what it counted is given back) and, caught again,
+                # the program is left at its next exchange point (see leave_if_caught)
+                self.signal = TileInterrupt(self.job.interrupted or "interrupted")
             # never inside a filesystem operation: littlefs would be left half-way through
             # it; the signal is raised at the next exchange point after the operation. Nor
             # inside a request served while the job's program waits: the request has
@@ -252,6 +264,20 @@ class Tile:
             self.waiting = what
             self.park()
             self.waiting = None
+
+    def caught_a_stop(self) -> bool:
+        """Whether the program caught a stop raised in it (``kill``, a second Ctrl-C, the
+        machine halting: not a first Ctrl-C, which it may catch) and has run on to
+        another exchange point: a bare ``except:`` around its work. Past the stop's grace
+        (Job.past_stop_grace), the tile leaves it there. Only where the program itself
+        exchanges or waits: not inside a filesystem operation (littlefs would be left
+        half-way through one), nor inside a request served meanwhile; and only a program
+        the tile's kernel runs itself: one run inside a request it serves (the shell's,
+        on tile 0) runs on, since its tile cannot leave it without leaving that request
+        unanswered."""
+        job = self.job
+        return (job is not None and job.stopping and self.stop_taken and self.fs_depth == 0
+                and self.service_depth == self.program_depth == 1)
 
     def _over_before_failure(self, ready: Callable[[], bool]) -> bool:
         """Whether this wait ended before another tile's exception stopped the job: the
@@ -280,7 +306,23 @@ class Tile:
             self.drop_collective_values(before_ctrl_c=self.job.ctrl_c_epoch(self.rank))
         else:
             self.drop_collective_values()
+            job = self.job
+            if job is not None and job.stopping and isinstance(signal, TileInterrupt):
+                # caught, it must not run on: past its grace, its next exchange point leaves
+                # it, before it takes part (a collective that completes at once, another
+                # tile gone, would never bring it to a wait)
+                self.stop_taken = True
+                self.at_next_exchange(self.leave_if_caught)
         raise signal
+
+    def leave_if_caught(self) -> None:
+        """(At the program's next exchange point after a stop was raised in it, before it
+        takes part: leave it if it caught that and its grace is over, else look again at
+        the one after.)"""
+        if self.caught_a_stop():
+            if self.job.past_stop_grace():
+                self.sched.leave_program(self)  # (never returns)
+            self.at_next_exchange(self.leave_if_caught)
 
     def drop_collective_values(self, before_ctrl_c: int | None = None) -> None:
         """Free the values queued for this tile by a reduction, scatter or prefix

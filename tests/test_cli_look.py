@@ -205,6 +205,25 @@ def test_kill_from_the_cli(busy):
     assert again.exit_code == 1 and f"no job {job} is running" in again.output
 
 
+def test_kill_stops_a_program_that_catches_every_interrupt_at_its_exchange_points(machine):
+    # with sync() in the loop, the tile is left at its next exchange point after catching
+    catching = (b"while True:\n    try:\n        x = sum(range(1000))\n        sync()\n"
+                b"    except:\n        pass\n")
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": "catching.py", "source_len": len(catching), "tiles": "4-5"},
+                         catching))
+    job = read_frame(sock).header["event"]["job"]
+    try:
+        result = invoke(machine, "kill", str(job))
+        assert result.exit_code == 0 and result.output == f"interrupted job {job}\n", result.output
+        assert machine.call("ps")["jobs"] == []
+        while (header := read_frame(sock).header)["type"] != "result":
+            pass
+        assert "left it at its next exchange point" in json.dumps(header)
+    finally:
+        sock.close()
+
+
 def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
     # seconds inside one C call (that lets other threads run), where no interrupt can land
     stuck = b"import hashlib\nhashlib.pbkdf2_hmac('sha256', b'p', b's', 20_000_000)\nprint('returned')\n"

@@ -497,6 +497,74 @@ def test_host_threads_get_the_gil_while_tiles_exchange_back_to_back(machine):
         handle.wait(20)
 
 
+# (catches at two depths: a stop the watchdog raised while a tile computed could land
+# between the try and its loop's jump, and end the program there, once in a while)
+_CATCHES_EVERY_STOP = ("f = open('/left-open', 'w')\n"
+                       "n = f.write('written %d' % __tileid)  # (no echo in a repl)\n"
+                       "print('began')\n"
+                       "while True:\n"
+                       "    try:\n"
+                       "        while True:\n"
+                       "            try:\n"
+                       "                x = sum(range(20000))\n"
+                       "                y = {waits_in}  # (no echo in a repl)\n"
+                       "            except BaseException:  # (what a bare except: does)\n"
+                       "                pass\n"
+                       "    except BaseException:\n"
+                       "        pass\n")
+
+
+@pytest.mark.parametrize("api", ["run", "repl"])
+@pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
+def test_a_stop_caught_at_an_exchange_point_leaves_the_program_there(machine, api, waits_in):
+    """A program catching every stop (kill) and exchanging in its loop is left at its
+    next exchange point: raised again, the stop would be caught again. Its part ends
+    interrupted, saying so, with what it printed; the file it left open is closed (its
+    write kept); its tiles take the next program, which exchanges as ever."""
+    from daemon_harness import wait_for
+
+    tiles = "8-11"
+    repl = machine.repl(tiles=tiles) if api == "repl" else None
+    source = _CATCHES_EVERY_STOP.format(waits_in=waits_in)
+    handle = machine.launch(source, tiles=tiles) if repl is None else repl.launch(source)
+    try:
+        start = machine.scheduler.superstep
+        wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+        handle.interrupt("killed by the test")
+        result = handle.wait(20)
+    finally:
+        if repl is not None:
+            repl.close()
+    assert [tile.status for tile in result.tiles] == ["interrupted"] * 4
+    assert [tile.output for tile in result.tiles] == ["began\n"] * 4
+    assert {tile.error for tile in result.tiles} == {
+        "killed by the test; its program caught that and ran on, and its tile left it at its next exchange point\n"}
+    assert result.exit_status == 130
+    after = machine.run("print(open('/left-open').read(), allreduce(1))", tiles=tiles)
+    assert [tile.output for tile in after.tiles] == [f"written {rank} 4\n" for rank in range(4)]
+    assert machine.scheduler.internal_errors == []
+
+
+@pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
+def test_closing_a_machine_leaves_a_program_that_catches_every_stop(waits_in):
+    """Closing stops every job, and a program that catches the stop is left at its next
+    exchange point once its grace is over, not waited for until the machine's own grace
+    runs out (then thrown GreenletExit, which it caught too)."""
+    machine = Machine("tiny")
+    try:
+        handle = machine.launch(_CATCHES_EVERY_STOP.format(waits_in=waits_in), tiles="0-3")
+        start = machine.scheduler.superstep
+        from daemon_harness import wait_for
+        wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+    finally:
+        machine.close()
+    result = handle.wait(0)
+    assert {tile.error for tile in result.tiles} == {
+        ("the machine is shutting down; its program caught that and ran on, and its tile left it at its next "
+         "exchange point\n")}
+    assert machine.scheduler.internal_errors == []
+
+
 @pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
 def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
     """Tile 0 computes while the others wait in a collective; on a Ctrl-C each tile's
