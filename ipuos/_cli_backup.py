@@ -59,6 +59,8 @@ class _Progress:
         self._bar = None
         self._task = None
         self._phase = None
+        #: Ctrl-Cs (or SIGTERM, SIGHUP) that asked to cancel the call
+        self.cancels = 0
 
     def __enter__(self) -> "_Progress":
         return self
@@ -70,6 +72,7 @@ class _Progress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+            self._task = self._phase = None  # (the bar's tasks went with it)
 
     @staticmethod
     def _waiting(phase: str, tiles: int) -> str:
@@ -113,8 +116,10 @@ class _Progress:
             self.update(str(event.get("phase")), int(event.get("done") or 0), event.get("total"))
 
     def interrupted(self, count: int) -> None:
+        self.cancels = count
         if count == 1 and self.enabled:
             self.close()
+            self.enabled = False  # (what the call does next is told in words, not a bar)
             click.echo("cancelling... (Ctrl-C again to stop waiting)", err=True)
 
 
@@ -145,8 +150,12 @@ def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl
 
     with _Progress(not quiet and terminal, notes=not quiet) as progress, on_termination(cancel):
         try:
-            return client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
-                               on_interrupt=progress.interrupted)
+            result = client.call(cmd, args, wait=None, interruptible=True, on_event=progress.event,
+                                 on_interrupt=progress.interrupted)
+            if progress.cancels:  # (the daemon was past the point where it could stop)
+                click.echo(f"ipuos: too late to cancel: the {cmd} was past the point of no return, "
+                           "and it went on to the end", err=True)
+            return result
         except DaemonError as exc:
             progress.close()
             if exc.code == "bad_tiles":
@@ -194,8 +203,8 @@ def echo_backup_notes(summary: dict) -> None:
                           for tiles, path in tiles_alike((item["tile"], item["path"]) for item in uncommitted))
         click.echo(f"ipuos: note: {plural(len(uncommitted), 'file was', 'files were')} open "
                    f"with writes not yet committed, and the image holds {'them' if len(uncommitted) > 1 else 'it'} "
-                   f"as last committed ({files}); a program commits a file's writes when it flushes or "
-                   "closes it", err=True)
+                   f"as last committed ({files}); a tile program commits a file's writes when it flushes or "
+                   "closes it, a host process writing through the mount when it calls fsync or closes it", err=True)
     left_out = summary.get("left_out") or []
     if left_out:
         kinds = sorted({item["kind"] for item in left_out})

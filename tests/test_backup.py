@@ -24,6 +24,7 @@ import pytest
 
 import ipuos
 from daemon_harness import IPUOS, Booted, boot_machine, machine, run_cli, runtime_dir, unique_name, wait_for  # noqa: F401
+from ipuos._client import Client
 from ipuos._rundir import machine_paths
 from ipuos import _backup
 from ipuos._backup_devices import machine_devices
@@ -993,3 +994,35 @@ def test_the_client_names_what_a_backup_waits_for(capsys):
         progress.update(phase, 3, 3)
         progress.update(phase, 2, 3)
         assert capsys.readouterr().err == f"ipuos: {expected}\n"
+
+
+class _CtrlCWhileRestoring(Client):
+    """A client whose user presses Ctrl-C as the daemon starts writing the tiles (the
+    restore is past the point where it could stop)."""
+
+    pressed = 0
+
+    def _event(self, header: dict) -> dict:
+        event = super()._event(header)
+        if event.get("phase") == "restoring" and not self.pressed:
+            self.pressed += 1
+            signal.raise_signal(signal.SIGINT)
+        return event
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["no-terminal", "progress-bar"])
+def test_a_ctrl_c_too_late_to_cancel_a_restore_says_it_went_on(machine, tmp_path, capsys, monkeypatch, terminal):
+    """It said nothing, exit status 0; on a terminal, the progress bar it had closed was
+    updated again, and the client died of a KeyError."""
+    from ipuos import _cli_backup
+
+    monkeypatch.setattr(_cli_backup, "_stderr_is_terminal", lambda: terminal)
+    image = tmp_path / "m.img"
+    cli(machine, "backup", str(image))
+    with _CtrlCWhileRestoring(machine_paths(machine.name)) as client:
+        summary = _cli_backup._progress_call(client, "restore", {"path": str(image), "tiles": None}, False,
+                                             "the machine is still finishing its restore")
+    assert client.pressed == 1 and summary["device_count"] == 17
+    err = capsys.readouterr().err
+    assert "ipuos: too late to cancel: the restore was past the point of no return, and it went on to the end\n" in err
+    assert ("cancelling... (Ctrl-C again to stop waiting)" in err) is terminal
