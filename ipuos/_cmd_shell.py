@@ -160,7 +160,7 @@ def _server(host: MachineHost) -> ShellServer:
         server = _servers.get(host)
         if server is None:
             machine = host.machine
-            server = ShellServer(machine.scheduler, machine.storage.vfs, _DaemonShellHost(host),
+            server = ShellServer(machine.scheduler, machine.storage, _DaemonShellHost(host),
                                  tile=SHELL_TILE)
             server.install()
             _servers[host] = server

@@ -69,13 +69,15 @@ def _working_directories(tile):
 class ShellServer:
     """The shell's kernel services (see module doc).
 
-    ``vfs_of(tile)`` is tile 0's VFS (brought up on first use); ``host`` is the
+    ``storage`` is the machine's :class:`~ipuos.vfs.Storage` (``storage.vfs(tile)`` is a
+    tile's VFS, brought up on first use); ``host`` is the
     :class:`~ipuos.shell.ShellHost` that starts programs and repls.
     """
 
-    def __init__(self, scheduler, vfs_of, host, *, tile: int = 0):
+    def __init__(self, scheduler, storage, host, *, tile: int = 0):
         self.scheduler = scheduler
-        self.vfs_of = vfs_of
+        self.storage = storage
+        self.vfs_of = storage.vfs
         self.host = host
         self.tile_id = tile
         #: every session, by id (the same objects tile 0 keeps in its kernel_data)
@@ -92,7 +94,7 @@ class ShellServer:
             "shell.put": self._serve_put,
             "shell.put_abort": self._serve_put_abort,
             "shell.get": self._serve_get,
-            "shell.df": _serve_df,
+            "shell.df": self._serve_df,
             "shell.meminfo": _serve_meminfo,
         })
 
@@ -365,6 +367,18 @@ class ShellServer:
         session = self._session(tile, sid)
         session.abandon_put(SessionFs(self.vfs_of(tile), session))
 
+    def _serve_df(self, tile) -> tuple[int, int]:
+        """(size, used) of this tile's own disk. A disk nothing has used yet is empty, and
+        is not formatted to say so; one a restore filled is mounted to count what it holds."""
+        from ipuos.vfs import DISK_REGION  # (see shell/__init__: what the terminal imports)
+
+        if self.storage.state(tile) == "blank":
+            region = tile.memory.get(DISK_REGION)
+            return (region.size if region is not None else 0, 0)
+        info = self.vfs_of(tile).statvfs("/")
+        size = info.f_blocks * info.f_frsize
+        return (size, size - info.f_bfree * info.f_frsize)
+
     def _serve_get(self, tile, sid, path, offset, size) -> bytes:
         session = self._session(tile, sid)
         fs = SessionFs(self.vfs_of(tile), session)
@@ -389,20 +403,6 @@ def _expand(fs: SessionFs, words) -> list[str]:
 
 
 # -- services every tile answers -------------------------------------------------------------
-
-
-def _serve_df(tile) -> tuple[int, int]:
-    """(size, used) of this tile's own disk, without bringing its storage up: a disk
-    nothing has used yet is empty."""
-    from ipuos.vfs import DISK_REGION, existing_vfs  # (see shell/__init__: what the terminal imports)
-
-    vfs = existing_vfs(tile)
-    region = tile.memory.get(DISK_REGION)
-    if vfs is None:
-        return (region.size if region is not None else 0, 0)
-    info = vfs.statvfs("/")
-    size = info.f_blocks * info.f_frsize
-    return (size, size - info.f_bfree * info.f_frsize)
 
 
 def _serve_meminfo(tile) -> tuple[int, int, list[tuple[str, int]]]:

@@ -1021,6 +1021,25 @@ def test_df_free_and_mounts(shared_machine):
     assert done.returncode == 0
 
 
+def test_df_counts_what_a_restore_put_on_disks_not_used_since(machine, tmp_path):
+    # a restore leaves each disk to be mounted at its next use: df counted those as empty
+    program = tmp_path / "fill.py"
+    program.write_text("open('/f', 'w').write('x' * 3000)\n")
+    assert run_cli("run", "--tiles", "0-15", str(program), env=machine.env()).returncode == 0
+
+    def tile_disks() -> str:
+        done = shell(machine, "df")
+        assert done.returncode == 0, done.stderr
+        return next(line for line in done.stdout.splitlines() if line.endswith("/tiles"))
+
+    filled = tile_disks()
+    image = tmp_path / "m.img"
+    for command in ("backup", "restore"):
+        assert run_cli(command, str(image), env=machine.env()).returncode == 0
+    assert tile_disks() == filled
+    assert filled.split()[4] != "0%", filled
+
+
 def test_a_second_ram_disk_on_the_same_directory_is_refused(shared_machine):
     done = shell(shared_machine, "mkdir /twice; mount --ram 8K /twice; mount --ram 8K /twice")
     assert (done.returncode, done.stderr) == (1, "mount: /twice: already a mount point (a RAM disk; umount it first)\n")

@@ -36,7 +36,7 @@ class _Host:
 @pytest.fixture(scope="module")
 def server():
     with ipuos.Machine("tiny") as machine:
-        server = ShellServer(machine.scheduler, machine.storage.vfs, _DaemonShellHost(_Host(machine)))
+        server = ShellServer(machine.scheduler, machine.storage, _DaemonShellHost(_Host(machine)))
         server.install()
         yield server
 
