@@ -49,9 +49,16 @@ class _Events:
 
 def _path(call: Call) -> str:
     path = call.args["path"]
-    if not os.path.isabs(path) or "\0" in path:
-        raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
+    check_image_path(path)
     return path
+
+
+def check_image_path(path: str) -> None:
+    """CommandError unless ``path`` is an absolute path a file can have."""
+    if "\0" in path:
+        raise CommandError(BAD_REQUEST, f"image path {path!r} holds a NUL byte, which no file name can")
+    if not os.path.isabs(path):
+        raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
 
 
 def _failure(exc: BaseException) -> CommandError:
@@ -150,8 +157,7 @@ def _unsaved(call: Call):
 def halt_backup(call: Call, path: str) -> dict:
     """``halt --backup``: stop the daemon's jobs, back up, and only then let it halt. If
     the backup fails the machine keeps running and the error says so."""
-    if not os.path.isabs(path) or "\0" in path:
-        raise CommandError(BAD_REQUEST, f"image paths must be absolute, not {path!r}")
+    check_image_path(path)
     host = call.host
     try:  # a wrong path must not cost the running programs
         check_destination(path)

@@ -262,11 +262,18 @@ def _put(call: Call):
     args = call.args
     if args["offset"] < 0:
         raise CommandError("bad_request", "the offset cannot be negative")
+    _check_chip_path(args["path"])
     # a cancel (the client's Ctrl-C) stops the put unless its file is in place already;
     # the reply says which
     path = _ask(call, "shell.put", args["session"], args["path"], args["name"], call.payload,
                 args["offset"], args["last"], call.cancelled.is_set, timeout=110.0)
     return {"path": path}  # (None: the put was given up, and nothing put in place)
+
+
+def _check_chip_path(path: str) -> None:
+    # (the VFS raises ValueError for it, as Python's own open does: here it is the request's fault)
+    if "\0" in path:
+        raise CommandError("bad_request", f"{path!r}: a file name cannot hold a NUL byte")
 
 
 @command("shell.put_abort", Arg("session", int), timeout=60.0)
@@ -285,6 +292,7 @@ def _get(call: Call):
     args = call.args
     if args["offset"] < 0 or not 0 < args["size"] <= MAX_GET:
         raise CommandError("bad_request", f"offset must be >= 0 and size 1..{MAX_GET}")
+    _check_chip_path(args["path"])
     data = _ask(call, "shell.get", args["session"], args["path"], args["offset"], args["size"],
                 timeout=110.0)
     return Reply({"size": len(data)}, bytes(data))

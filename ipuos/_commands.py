@@ -375,6 +375,8 @@ def _run(call: Call):
         except ValueError as exc:
             raise CommandError(BAD_REQUEST, str(exc)) from None
     filename = args["filename"]
+    if "\0" in filename:  # (compile() refused it, naming neither the argument nor the file)
+        raise CommandError(BAD_REQUEST, f"the program's file name {filename!r} holds a NUL byte, which no file name can")
     program_args = args["args"] or []
     if not all(isinstance(a, str) for a in program_args):
         raise CommandError(BAD_REQUEST, "the program's arguments must be strings")

@@ -495,6 +495,8 @@ class MountManager:
     def mount(self, mountpoint: str, *, readonly: bool = False, tiles: str = "all",
               foreground: bool = False, client_pid: int | None = None) -> ActiveMount:
         """Mount the machine's files at ``mountpoint`` and return once it answers."""
+        if "\0" in mountpoint:
+            raise MountError("bad_mountpoint", f"the mount point {mountpoint!r} holds a NUL byte, which no path can")
         if not os.path.isabs(mountpoint):
             raise MountError("bad_mountpoint", f"the mount point must be an absolute path, not {mountpoint!r}")
         mountpoint = canonical_mountpoint(mountpoint)

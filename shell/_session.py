@@ -166,7 +166,7 @@ class SessionFs:
         if not path:
             raise FileNotFoundError(2, "No such file or directory", path)
         if "\0" in path:
-            raise ValueError("embedded null byte in path")
+            raise ValueError(f"{path!r}: a file name cannot hold a NUL byte")
         return absolute(path, self.session.cwd)
 
     def _as_given(self, path: str) -> str:

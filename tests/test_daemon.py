@@ -233,6 +233,12 @@ def test_frames_that_break_the_stream_get_an_error_and_a_close(shared_machine, w
      "'budget' of command 'run' must be a finite number, and this one is infinite or too big"),
     (request(1, "run", {"filename": "p.py", "source_len": 4, "budget": "1"}, b"pass"), "bad_request",
      "must be a finite number, not str"),
+    # (a NUL byte was called "not absolute", or failed inside the daemon with a traceback)
+    (request(1, "backup", {"path": "/tmp/a\0b"}), "bad_request", "'/tmp/a\\x00b' holds a NUL byte"),
+    (request(1, "restore", {"path": "/tmp/a\0b"}), "bad_request", "'/tmp/a\\x00b' holds a NUL byte"),
+    (request(1, "mount", {"mountpoint": "/tmp/a\0b"}), "bad_mountpoint", "'/tmp/a\\x00b' holds a NUL byte"),
+    (request(1, "run", {"filename": "p\0.py", "source_len": 4}, b"pass"), "bad_request",
+     "file name 'p\\x00.py' holds a NUL byte"),
 ])
 def test_malformed_requests_get_an_error_and_the_connection_goes_on(shared_machine, wire, code, message):
     sock = raw_socket(shared_machine.paths)

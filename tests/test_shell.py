@@ -37,6 +37,18 @@ def test_a_program_printing_a_lone_surrogate_on_the_terminal_and_into_a_file(sha
     assert done.stdout.count("before\ncaf\\udce9\nafter\n") == 2
 
 
+def test_a_nul_byte_in_a_path_is_refused_naming_the_path(shared_machine, tmp_path):
+    # (put and get failed "inside the daemon", with a traceback in its log; cat named no path)
+    host_file = tmp_path / "h.txt"
+    host_file.write_text("x")
+    done = shell(shared_machine, stdin=f"put {host_file} /chip/a\0b\nget /chip/a\0b {tmp_path}/got\n"
+                                       "cat /chip/a\0b\necho carried on\n")
+    assert done.stderr == "".join(f"{command}: '/chip/a\\x00b': a file name cannot hold a NUL byte\n"
+                                  for command in ("put", "get", "cat")), done.stderr
+    assert done.stdout == "carried on\n" and done.returncode == 0  # (the last command's)
+    assert not (tmp_path / "got").exists()
+
+
 def test_a_line_too_long_to_send_is_refused_and_the_shell_carries_on(shared_machine):
     # (the daemon drops a connection whose request header is over its limit: the shell
     # took that for a dead machine and quit)
