@@ -52,7 +52,7 @@ class Collector:
         self._scheduler = scheduler
         self._thorough_every = thorough_every
         self._since_thorough = 0
-        self._job_ended = False
+        self._garbage_due = False
         self._thaw = False
         # (two handler threads interleaving would freeze what the other has not collected)
         self._lock = threading.Lock()
@@ -63,13 +63,22 @@ class Collector:
         kept), so that collection is a thorough one."""
         if thaw:
             self._thaw = True
-        self._job_ended = True
+        self._garbage_due = True
+
+    def large_request_done(self) -> None:
+        """Note that a request with a large payload (a program's data, a file put) has
+        been answered: what it made may hold the payload in a reference cycle (a refusal's
+        traceback holding the frame that split the data), and nothing else may collect it
+        for long (a few big strings are few allocations): 60 MB a refused ``run --data``
+        kept, until ~2 GB."""
+        self._garbage_due = True
 
     def collect_if_due(self) -> None:
-        """:meth:`collect` if a job has ended since this was last asked (the daemon asks
-        after every reply, on the handler's thread: the client is not kept waiting)."""
-        if self._job_ended:
-            self._job_ended = False  # (before collecting: a job ending meanwhile is due again)
+        """:meth:`collect` if a job has ended (or a large request been answered) since this
+        was last asked (the daemon asks after every reply, on the handler's thread: the
+        client is not kept waiting)."""
+        if self._garbage_due:
+            self._garbage_due = False  # (before collecting: a job ending meanwhile is due again)
             self.collect()
 
     def collect(self, thorough: bool = False) -> None:

@@ -59,6 +59,10 @@ class ConnectionPolicy:
     send_seconds: float = 30.0
     max_in_flight: int = 8
 
+#: requests with a payload this big have their garbage collected once answered (see
+#: Collector.large_request_done)
+LARGE_PAYLOAD = 1 << 20
+
 log = logging.getLogger("ipuos.daemon")
 
 
@@ -236,6 +240,8 @@ class Connection:
             self.handler_slots.release()
         self._finish(call, frame)
         try:  # (the client has its reply: nothing depends on this, a failure is only logged)
+            if len(call.request.payload) >= LARGE_PAYLOAD:
+                self.host.collector.large_request_done()
             self.host.collector.collect_if_due()
         except Exception:
             log.exception("collecting garbage after the reply to %r failed", command.name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import socket
 import threading
+import time
 import weakref
 
 import pytest
@@ -172,3 +173,24 @@ def test_the_daemon_collects_and_freezes_after_replying_to_a_run(machine, daemon
     result = result_of(daemon_socket)
     assert result["exit_status"] == 0 and result["tiles"][0]["output"] == "ran\n", result
     wait_for(lambda: not walked(greenlet), what="the machine to be frozen after the reply")
+
+
+def test_the_daemon_collects_after_answering_a_large_request(machine, daemon_socket):
+    """A refused ``run --data`` (more than the tiles' SRAM holds) left its data in a
+    reference cycle, the refusal's traceback, that no collection came for: 60 MB a time,
+    until the daemon held ~2 GB. A small request makes no collection due."""
+    greenlet = machine.scheduler.tiles[2].glet
+    source = b"print(len(__tiledata))"
+
+    def refused_run(request_id: int, data: bytes) -> None:
+        daemon_socket.sendall(request(request_id, "run", {"filename": "d.py", "source_len": len(source),
+                                                          "tiles": "2", "has_data": True}, source + data))
+        while (header := read_frame(daemon_socket).header)["type"] != "error":
+            pass
+        assert "does not fit in the SRAM of 1 tile (2)" in header["error"]["message"], header
+
+    refused_run(1, b"y" * 99_999 + b"\n")  # (100 KB: more than a tiny tile holds, less than large)
+    time.sleep(0.2)
+    assert walked(greenlet)  # nothing collected, nothing frozen
+    refused_run(2, (b"y" * 99 + b"\n") * 20_000)  # 2 MB
+    wait_for(lambda: not walked(greenlet), what="the collection after the large request")
