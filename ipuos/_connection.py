@@ -28,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 
 from ._affinity import pin_thread
-from ._commands import COMMANDS, Call, CommandError, Reply
+from ._commands import COMMANDS, Call, CommandError, Reply, busy_why
 from ._host import MachineHost
 from ._protocol import (
     BAD_REQUEST,
@@ -44,7 +44,6 @@ from ._protocol import (
     parse_request,
     result_frame,
 )
-from ._rundir import hint
 
 #: how often the reader wakes to check deadlines and shutdown
 TICK_SECONDS = 0.25
@@ -212,11 +211,11 @@ class Connection:
         for request_id, (call, deadline) in calls:
             if deadline is not None and now >= deadline:
                 seconds = COMMANDS[call.request.cmd].deadline_seconds(call.request.timeout)
+                why = (busy_why(self.host) if _held(self.host.machine.scheduler) else
+                       "the machine is not held by a computing tile: the request needed longer than its timeout")
                 self._finish(call, error_frame(
                     request_id, TIMEOUT,
-                    f"machine {self.host.name!r} did not answer {call.request.cmd!r} within {seconds:g} s; "
-                    "a tile may be computing without reaching an exchange point "
-                    f"({hint('kill JOB', self.host.name)}, or run programs with --budget)",
+                    f"machine {self.host.name!r} did not answer {call.request.cmd!r} within {seconds:g} s; {why}",
                 ))
                 call.cancel(abandon=True)  # (the client has its answer, and waits no more)
 
@@ -342,3 +341,14 @@ def linger_close(sock: socket.socket, seconds: float, max_bytes: int = 1024 * 10
         pass
     finally:
         sock.close()
+
+
+def _held(scheduler, seconds: float = 0.25) -> bool:
+    """Whether the machine's scheduler leaves a call unanswered for ``seconds``: a tile
+    computing without reaching an exchange point holds it (a tile merely computing at
+    the moment does not)."""
+    try:
+        scheduler.call(lambda: None).result(seconds)
+    except Exception:  # noqa: BLE001 - not answered (or stopping): held, as far as a caller can tell
+        return True
+    return False

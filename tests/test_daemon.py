@@ -357,11 +357,28 @@ def test_the_idle_limit_counts_from_the_last_reply_not_the_last_request(runtime_
         booted.halt()
 
 
+def test_a_call_past_its_timeout_on_a_machine_not_held_says_so(machine):
+    # (it blamed a tile computing without reaching an exchange point: this one syncs)
+    sock = raw_socket(machine.paths)
+    source = b"for _ in range(100000):\n    sync()\n"
+    sock.sendall(encode_frame({"id": 1, "cmd": "run", "timeout": 0.5,
+                               "args": {"filename": "s.py", "source_len": len(source), "tiles": "0-1"}},
+                              source))
+    while (frame := read_frame(sock)).header["type"] == "event":
+        pass
+    code, message = error_of(frame)
+    assert (code, message) == ("timeout", f"machine {machine.name!r} did not answer 'run' within 0.5 s; the "
+                               "machine is not held by a computing tile: the request needed longer than its timeout")
+    sock.close()
+
+
 def test_a_timed_out_call_never_answers_a_request_that_reuses_its_id(machine):
     spinner = start_run(machine.paths, "0", b"while True: pass\n")  # the machine stops answering
     sock = raw_socket(machine.paths)
     sock.sendall(encode_frame({"id": 5, "cmd": "status", "args": {}, "timeout": 0.2}))
-    assert error_of(read_frame(sock))[0] == "timeout"
+    code, message = error_of(read_frame(sock))
+    assert code == "timeout" and re.search(r"tile 0 \(job \d+\) is computing without reaching an exchange "
+                                           "point", message), message
     source = b"print('the new request')\n"
     sock.sendall(request(5, "run", {"filename": "new.py", "source_len": len(source), "tiles": "1"}, source))
     # the old status handler answers within LOOK_SECONDS (from the last snapshot): not here
