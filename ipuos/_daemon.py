@@ -39,6 +39,7 @@ from ._connection import Connection, ConnectionPolicy, linger_close
 from ._backup import BackupError, restore as restore_image
 from ._host import MachineHost
 from ._machine import Machine
+from ._mount import remove_dead_mounts
 from ._presets import PRESETS
 from ._protocol import (BUSY, ERROR_PREFIX, EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_USAGE, PERMISSION_DENIED,
                         error_frame)
@@ -99,6 +100,8 @@ class Daemon:
             raise StartupError(str(exc)) from None
         try:
             _remove_stale_socket(self.paths.socket)
+            for path in remove_dead_mounts(self.paths.name):
+                log.info("removed the dead mount at %s left by a daemon that died", path)
             machine = Machine(self.preset, self.ipus)
             self.host = MachineHost(machine, self.paths)
             if self.restore is not None:

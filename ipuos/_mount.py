@@ -382,6 +382,19 @@ def remove_mount(path: str) -> bool:
     return mount_at(path) is None
 
 
+def remove_dead_mounts(machine: str) -> list[str]:
+    """Remove the dead mounts of machine ``machine`` (a daemon of that name booting: its
+    last one died with its watchdog, as a kill of their whole process group does);
+    returns where they were. A live mount of that name, served from another runtime
+    dir, answers, and is left alone, as is one that does not answer in time."""
+    removed = []
+    for entry in mount_entries():
+        if entry.machine == machine and mount_answers(entry.mountpoint) is False:
+            if remove_mount(entry.mountpoint):
+                removed.append(entry.mountpoint)
+    return removed
+
+
 # -- the daemon's mounts ------------------------------------------------------------------
 
 

@@ -533,6 +533,21 @@ def test_umount_removes_a_dead_mount(machine, mountpoint):
     assert not mounted(mountpoint) and os.listdir(mountpoint) == []
 
 
+def test_booting_the_machine_again_removes_its_dead_mount(machine, mountpoint):
+    # (it stayed, the new machine's `ipuos mount` listed nothing, and only `ipuos umount` of
+    # that very path removed it)
+    mount(machine, mountpoint)
+    (watchdog,) = children(machine.pid, "fusermount3")
+    os.kill(watchdog, signal.SIGKILL)  # as a kill of the whole process group would
+    os.kill(machine.pid, signal.SIGKILL)
+    wait_for(lambda: _dead(mountpoint), what="the mount to die")
+    booted = run_cli("boot", "--preset", "tiny", "--name", machine.name, env=machine.env(), timeout=120)
+    assert booted.returncode == 0, booted.stderr
+    assert not mounted(mountpoint) and os.listdir(mountpoint) == []
+    log = machine.paths.log.read_text()
+    assert f"removed the dead mount at {mountpoint} left by a daemon that died" in log
+
+
 def test_umount_with_another_runtime_dir_leaves_a_live_mount_alone(machine, mountpoint):
     """A runtime dir that does not know the machine serving a mount must not take the
     mount for a dead one: it still answers, and its machine runs."""
