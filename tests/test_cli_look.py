@@ -35,12 +35,17 @@ from ipuos._top import SRAM_GLYPHS
 SPIN = b"print('spin', __tileid)\nwhile True:\n    sync()\n"
 
 
+def _start(machine, filename: str, source: bytes, tiles: str):
+    """(socket, job id) of a program started over a raw socket (the socket holds it)."""
+    sock = raw_socket(machine.paths)
+    sock.sendall(request(1, "run", {"filename": filename, "source_len": len(source), "tiles": tiles}, source))
+    return sock, read_frame(sock).header["event"]["job"]
+
+
 @pytest.fixture
 def busy(machine):
     """``machine`` with a job spinning in sync() on tiles 0-3 (interrupted at teardown)."""
-    sock = raw_socket(machine.paths)
-    sock.sendall(request(1, "run", {"filename": "spin.py", "source_len": len(SPIN), "tiles": "0-3"}, SPIN))
-    job = read_frame(sock).header["event"]["job"]
+    sock, job = _start(machine, "spin.py", SPIN, "0-3")
     yield machine, job
     sock.shutdown(socket.SHUT_RDWR)
     sock.close()
@@ -205,14 +210,17 @@ def test_kill_from_the_cli(busy):
     assert again.exit_code == 1 and f"no job {job} is running" in again.output
 
 
+def _catching_every_interrupt(work: bytes) -> bytes:
+    """A program doing ``work`` (a line) for ever, catching every interrupt (at two depths:
+    an interrupt landing between the inner try and its loop's jump, which one level leaves
+    open, stopped the program in one CI run)."""
+    return (b"while True:\n    try:\n        while True:\n            try:\n                " + work + b"\n"
+            b"            except:\n                pass\n    except:\n        pass\n")
+
+
 def test_kill_stops_a_program_that_catches_every_interrupt_at_its_exchange_points(machine):
     # with sync() in the loop, the tile is left at its next exchange point after catching
-    catching = (b"while True:\n    try:\n        x = sum(range(1000))\n        sync()\n"
-                b"    except:\n        pass\n")
-    sock = raw_socket(machine.paths)
-    sock.sendall(request(1, "run", {"filename": "catching.py", "source_len": len(catching), "tiles": "4-5"},
-                         catching))
-    job = read_frame(sock).header["event"]["job"]
+    sock, job = _start(machine, "catching.py", _catching_every_interrupt(b"x = sum(range(1000)); sync()"), "4-5")
     try:
         result = invoke(machine, "kill", str(job))
         assert result.exit_code == 0 and result.output == f"interrupted job {job}\n", result.output
@@ -227,9 +235,7 @@ def test_kill_stops_a_program_that_catches_every_interrupt_at_its_exchange_point
 def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
     # seconds inside one C call (that lets other threads run), where no interrupt can land
     stuck = b"import hashlib\nhashlib.pbkdf2_hmac('sha256', b'p', b's', 20_000_000)\nprint('returned')\n"
-    sock = raw_socket(machine.paths)
-    sock.sendall(request(1, "run", {"filename": "stuck.py", "source_len": len(stuck), "tiles": "5"}, stuck))
-    job = read_frame(sock).header["event"]["job"]
+    sock, job = _start(machine, "stuck.py", stuck, "5")
     try:
         time.sleep(0.3)  # into the regex
         result = invoke(machine, "kill", str(job))
@@ -244,14 +250,7 @@ def test_kill_says_when_a_tile_is_stuck_in_a_call_into_c(machine):
 def test_kill_says_when_a_program_catches_every_interrupt(machine):
     # nothing stops a tile that computes on after catching each interrupt: kill must say
     # so, and what is left (not blame a call into C)
-    # (catches at two depths: an interrupt landing between the inner try and its loop's
-    # jump, which one level leaves open, stopped the program in one CI run)
-    catching = (b"while True:\n    try:\n        while True:\n            try:\n                x = sum(range(1000))\n"
-                b"            except:\n                pass\n    except:\n        pass\n")
-    sock = raw_socket(machine.paths)
-    sock.sendall(request(1, "run", {"filename": "catching.py", "source_len": len(catching), "tiles": "5"},
-                         catching))
-    job = read_frame(sock).header["event"]["job"]
+    sock, job = _start(machine, "catching.py", _catching_every_interrupt(b"x = sum(range(1000))"), "5")
     try:
         result = invoke(machine, "kill", str(job))
         assert result.exit_code == 1, result.output
