@@ -114,8 +114,8 @@ class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):
     program that swallows it runs on, as Python's would, a job like any other, until
     the next Ctrl-C, or until whatever gives up on it (``kill``, its client's second
     Ctrl-C or its going away, a ``Machine.run()`` given up by Ctrl-C) raises a plain
-    TileInterrupt, again and again until it stops (caught at an exchange point, at the
-    next the tile leaves the program: Scheduler.leave_program); that replaces a Ctrl-C a tile has
+    TileInterrupt, again and again until it stops (caught, a second later the tile leaves
+    the program at its next exchange point: Scheduler.leave_program); that replaces a Ctrl-C a tile has
     not yet taken, and no Ctrl-C after it softens it (see Job.stopping). (Never handed
     to host code as such: there a KeyboardInterrupt would pass for the host's own
     Ctrl-C; see :func:`for_host`.)

@@ -376,8 +376,9 @@ class Scheduler:
         else would end it: raised again, it would be caught again.
 
         Its part of the job ends interrupted; the program's own target ends it as far as
-        it can without running it (``leave_hook``: the files it left open closed, what
-        it printed kept). The tile's kernel goes on in a new greenlet. The old one, whose
+        it can without running it (``leave_hook``: its globals let go of, the files it
+        left open closed, what it printed kept). The tile's kernel goes on in a new
+        greenlet. The old one, whose
         stack holds the program's frames, is kept parked for good: a greenlet freed while
         suspended has GreenletExit thrown into it, which the program would catch too.
         (A program that computes on after catching, with no exchange point, is beyond
