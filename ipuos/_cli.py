@@ -581,6 +581,8 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
             progress.clear()
             if exc.code == "bad_tiles":
                 raise click.BadParameter(exc.message, param_hint="--tiles") from None
+            if exc.code == "halted":  # (the machine halted, a tile holding it: see Scheduler.stop)
+                _fail(exc.message, EXIT_INTERRUPTED)
             raise
         except KeyboardInterrupt:
             progress.clear()

@@ -21,6 +21,7 @@ threads and reach tiles only through the Machine's public, thread-safe methods.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import logging
@@ -405,13 +406,23 @@ def _run(call: Call):
     try:
         # weakly: a Ctrl-C may arrive after the job ended, once its handle has gone (below)
         interrupt = weakref.WeakMethod(handle.interrupt)
+
+        def stop(reason: str, ctrl_c: bool = False) -> None:
+            job_interrupt = interrupt()
+            if job_interrupt is not None:
+                with contextlib.suppress(RuntimeError):  # (the machine has stopped, and the job with it)
+                    job_interrupt(reason, ctrl_c=ctrl_c)
+
         # the Ctrl-C a KeyboardInterrupt the program may catch; if it does, and runs on, the
         # client giving up (its second Ctrl-C, or gone) stops it whatever it catches
-        call.on_cancel(lambda: (stop := interrupt()) is not None and stop("interrupted (Ctrl-C)", ctrl_c=True))
-        call.on_abandon(lambda: (stop := interrupt()) is not None and stop(STOPPED_FOR_GOOD))
+        call.on_cancel(lambda: stop("interrupted (Ctrl-C)", ctrl_c=True))
+        call.on_abandon(lambda: stop(STOPPED_FOR_GOOD))
         call.emit({"event": "started", "job": job.id, "tiles": format_tiles(handle.job.ids),
                    "ntiles": len(handle.job.ids)})
-        result = handle.wait()
+        try:
+            result = handle.wait()
+        except RuntimeError as exc:  # the machine stopped with the job still running (see Scheduler.stop)
+            raise CommandError("halted", str(exc)) from None
     finally:
         call.host.remove_job(job.id)
     reply = run_result_to_json(fit_for_reply(result))

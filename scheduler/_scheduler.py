@@ -165,12 +165,28 @@ class Scheduler:
         ended = not self._thread.is_alive()
         if ended:
             _let_go_of_left_programs()  # (this thread is another: they are freed without running)
+        else:
+            self._fail_jobs_held()
         self.watchdog.stop()
         self.engine.close()
         self._thread = None
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._note_collection)
         return ended
+
+    def _fail_jobs_held(self) -> None:
+        """(From the host, once the scheduler's thread failed to end: a tile computing
+        without an exchange point holds it, its program catching every interrupt.) Tell
+        whoever waits for a job still running that the machine stopped without it: its
+        tiles' output is out of reach, in the held thread."""
+        tile = self.computing_tile()
+        held = f"tile {tile.id}" if tile is not None else "a tile"
+        for job in _snapshot(self.jobs):
+            error = RuntimeError(f"the machine stopped before job {job.id} was done: {held} was still "
+                                 "computing without reaching an exchange point, its program catching "
+                                 "every interrupt, and what the job's tiles printed is lost")
+            with contextlib.suppress(InvalidStateError):  # (done meanwhile)
+                job.future.set_exception(error)
 
     def on_own_thread(self) -> bool:
         """True on the scheduler's thread or its watchdog's: :meth:`stop` waits for both to

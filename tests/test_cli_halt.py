@@ -4,14 +4,16 @@ Halt must say so, naming the pid and the way out, and ``--force`` must end it.""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import signal
 import subprocess
+import time
 
 import pytest
 from click.testing import CliRunner
-from daemon_harness import IPUOS, machine, runtime_dir  # noqa: F401  (fixtures)
+from daemon_harness import IPUOS, machine, runtime_dir, wait_for  # noqa: F401  (fixtures)
 
 import ipuos._cli
 from ipuos._cli import main
@@ -117,3 +119,29 @@ def test_halt_force_refuses_to_promise_a_save(machine, option):
     assert ("--force cannot be combined with --if-saved or --backup: a daemon that must be killed can "
             "neither back up nor say what is unsaved") in result.output
     assert lock_holder(machine.paths.lock) == machine.pid
+
+
+def test_halt_of_a_machine_held_by_a_program_catching_every_interrupt_tells_its_run_client(machine, tmp_path):
+    """The program computes on after catching each stop, so the machine stops with the job
+    still running: its run client said only 'closed the connection' (exit 1), and the
+    daemon's log had a traceback of the client's cancel hook failing on the stopped machine."""
+    program = tmp_path / "catching.py"
+    program.write_text("print('began', flush=True)\n"
+                       "while True:\n    try:\n        while True:\n            try:\n"
+                       "                x = sum(range(10000))\n            except:\n                pass\n"
+                       "    except:\n        pass\n")
+    client = subprocess.Popen([IPUOS, "run", str(program), "--tiles", "1"], env=machine.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: json.loads(invoke(machine, "ps", "--json").output)["jobs"], what="the job to start")
+        time.sleep(0.5)  # (into its loop)
+        assert invoke(machine, "halt").exit_code == 0
+        _, err = client.communicate(timeout=60)
+    finally:
+        client.kill()
+    assert client.returncode == 130, err
+    assert err == ("ipuos: the machine stopped before job 1 was done: tile 1 was still computing without "
+                   "reaching an exchange point, its program catching every interrupt, and what the job's "
+                   "tiles printed is lost\n")
+    log = machine.paths.log.read_text()
+    assert "Traceback" not in log and "ERROR" not in log, log
