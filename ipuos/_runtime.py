@@ -1027,7 +1027,7 @@ class TileProgram:
                 # its globals let go of (what only they hold is freed), its files closed
                 _end_on_tile(ctx, namespace, first_own, failing=True)
             finally:
-                self.outputs[rank] = output.getvalue()
+                self.outputs[rank] = output.take()  # (the buffer stays with the left frames)
                 for name in region_names:
                     memory.free(name)
 

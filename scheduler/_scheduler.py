@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import gc
+import inspect
 import itertools
 import operator
 import sys
@@ -48,7 +50,7 @@ from ._job import Job, JobReport, TileResult
 from ._outcome import ABORTED, ERROR, INTERRUPTED, OK
 from ._payload import decode, encode
 from ._tile import Request, Tile, parker
-from ._watchdog import Watchdog, running_tile
+from ._watchdog import TILE_GLOBALS_MARKER, Watchdog, running_tile
 
 #: how long :meth:`Scheduler.stop` lets tiles finish what they are doing
 STOP_GRACE_SECONDS = 5.0
@@ -979,7 +981,7 @@ class Scheduler:
 
 #: seconds of supersteps back to back after which the scheduler's thread pauses, and
 #: how long, so that a host thread waiting for the GIL gets it (see Scheduler._loop)
-GIL_SHARE_EVERY = 0.02
+GIL_SHARE_EVERY = 0.005  # (CPython's own switch interval)
 GIL_HANDOVER = 0.0001
 
 
@@ -1057,22 +1059,41 @@ def _stops_before_start(job: Job, signal: BaseException) -> bool:
     return failure is not None and isinstance(failure.error, ComputeBudgetExceeded)
 
 
-#: greenlets holding programs their tiles left (see Scheduler.leave_program), with their
+#: greenlets holding programs their tiles left (see Scheduler.leave_program), by their
 #: scheduler's thread: freed only once that has ended (a greenlet freed on its own, live
 #: thread is thrown GreenletExit; on a dead one's, it is let go of without running)
-_LEFT_BEHIND: list[tuple[threading.Thread, greenlet.greenlet]] = []
+_LEFT_BEHIND: dict[threading.Thread, list[greenlet.greenlet]] = {}
+
+#: CPython's way to write a frame's local variables back (gone in 3.13: then they stay)
+_locals_to_fast = getattr(ctypes.pythonapi, "PyFrame_LocalsToFast", None)
 
 
 def _park_for_good(glet: greenlet.greenlet) -> None:
-    """Keep ``glet`` (on this thread) until this thread has ended."""
+    """Keep ``glet`` (this thread's, holding the caller's frames) until this thread has
+    ended, without what the left program's functions hold in their local variables
+    (its globals its target let go of: see TileProgram): 20 MB a function held stayed
+    with every kill. Its frames never run again, so they may hold None."""
     _let_go_of_left_programs()
-    _LEFT_BEHIND.append((threading.current_thread(), glet))
+    _LEFT_BEHIND.setdefault(threading.current_thread(), []).append(glet)
+    if _locals_to_fast is None:
+        return
+    frame = sys._getframe(2)  # (below leave_program, which still runs)
+    while frame is not None:
+        if TILE_GLOBALS_MARKER in frame.f_globals and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+            local = frame.f_locals  # (a snapshot: written back below)
+            for name in frame.f_code.co_varnames:  # (not cells: a closure may share them)
+                if name in local:
+                    local[name] = None
+            _locals_to_fast(ctypes.py_object(frame), ctypes.c_int(0))
+        frame = frame.f_back
 
 
 def _let_go_of_left_programs() -> None:
     """Let go of the left programs' greenlets whose thread has ended (never those of
     the calling thread, which is alive: freed here, they would run)."""
-    _LEFT_BEHIND[:] = [entry for entry in _LEFT_BEHIND if entry[0].is_alive()]
+    for thread in list(_LEFT_BEHIND):  # (a copy: other machines' threads add theirs)
+        if not thread.is_alive():
+            _LEFT_BEHIND.pop(thread, None)
 
 
 def _release_tile(tile: Tile) -> None:

@@ -545,6 +545,35 @@ def test_a_stop_caught_at_an_exchange_point_leaves_the_program_there(machine, ap
     assert machine.scheduler.internal_errors == []
 
 
+@pytest.mark.skipif(not hasattr(__import__("ctypes").pythonapi, "PyFrame_LocalsToFast"),
+                    reason="Python 3.13 has no way to write a frame's locals: they stay")
+def test_a_left_program_lets_go_of_what_its_functions_held(machine):
+    """The left program's frames stay parked with its greenlet, but not what its
+    functions' local variables held: 20 MB a function held stayed with every kill."""
+    from daemon_harness import wait_for
+
+    source = ("class HeldByAFunction:\n    pass\n"
+              "def work():\n"
+              "    held = HeldByAFunction()\n"
+              "    while True:\n"
+              "        try:\n"
+              "            while True:\n"
+              "                try:\n"
+              "                    sync()\n"
+              "                except BaseException:\n"
+              "                    pass\n"
+              "        except BaseException:\n"
+              "            pass\n"
+              "work()\n")
+    handle = machine.launch(source, tiles="8-9")
+    start = machine.scheduler.superstep
+    wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+    handle.interrupt("killed by the test")
+    assert handle.wait(20).exit_status == 130
+    gc.collect()
+    assert [type(o).__name__ for o in gc.get_objects() if type(o).__name__ == "HeldByAFunction"] == []
+
+
 @pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
 def test_closing_a_machine_leaves_a_program_that_catches_every_stop(waits_in):
     """Closing stops every job, and a program that catches the stop is left at its next
