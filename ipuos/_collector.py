@@ -10,7 +10,8 @@ tile of mk2 grows them that much by itself, and spent such a walk inside each ru
 ``gc.freeze()`` moves everything alive into a generation no collection walks. The daemon
 collects once it has booted, and after replying to any request during which a job ended
 (``ipuos run``, or a program the shell ran: a job's tiles leave their namespaces in
-reference cycles), and then freezes what survived, which is mostly the machine: the
+reference cycles) or whose payload was large (a refusal's traceback can hold its data),
+and then freezes what survived, which is mostly the machine: the
 automatic collections during the next job walk only what is newer than that.
 
 What it costs: an object that is frozen and later dropped in a reference cycle is found by
