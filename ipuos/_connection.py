@@ -61,6 +61,9 @@ class ConnectionPolicy:
 #: requests with a payload this big have their garbage collected once answered (see
 #: Collector.large_request_done)
 LARGE_PAYLOAD = 1 << 20
+#: how long a look at the machine may take before a timed-out request blames a tile
+#: computing without reaching an exchange point (a tile merely computing does not hold it)
+HELD_SECONDS = 0.25
 
 log = logging.getLogger("ipuos.daemon")
 
@@ -211,7 +214,9 @@ class Connection:
         for request_id, (call, deadline) in calls:
             if deadline is not None and now >= deadline:
                 seconds = COMMANDS[call.request.cmd].deadline_seconds(call.request.timeout)
-                why = (busy_why(self.host) if _held(self.host.machine.scheduler) else
+                # (the machine answers a look within a moment unless a computing tile holds it)
+                held = self.host.look("stats", HELD_SECONDS)[1] is not None
+                why = (busy_why(self.host) if held else
                        "the machine is not held by a computing tile: the request needed longer than its timeout")
                 self._finish(call, error_frame(
                     request_id, TIMEOUT,
@@ -341,14 +346,3 @@ def linger_close(sock: socket.socket, seconds: float, max_bytes: int = 1024 * 10
         pass
     finally:
         sock.close()
-
-
-def _held(scheduler, seconds: float = 0.25) -> bool:
-    """Whether the machine's scheduler leaves a call unanswered for ``seconds``: a tile
-    computing without reaching an exchange point holds it (a tile merely computing at
-    the moment does not)."""
-    try:
-        scheduler.call(lambda: None).result(seconds)
-    except Exception:  # noqa: BLE001 - not answered (or stopping): held, as far as a caller can tell
-        return True
-    return False
