@@ -52,6 +52,9 @@ MAX_CLIENTS = 128
 MAX_HANDLERS = 256
 #: how long halt lets running jobs report their results to their clients
 HALT_GRACE_SECONDS = 5.0
+#: how long, once the machine has stopped, clients' handlers have to send what its
+#: stopping settled (a job held to the end is failed only then) before their sockets close
+REPLY_GRACE_SECONDS = 2.0
 ACCEPT_TICK_SECONDS = 0.25
 
 log = logging.getLogger("ipuos.daemon")
@@ -269,6 +272,9 @@ class Daemon:
         for _, thread in connections:
             thread.join(max(0.0, deadline - time.monotonic()))
         host.machine.close()
+        deadline = time.monotonic() + REPLY_GRACE_SECONDS
+        for _, thread in connections:
+            thread.join(max(0.0, deadline - time.monotonic()))
         for connection, thread in connections:
             connection.abort()
             thread.join(1.0)
