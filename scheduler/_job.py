@@ -131,6 +131,12 @@ class Job:
         self.stopping = False
         #: when the first such interrupt came (time.monotonic()), for :meth:`past_stop_grace`
         self.stopped_at: float | None = None
+        #: the kind and words of the first stop that ends the job: raised again in a
+        #: program that caught it, once its grace is over (see stop_again)
+        self._first_stop: tuple[type[BaseException], tuple] = (TileInterrupt, ("interrupted",))
+        #: ranks whose tile is to raise the job's stop after the error it had pending
+        #: when the stop came (see raise_in_tiles)
+        self.stop_owed: set[int] = set()
         #: the user's Ctrl-Cs so far, and by rank the count at the last one a tile was
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
@@ -215,6 +221,8 @@ class Job:
         """
         if self.abort_reason is None:
             self.abort_reason = str(signal)
+        if isinstance(signal, JobAborted):  # (a failure or the budget: an interrupt begins in interrupt())
+            self._stop_for_good(signal)
         if self.failed_in is None:
             stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
             self.sched.watchdog.interrupt(self, stop)
@@ -311,6 +319,11 @@ class Job:
                     continue  # (the watchdog stopped it with this Ctrl-C already)
                 # a fresh instance per tile: each raise writes its own traceback into it
                 tile.signal = type(error)(*error.args)
+            elif stop and not _stops_for_good(pending):
+                # a tile's failure behind an error the tile has still to raise (a collective
+                # mismatch that failed the tile): it comes next, else a program that
+                # catches that error would run on and never hear that the job is over
+                self.stop_owed.add(tile.rank)
             self.sched.wake(tile)
 
     def hand_over_ctrl_c(self) -> None:
@@ -381,15 +394,34 @@ class Job:
         the program may catch and run on after, or with a stop that ends the job."""
         self.interrupted = reason
         self.ctrl_c_queued = False  # (handed to every tile now)
+        stop = kind(reason)
         if kind is not TileKeyboardInterrupt:
-            self.stopping = True
-            if self.stopped_at is None:
-                self.stopped_at = time.monotonic()
-                # a tile that caught it may wait meanwhile with nothing left to wake it
-                # (the others gone): once the grace is over, it looks again and leaves
-                self.sched.call_later(STOP_CATCH_GRACE + 0.01, self.wake_catchers)
+            self._stop_for_good(stop)
         self.failed_in = None  # (its tiles stop at once, wherever they are)
-        self.abort(kind(reason))
+        self.abort(stop)
+
+    def _stop_for_good(self, stop: BaseException) -> None:
+        """The job ends whatever its program catches (``kill``, its client gone, the
+        machine halting, a tile's failure, the compute budget): a program that catches
+        ``stop`` has :data:`STOP_CATCH_GRACE` seconds to clean up, and is then left at
+        its next exchange point (see Scheduler.leave_program)."""
+        self.stopping = True
+        if self.stopped_at is None:  # (the first says why the job ends: a tile's failure, say)
+            self._first_stop = (type(stop), stop.args)
+            self.stopped_at = time.monotonic()
+            # a tile that caught it may wait meanwhile with nothing left to wake it
+            # (the others gone): once the grace is over, it looks again and leaves
+            self.sched.call_later(STOP_CATCH_GRACE + 0.01, self.wake_catchers)
+
+    def stop_again(self) -> BaseException:
+        """The job's first stop, afresh: for a tile whose program caught it, past its grace."""
+        kind, args = self._first_stop
+        return kind(*args)
+
+    def first_stop(self) -> tuple[type[BaseException], str]:
+        """The kind of the job's first stop, and what it said."""
+        kind, args = self._first_stop
+        return kind, str(args[0]) if args else "interrupted"
 
     def wake_catchers(self) -> None:
         """Wake the tiles that had a stop raised and wait: past the grace, each that

@@ -393,7 +393,8 @@ class Scheduler:
         Tile.caught_a_stop), as a process that ignores SIGTERM gets SIGKILL. Nothing
         else would end it: raised again, it would be caught again.
 
-        Its part of the job ends interrupted; the program's own target ends it as far as
+        Its part of the job ends as the stop said (interrupted, or aborted by another
+        tile's failure; the tile over the compute budget, failed); the program's own target ends it as far as
         it can without running it (``leave_hook``: its globals let go of, the files it
         left open closed, what it printed kept). The tile's kernel goes on in a new
         greenlet. The old one, whose
@@ -404,8 +405,12 @@ class Scheduler:
         job, rank, old = tile.job, tile.rank, tile.glet
         tile.raised = tile.signal = None
         tile.stop_taken = False  # (the hook's own exchanges must not come back here)
-        error = TileInterrupt(f"{job.interrupted or 'interrupted'}; its program caught that and ran on, "
-                              "and its tile left it at its next exchange point")
+        kind, words = job.first_stop()
+        status = ABORTED if issubclass(kind, JobAborted) else INTERRUPTED
+        if rank in job.over_budget_ranks:  # (the tile that ran out of budget: the job's culprit)
+            kind, status, words = ComputeBudgetExceeded, ERROR, job.budget_message(rank)
+        error = kind(f"{words}; its program caught that and ran on, and its tile left it at its next "
+                     "exchange point")
         hook, tile.leave_hook = tile.leave_hook, None
         if hook is not None:
             try:
@@ -421,7 +426,8 @@ class Scheduler:
         _park_for_good(old)
         tile.start(self._main, self.runq, tile.park)
         self.tile_of[tile.glet] = tile
-        job.finish_tile(tile, TileResult(rank, tile.id, INTERRUPTED, error=error), "")
+        result = TileResult(rank, tile.id, status, error=error)
+        job.finish_tile(tile, result, job.failure_of(result) if status == ERROR else "")
         self.wake(tile)  # (the new kernel serves what is queued for the tile)
         park = tile.park
         while True:  # a wake the old greenlet still had is passed on

@@ -242,7 +242,7 @@ class Tile:
                 # the program caught its stop, and its grace is over: raised again here, the
                 # stop unwinds this wait (what it counted is given back) and, caught again,
                 # the program is left at its next exchange point (see leave_if_caught)
-                self.signal = TileInterrupt(self.job.interrupted or "interrupted")
+                self.signal = self.job.stop_again()
             # never inside a filesystem operation: littlefs would be left half-way through
             # it; the signal is raised at the next exchange point after the operation. Nor
             # inside a request served while the job's program waits: the request has
@@ -267,7 +267,8 @@ class Tile:
 
     def caught_a_stop(self) -> bool:
         """Whether the program caught a stop raised in it (``kill``, a second Ctrl-C, the
-        machine halting: not a first Ctrl-C, which it may catch) and has run on to
+        machine halting, another tile's failure, the compute budget: not a first Ctrl-C,
+        which it may catch) and has run on to
         another exchange point: a bare ``except:`` around its work. Past the stop's grace
         (Job.past_stop_grace), the tile leaves it there. Only where the program itself
         exchanges or waits: not inside a filesystem operation (littlefs would be left
@@ -307,7 +308,10 @@ class Tile:
         else:
             self.drop_collective_values()
             job = self.job
-            if job is not None and job.stopping and isinstance(signal, TileInterrupt):
+            if job is not None and self.rank in job.stop_owed and not isinstance(signal, _JOB_SIGNALS):
+                job.stop_owed.discard(self.rank)
+                self.signal = job.stop_again()  # (raised at its next exchange point)
+            if job is not None and job.stopping and isinstance(signal, (TileInterrupt, JobAborted)):
                 # caught, it must not run on: past its grace, its next exchange point leaves
                 # it, before it takes part (a collective that completes at once, another
                 # tile gone, would never bring it to a wait)

@@ -595,6 +595,72 @@ def test_closing_a_machine_leaves_a_program_that_catches_every_stop(waits_in):
 
 
 @pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
+def test_a_job_whose_tile_failed_leaves_the_tiles_catching_its_stop(machine, waits_in):
+    """Tile 8 fails; the others catch the JobAborted raised in them and exchange on among
+    themselves. The job never ended (only a kill did); now, as after a kill, their tiles
+    leave them at their next exchange point a second later, saying why."""
+    failing = ("if __tileid == 0:\n"
+               "    for _ in range(5):\n"
+               f"        y = {waits_in}\n"
+               "    raise ValueError('the failure')\n")
+    source = failing + _CATCHES_EVERY_STOP.format(waits_in=waits_in)
+    tiles = "8-11"
+    started = time.monotonic()
+    result = machine.launch(source, tiles=tiles).wait(20)
+    assert time.monotonic() - started < 10  # (the grace is 1 s)
+    assert [tile.status for tile in result.tiles] == ["error"] + ["aborted"] * 3, result.format()
+    assert "ValueError: the failure" in result.tiles[0].error
+    assert {tile.error for tile in result.tiles[1:]} == {
+        "aborted: job %d stopped: tile 0 (machine tile 8) failed with ValueError: the failure; its program caught that and "
+        "ran on, and its tile left it at its next exchange point\n" % result.job_id}
+    assert [tile.output for tile in result.tiles] == [""] + ["began\n"] * 3
+    after = machine.run("print(open('/left-open').read(), allreduce(1))", tiles="9-11")
+    assert [tile.output for tile in after.tiles] == [f"written {rank} 3\n" for rank in range(1, 4)]
+    assert machine.scheduler.internal_errors == []
+
+
+def test_tiles_catching_a_collective_mismatch_hear_that_the_job_is_over(machine):
+    """Tile 8 syncs while the others reduce: the mismatch fails tile 8, which catches
+    nothing, and the others caught theirs and reduced again, each call refused at once
+    (a tile has gone): the tile's failure never reached them (it came while they still had
+    the mismatch to raise), and the job spun for good on the scheduler's thread."""
+    source = "if __tileid == 0:\n    sync()\n" + _CATCHES_EVERY_STOP.format(waits_in="allreduce(1)")
+    result = machine.launch(source, tiles="8-11").wait(20)
+    assert [tile.status for tile in result.tiles] == ["error"] + ["aborted"] * 3, result.format()
+    assert "CollectiveMismatchError: collective mismatch" in result.tiles[0].error
+    assert all(tile.error.startswith("aborted: job %d stopped: tile 0 (machine tile 8) failed with "
+                                     "CollectiveMismatchError: " % result.job_id) for tile in result.tiles[1:])
+    assert machine.run("print(allreduce(1))", tiles="8-11").tiles[0].output == "4\n"
+    assert machine.scheduler.internal_errors == []
+
+
+def test_a_job_out_of_budget_leaves_the_tiles_catching_its_stop(machine):
+    """Tile 8 computes past the job's budget once; every tile catches what is raised in
+    it and syncs on. The tile over budget is the job's failure, the others aborted."""
+    source = ("first = True\n"
+              "while True:\n"
+              "    try:\n"
+              "        while True:\n"
+              "            try:\n"
+              "                if __tileid == 0 and first:\n"
+              "                    first = False\n"
+              "                    for _ in range(10 ** 8):\n"
+              "                        pass\n"
+              "                sync()\n"
+              "            except BaseException:\n"
+              "                pass\n"
+              "    except BaseException:\n"
+              "        pass\n")
+    result = machine.launch(source, tiles="8-11", budget=0.05).wait(20)
+    assert [tile.status for tile in result.tiles] == ["error"] + ["aborted"] * 3, result.format()
+    left = "; its program caught that and ran on, and its tile left it at its next exchange point\n"
+    budget = "tile 0 (machine tile 8) computed for more than 0.05 s without reaching an exchange point"
+    assert result.tiles[0].error == f"ipuos.scheduler.ComputeBudgetExceeded: {budget}{left}"
+    assert {tile.error for tile in result.tiles[1:]} == {f"aborted: {budget}{left}"}
+    assert machine.scheduler.internal_errors == []
+
+
+@pytest.mark.parametrize("waits_in", ["sync()", "allreduce(1)"])
 def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
     """Tile 0 computes while the others wait in a collective; on a Ctrl-C each tile's
     handler reduces again. With three tiles or more, the first tile out of the
