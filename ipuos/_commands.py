@@ -338,12 +338,23 @@ def _staleness(host: MachineHost, age: float | None) -> dict:
 def busy_why(host: MachineHost) -> str:
     """Why the machine serves nothing now, naming the tile and job that hold it when one
     computes (without an exchange point it holds every tile, and every request)."""
-    tile = host.machine.scheduler.computing_tile()
+    scheduler = host.machine.scheduler
+    tile = scheduler.computing_tile()
     job = tile.job if tile is not None else None
     if job is None:
         return ("a tile may be computing without reaching an exchange point, which holds the "
                 f"whole machine ({hint('ps', host.name)} shows jobs, {hint('kill JOB', host.name)} "
                 "stops one; --budget limits compute per superstep)")
+    progress = scheduler.compute_progress()
+    if progress is not None and progress[1] > 0:
+        # (many tiles each computing a while are as slow as one that never stops: say both)
+        seconds, done, tiles = progress
+        return (f"tile {tile.id} (job {job.id}) is computing, in superstep {scheduler.superstep}, which has "
+                f"computed for {seconds:.1f} s so far, tile after tile: {done} of its {tiles} tiles before "
+                "this one. A superstep lasts as long as all its tiles' compute together, and a tile that "
+                "computes without reaching an exchange point holds the whole machine "
+                f"({hint(f'kill {job.id}', host.name)} stops the job; --budget limits each tile's compute "
+                "per superstep)")
     return (f"tile {tile.id} (job {job.id}) is computing without reaching an exchange point, which "
             f"holds the whole machine ({hint(f'kill {job.id}', host.name)} stops it; --budget limits "
             "compute per superstep)")

@@ -95,6 +95,10 @@ class Scheduler:
         self.superstep = 0
         #: True while tile greenlets run (the compute phase); read by the watchdog
         self.in_compute = False
+        #: when the compute phase running (or last run) began, and how many tiles it
+        #: began with: see compute_progress
+        self.compute_began = 0.0
+        self.compute_tiles = 0
         #: True while Python's cyclic garbage collector runs, in any thread: only then
         #: does a ``__del__`` run far from its tile, maybe after its program ended (in
         #: a reference cycle), so only then do the primitives look at where they are
@@ -209,6 +213,17 @@ class Scheduler:
             return None
         tile = running_tile(sys._current_frames().get(self.thread_ident))
         return tile if self.in_compute else None
+
+    def compute_progress(self) -> tuple[float, int, int] | None:
+        """(From any thread, as a snapshot.) The compute phase running now: the seconds
+        since it began, how many of its tiles have computed so far, and how many it
+        began with; None between compute phases. Tiles compute one after another, so a
+        superstep lasts as long as all of its tiles' compute together: a phase many
+        tiles into it is slow as a whole, not held by the tile computing now."""
+        if not self.in_compute:
+            return None
+        began, tiles, left = self.compute_began, self.compute_tiles, len(self.runq)
+        return time.monotonic() - began, max(0, tiles - left - 1), tiles
 
     def running_where(self) -> str:
         """Where the code running now is: ``"tile 3"`` (its greenlet), ``"the scheduler's
@@ -481,6 +496,8 @@ class Scheduler:
         runq = self.runq
         runq.extend(runnable)
         popleft = runq.popleft
+        self.compute_began = time.monotonic()
+        self.compute_tiles = len(runq)
         self.in_compute = True
         while runq:  # each parking tile resumes the next; the last comes back here
             popleft()()

@@ -394,6 +394,30 @@ def test_a_timed_out_call_never_answers_a_request_that_reuses_its_id(machine):
     sock.close()
 
 
+def test_a_call_timed_out_in_a_long_superstep_says_that_its_tiles_compute_one_after_another(machine):
+    """Six tiles compute ~0.2 s each between syncs, so the machine answers only every
+    ~1.2 s, between supersteps: a timed-out request blamed the tile computing at that
+    moment alone, as if it held the machine."""
+    source = b"while True:\n    if __tileid >= 2:\n        x = sum(range(15 * 10 ** 6))\n    sync()\n"
+    spinner = start_run(machine.paths, "0-7", source)
+    sock = raw_socket(machine.paths)
+    message = None
+    for request_id in range(1, 11):  # (one answered between supersteps is asked again)
+        sock.sendall(encode_frame({"id": request_id, "cmd": "status", "args": {}, "timeout": 0.2}))
+        frame = read_frame(sock)
+        # (nor is one that timed out just before a superstep ended, which the machine then
+        # answered at once: "not held by a computing tile")
+        if frame.header["type"] == "error" and "not held" not in error_of(frame)[1]:
+            message = error_of(frame)[1]
+            break
+    assert message is not None, "every request was answered in time"
+    assert re.search(r"did not answer 'status' within 0.2 s; tile \d+ \(job \d+\) is computing, in superstep "
+                     r"\d+, which has computed for \d+\.\d s so far, tile after tile: [2-7] of its 8 tiles "
+                     r"before this one\. A superstep lasts as long as all its tiles' compute together", message), message
+    spinner.close()
+    sock.close()
+
+
 def test_a_client_that_half_closes_still_gets_its_replies(machine):
     """A client may end its input (shutdown(SHUT_WR), as ``nc -N`` does) and then read:
     that is not a disconnect. Closing its end entirely is, and interrupts its job."""
