@@ -1078,6 +1078,7 @@ class TileProgram:
                 self.errors[rank] = exc
             raise
         finally:
+            tile.program_code_over()  # (what its teardown exchanges is not the program's)
             try:
                 _end_on_tile(ctx, namespace, first_own, failing)
             except BaseException as exc:  # stopped as it ended: the program's failure
@@ -1554,6 +1555,7 @@ class ReplBlock:
             api.job.ended_raising(rank, exc)  # the others' collectives say so
             code = 1
         finally:
+            api.tile.program_code_over()  # (what suspending exchanges is not the block's)
             api.tile.glet.gr_context = outer_context
             suspend = ctx.extras.get("__suspend__")
             if suspend is not None:

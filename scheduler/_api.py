@@ -437,6 +437,11 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     finished = [r for r in range(job.nranks) if r not in job.live]
     if tile.signal is not None and not any(map(job.ended_well, finished)):
         tile.raise_signal()
+    if tile.stop_taken and job.ending:
+        # a program that caught its job's stop calls a collective that can never complete,
+        # refused at once, maybe in a loop: no exchange ends while it holds the scheduler's
+        # thread, so its grace (see Job._stop_for_good) begins now
+        job.begin_grace()
     raise job.missing_tiles([tile.rank], finished, f"{key[0]}()")
 
 

@@ -129,7 +129,11 @@ class Job:
         #: a Ctrl-C, which the program may catch and run on after, as a job like any other
         #: (its deadlocks reported, a failure handled as ever)
         self.stopping = False
-        #: when the first such interrupt came (time.monotonic()), for :meth:`past_stop_grace`
+        #: a stop that ends the job whatever its program catches came: such an interrupt,
+        #: another tile's failure or the compute budget (see _stop_for_good)
+        self.ending = False
+        #: when the grace of a program that catches that stop began (time.monotonic()),
+        #: for :meth:`past_stop_grace`
         self.stopped_at: float | None = None
         #: the kind and words of the first stop that ends the job: raised again in a
         #: program that caught it, once its grace is over (see stop_again)
@@ -222,7 +226,7 @@ class Job:
         if self.abort_reason is None:
             self.abort_reason = str(signal)
         if isinstance(signal, JobAborted):  # (a failure or the budget: an interrupt begins in interrupt())
-            self._stop_for_good(signal)
+            self._stop_for_good(signal, grace_now=self.failed_in is None)
         if self.failed_in is None:
             stop = type(signal) if isinstance(signal, TileInterrupt) else JobAborted
             self.sched.watchdog.interrupt(self, stop)
@@ -396,18 +400,34 @@ class Job:
         self.ctrl_c_queued = False  # (handed to every tile now)
         stop = kind(reason)
         if kind is not TileKeyboardInterrupt:
+            self.stopping = True
             self._stop_for_good(stop)
         self.failed_in = None  # (its tiles stop at once, wherever they are)
         self.abort(stop)
 
-    def _stop_for_good(self, stop: BaseException) -> None:
+    def _stop_for_good(self, stop: BaseException, grace_now: bool = True) -> None:
         """The job ends whatever its program catches (``kill``, its client gone, the
         machine halting, a tile's failure, the compute budget): a program that catches
         ``stop`` has :data:`STOP_CATCH_GRACE` seconds to clean up, and is then left at
-        its next exchange point (see Scheduler.leave_program)."""
-        self.stopping = True
-        if self.stopped_at is None:  # (the first says why the job ends: a tile's failure, say)
+        its next exchange point (see Scheduler.leave_program).
+
+        After a tile's failure (not ``grace_now``) the others compute on, unhurried, to
+        their next exchange point, and tiles run one after another: the grace begins
+        only at the exchange after the one that ends that superstep, once every tile
+        has taken the stop, or a tile's cleanup would find it spent by the others'
+        compute before its own turn came."""
+        if not self.ending:  # (the first says why the job ends: a tile's failure, say)
+            self.ending = True
             self._first_stop = (type(stop), stop.args)
+        if grace_now:
+            self.begin_grace()
+        else:
+            sched = self.sched
+            sched.before_copies(lambda: sched.before_copies(self.begin_grace))
+
+    def begin_grace(self) -> None:
+        """Start the grace of programs that catch the job's stop (once)."""
+        if self.stopped_at is None:
             self.stopped_at = time.monotonic()
             # a tile that caught it may wait meanwhile with nothing left to wake it
             # (the others gone): once the grace is over, it looks again and leaves

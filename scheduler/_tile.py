@@ -277,7 +277,7 @@ class Tile:
         on tile 0) runs on, since its tile cannot leave it without leaving that request
         unanswered."""
         job = self.job
-        return (job is not None and job.stopping and self.stop_taken and self.fs_depth == 0
+        return (job is not None and job.ending and self.stop_taken and self.fs_depth == 0
                 and self.service_depth == self.program_depth == 1)
 
     def _over_before_failure(self, ready: Callable[[], bool]) -> bool:
@@ -310,14 +310,29 @@ class Tile:
             job = self.job
             if job is not None and self.rank in job.stop_owed and not isinstance(signal, _JOB_SIGNALS):
                 job.stop_owed.discard(self.rank)
-                self.signal = job.stop_again()  # (raised at its next exchange point)
-            if job is not None and job.stopping and isinstance(signal, (TileInterrupt, JobAborted)):
+                self.at_next_exchange(self._take_owed_stop)
+            if job is not None and job.ending and isinstance(signal, _JOB_SIGNALS):
                 # caught, it must not run on: past its grace, its next exchange point leaves
                 # it, before it takes part (a collective that completes at once, another
                 # tile gone, would never bring it to a wait)
                 self.stop_taken = True
                 self.at_next_exchange(self.leave_if_caught)
         raise signal
+
+    def _take_owed_stop(self) -> None:
+        """(At the program's next exchange point after it raised the error it had
+        pending when its job's stop came, see Job.stop_owed: caught, that error must not
+        hide the stop. Not sooner: the program that did not catch it is torn down
+        without the stop landing in the exchanges that closing its files makes.)"""
+        if self.signal is None:
+            self.signal = self.job.stop_again()
+
+    def program_code_over(self) -> None:
+        """(From a job's target, once the program's own code has ended, before it tears
+        the program down.) Closing the files it left open may exchange (one on another
+        tile's disk): that is not the program running on after catching a stop, and
+        must not leave it half torn down (see caught_a_stop)."""
+        self.stop_taken = False
 
     def leave_if_caught(self) -> None:
         """(At the program's next exchange point after a stop was raised in it, before it

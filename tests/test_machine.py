@@ -619,6 +619,65 @@ def test_a_job_whose_tile_failed_leaves_the_tiles_catching_its_stop(machine, wai
     assert machine.scheduler.internal_errors == []
 
 
+def test_tiles_that_catch_a_failure_have_their_grace_once_every_tile_has_taken_it(machine):
+    """Tile 8 fails at once; the others compute ~0.7 s each, one after another, to their
+    sync, catch the stop and exchange once to clean up. The grace began at the failure,
+    so it was spent before the last tiles' turn came, and their cleanup was cut short."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "x = sum(range(40 * 10 ** 6))\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException as e:\n"
+              "    print('caught', type(e).__name__)\n"
+              "    sync()\n"
+              "    print('cleaned up')\n"
+              "    raise\n")
+    result = machine.launch(source, tiles="8-11").wait(20)
+    assert [tile.output for tile in result.tiles] == [""] + ["caught JobAborted\ncleaned up\n"] * 3, result.format()
+    assert {tile.error for tile in result.tiles[1:]} == {
+        "aborted: job %d stopped: tile 0 (machine tile 8) failed with ValueError: the failure\n" % result.job_id}
+
+
+def test_a_program_that_catches_nothing_keeps_what_it_wrote_to_another_tiles_disk(machine):
+    """Tile 0 writes a file on tile 3's disk and waits; tile 1 fails, and tile 2
+    computes ~1.7 s on before its next exchange point. Tile 0's program, catching
+    nothing, ended and closed the file: that close, a request to tile 3, was taken for
+    the program running on after its stop, and the tile left it there, the data lost."""
+    source = ("if __tileid == 0:\n"
+              "    f = open('/tiles/3/out', 'w')\n"
+              "    f.write('written by tile 0')\n"
+              "sync()\n"
+              "if __tileid == 1:\n"
+              "    raise ValueError('the failure')\n"
+              "if __tileid == 2:\n"
+              "    x = sum(range(100 * 10 ** 6))\n"
+              "sync()\n")
+    result = machine.launch(source, tiles="0-2").wait(20)
+    assert result.tiles[0].error == ("aborted: job %d stopped: tile 1 failed with "
+                                     "ValueError: the failure\n" % result.job_id), result.format()
+    assert machine.run("print(open('/tiles/3/out').read())", tiles="0").tiles[0].output == "written by tile 0\n"
+
+
+def test_a_recv_that_can_never_be_met_after_a_caught_failure_is_a_deadlock(machine):
+    """A failure no longer turned off the job's deadlock reports: a program that caught
+    it and then waited for the failed tile waited out the grace instead (and one run
+    by the shell on tile 0, which is never left, for good)."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException:\n"
+              "    recv(0)\n")
+    started = time.monotonic()
+    result = machine.launch(source, tiles="8-9").wait(20)
+    assert time.monotonic() - started < 0.9  # (not after the 1 s grace)
+    assert result.tiles[1].status == "error"
+    assert result.tiles[1].error.endswith(
+        "DeadlockError: tile 1 (machine tile 9) waits to recv from tile 0, which has "
+        "finished and sent nothing more\n"), result.tiles[1].error
+
+
 def test_tiles_catching_a_collective_mismatch_hear_that_the_job_is_over(machine):
     """Tile 8 syncs while the others reduce: the mismatch fails tile 8, which catches
     nothing, and the others caught theirs and reduced again, each call refused at once
