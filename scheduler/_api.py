@@ -438,10 +438,17 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     if tile.signal is not None and not any(map(job.ended_well, finished)):
         tile.raise_signal()
     if tile.stop_taken and job.ending:
-        # a program that caught its job's stop calls a collective that can never complete,
-        # refused at once, maybe in a loop: no exchange ends while it holds the scheduler's
-        # thread, so its grace (see Job._stop_for_good) begins now
-        job.begin_grace()
+        # a program that caught its job's stop calls collectives that can never complete,
+        # refused at once: twice in one superstep, it spins on them, and no exchange ends
+        # while it holds the scheduler's thread, so the job's grace (see
+        # Job._stop_for_good) begins now
+        superstep = tile.sched.superstep
+        if tile.refused_in == superstep:
+            job.begin_grace()
+            # (its grace is the job's, not counted from its own stop: tiles that spin so
+            # take the thread in turn, and would each hold it for a grace of its own)
+            tile.stop_raised_at = min(tile.stop_raised_at, job.stopped_at)
+        tile.refused_in = superstep
     raise job.missing_tiles([tile.rank], finished, f"{key[0]}()")
 
 

@@ -138,6 +138,8 @@ class Job:
         #: the kind and words of the first stop that ends the job: raised again in a
         #: program that caught it, once its grace is over (see stop_again)
         self._first_stop: tuple[type[BaseException], tuple] = (TileInterrupt, ("interrupted",))
+        #: when wake_catchers is next due (time.monotonic()), None: not
+        self._wake_due: float | None = None
         #: ranks whose tile is to raise the job's stop after the error it had pending
         #: when the stop came (see raise_in_tiles)
         self.stop_owed: set[int] = set()
@@ -429,9 +431,19 @@ class Job:
         """Start the grace of programs that catch the job's stop (once)."""
         if self.stopped_at is None:
             self.stopped_at = time.monotonic()
-            # a tile that caught it may wait meanwhile with nothing left to wake it
-            # (the others gone): once the grace is over, it looks again and leaves
-            self.sched.call_later(STOP_CATCH_GRACE + 0.01, self.wake_catchers)
+            self.wake_catchers_at(self.stopped_at + STOP_CATCH_GRACE)
+
+    def wake_catchers_at(self, when: float) -> None:
+        """Have :meth:`wake_catchers` run at ``when`` (time.monotonic()), unless a call is
+        due sooner (that one looks again for the tiles whose grace is not over yet)."""
+        if self._wake_due is None or when < self._wake_due:
+            self._wake_due = when
+            self.sched.call_later(max(0.0, when - time.monotonic()) + 0.01, self._wake_catchers_due, when)
+
+    def _wake_catchers_due(self, when: float) -> None:
+        if self._wake_due == when:
+            self._wake_due = None
+            self.wake_catchers()
 
     def stop_again(self) -> BaseException:
         """The job's first stop, afresh: for a tile whose program caught it, past its grace."""
@@ -444,17 +456,43 @@ class Job:
         return kind, str(args[0]) if args else "interrupted"
 
     def wake_catchers(self) -> None:
-        """Wake the tiles that had a stop raised and wait: past the grace, each that
-        caught it has it raised again there (see Tile.wait)."""
+        """Wake the tiles that had a stop raised and wait: past its grace, each that
+        caught it has it raised again there (see Tile.wait). A tile whose grace is not
+        over yet (its stop came later) is looked at again when it is.
+        (A tile that caught a stop may wait with nothing left to wake it: the others gone.)"""
+        due = None
         for tile in self.live.values():
             if tile.stop_taken:
-                self.sched.wake(tile)
+                ends = self.grace_ends(tile)
+                if ends is not None and ends <= time.monotonic():
+                    self.sched.wake(tile)
+                elif ends is not None:
+                    due = ends if due is None else min(due, ends)
+        if due is not None:
+            self.wake_catchers_at(due)
 
-    def past_stop_grace(self) -> bool:
-        """Whether the job's stop came :data:`STOP_CATCH_GRACE` seconds ago or more: a
-        program that caught it may still be cleaning up until then (exchanging, say),
-        and is left by its tiles only after it (see Scheduler.leave_program)."""
-        return self.stopped_at is not None and time.monotonic() - self.stopped_at >= STOP_CATCH_GRACE
+    def took_stop(self, tile: "Tile") -> None:
+        """The job's stop was raised in ``tile``'s program: its grace counts from now,
+        at the earliest (see grace_ends)."""
+        tile.stop_raised_at = time.monotonic()
+        ends = self.grace_ends(tile)
+        if ends is not None:
+            self.wake_catchers_at(ends)
+
+    def grace_ends(self, tile: "Tile") -> float | None:
+        """When the grace of ``tile``'s program, which took the job's stop, is over
+        (time.monotonic()); None while the job's grace has not begun (see
+        _stop_for_good). A program that caught it may clean up until then (exchanging,
+        say), and is left by its tile only after (see Scheduler.leave_program): a second
+        from the job's grace or from the stop landing in the tile, whichever is later,
+        so that no tile's cleanup time is spent before its turn came."""
+        began = self.stopped_at
+        return None if began is None else max(began, tile.stop_raised_at) + STOP_CATCH_GRACE
+
+    def past_stop_grace(self, tile: "Tile") -> bool:
+        """Whether the grace of ``tile``'s program is over (see grace_ends)."""
+        ends = self.grace_ends(tile)
+        return ends is not None and time.monotonic() >= ends
 
     # -- reports -------------------------------------------------------------------------
 

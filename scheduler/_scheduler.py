@@ -681,7 +681,7 @@ class Scheduler:
         open whose file nobody will close can close it with :meth:`post_request`).
         """
         tile.check_own_greenlet("a request to tile {}", dst_id)  # (before it is sent: see Tile.elsewhere)
-        if tile.stop_taken and tile.caught_a_stop() and tile.job.past_stop_grace():
+        if tile.stop_taken and tile.caught_a_stop() and tile.job.past_stop_grace(tile):
             self.leave_program(tile)  # (a remote file operation: an exchange point of its own)
         if dst_id == tile.id:
             return self.services[service](tile, *args)
@@ -967,7 +967,7 @@ class Scheduler:
             if self._calls:
                 self._run_calls()
             for job in _snapshot(self.jobs):
-                if job.past_stop_grace():  # (no timer's call comes now)
+                if job.stopped_at is not None:  # (no timer's call comes now)
                     job.wake_catchers()
             self._superstep()
         for tile in self.tiles:
@@ -1134,6 +1134,7 @@ def _release_tile(tile: Tile) -> None:
     tile.raised = None  # (its traceback holds the program's frames)
     tile.leave_hook = None
     tile.stop_taken = False
+    tile.code_over = False
     tile.waiting = None
     tile.recv_src = -1
     tile.inbox.clear()

@@ -72,7 +72,7 @@ class Tile:
         "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "given_up", "leave_hook", "stop_taken",
+        "given_up", "leave_hook", "stop_taken", "stop_raised_at", "code_over", "refused_in",
         "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
 
@@ -97,6 +97,14 @@ class Tile:
         #: running program: reaching an exchange point again, it caught that (see
         #: caught_a_stop)
         self.stop_taken = False
+        #: when the stop was raised (time.monotonic()): see Job.grace_ends
+        self.stop_raised_at = 0.0
+        #: the running program's own code is over, its target tears it down (see
+        #: program_code_over)
+        self.code_over = False
+        #: the superstep in which a collective of a program that caught its stop was last
+        #: refused at once (see _api._refuse_finished)
+        self.refused_in = -1
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
         #: what the globals in the running program's data are (set by the tile runtime;
@@ -238,7 +246,7 @@ class Tile:
         """
         self.check_own_greenlet("waiting for {}", what)
         while True:
-            if self.stop_taken and self.signal is None and self.caught_a_stop() and self.job.past_stop_grace():
+            if self.stop_taken and self.signal is None and self.caught_a_stop() and self.job.past_stop_grace(self):
                 # the program caught its stop, and its grace is over: raised again here, the
                 # stop unwinds this wait (what it counted is given back) and, caught again,
                 # the program is left at its next exchange point (see leave_if_caught)
@@ -311,11 +319,13 @@ class Tile:
             if job is not None and self.rank in job.stop_owed and not isinstance(signal, _JOB_SIGNALS):
                 job.stop_owed.discard(self.rank)
                 self.at_next_exchange(self._take_owed_stop)
-            if job is not None and job.ending and isinstance(signal, _JOB_SIGNALS):
+            if job is not None and job.ending and isinstance(signal, _JOB_SIGNALS) and not self.code_over:
                 # caught, it must not run on: past its grace, its next exchange point leaves
                 # it, before it takes part (a collective that completes at once, another
                 # tile gone, would never bring it to a wait)
-                self.stop_taken = True
+                if not self.stop_taken:
+                    self.stop_taken = True
+                    job.took_stop(self)
                 self.at_next_exchange(self.leave_if_caught)
         raise signal
 
@@ -324,22 +334,24 @@ class Tile:
         pending when its job's stop came, see Job.stop_owed: caught, that error must not
         hide the stop. Not sooner: the program that did not catch it is torn down
         without the stop landing in the exchanges that closing its files makes.)"""
-        if self.signal is None:
+        if self.signal is None and not self.code_over:
             self.signal = self.job.stop_again()
 
     def program_code_over(self) -> None:
         """(From a job's target, once the program's own code has ended, before it tears
         the program down.) Closing the files it left open may exchange (one on another
         tile's disk): that is not the program running on after catching a stop, and
-        must not leave it half torn down (see caught_a_stop)."""
+        must not leave it half torn down (see caught_a_stop), nor has a stop that lands
+        there (in a ``__del__``, which Python ignores) be taken for one it caught."""
         self.stop_taken = False
+        self.code_over = True
 
     def leave_if_caught(self) -> None:
         """(At the program's next exchange point after a stop was raised in it, before it
         takes part: leave it if it caught that and its grace is over, else look again at
         the one after.)"""
         if self.caught_a_stop():
-            if self.job.past_stop_grace():
+            if self.job.past_stop_grace(self):
                 self.sched.leave_program(self)  # (never returns)
             self.at_next_exchange(self.leave_if_caught)
 

@@ -639,6 +639,61 @@ def test_tiles_that_catch_a_failure_have_their_grace_once_every_tile_has_taken_i
         "aborted: job %d stopped: tile 0 (machine tile 8) failed with ValueError: the failure\n" % result.job_id}
 
 
+def test_each_tile_has_its_grace_from_the_stop_landing_in_it(machine):
+    """Sixteen tiles; tile 0 fails at once; each other tile computes ~0.17 s, one after
+    another, catches the stop and tries a cleanup allreduce (refused: tile 0 is gone).
+    The first refusal began the job's grace, and the tiles whose turn came a second
+    later were left at their first cleanup exchange."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "x = sum(range(10 ** 7))\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException as e:\n"
+              "    print('caught', type(e).__name__)\n"
+              "    try:\n"
+              "        allreduce(1)\n"
+              "    except Exception as e2:\n"
+              "        print('cleanup:', type(e2).__name__)\n"
+              "    print('saved')\n"
+              "    raise\n")
+    result = machine.launch(source, tiles="0-15").wait(60)
+    assert [tile.output for tile in result.tiles[1:]] == [
+        "caught JobAborted\ncleanup: CollectiveMismatchError\nsaved\n"] * 15, result.format()
+
+
+def test_a_stop_landing_in_a_teardown_del_is_not_taken_for_one_the_program_caught(machine):
+    """Tile 0's program, catching nothing, ends as tile 1 fails; its teardown runs four
+    ``__del__`` that each write a file on another tile's disk, while another job makes
+    each superstep last ~1 s. A stop landing in one of them (ignored there, as Python
+    ignores what a ``__del__`` raises) set the program down as one that caught its stop:
+    the tile left it in the middle of its teardown, past its grace, and said it had caught
+    that and run on."""
+    source = ("class Saver:\n"
+              "    def __init__(self, t):\n"
+              "        self.t = t\n"
+              "    def __del__(self):\n"
+              "        with open('/tiles/%d/out' % self.t, 'w') as f:\n"
+              "            f.write('saved')\n"
+              "if __tileid == 0:\n"
+              "    a, b, c, d = Saver(3), Saver(4), Saver(5), Saver(6)\n"
+              "for i in range(3):\n"
+              "    if __tileid == 2:\n"
+              "        x = sum(range(12 * 10 ** 6))\n"
+              "    sync()\n"
+              "if __tileid == 1:\n"
+              "    raise ValueError('the failure')\n"
+              "if __tileid == 2:\n"
+              "    sync()\n")
+    handle = machine.launch(source, tiles="0-2")
+    slow = machine.launch("for i in range(6):\n    x = sum(range(60 * 10 ** 6))\n    sync()\n", tiles="9")
+    result = handle.wait(60)
+    slow.wait(60)
+    assert result.tiles[0].error.endswith(
+        "aborted: job %d stopped: tile 1 failed with ValueError: the failure\n" % result.job_id), result.format()
+    assert "caught that and ran on" not in result.tiles[0].error
+
+
 def test_a_program_that_catches_nothing_keeps_what_it_wrote_to_another_tiles_disk(machine):
     """Tile 0 writes a file on tile 3's disk and waits; tile 1 fails, and tile 2
     computes ~1.7 s on before its next exchange point. Tile 0's program, catching
