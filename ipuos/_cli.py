@@ -804,6 +804,12 @@ def kill(job, name) -> None:
               "interrupt (a bare `except:` or `except BaseException:` around its work) and computes on, "
               "holding the whole machine; nothing stops it but halting the machine "
               f"({hint('halt', paths.name)}), and the files on the machine go with it")
+    inside = reply.get("inside_requests") or []
+    if not reply.get("ended", True) and inside:
+        _fail(f"asked job {job} to stop; its part on tile {inside[0]} has not stopped: it runs inside the "
+              "shell's own request there, and its program catches the stop (a bare `except:` around its "
+              f"work): the tile cannot leave it without leaving the shell. It runs until its program ends "
+              f"or the machine halts ({hint('halt', paths.name)})")
     if not reply.get("ended", True):
         click.echo(f"asked job {job} to stop; it has not stopped yet: a tile inside one long call "
                    "into C code (a regular expression, sum() of a huge range) is interrupted only "

@@ -489,7 +489,8 @@ def _kill(call: Call):
         result = job.handle.wait(KILL_WAIT)
     except TimeoutError:
         return {"job": job_id, "interrupted": True, "ended": False,
-                "catching_tile": call.host.machine.scheduler.watchdog.swallowing(job.handle.job)}
+                "catching_tile": call.host.machine.scheduler.watchdog.swallowing(job.handle.job),
+                "inside_requests": job.handle.job.parts_inside_requests()}
     stopped = any(t.status == "interrupted" for t in result.tiles)
     return {"job": job_id, "interrupted": True, "ended": True, "stopped": stopped,
             "exit_status": result.exit_status}

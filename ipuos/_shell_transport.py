@@ -77,9 +77,11 @@ class DaemonTransport:
         self._thread.start()
         if not self._attached.wait(PATIENCE_SECONDS):
             click.echo(f"ipuos: waiting for tile 0 of machine {paths.name!r}, where the shell runs: the "
-                       "machine is busy (a program computing without reaching an exchange point holds "
-                       f"every tile; {hint('ps', paths.name)} shows jobs, {hint('kill JOB', paths.name)} "
-                       "stops one)", err=True)
+                       "machine answers between supersteps, and is in a long one (tiles compute one after "
+                       "another, so a superstep lasts as long as all its tiles' compute together, and a "
+                       "program computing without reaching an exchange point holds every tile; "
+                       f"{hint('ps', paths.name)} says which, {hint('kill JOB', paths.name)} stops a job)",
+                       err=True)
         if not self._attached.wait(ATTACH_SECONDS - PATIENCE_SECONDS):
             self._holder.close()
             raise DaemonError("timeout", f"machine {paths.name!r} did not open a shell session "

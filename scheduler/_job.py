@@ -192,13 +192,17 @@ class Job:
         self.finished_changed = True
         if result.status == ERROR and self.first_failure is None:
             self.first_failure = result
-            if not self.stopping and not isinstance(result.error, ComputeBudgetExceeded):
+            over_budget = isinstance(result.error, ComputeBudgetExceeded)
+            if not self.stopping and not over_budget:
                 self.failed_in = self.sched.superstep
-            self.abort(
-                JobAborted(
-                    f"job {self.id} stopped: {self.describe([result.rank])} failed with {failure}"
+            if not (over_budget and self.ending):
+                # (the tile over the budget, ending with its error, stops nothing more: the
+                # budget stopped the job already, and the others' cleanup runs in its grace)
+                self.abort(
+                    JobAborted(
+                        f"job {self.id} stopped: {self.describe([result.rank])} failed with {failure}"
+                    )
                 )
-            )
         elif result.status == INTERRUPTED and self.interrupted is None:
             # one tile was interrupted (the watchdog got there first): so are the rest
             kind = TileKeyboardInterrupt if isinstance(result.error, KeyboardInterrupt) else TileInterrupt
@@ -470,6 +474,13 @@ class Job:
                     due = ends if due is None else min(due, ends)
         if due is not None:
             self.wake_catchers_at(due)
+
+    def parts_inside_requests(self) -> list[int]:
+        """(From any thread, as a snapshot.) The tiles whose part of the job runs inside
+        a request the tile serves (the shell's own, on tile 0): a program there that
+        catches its stop is never left (see Tile.caught_a_stop), so only its own end or
+        the machine halting ends it."""
+        return [tile.id for tile in list(self.live.values()) if tile.program_depth > 1]
 
     def took_stop(self, tile: "Tile") -> None:
         """The job's stop was raised in ``tile``'s program: its grace counts from now,

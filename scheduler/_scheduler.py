@@ -420,10 +420,10 @@ class Scheduler:
         job, rank, old = tile.job, tile.rank, tile.glet
         tile.raised = tile.signal = None
         tile.stop_taken = False  # (the hook's own exchanges must not come back here)
+        # (the tile over the budget too, as one that caught its exception and took the
+        # job's stop after: test_a_caught_compute_budget_still_ends_the_job_on_every_tile...)
         kind, words = job.first_stop()
         status = ABORTED if issubclass(kind, JobAborted) else INTERRUPTED
-        if rank in job.over_budget_ranks:  # (the tile that ran out of budget: the job's culprit)
-            kind, status, words = ComputeBudgetExceeded, ERROR, job.budget_message(rank)
         error = kind(f"{words}; its program caught that and ran on, and its tile left it at its next "
                      "exchange point")
         hook, tile.leave_hook = tile.leave_hook, None
@@ -441,8 +441,7 @@ class Scheduler:
         _park_for_good(old)
         tile.start(self._main, self.runq, tile.park)
         self.tile_of[tile.glet] = tile
-        result = TileResult(rank, tile.id, status, error=error)
-        job.finish_tile(tile, result, job.failure_of(result) if status == ERROR else "")
+        job.finish_tile(tile, TileResult(rank, tile.id, status, error=error), "")
         self.wake(tile)  # (the new kernel serves what is queued for the tile)
         park = tile.park
         while True:  # a wake the old greenlet still had is passed on
@@ -1133,7 +1132,7 @@ def _release_tile(tile: Tile) -> None:
     tile.signal = None
     tile.raised = None  # (its traceback holds the program's frames)
     tile.leave_hook = None
-    tile.stop_taken = False
+    tile.stop_taken = tile.stop_injected = False
     tile.code_over = False
     tile.waiting = None
     tile.recv_src = -1

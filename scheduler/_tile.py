@@ -72,7 +72,7 @@ class Tile:
         "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "given_up", "leave_hook", "stop_taken", "stop_raised_at", "code_over", "refused_in",
+        "given_up", "leave_hook", "stop_taken", "stop_injected", "stop_raised_at", "code_over", "refused_in",
         "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
 
@@ -97,6 +97,9 @@ class Tile:
         #: running program: reaching an exchange point again, it caught that (see
         #: caught_a_stop)
         self.stop_taken = False
+        #: the watchdog raised the job's stop in the program as it computed (see
+        #: raise_signal)
+        self.stop_injected = False
         #: when the stop was raised (time.monotonic()): see Job.grace_ends
         self.stop_raised_at = 0.0
         #: the running program's own code is over, its target tears it down (see
@@ -308,6 +311,19 @@ class Tile:
 
     def raise_signal(self) -> None:
         signal, self.signal = self.signal, None
+        job = self.job
+        if (self.stop_injected and not self.stop_taken and job is not None and job.ending
+                and isinstance(signal, _JOB_SIGNALS) and not isinstance(signal, TileKeyboardInterrupt)
+                and not self.code_over):
+            # the watchdog raised the job's stop in the program as it computed, and it
+            # caught that and ran on to this exchange point: its grace runs from then,
+            # and it is left after it (see leave_if_caught), not stopped here again
+            self.stop_taken = True
+            ends = job.grace_ends(self)
+            if ends is not None:
+                job.wake_catchers_at(ends)
+            self.at_next_exchange(self.leave_if_caught)
+            return
         self.raised = signal
         if isinstance(signal, TileKeyboardInterrupt) and self.job is not None:
             # handed out with it, the Ctrl-C has a number of its own: what the handlers of

@@ -26,10 +26,13 @@ import sys
 import sysconfig
 import threading
 import time
+import traceback
+import types
 from typing import TYPE_CHECKING
 
 from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt, stops_raised
 from ._exchange import switch_often
+from ._job import STOP_CATCH_GRACE
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -51,6 +54,9 @@ _HURRIED_TICK = 0.0005
 _REPEAT = 0.02
 #: stops a tile's program must have caught for the watchdog to say it catches them all
 _CAUGHT_FOR_GOOD = 5
+#: the stops that end a job whatever its program catches: raised again only once the
+#: program's grace for its cleanup is over (see Watchdog._cleaning_up)
+_FOR_GOOD = (TileInterrupt, JobAborted)
 
 
 
@@ -87,6 +93,10 @@ def running_tile(frame):
     """The Tile whose greenlet owns ``frame``: the bottom frame is its kernel loop."""
     bottom = None
     while frame is not None:
+        # (another thread's frames, read as that thread runs on and switches greenlets:
+        # a link may be torn down under the walk, once seen to lead to a dict)
+        if type(frame) is not types.FrameType:
+            return None
         bottom, frame = frame, frame.f_back
     if bottom is None or bottom.f_code.co_name != "_kernel_main":
         return None
@@ -108,6 +118,8 @@ class Watchdog:
         self._sample_since = 0.0
         self._injected: tuple | None = None
         self._injected_at = 0.0
+        #: when the stop was first raised in the sample last injected
+        self._first_injected_at = 0.0
         #: stops_raised when the watchdog last raised one, and how many of those the
         #: tile computing since has caught
         self._raised_before = 0
@@ -181,9 +193,23 @@ class Watchdog:
                 self._wake.clear()
                 if self._stopped:
                     return
-                self._check()
+                try:
+                    self._check()
+                except Exception:  # (it must live on: nothing else stops a computing tile)
+                    self._sched.report_internal_error("the watchdog's look at the computing tile failed",
+                                                      traceback.format_exc())
         finally:
             self._calm()  # (the interval is the process's: never left short)
+
+    def _cleaning_up(self, job: "Job", tile, sample: tuple, now: float) -> bool:
+        """Whether ``tile``, computing, runs its program's cleanup after a stop that
+        ends its job, within the second of grace README promises (see Job.grace_ends):
+        the stop is raised again only after it. A stop taken at an exchange point counts
+        from there; one this thread raised while the tile computed, from that."""
+        if tile.stop_taken:
+            ends = job.grace_ends(tile)
+            return ends is None or now < ends
+        return self._injected == sample and now - self._first_injected_at < STOP_CATCH_GRACE
 
     def _check(self) -> None:
         sched = self._sched
@@ -217,6 +243,8 @@ class Watchdog:
                     sched.call_soon(job.out_of_budget, tile.rank)
                 except RuntimeError:
                     pass  # (the machine is stopping: so is the job)
+        if kind in _FOR_GOOD and self._cleaning_up(job, tile, sample, now):
+            return
         if kind is not None and _safe_to_interrupt(frame):
             ident, exc = ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
             # the OS may have descheduled this thread since the sample, and the scheduler
@@ -234,4 +262,9 @@ class Watchdog:
                                 self._swallowing[job] = tile.id
                 self._raised_before = raised
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
+                if self._injected != sample:
+                    self._first_injected_at = now
+                if kind is not TileKeyboardInterrupt and not tile.stop_injected and not tile.stop_taken:
+                    tile.stop_raised_at = now  # (its grace counts from here: Job.grace_ends)
+                    tile.stop_injected = True
                 self._injected, self._injected_at = sample, now

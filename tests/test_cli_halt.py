@@ -145,3 +145,26 @@ def test_halt_of_a_machine_held_by_a_program_catching_every_interrupt_tells_its_
                    "tiles printed is lost\n")
     log = machine.paths.log.read_text()
     assert "Traceback" not in log and "ERROR" not in log, log
+
+
+def test_kill_of_a_job_whose_part_in_the_shell_catches_its_stop_says_only_halting_ends_it(machine, tmp_path):
+    """The shell runs tile 0's part of a job inside its own request, so tile 0 cannot
+    leave a program there that catches every stop: ``kill`` blamed a long call into C
+    (exit 0) while the job ran on until the machine halted."""
+    program = tmp_path / "catching.py"
+    program.write_text("if __tileid == 1:\n    raise ValueError('the failure')\n"
+                       "while True:\n    try:\n        sync()\n    except:\n        pass\n")
+    assert invoke(machine, "shell", "-c", f"put {program} /chip/catching.py").exit_code == 0
+    shell = subprocess.Popen([IPUOS, "shell", "-c", "run /chip/catching.py --tiles 0-3"], env=machine.env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: json.loads(invoke(machine, "ps", "--json").output)["jobs"], what="the job to start")
+        job = json.loads(invoke(machine, "ps", "--json").output)["jobs"][0]["job"]
+        result = invoke(machine, "kill", str(job))
+        assert result.exit_code == 1, result.output
+        assert (f"asked job {job} to stop; its part on tile 0 has not stopped: it runs inside the shell's own "
+                "request there, and its program catches the stop") in result.output
+        assert "call into C" not in result.output
+    finally:
+        shell.kill()
+        shell.wait(10)

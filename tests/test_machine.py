@@ -694,6 +694,50 @@ def test_a_stop_landing_in_a_teardown_del_is_not_taken_for_one_the_program_caugh
     assert "caught that and ran on" not in result.tiles[0].error
 
 
+_CLEANS_UP = ("try:\n"
+              "    while True:\n"
+              "        {work}\n"
+              "        sync()\n"
+              "except BaseException as e:\n"
+              "    print('caught', type(e).__name__)\n"
+              "    y = sum(range(20000))\n"
+              "    sync()\n"
+              "    y = sum(range(20000))\n"
+              "    print('cleaned up')\n")
+
+
+def test_a_kill_leaves_every_tile_its_cleanup(machine):
+    """Sixteen tiles loop computing a little between syncs; on a kill each catches the
+    stop, computes a little, exchanges once and ends. The watchdog raised the stop again
+    in tiles it found computing in their handler, and a tile it had stopped computing
+    took the stop a second time at its cleanup's sync: 2-4 tiles' cleanups were cut."""
+    from daemon_harness import wait_for
+
+    for _ in range(3):
+        handle = machine.launch(_CLEANS_UP.format(work="y = sum(range(2000))"), tiles="0-15")
+        start = machine.scheduler.superstep
+        wait_for(lambda: machine.scheduler.superstep > start + 20, what="the program to loop")
+        handle.interrupt("killed by the test")
+        result = handle.wait(20)
+        assert [tile.output for tile in result.tiles] == ["caught TileInterrupt\ncleaned up\n"] * 16, result.format()
+
+
+def test_the_budget_leaves_every_tile_its_cleanup_and_names_the_tile_over_it(machine):
+    """Tile 2 computes past the budget; every tile catches what is raised in it, cleans
+    up with one sync and ends. The tile over budget then took the budget's stop a second
+    time at its cleanup's sync, and the others the failure that tile's end made: no
+    cleanup finished, and the tile over budget was reported aborted, not failed with the
+    budget's error, as a tile that caught that and ended is."""
+    source = _CLEANS_UP.format(work="if __tileid == 2:\n            for i in range(3 * 10 ** 6):\n                pass")
+    for _ in range(3):
+        result = machine.launch(source, tiles="0-3", budget=0.05).wait(20)
+        assert [tile.status for tile in result.tiles] == ["ok", "ok", "error", "ok"], result.format()
+        assert all(tile.output.endswith("cleaned up\n") for tile in result.tiles), result.format()
+        assert result.tiles[2].output.startswith("caught ComputeBudgetExceeded\n")
+        assert result.tiles[2].error == ("ipuos.scheduler.ComputeBudgetExceeded: tile 2 computed for more than "
+                                         "0.05 s without reaching an exchange point\n")
+
+
 def test_a_program_that_catches_nothing_keeps_what_it_wrote_to_another_tiles_disk(machine):
     """Tile 0 writes a file on tile 3's disk and waits; tile 1 fails, and tile 2
     computes ~1.7 s on before its next exchange point. Tile 0's program, catching
@@ -750,7 +794,7 @@ def test_tiles_catching_a_collective_mismatch_hear_that_the_job_is_over(machine)
 
 def test_a_job_out_of_budget_leaves_the_tiles_catching_its_stop(machine):
     """Tile 8 computes past the job's budget once; every tile catches what is raised in
-    it and syncs on. The tile over budget is the job's failure, the others aborted."""
+    it and syncs on: the job never ended. Now each tile leaves its program a second on."""
     source = ("first = True\n"
               "while True:\n"
               "    try:\n"
@@ -766,11 +810,12 @@ def test_a_job_out_of_budget_leaves_the_tiles_catching_its_stop(machine):
               "    except BaseException:\n"
               "        pass\n")
     result = machine.launch(source, tiles="8-11", budget=0.05).wait(20)
-    assert [tile.status for tile in result.tiles] == ["error"] + ["aborted"] * 3, result.format()
+    # (the tile over budget too: it caught the budget's exception and took the job's stop
+    # after, as in test_a_caught_compute_budget_still_ends_the_job_on_every_tile_saying_why)
+    assert [tile.status for tile in result.tiles] == ["aborted"] * 4, result.format()
     left = "; its program caught that and ran on, and its tile left it at its next exchange point\n"
     budget = "tile 0 (machine tile 8) computed for more than 0.05 s without reaching an exchange point"
-    assert result.tiles[0].error == f"ipuos.scheduler.ComputeBudgetExceeded: {budget}{left}"
-    assert {tile.error for tile in result.tiles[1:]} == {f"aborted: {budget}{left}"}
+    assert {tile.error for tile in result.tiles} == {f"aborted: {budget}{left}"}
     assert machine.scheduler.internal_errors == []
 
 

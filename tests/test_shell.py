@@ -455,6 +455,9 @@ def test_ctrl_c_while_waiting_for_a_busy_tile_0_exits_130(shared_machine, tmp_pa
         err = errors.read_text()
         assert waiting.returncode == 130, (out, err)
         assert "stopped waiting for tile 0" in err and "Aborted" not in err and out == ""
+        # (it cannot tell a tile holding the machine from a long superstep: it names both)
+        assert "a superstep lasts as long as all its tiles' compute together" in err
+        assert "a program computing without reaching an exchange point holds every tile" in err
     finally:
         job.send_signal(signal.SIGINT)  # (ipuos run interrupts its job)
         job.wait(30)
