@@ -482,10 +482,12 @@ class Job:
         the machine halting ends it."""
         return [tile.id for tile in list(self.live.values()) if tile.program_depth > 1]
 
-    def took_stop(self, tile: "Tile") -> None:
-        """The job's stop was raised in ``tile``'s program: its grace counts from now,
-        at the earliest (see grace_ends)."""
-        tile.stop_raised_at = time.monotonic()
+    def took_stop(self, tile: "Tile", at: float | None = None) -> None:
+        """The job's stop was raised in ``tile``'s program, now or ``at`` (when the
+        watchdog raised it as the tile computed): its grace counts from then, at the
+        earliest (see grace_ends)."""
+        tile.stop_taken = True
+        tile.stop_raised_at = time.monotonic() if at is None else at
         ends = self.grace_ends(tile)
         if ends is not None:
             self.wake_catchers_at(ends)

@@ -408,8 +408,8 @@ class Scheduler:
         Tile.caught_a_stop), as a process that ignores SIGTERM gets SIGKILL. Nothing
         else would end it: raised again, it would be caught again.
 
-        Its part of the job ends as the stop said (interrupted, or aborted by another
-        tile's failure; the tile over the compute budget, failed); the program's own target ends it as far as
+        Its part of the job ends as the job's first stop said (interrupted, or aborted by
+        another tile's failure or the budget); the program's own target ends it as far as
         it can without running it (``leave_hook``: its globals let go of, the files it
         left open closed, what it printed kept). The tile's kernel goes on in a new
         greenlet. The old one, whose
@@ -420,8 +420,7 @@ class Scheduler:
         job, rank, old = tile.job, tile.rank, tile.glet
         tile.raised = tile.signal = None
         tile.stop_taken = False  # (the hook's own exchanges must not come back here)
-        # (the tile over the budget too, as one that caught its exception and took the
-        # job's stop after: test_a_caught_compute_budget_still_ends_the_job_on_every_tile...)
+        # (the tile over the budget too: it caught the budget's exception, as any stop)
         kind, words = job.first_stop()
         status = ABORTED if issubclass(kind, JobAborted) else INTERRUPTED
         error = kind(f"{words}; its program caught that and ran on, and its tile left it at its next "

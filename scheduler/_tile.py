@@ -318,20 +318,16 @@ class Tile:
             # the watchdog raised the job's stop in the program as it computed, and it
             # caught that and ran on to this exchange point: its grace runs from then,
             # and it is left after it (see leave_if_caught), not stopped here again
-            self.stop_taken = True
-            ends = job.grace_ends(self)
-            if ends is not None:
-                job.wake_catchers_at(ends)
+            job.took_stop(self, at=self.stop_raised_at)
             self.at_next_exchange(self.leave_if_caught)
             return
         self.raised = signal
-        if isinstance(signal, TileKeyboardInterrupt) and self.job is not None:
+        if isinstance(signal, TileKeyboardInterrupt) and job is not None:
             # handed out with it, the Ctrl-C has a number of its own: what the handlers of
             # tiles that took it sooner have sent here already is kept for this one's
             self.drop_collective_values(before_ctrl_c=self.job.ctrl_c_epoch(self.rank))
         else:
             self.drop_collective_values()
-            job = self.job
             if job is not None and self.rank in job.stop_owed and not isinstance(signal, _JOB_SIGNALS):
                 job.stop_owed.discard(self.rank)
                 self.at_next_exchange(self._take_owed_stop)
@@ -340,7 +336,6 @@ class Tile:
                 # it, before it takes part (a collective that completes at once, another
                 # tile gone, would never bring it to a wait)
                 if not self.stop_taken:
-                    self.stop_taken = True
                     job.took_stop(self)
                 self.at_next_exchange(self.leave_if_caught)
         raise signal
