@@ -425,6 +425,11 @@ def _rank(value, nranks: int, what: str) -> int:
     return value
 
 
+#: collectives refused at once to a program that caught its job's stop, in one
+#: superstep, that tell it spins on them (see _refuse_finished)
+SPINNING_REFUSALS = 1000
+
+
 def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
     """A collective reached after some tiles finished: a mismatch if one of them ended
     normally; if they all failed, the job is stopping and the tile stops with it."""
@@ -439,16 +444,17 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
         tile.raise_signal()
     if tile.stop_taken and job.ending:
         # a program that caught its job's stop calls collectives that can never complete,
-        # refused at once: twice in one superstep, it spins on them, and no exchange ends
-        # while it holds the scheduler's thread, so the job's grace (see
-        # Job._stop_for_good) begins now
+        # refused at once: many times in one superstep, it spins on them (a cleanup tries
+        # a few), and no exchange ends while it holds the scheduler's thread, so the job's
+        # grace (see Job._stop_for_good) begins now
         superstep = tile.sched.superstep
-        if tile.refused_in == superstep:
+        tile.refusals = tile.refusals + 1 if tile.refused_in == superstep else 1
+        tile.refused_in = superstep
+        if tile.refusals >= SPINNING_REFUSALS:
             job.begin_grace()
             # (its grace is the job's, not counted from its own stop: tiles that spin so
             # take the thread in turn, and would each hold it for a grace of its own)
             tile.stop_raised_at = min(tile.stop_raised_at, job.stopped_at)
-        tile.refused_in = superstep
     raise job.missing_tiles([tile.rank], finished, f"{key[0]}()")
 
 

@@ -37,6 +37,10 @@ SCAN_CHANNEL = 3
 #: may run on, exchanging, to clean up: past it, its tiles leave it at their next exchange
 #: point (as ``docker stop`` waits before its SIGKILL; ``ipuos kill`` waits 2 s to report)
 STOP_CATCH_GRACE = 1.0
+#: seconds after the job's grace began by which every tile's grace is over, however late
+#: its turn came: tiles compute one after another, and 1472 that each compute their
+#: cleanup for a second (or spin after catching) would hold the machine for 25 minutes
+STOP_CATCH_LIMIT = 5.0
 
 
 @dataclass
@@ -498,9 +502,12 @@ class Job:
         _stop_for_good). A program that caught it may clean up until then (exchanging,
         say), and is left by its tile only after (see Scheduler.leave_program): a second
         from the job's grace or from the stop landing in the tile, whichever is later,
-        so that no tile's cleanup time is spent before its turn came."""
+        so that no tile's cleanup time is spent before its turn came; but no later than
+        :data:`STOP_CATCH_LIMIT` after the job's grace began."""
         began = self.stopped_at
-        return None if began is None else max(began, tile.stop_raised_at) + STOP_CATCH_GRACE
+        if began is None:
+            return None
+        return min(max(began, tile.stop_raised_at) + STOP_CATCH_GRACE, began + STOP_CATCH_LIMIT)
 
     def past_stop_grace(self, tile: "Tile") -> bool:
         """Whether the grace of ``tile``'s program is over (see grace_ends)."""

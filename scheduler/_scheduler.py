@@ -419,7 +419,10 @@ class Scheduler:
         this: only the watchdog reaches it, with stops it catches.)"""
         job, rank, old = tile.job, tile.rank, tile.glet
         tile.raised = tile.signal = None
-        tile.stop_taken = False  # (the hook's own exchanges must not come back here)
+        # (the hook's own exchanges must not come back here, nor a stop landing in a
+        # __del__ it runs be taken for one the program caught)
+        tile.stop_taken = False
+        tile.code_over = True
         # (the tile over the budget too: it caught the budget's exception, as any stop)
         kind, words = job.first_stop()
         status = ABORTED if issubclass(kind, JobAborted) else INTERRUPTED

@@ -72,7 +72,7 @@ class Tile:
         "job", "rank", "_signal", "raised", "waiting",
         "requests", "service_depth", "program_depth", "fs_depth",
         "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
-        "given_up", "leave_hook", "stop_taken", "stop_injected", "stop_raised_at", "code_over", "refused_in",
+        "given_up", "leave_hook", "stop_taken", "stop_injected", "stop_raised_at", "code_over", "refused_in", "refusals",
         "alive", "kernel_data", "program_globals", "__weakref__",
     )  # fmt: skip
 
@@ -108,6 +108,7 @@ class Tile:
         #: the superstep in which a collective of a program that caught its stop was last
         #: refused at once (see _api._refuse_finished)
         self.refused_in = -1
+        self.refusals = 0
         #: what the tile waits for, for ``ps`` and deadlock reports (None: not waiting)
         self.waiting: str | None = None
         #: what the globals in the running program's data are (set by the tile runtime;

@@ -118,8 +118,6 @@ class Watchdog:
         self._sample_since = 0.0
         self._injected: tuple | None = None
         self._injected_at = 0.0
-        #: when the stop was first raised in the sample last injected
-        self._first_injected_at = 0.0
         #: stops_raised when the watchdog last raised one, and how many of those the
         #: tile computing since has caught
         self._raised_before = 0
@@ -201,15 +199,21 @@ class Watchdog:
         finally:
             self._calm()  # (the interval is the process's: never left short)
 
-    def _cleaning_up(self, job: "Job", tile, sample: tuple, now: float) -> bool:
+    @staticmethod
+    def _cleaning_up(job: "Job", tile, now: float) -> bool:
         """Whether ``tile``, computing, runs its program's cleanup after a stop that
-        ends its job, within the second of grace README promises (see Job.grace_ends):
-        the stop is raised again only after it. A stop taken at an exchange point counts
-        from there; one this thread raised while the tile computed, from that."""
-        if tile.stop_taken:
-            ends = job.grace_ends(tile)
-            return ends is None or now < ends
-        return self._injected == sample and now - self._first_injected_at < STOP_CATCH_GRACE
+        ends its job (taken at an exchange point, or raised by this thread as it
+        computed), within the second of grace README promises (see Job.grace_ends): the
+        stop is raised again only after it. (Tiles that compute on after catching it
+        hold the thread one after another: STOP_CATCH_LIMIT bounds that.)"""
+        if not (tile.stop_taken or tile.stop_injected):
+            return False
+        ends = job.grace_ends(tile)
+        if ends is None:
+            # the job's grace is not begun: it begins at an exchange (or on the scheduler's
+            # thread, for a kill), which none reaches while this tile computes on
+            ends = tile.stop_raised_at + STOP_CATCH_GRACE
+        return now < ends
 
     def _check(self) -> None:
         sched = self._sched
@@ -243,7 +247,7 @@ class Watchdog:
                     sched.call_soon(job.out_of_budget, tile.rank)
                 except RuntimeError:
                     pass  # (the machine is stopping: so is the job)
-        if kind in _FOR_GOOD and self._cleaning_up(job, tile, sample, now):
+        if kind in _FOR_GOOD and self._cleaning_up(job, tile, now):
             return
         if kind is not None and _safe_to_interrupt(frame):
             ident, exc = ctypes.c_ulong(sched.thread_ident), ctypes.py_object(kind)
@@ -262,8 +266,6 @@ class Watchdog:
                                 self._swallowing[job] = tile.id
                 self._raised_before = raised
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, exc)
-                if self._injected != sample:
-                    self._first_injected_at = now
                 if kind is not TileKeyboardInterrupt and not tile.stop_injected and not tile.stop_taken:
                     tile.stop_raised_at = now  # (its grace counts from here: Job.grace_ends)
                     tile.stop_injected = True

@@ -738,6 +738,119 @@ def test_the_budget_leaves_every_tile_its_cleanup_and_names_the_tile_over_it(mac
                                          "0.05 s without reaching an exchange point\n")
 
 
+def test_a_tile_that_caught_its_jobs_failure_and_computes_forever_ends_at_a_kill(machine):
+    """Tile 0 fails; tile 1 takes the job's stop at its sync, catches it and computes on
+    forever: a runaway, which a kill ends. Neither the failure's
+    grace nor the kill's began (each begins on the scheduler's thread, which tile 1
+    holds), and the watchdog took that for a grace not over, and raised nothing."""
+    from daemon_harness import wait_for
+
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException:\n"
+              "    print('caught')\n"
+              "while True:\n"
+              "    pass\n")
+    handle = machine.launch(source, tiles="0-1")
+    wait_for(lambda: machine.scheduler.tiles[1].stop_taken, what="tile 1 to catch the failure")
+    time.sleep(0.5)
+    assert not handle.job.future.done()  # (a runaway: nothing but a kill or a budget ends it)
+    started = time.monotonic()
+    handle.interrupt("killed by the test")
+    result = handle.wait(30)
+    assert time.monotonic() - started < 5
+    assert [tile.status for tile in result.tiles] == ["error", "interrupted"], result.format()
+    assert result.tiles[1].output == "caught\n"
+
+
+def test_a_cleanup_that_tries_a_few_collectives_is_not_taken_for_a_spin(machine):
+    """Sixteen tiles; tile 0 fails at once; the others compute ~0.17 s each, then their
+    ``finally:`` tries three collectives, each refused at once (tile 0 is gone), and
+    prints. Two refusals in a superstep were taken for a program spinning on them, and
+    the later tiles were left before they printed, though they caught no stop."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "x = sum(range(10 ** 7))\n"
+              "try:\n"
+              "    sync()\n"
+              "finally:\n"
+              "    for i in range(3):\n"
+              "        try:\n"
+              "            allreduce(1)\n"
+              "        except Exception:\n"
+              "            pass\n"
+              "    print('saved')\n")
+    result = machine.launch(source, tiles="0-15").wait(60)
+    assert [tile.output for tile in result.tiles[1:]] == ["saved\n"] * 15, result.format()
+
+
+def test_tiles_that_catch_a_kill_and_compute_on_are_all_left_within_a_few_seconds(machine):
+    """Each of sixteen tiles catches the kill at its sync and then computes on without an
+    exchange point; each had a second of grace counted from its own turn, and took the
+    scheduler's thread in turn: 15 s for 16 tiles (25 minutes for 1472)."""
+    from daemon_harness import wait_for
+
+    source = ("try:\n"
+              "    while True:\n"
+              "        sync()\n"
+              "except:\n"
+              "    pass\n"
+              "while True:\n"
+              "    try:\n"
+              "        send((__tileid + 1) % __numtiles, 1)\n"
+              "    except:\n"
+              "        pass\n")
+    handle = machine.launch(source, tiles="0-15")
+    start = machine.scheduler.superstep
+    wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+    started = time.monotonic()
+    handle.interrupt("killed by the test")
+    result = handle.wait(30)
+    assert time.monotonic() - started < 10  # (STOP_CATCH_LIMIT is 5 s)
+    assert {tile.status for tile in result.tiles} == {"interrupted"}
+
+
+def test_kills_while_a_tile_leaves_a_program_keep_its_output_and_free_its_sram(machine):
+    """Tile 0's program catches the kill and syncs on; leaving it, its tile tears it down,
+    and four ``__del__`` there write files on other tiles' disks, a superstep or more
+    each (another job makes them ~1 s). Kills meanwhile landed in a ``__del__``, and the
+    next remote request left the program again from inside its own teardown: what it
+    printed was lost and its SRAM stayed allocated."""
+    source = ("class Saver:\n"
+              "    def __init__(self, t):\n"
+              "        self.t = t\n"
+              "    def __del__(self):\n"
+              "        with open('/tiles/%d/out' % self.t, 'w') as f:\n"
+              "            f.write('saved')\n"
+              "a, b, c, d = Saver(3), Saver(4), Saver(5), Saver(6)\n"
+              "print('started')\n"
+              "while True:\n"
+              "    try:\n"
+              "        sync()\n"
+              "    except BaseException as e:\n"
+              "        pass\n")
+    slow = machine.launch("for i in range(12):\n    x = sum(range(4 * 10 ** 7))\n    sync()\n", tiles="9")
+    handle = machine.launch(source, tiles="0")
+    time.sleep(1.0)
+    started = time.monotonic()
+    handle.interrupt("killed by the test")
+    while True:
+        try:
+            result = handle.wait(0.3)
+            break
+        except TimeoutError:
+            if time.monotonic() - started > 1.2:
+                handle.interrupt("killed by the test again")
+    slow.interrupt("the test is done")
+    slow.wait(20)
+    assert result.tiles[0].output.startswith("started\n"), result.format()
+    regions = machine.scheduler.call(lambda: [r.name for r in machine.scheduler.tiles[0].memory.regions]).result(5)
+    assert not [name for name in regions if name.startswith("job")], regions
+    assert machine.scheduler.internal_errors == []
+
+
 def test_a_program_that_catches_nothing_keeps_what_it_wrote_to_another_tiles_disk(machine):
     """Tile 0 writes a file on tile 3's disk and waits; tile 1 fails, and tile 2
     computes ~1.7 s on before its next exchange point. Tile 0's program, catching
