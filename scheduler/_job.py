@@ -566,6 +566,12 @@ class Job:
             text += f" ({endings[0]})"
         return CollectiveMismatchError(text)
 
+    def how_ended(self, rank: int) -> str:
+        """``has finished``, ``failed`` or ``was stopped``: how rank ``rank``'s program
+        ended, for the errors of tiles that wait on it."""
+        status = self.results[rank].status
+        return {OK: "has finished", ERROR: "failed"}.get(status, "was stopped")
+
     def ended_well(self, rank: int) -> bool:
         """Whether rank ``rank``'s program has ended, and not by an exception or a stop."""
         result = self.results[rank]

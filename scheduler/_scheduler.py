@@ -924,8 +924,8 @@ class Scheduler:
                     tile.signal = job.missing_tiles([tile.rank], [src], tile.waiting)
                 else:
                     tile.signal = DeadlockError(
-                        f"{job.describe([tile.rank])} waits to recv from tile {src}, which has "
-                        "finished and sent nothing more"
+                        f"{job.describe([tile.rank])} waits to recv from tile {src}, which "
+                        f"{job.how_ended(src)} and sent nothing more"
                     )
                 self._runnable.append(tile.resume)
                 failed = True
