@@ -260,7 +260,7 @@ def _status(call: Call):
         "log": str(host.paths.log),
         "protocol": VERSION,
         "ipuos": _ipuos_version(),
-        **_staleness(host, age),
+        **_staleness(host, age, "the supersteps and exchange figures are"),
     }
 
 
@@ -314,7 +314,8 @@ def _ps(call: Call):
         "sram_used": used,
         "waiting": waiting,
         "jobs": jobs,
-        **_staleness(host, age),
+        **_staleness(host, age, "the tiles' SRAM use and waits are",
+                     "; which tiles run which jobs is as it is now"),
     }
 
 
@@ -325,13 +326,13 @@ def _look(host: MachineHost, kind: str):
     return value, age
 
 
-def _staleness(host: MachineHost, age: float | None) -> dict:
-    """Fields saying a reply shows an old snapshot, and why."""
+def _staleness(host: MachineHost, age: float | None, old: str, fresh: str = "") -> dict:
+    """Fields saying a reply shows an old snapshot of ``old`` (what the reply took from
+    it; ``fresh`` says what it did not), and why."""
     if age is None:
         return {}
     return {"stale_seconds": age,
-            "stale_reason": f"the tiles' SRAM use and waits are as the last look at them found "
-                            f"them, {age:.1f} s ago; which tiles run which jobs is as it is now: "
+            "stale_reason": f"{old} as the last look at them found them, {age:.1f} s ago{fresh}: "
                             f"{busy_why(host)}"}
 
 
