@@ -139,6 +139,10 @@ class Job:
         #: when the grace of a program that catches that stop began (time.monotonic()),
         #: for :meth:`past_stop_grace`
         self.stopped_at: float | None = None
+        #: when a stop that ends the job was first asked for from outside its tiles (a
+        #: kill, the budget; time.monotonic()): the job's grace begins only on the
+        #: scheduler's thread, which a computing tile holds, and its limit counts from here
+        self.stop_asked_at: float | None = None
         #: the kind and words of the first stop that ends the job: raised again in a
         #: program that caught it, once its grace is over (see stop_again)
         self._first_stop: tuple[type[BaseException], tuple] = (TileInterrupt, ("interrupted",))
@@ -503,11 +507,32 @@ class Job:
         say), and is left by its tile only after (see Scheduler.leave_program): a second
         from the job's grace or from the stop landing in the tile, whichever is later,
         so that no tile's cleanup time is spent before its turn came; but no later than
-        :data:`STOP_CATCH_LIMIT` after the job's grace began."""
+        :data:`STOP_CATCH_LIMIT` after the job's grace began, or the stop was asked for
+        (see stop_asked_at)."""
         began = self.stopped_at
         if began is None:
             return None
-        return min(max(began, tile.stop_raised_at) + STOP_CATCH_GRACE, began + STOP_CATCH_LIMIT)
+        return min(max(began, tile.stop_raised_at) + STOP_CATCH_GRACE, self._limit_from(began) + STOP_CATCH_LIMIT)
+
+    def computing_grace_ends(self, tile: "Tile") -> float:
+        """grace_ends for ``tile`` computing now, which took the job's stop (for the
+        watchdog): while the job's grace has not begun (it begins on the scheduler's
+        thread, which the tile holds), a second from its own stop, within the limit."""
+        ends = self.grace_ends(tile)
+        if ends is not None:
+            return ends
+        ends = tile.stop_raised_at + STOP_CATCH_GRACE
+        asked = self.stop_asked_at
+        return ends if asked is None else min(ends, asked + STOP_CATCH_LIMIT)
+
+    def _limit_from(self, began: float) -> float:
+        asked = self.stop_asked_at
+        return began if asked is None else min(asked, began)
+
+    def stop_asked(self, at: float) -> None:
+        """(From any thread.) A stop that ends the job was asked for ``at``: see stop_asked_at."""
+        if self.stop_asked_at is None:
+            self.stop_asked_at = at
 
     def past_stop_grace(self, tile: "Tile") -> bool:
         """Whether the grace of ``tile``'s program is over (see grace_ends)."""

@@ -372,6 +372,8 @@ class Scheduler:
             job.abort_reason = reason  # before the watchdog's bare exception can land
         kind = TileKeyboardInterrupt if ctrl_c else TileInterrupt
         on_thread = threading.get_ident() == self.thread_ident
+        if not ctrl_c:
+            job.stop_asked(time.monotonic())
         if ctrl_c:
             job.ctrl_cs += 1
             # (before the watchdog may hand a computing tile its Ctrl-C: see Job.hand_over_ctrl_c)
@@ -1136,6 +1138,7 @@ def _release_tile(tile: Tile) -> None:
     tile.leave_hook = None
     tile.stop_taken = tile.stop_injected = False
     tile.code_over = False
+    tile.refused_in, tile.refusals = -1, 0
     tile.waiting = None
     tile.recv_src = -1
     tile.inbox.clear()

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 
 from ._errors import ComputeBudgetExceeded, JobAborted, TileInterrupt, TileKeyboardInterrupt, stops_raised
 from ._exchange import switch_often
-from ._job import STOP_CATCH_GRACE
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -203,17 +202,9 @@ class Watchdog:
     def _cleaning_up(job: "Job", tile, now: float) -> bool:
         """Whether ``tile``, computing, runs its program's cleanup after a stop that
         ends its job (taken at an exchange point, or raised by this thread as it
-        computed), within the second of grace README promises (see Job.grace_ends): the
-        stop is raised again only after it. (Tiles that compute on after catching it
-        hold the thread one after another: STOP_CATCH_LIMIT bounds that.)"""
-        if not (tile.stop_taken or tile.stop_injected):
-            return False
-        ends = job.grace_ends(tile)
-        if ends is None:
-            # the job's grace is not begun: it begins at an exchange (or on the scheduler's
-            # thread, for a kill), which none reaches while this tile computes on
-            ends = tile.stop_raised_at + STOP_CATCH_GRACE
-        return now < ends
+        computed), within the second of grace README promises (see
+        Job.computing_grace_ends): the stop is raised again only after it."""
+        return (tile.stop_taken or tile.stop_injected) and now < job.computing_grace_ends(tile)
 
     def _check(self) -> None:
         sched = self._sched
@@ -242,6 +233,7 @@ class Watchdog:
                     job.over_budget(tile.rank)  # (before any tile is stopped: what they say)
                     # the job fails; its other tiles must not each burn a budget of their own
                     self._interrupts[job] = JobAborted
+                    job.stop_asked(now)
             if tripped:  # ... and it fails on every tile, though the program catch this
                 try:
                     sched.call_soon(job.out_of_budget, tile.rank)

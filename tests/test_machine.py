@@ -812,6 +812,55 @@ def test_tiles_that_catch_a_kill_and_compute_on_are_all_left_within_a_few_second
     assert {tile.status for tile in result.tiles} == {"interrupted"}
 
 
+def test_a_program_that_caught_a_failure_and_loops_on_a_refused_collective_is_left_soon(machine):
+    """Tile 0 fails; tile 1 catches the job's stop and loops: a collective, refused at
+    once, then ~40 ms of compute. Only a thousand refusals in a superstep began the
+    job's grace: 40 s. Refused past its own second, it spins as surely."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException:\n"
+              "    print('caught')\n"
+              "while True:\n"
+              "    try:\n"
+              "        allreduce(1)\n"
+              "    except Exception:\n"
+              "        pass\n"
+              "    x = sum(range(3 * 10 ** 6))\n")
+    started = time.monotonic()
+    result = machine.launch(source, tiles="0-1").wait(120)
+    assert time.monotonic() - started < 6
+    assert [tile.status for tile in result.tiles] == ["error", "aborted"], result.format()
+    assert result.tiles[1].output.startswith("caught\n")
+
+
+def test_a_kill_mid_superstep_leaves_every_tile_within_a_few_seconds(machine):
+    """Sixteen tiles compute ~0.2 s a superstep; the kill lands mid-superstep, and each
+    tile's cleanup computes ~0.5 s (in Python: a stop lands only between bytecodes). The job's grace, and with it the 5 s limit, began
+    only at the exchange, once every tile had computed its cleanup in turn: 12 s."""
+    source = ("try:\n"
+              "    while True:\n"
+              "        for i in range(10 ** 7):\n"
+              "            pass\n"
+              "        sync()\n"
+              "except BaseException:\n"
+              "    for i in range(2 * 10 ** 7):\n"
+              "        pass\n"
+              "    print('cleaned')\n"
+              "    while True:\n"
+              "        sync()\n")
+    handle = machine.launch(source, tiles="0-15")
+    time.sleep(1.0)
+    started = time.monotonic()
+    handle.interrupt("killed by the test")
+    result = handle.wait(60)
+    assert time.monotonic() - started < 8  # (STOP_CATCH_LIMIT is 5 s)
+    assert {tile.status for tile in result.tiles} == {"interrupted"}, result.format()
+    # the first to clean up had their second (those whose turn came past the limit, none)
+    assert [tile.output for tile in result.tiles].count("cleaned\n") >= 3, result.format()
+
+
 def test_kills_while_a_tile_leaves_a_program_keep_its_output_and_free_its_sram(machine):
     """Tile 0's program catches the kill and syncs on; leaving it, its tile tears it down,
     and four ``__del__`` there write files on other tiles' disks, a superstep or more
