@@ -521,15 +521,12 @@ def test_a_stop_caught_at_an_exchange_point_leaves_the_program_there(machine, ap
     next exchange point: raised again, the stop would be caught again. Its part ends
     interrupted, saying so, with what it printed; the file it left open is closed (its
     write kept); its tiles take the next program, which exchanges as ever."""
-    from daemon_harness import wait_for
-
     tiles = "8-11"
     repl = machine.repl(tiles=tiles) if api == "repl" else None
     source = _CATCHES_EVERY_STOP.format(waits_in=waits_in)
     handle = machine.launch(source, tiles=tiles) if repl is None else repl.launch(source)
     try:
-        start = machine.scheduler.superstep
-        wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+        _wait_until_it_loops(machine)
         handle.interrupt("killed by the test")
         result = handle.wait(20)
     finally:
@@ -550,8 +547,6 @@ def test_a_stop_caught_at_an_exchange_point_leaves_the_program_there(machine, ap
 def test_a_left_program_lets_go_of_what_its_functions_held(machine):
     """The left program's frames stay parked with its greenlet, but not what its
     functions' local variables held: 20 MB a function held stayed with every kill."""
-    from daemon_harness import wait_for
-
     source = ("class HeldByAFunction:\n    pass\n"
               "def work():\n"
               "    held = HeldByAFunction()\n"
@@ -566,8 +561,7 @@ def test_a_left_program_lets_go_of_what_its_functions_held(machine):
               "            pass\n"
               "work()\n")
     handle = machine.launch(source, tiles="8-9")
-    start = machine.scheduler.superstep
-    wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+    _wait_until_it_loops(machine)
     handle.interrupt("killed by the test")
     assert handle.wait(20).exit_status == 130
     gc.collect()
@@ -582,9 +576,7 @@ def test_closing_a_machine_leaves_a_program_that_catches_every_stop(waits_in):
     machine = Machine("tiny")
     try:
         handle = machine.launch(_CATCHES_EVERY_STOP.format(waits_in=waits_in), tiles="0-3")
-        start = machine.scheduler.superstep
-        from daemon_harness import wait_for
-        wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+        _wait_until_it_loops(machine)
     finally:
         machine.close()
     result = handle.wait(0)
@@ -711,12 +703,9 @@ def test_a_kill_leaves_every_tile_its_cleanup(machine):
     stop, computes a little, exchanges once and ends. The watchdog raised the stop again
     in tiles it found computing in their handler, and a tile it had stopped computing
     took the stop a second time at its cleanup's sync: 2-4 tiles' cleanups were cut."""
-    from daemon_harness import wait_for
-
     for _ in range(3):
         handle = machine.launch(_CLEANS_UP.format(work="y = sum(range(2000))"), tiles="0-15")
-        start = machine.scheduler.superstep
-        wait_for(lambda: machine.scheduler.superstep > start + 20, what="the program to loop")
+        _wait_until_it_loops(machine, 20)
         handle.interrupt("killed by the test")
         result = handle.wait(20)
         assert [tile.output for tile in result.tiles] == ["caught TileInterrupt\ncleaned up\n"] * 16, result.format()
@@ -738,6 +727,23 @@ def test_the_budget_leaves_every_tile_its_cleanup_and_names_the_tile_over_it(mac
                                          "0.05 s without reaching an exchange point\n")
 
 
+def _wait_until_it_loops(machine, supersteps: int = 5) -> None:
+    """Wait until the machine has run ``supersteps`` more supersteps."""
+    from daemon_harness import wait_for
+
+    start = machine.scheduler.superstep
+    wait_for(lambda: machine.scheduler.superstep > start + supersteps, what="the program to loop")
+
+
+#: a program's start: tile 0 fails, and tile 1 catches the job's stop at its sync
+_TILE_1_CATCHES_TILE_0S_FAILURE = ("if __tileid == 0:\n"
+                                   "    raise ValueError('the failure')\n"
+                                   "try:\n"
+                                   "    sync()\n"
+                                   "except BaseException:\n"
+                                   "    print('caught')\n")
+
+
 def test_a_tile_that_caught_its_jobs_failure_and_computes_forever_ends_at_a_kill(machine):
     """Tile 0 fails; tile 1 takes the job's stop at its sync, catches it and computes on
     forever: a runaway, which a kill ends. Neither the failure's
@@ -745,12 +751,7 @@ def test_a_tile_that_caught_its_jobs_failure_and_computes_forever_ends_at_a_kill
     holds), and the watchdog took that for a grace not over, and raised nothing."""
     from daemon_harness import wait_for
 
-    source = ("if __tileid == 0:\n"
-              "    raise ValueError('the failure')\n"
-              "try:\n"
-              "    sync()\n"
-              "except BaseException:\n"
-              "    print('caught')\n"
+    source = (_TILE_1_CATCHES_TILE_0S_FAILURE +
               "while True:\n"
               "    pass\n")
     handle = machine.launch(source, tiles="0-1")
@@ -790,8 +791,6 @@ def test_tiles_that_catch_a_kill_and_compute_on_are_all_left_within_a_few_second
     """Each of sixteen tiles catches the kill at its sync and then computes on without an
     exchange point; each had a second of grace counted from its own turn, and took the
     scheduler's thread in turn: 15 s for 16 tiles (25 minutes for 1472)."""
-    from daemon_harness import wait_for
-
     source = ("try:\n"
               "    while True:\n"
               "        sync()\n"
@@ -803,8 +802,7 @@ def test_tiles_that_catch_a_kill_and_compute_on_are_all_left_within_a_few_second
               "    except:\n"
               "        pass\n")
     handle = machine.launch(source, tiles="0-15")
-    start = machine.scheduler.superstep
-    wait_for(lambda: machine.scheduler.superstep > start + 5, what="the program to loop")
+    _wait_until_it_loops(machine)
     started = time.monotonic()
     handle.interrupt("killed by the test")
     result = handle.wait(30)
@@ -816,12 +814,7 @@ def test_a_program_that_caught_a_failure_and_loops_on_a_refused_collective_is_le
     """Tile 0 fails; tile 1 catches the job's stop and loops: a collective, refused at
     once, then ~40 ms of compute. Only a thousand refusals in a superstep began the
     job's grace: 40 s. Refused past its own second, it spins as surely."""
-    source = ("if __tileid == 0:\n"
-              "    raise ValueError('the failure')\n"
-              "try:\n"
-              "    sync()\n"
-              "except BaseException:\n"
-              "    print('caught')\n"
+    source = (_TILE_1_CATCHES_TILE_0S_FAILURE +
               "while True:\n"
               "    try:\n"
               "        allreduce(1)\n"
