@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import time
 from typing import TYPE_CHECKING, Callable
 
 import greenlet
@@ -23,7 +22,7 @@ from ipuos._plural import plural
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
 from ._errors import ExchangeError, describe_exception, describe_tiles, ended_call, foreign_call
 from ._exchange import KIND_USER, LostMessage, Message, pad8
-from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, STOP_CATCH_GRACE, USER_CHANNEL
+from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._outcome import OK
 from ._payload import MARSHAL_TYPES, decode, encode, marshal_dumps
 
@@ -445,13 +444,14 @@ def _refuse_finished(job: "Job", key: tuple, tile: "Tile") -> None:
         tile.raise_signal()
     if tile.stop_taken and job.ending:
         # a program that caught its job's stop calls collectives that can never complete,
-        # refused at once: many times in one superstep, or past its own second, it spins
-        # on them (a cleanup tries a few), and no exchange ends while it holds the
-        # scheduler's thread, so the job's grace (see Job._stop_for_good) begins now
+        # refused at once: many times in one superstep, it spins on them (a cleanup tries
+        # a few), and no exchange ends while it holds the scheduler's thread, so the job's
+        # grace (see Job._stop_for_good) begins now (one that spins slower is left past
+        # its own second: Job.past_stop_grace)
         superstep = tile.sched.superstep
         tile.refusals = tile.refusals + 1 if tile.refused_in == superstep else 1
         tile.refused_in = superstep
-        if tile.refusals >= SPINNING_REFUSALS or time.monotonic() - tile.stop_raised_at >= STOP_CATCH_GRACE:
+        if tile.refusals >= SPINNING_REFUSALS:
             job.begin_grace()
             # (its grace is the job's, not counted from its own stop: tiles that spin so
             # take the thread in turn, and would each hold it for a grace of its own)

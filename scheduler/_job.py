@@ -535,8 +535,14 @@ class Job:
             self.stop_asked_at = at
 
     def past_stop_grace(self, tile: "Tile") -> bool:
-        """Whether the grace of ``tile``'s program is over (see grace_ends)."""
+        """Whether the grace of ``tile``'s program is over (see grace_ends). Before the
+        job's grace begins, it is over for a tile that has held the scheduler's thread
+        since its stop (taken in this superstep's compute) for a second: it spins (on a
+        ``send`` to a full buffer, say), and no exchange, which would begin the job's
+        grace, comes while it does."""
         ends = self.grace_ends(tile)
+        if ends is None and tile.stop_raised_at >= self.sched.compute_began:
+            ends = tile.stop_raised_at + STOP_CATCH_GRACE
         return ends is not None and time.monotonic() >= ends
 
     # -- reports -------------------------------------------------------------------------

@@ -828,6 +828,43 @@ def test_a_program_that_caught_a_failure_and_loops_on_a_refused_collective_is_le
     assert result.tiles[1].output.startswith("caught\n")
 
 
+def test_a_program_that_caught_a_failure_and_loops_on_a_full_send_is_left(machine):
+    """Tile 1 catches the job's stop and sends to tile 0 for ever: once its outgoing
+    buffer is full, each send fails at once. No exchange comes while it holds the
+    thread, so the job's grace never began, and nothing ended it."""
+    source = (_TILE_1_CATCHES_TILE_0S_FAILURE +
+              "while True:\n"
+              "    try:\n"
+              "        send(0, 1)\n"
+              "    except Exception:\n"
+              "        pass\n")
+    started = time.monotonic()
+    result = machine.launch(source, tiles="0-1").wait(60)
+    assert time.monotonic() - started < 5
+    assert [tile.status for tile in result.tiles] == ["error", "aborted"], result.format()
+
+
+def test_one_long_cleanup_after_a_failure_does_not_cut_the_later_tiles(machine):
+    """Tile 0 fails; every other tile catches the stop and cleans up, computing, then
+    tries one collective (refused) and prints. Tile 1's cleanup, the first and longest,
+    ran past its own second: that began the job's grace, and the limit, 5 s after it,
+    cut the cleanups of the tiles whose turn came after."""
+    source = ("if __tileid == 0:\n"
+              "    raise ValueError('the failure')\n"
+              "try:\n"
+              "    sync()\n"
+              "except BaseException:\n"
+              "    for i in range((5 if __tileid == 1 else 3) * 10 ** 7):\n"
+              "        pass\n"
+              "    try:\n"
+              "        allreduce(1)\n"
+              "    except Exception:\n"
+              "        pass\n"
+              "    print('cleaned')\n")
+    result = machine.launch(source, tiles="0-9").wait(120)
+    assert [tile.output for tile in result.tiles[2:]] == ["cleaned\n"] * 8, result.format()
+
+
 def test_a_kill_mid_superstep_leaves_every_tile_within_a_few_seconds(machine):
     """Sixteen tiles compute ~0.2 s a superstep; the kill lands mid-superstep, and each
     tile's cleanup computes ~0.5 s (in Python: a stop lands only between bytecodes). The job's grace, and with it the 5 s limit, began
