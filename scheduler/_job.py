@@ -327,10 +327,11 @@ class Job:
                 continue
             if pending is None or (stop and isinstance(pending, TileKeyboardInterrupt)) or (
                     kill and not _stops_for_good(pending)):
-                # (one whose program has not begun is stopped before its first line, as
-                # README says: started, each tile of a 1472-tile `while True: pass` would
-                # wait for the watchdog to stop it, a tick each)
-                if ctrl_c and tile in later and tile.program_depth >= 0 and self.ctrl_c_due(tile.rank):
+                # (one still to run in the job's first superstep has begun on the chip,
+                # as the others have, and takes it at its next exchange point too; one
+                # whose first superstep has not begun is stopped before its first line)
+                if ctrl_c and tile in later and self.ctrl_c_due(tile.rank) and (
+                        tile.program_depth >= 0 or self.sched.superstep >= self.first_superstep):
                     self._leave_ctrl_c_for_later(tile)
                     continue
                 if ctrl_c and not self.ctrl_c_due(tile.rank, take=True):

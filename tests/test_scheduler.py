@@ -1371,12 +1371,12 @@ def test_a_ctrl_c_reaches_tiles_at_an_exchange_point_before_the_computing_one_me
         assert handled == ({0: 6, 1: 6, 2: 6, 3: 6} if handler == "allreduce" else {0: 3, 1: 0, 2: 1, 3: 2})
 
 
-def _ctrl_c_while_computing(sched, prog, ntiles: int, entered: list, computing: int):
+def _ctrl_c_while_computing(sched, prog, ntiles: int, entered: list, computing: int, begun: int = 0):
     """Run ``prog`` on tiles 0 to ``ntiles - 1``, press Ctrl-C (from this thread: queued)
-    once every tile has begun (``entered``) and tile ``computing`` computes, and return
-    the job's report (the job is stopped for good whatever happens)."""
+    once ``begun`` tiles (all, if 0) have begun (``entered``) and tile ``computing``
+    computes, and return the job's report (the job is stopped for good whatever happens)."""
     job = sched.start_job(range(ntiles), prog)
-    wait_for(lambda: len(entered) == ntiles and sched.computing_tile() is sched.tiles[computing],
+    wait_for(lambda: len(entered) == (begun or ntiles) and sched.computing_tile() is sched.tiles[computing],
              what=f"tile {computing} computing")
     sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
     try:
@@ -1442,6 +1442,30 @@ def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_p
     report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0)
     assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
     assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
+
+
+@pytest.mark.parametrize("ntiles", [2, 4])
+def test_tiles_yet_to_begin_in_the_jobs_first_superstep_catch_a_ctrl_c_too(sched, ntiles):
+    """Tile 0 computes in the job's first superstep; the others, resumed after it, have
+    not begun. They were stopped before their first line, so their handlers never ran
+    and tile 0's handler met no one (a CollectiveMismatchError). On the chip every tile
+    had begun: each takes the Ctrl-C at its first exchange point, inside its try:."""
+    entered, handled = [], {}
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            if api.tileid == 0:
+                while True:
+                    pass
+            api.allreduce(1)
+        except KeyboardInterrupt:
+            handled[api.tileid] = api.allreduce(10)
+
+    report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0, begun=1)
+    assert entered[0] == 0
+    assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
+    assert handled == dict.fromkeys(range(ntiles), 10 * ntiles)
 
 
 @pytest.mark.parametrize("second", ["ctrl_c", "stop"])
