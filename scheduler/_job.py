@@ -408,6 +408,14 @@ class Job:
             self._ctrl_c_taken[rank] = self.ctrl_cs
         return due
 
+    def ctrl_c_due_somewhere(self) -> bool:
+        """Whether a live tile is yet to be handed the latest Ctrl-C (any thread)."""
+        latest, taken = self.ctrl_cs, self._ctrl_c_taken
+        try:
+            return any(taken.get(rank) != latest for rank in tuple(self.live))
+        except RuntimeError:  # (changed size meanwhile: say so, and look again next time)
+            return True
+
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         """Interrupt every tile: with the user's Ctrl-C (``TileKeyboardInterrupt``), which
         the program may catch and run on after, or with a stop that ends the job."""

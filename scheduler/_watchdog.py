@@ -45,7 +45,7 @@ TILE_GLOBALS_MARKER = "__ipuos_tile_program__"
 TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
-#: while a Ctrl-C waits for tiles still to run in a superstep (see Scheduler.hand_ctrl_c_later)
+#: while a tile is still due a Ctrl-C (see Watchdog.hurry)
 _HURRIED_TICK = 0.0005
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
@@ -145,7 +145,13 @@ class Watchdog:
             if kind is TileKeyboardInterrupt and self._interrupts.get(job, kind) is not kind:
                 return  # (a Ctrl-C after a stop must not turn it into one the program may catch)
             self._interrupts[job] = kind
-        self._wake.set()
+        if kind is TileKeyboardInterrupt:
+            # tiles that catch it and run on take the thread one after another, each
+            # computing until this thread stops it: looking every tick, 1472 of them in
+            # `try: while True: pass` took 23 s
+            self.hurry()
+        else:
+            self._wake.set()
 
     def watch(self, job: "Job") -> None:
         with self._lock:
@@ -165,14 +171,23 @@ class Watchdog:
         return self._swallowing.get(job)
 
     def hurry(self) -> None:
-        """Look now, and often (the GIL changing hands often meanwhile), while the
-        scheduler has a Ctrl-C left for tiles' next exchange point that one of them is
-        still due (see Scheduler.hand_ctrl_c_later)."""
+        """Look now, and often (the GIL changing hands often meanwhile), while a tile
+        is still due a Ctrl-C: one the watchdog was asked to raise (see interrupt), or
+        one the scheduler left for tiles' next exchange point (see
+        Scheduler.hand_ctrl_c_later)."""
         with self._lock:
             if not self._hurried:
                 self._hurried = True
                 switch_often.enter()
         self._wake.set()
+
+    def _ctrl_c_due(self) -> bool:
+        """Whether some live tile has still to take a Ctrl-C (see hurry)."""
+        if self._sched.ctrl_c_left_for_later():
+            return True
+        with self._lock:
+            jobs = [job for job, kind in self._interrupts.items() if kind is TileKeyboardInterrupt]
+        return any(job.ctrl_c_due_somewhere() for job in jobs)
 
     def _calm(self) -> None:
         with self._lock:
@@ -183,7 +198,7 @@ class Watchdog:
     def _run(self) -> None:
         try:
             while not self._stopped:
-                if self._hurried and not self._sched.ctrl_c_left_for_later():
+                if self._hurried and not self._ctrl_c_due():
                     self._calm()
                 busy = bool(self._interrupts or self._budgets or self._hurried)
                 self._wake.wait((_HURRIED_TICK if self._hurried else _TICK) if busy else None)
