@@ -46,7 +46,7 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 
 _TICK = 0.01
 #: while a tile is still due a Ctrl-C (see Watchdog.hurry)
-_HURRIED_TICK = 0.0005
+_HURRIED_TICK = 0.0001
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
 #: TileKeyboardInterrupt)
