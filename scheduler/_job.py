@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import traceback
 import types
@@ -155,6 +156,10 @@ class Job:
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
         self._ctrl_c_taken: dict[int, int] = {}
+        #: where ctrl_c_due_somewhere last found a tile due, and the Ctrl-C it found
+        #: every live tile had taken
+        self._due_hint = 0
+        self._none_due_of = 0
         #: a Ctrl-C is queued for the scheduler thread to hand to the tiles (see
         #: hand_over_ctrl_c)
         self.ctrl_c_queued = False
@@ -409,12 +414,20 @@ class Job:
         return due
 
     def ctrl_c_due_somewhere(self) -> bool:
-        """Whether a live tile is yet to be handed the latest Ctrl-C (any thread)."""
-        latest, taken = self.ctrl_cs, self._ctrl_c_taken
-        try:
-            return any(taken.get(rank) != latest for rank in tuple(self.live))
-        except RuntimeError:  # (changed size meanwhile: say so, and look again next time)
-            return True
+        """Whether a live tile is yet to be handed the latest Ctrl-C. The watchdog's
+        thread asks every tick: it looks on from the tile it found last (tiles take it
+        mostly in turn) and remembers when none is left (tiles only take it and leave),
+        so one Ctrl-C costs about one pass over the job, not one per tick."""
+        latest, taken, live = self.ctrl_cs, self._ctrl_c_taken, self.live
+        if self._none_due_of == latest:
+            return False
+        start = self._due_hint
+        for rank in itertools.chain(range(start, len(self.tiles)), range(start)):
+            if rank in live and taken.get(rank) != latest:
+                self._due_hint = rank
+                return True
+        self._none_due_of = latest
+        return False
 
     def interrupt(self, reason: str, kind: type[TileInterrupt] = TileInterrupt) -> None:
         """Interrupt every tile: with the user's Ctrl-C (``TileKeyboardInterrupt``), which

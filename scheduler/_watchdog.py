@@ -47,6 +47,10 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 _TICK = 0.01
 #: while a tile is still due a Ctrl-C (see Watchdog.hurry)
 _HURRIED_TICK = 0.0001
+#: a tile not due a Ctrl-C that has computed this long (on in its handler, or another
+#: job's) keeps the due ones waiting however often the watchdog looks: it calms until
+#: another tile computes (looking often slows the computing tile, 13-30%)
+_HURRY_PATIENCE = 0.005
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
 #: TileKeyboardInterrupt)
@@ -123,8 +127,10 @@ class Watchdog:
         self._caught = 0
         #: job -> the tile whose program catches every stop raised in it
         self._swallowing: dict["Job", int] = {}
-        #: looking often, for a Ctrl-C left for tiles still to run (see hurry)
+        #: looking often, for a Ctrl-C left for tiles still to run (see hurry), and
+        #: how many times it was asked to (a calm decided before the last ask is void)
         self._hurried = False
+        self._hurries = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ipuos-watchdog", daemon=True)
@@ -135,7 +141,8 @@ class Watchdog:
         return self._thread
 
     def stop(self) -> None:
-        self._stopped = True
+        with self._lock:  # (a hurry after it would never be undone: see hurry)
+            self._stopped = True
         self._wake.set()
         if self._thread is not None:
             self._thread.join(2)
@@ -170,12 +177,20 @@ class Watchdog:
         the machine. (A tile inside one long call into C takes none until it returns.)"""
         return self._swallowing.get(job)
 
+    @property
+    def hurried(self) -> bool:
+        """Whether it looks often now (see hurry)."""
+        return self._hurried
+
     def hurry(self) -> None:
         """Look now, and often (the GIL changing hands often meanwhile), while a tile
         is still due a Ctrl-C: one the watchdog was asked to raise (see interrupt), or
         one the scheduler left for tiles' next exchange point (see
         Scheduler.hand_ctrl_c_later)."""
         with self._lock:
+            if self._stopped:
+                return  # (the thread that would calm it is gone: the interval is the process's)
+            self._hurries += 1
             if not self._hurried:
                 self._hurried = True
                 switch_often.enter()
@@ -189,17 +204,31 @@ class Watchdog:
             jobs = [job for job, kind in self._interrupts.items() if kind is TileKeyboardInterrupt]
         return any(job.ctrl_c_due_somewhere() for job in jobs)
 
-    def _calm(self) -> None:
+    def _hurry_helps(self) -> bool:
+        """Whether looking often still helps: a tile is due a Ctrl-C, and no tile that
+        is not has held the thread for long, keeping the due ones waiting."""
+        sample = self._sample
+        if sample is not None and time.monotonic() - self._sample_since > _HURRY_PATIENCE:
+            tile = sample[0]
+            job = tile.job
+            if job is None or self._interrupts.get(job) is not TileKeyboardInterrupt or not job.ctrl_c_due(tile.rank):
+                return False
+        return self._ctrl_c_due()
+
+    def _calm(self, hurries: int | None = None) -> None:
+        """Look at the usual pace again, unless asked to hurry since ``hurries``."""
         with self._lock:
-            if self._hurried:
+            if self._hurried and hurries in (None, self._hurries):
                 self._hurried = False
                 switch_often.leave()
 
     def _run(self) -> None:
         try:
             while not self._stopped:
-                if self._hurried and not self._ctrl_c_due():
-                    self._calm()
+                if self._hurried:
+                    hurries = self._hurries
+                    if not self._hurry_helps():
+                        self._calm(hurries)
                 busy = bool(self._interrupts or self._budgets or self._hurried)
                 self._wake.wait((_HURRIED_TICK if self._hurried else _TICK) if busy else None)
                 self._wake.clear()
@@ -235,6 +264,8 @@ class Watchdog:
             self._sample, self._sample_since = sample, now
             self._injected = None
             self._caught = 0
+            if not self._hurried and self._ctrl_c_due():
+                self.hurry()  # (calmed while another tile held the thread: see _hurry_helps)
         if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return
         kind = self._interrupts.get(job)

@@ -2062,3 +2062,100 @@ def test_a_ctrl_c_the_watchdog_raises_in_a_computing_tile_says_what_it_is(sched)
     sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
     job.future.result(10)
     assert seen == ["interrupted (Ctrl-C)"]
+
+
+# -- the watchdog looks often only while that helps a Ctrl-C on (Watchdog.hurry) --------
+
+
+def test_a_tile_computing_on_after_its_ctrl_c_lets_the_watchdog_calm(sched):
+    """Tile 0 catches its Ctrl-C and computes on; tile 1, still to run, cannot take its
+    own until tile 0 lets go of the thread. Looking every 0.1 ms cannot hasten that,
+    and it held the process at the hurried switch interval (the computing tile 13-30%
+    slower) for as long as tile 0 ran."""
+    normal = sys.getswitchinterval()
+    entered, caught = [], []
+
+    def prog(api):
+        entered.append(api.tileid)
+        try:
+            while True:
+                pass
+        except KeyboardInterrupt:
+            caught.append(api.tileid)
+            while True:
+                pass
+
+    job = sched.start_job(range(2), prog)
+    wait_for(lambda: entered == [0] and sched.computing_tile() is sched.tiles[0], what="tile 0 computing")
+    sched.interrupt_job(job, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        wait_for(lambda: caught == [0], what="tile 0 to catch it")
+        wait_for(lambda: sys.getswitchinterval() == normal, what="the watchdog to calm")
+    finally:
+        sched.interrupt_job(job, "the test is over")
+    report = job.future.result(10)
+    assert [r.status for r in report.results] == [INTERRUPTED] * 2
+    assert sys.getswitchinterval() == normal
+
+
+def test_a_ctrl_c_waiting_behind_another_jobs_compute_lets_the_watchdog_calm_and_still_lands(sched):
+    """Job B waits in sync() when its Ctrl-C comes; job A's tile computes, with no Ctrl-C
+    of its own, and holds the thread that hands B its Ctrl-C. The watchdog calms while
+    A computes, and hurries again when it lets go: B's handler still runs."""
+    normal = sys.getswitchinterval()
+    entered, handled = [], []
+
+    def a(api):
+        entered.append("a")
+        while True:
+            pass
+
+    def b(api):
+        entered.append("b")
+        try:
+            while True:
+                api.sync()
+        except KeyboardInterrupt:
+            handled.append("b")
+
+    job_b = sched.start_job([1], b)
+    wait_for(lambda: "b" in entered, what="job B to run")
+    job_a = sched.start_job([0], a)
+    wait_for(lambda: sched.computing_tile() is sched.tiles[0], what="job A computing")
+    sched.interrupt_job(job_b, "interrupted (Ctrl-C)", ctrl_c=True)
+    try:
+        wait_for(lambda: sys.getswitchinterval() == normal and not sched.watchdog.hurried,
+                 what="the watchdog to calm")
+        assert not handled
+    finally:
+        sched.interrupt_job(job_a, "the test is over")
+    assert job_b.future.result(10).ok and handled == ["b"]
+    job_a.future.result(10)
+
+
+def test_a_hurry_asked_for_as_the_watchdog_calms_stands(sched):
+    """The watchdog decides to calm, and a Ctrl-C asks it to hurry before it does: the
+    calm, decided on what was due before, must not undo the hurry (each tile of the
+    new Ctrl-C would wait for a 10 ms tick)."""
+    dog = sched.watchdog
+    before = dog._hurries
+    dog.hurry()
+    dog._calm(before)  # (what _run does with what it read before its look)
+    assert dog.hurried
+    dog._calm(dog._hurries)
+    assert not dog.hurried
+
+
+def test_a_hurry_after_the_scheduler_stopped_leaves_the_switch_interval_alone():
+    """A host thread's Ctrl-C that raced the machine's stop reached the watchdog after
+    its thread had ended: nothing was left to undo the hurried switch interval, which
+    stayed the process's for good."""
+    normal = sys.getswitchinterval()
+    scheduler = Scheduler(SRAM(2, 64 * 1024), tiles_per_chip=2, exchange_out=2048, exchange_in=4096)
+    scheduler.start()
+    job = scheduler.start_job([0], lambda api: None)
+    job.future.result(10)
+    scheduler.stop()
+    scheduler.watchdog.interrupt(job, TileKeyboardInterrupt)
+    assert sys.getswitchinterval() == normal
+    assert not scheduler.watchdog.hurried
