@@ -706,6 +706,30 @@ def test_a_restore_under_the_mount_shows_the_restored_files(tiny, tmp_path):
     assert got == [["kept"], "before the backup", False, True]
 
 
+def test_a_file_a_restore_brought_back_opens_right_after_a_walk_over_the_mount(tiny, tmp_path):
+    """``rm -rf`` of a tree through the mount, a restore that brings it back, a ``find``
+    over the mount, then ``cat`` of a restored file: the walk after the restore was
+    taken for the kernel's retry of an open of a name just unlinked, and ``cat`` failed
+    with ENOENT (for the rest of the half second) while ``ls`` listed the file."""
+    from ipuos import _backup
+
+    tiles = os.path.join(tiny.path, "tiles")
+    for where in ("3", "4/x"):
+        os.makedirs(os.path.join(tiles, where, "tree", "sub", "deeper"))
+        with open(os.path.join(tiles, where, "tree", "a.txt"), "w") as f:
+            f.write("hello")
+        open(os.path.join(tiles, where, "tree", "sub", "deeper", "empty"), "w").close()
+    _backup.backup(tiny.machine, str(tmp_path / "b.img"))
+    for attempt in range(3):
+        subprocess.run(["rm", "-rf", os.path.join(tiles, "3", "tree")], check=True)
+        _backup.restore(tiny.machine, str(tmp_path / "b.img"))
+        found = subprocess.run(["find", tiles], capture_output=True, text=True, timeout=60)
+        assert found.returncode == 0, found.stderr
+        cat = subprocess.run(["cat", os.path.join(tiles, "3", "tree", "a.txt")],
+                             capture_output=True, text=True, timeout=60)
+        assert (cat.returncode, cat.stdout, cat.stderr) == (0, "hello", ""), f"attempt {attempt}"
+
+
 def _fuse_descriptors(pid: int | str = "self") -> list[str]:
     """What ``pid``'s /dev/fuse and socket descriptors lead to."""
     found = []

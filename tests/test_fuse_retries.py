@@ -79,3 +79,29 @@ def test_an_open_that_creates_is_told_the_truth_once_the_unlink_is_old(monkeypat
     now[0] += RETRY_SECONDS * 0.6
     assert retries.lookup(CALLER, TILE, "/new", creating=lambda: True)
     assert not retries.lookup(CALLER, TILE, "/old", creating=lambda: True)
+
+
+def test_a_walk_after_a_restore_is_told_the_truth_of_the_names_it_brought_back():
+    """``rm -rf tree`` through the mount, a restore (a reset of the tile's files), then
+    ``find`` and ``cat tree/a.txt``: a walk that began after the reset is a fresh
+    process's, not a retry's. Names elsewhere on the tile, or on another tile, keep
+    their unlink."""
+    retries = Retries(entry_timeout=30.0)
+    retries.root_lookup("tiles", lambda: CALLER)  # (the kernel keeps it from now)
+    for tile, path in ((TILE, "/tree/a.txt"), (TILE, "/other"), (TILE + 1, "/tree/a.txt")):
+        retries.unlinked(tile, path, OTHER)
+    retries.reset(TILE, "/tree")
+    retries.root_lookup("tiles", lambda: CALLER)
+    assert not retries.lookup(CALLER, TILE, "/tree/a.txt")
+    assert retries.lookup(CALLER, TILE, "/other")
+    retries.root_lookup("tiles", lambda: CALLER)  # (a walk is spent on the name it finds gone)
+    assert retries.lookup(CALLER, TILE + 1, "/tree/a.txt")
+
+
+def test_a_walk_that_began_before_a_restore_may_still_be_a_retrys():
+    retries = Retries(entry_timeout=30.0)
+    retries.root_lookup("tiles", lambda: CALLER)
+    retries.unlinked(TILE, "/tree/a.txt", OTHER)
+    retries.root_lookup("tiles", lambda: CALLER)  # (the walk begins)
+    retries.reset(TILE, "/")
+    assert retries.lookup(CALLER, TILE, "/tree/a.txt")

@@ -634,6 +634,8 @@ class ChipFilesystem:
                 self._retries.created(tile, path)
             elif kind == ADDED_DIR or kind == MOVED:
                 self._retries.named(tile, path2 if kind == MOVED else path)
+            elif kind == RESET:
+                self._retries.reset(tile, path)
         kernel = self._kernel
         if kernel is None or kind in (CHANGED, ADDED_FILE, ADDED_DIR):
             return

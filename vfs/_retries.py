@@ -219,6 +219,16 @@ class Retries:
         if (tile, path) in self._unlinked:
             self._recreated.setdefault((tile, path), time.monotonic())
 
+    def reset(self, tile: int, path: str) -> None:
+        """Anything under ``path`` on ``tile`` may be new (a restore): a name unlinked
+        there is taken as made again now, as by :meth:`created` (else a walk after the
+        restore, ``find`` say, was taken for a retry's, and a restored file listed by
+        ``ls`` failed to open for the rest of RETRY_SECONDS)."""
+        inside = path.rstrip("/") + "/"
+        now = time.monotonic()
+        for key in [key for key in list(self._unlinked) if key[0] == tile and key[1].startswith(inside)]:
+            self._recreated.setdefault(key, now)
+
     def root_lookup(self, name: str, caller) -> None:
         """The kernel looks up ``name`` (``tiles`` or ``chip``) in the mount's root;
         ``caller()`` tells by whom. If the kernel keeps that name, this is a walk that looks
