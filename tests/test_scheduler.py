@@ -1419,18 +1419,23 @@ def test_handlers_exchange_afresh_after_a_ctrl_c_that_stopped_a_collective(sched
 
 @pytest.mark.parametrize("ntiles", [2, 3, 5])
 @pytest.mark.parametrize("handler_exchanges", [False, True])
+@pytest.mark.parametrize("first_superstep", [False, True])
 def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_point(
-        sched, ntiles, handler_exchanges):
+        sched, ntiles, handler_exchanges, first_superstep):
     """Tile 0, resumed first, computes; the others, still to run in that superstep, were
     given the Ctrl-C where they last waited: a sync() before the program's try:, so
     they died of it (their handlers never ran), or went on to meet a tile 0 that had
     ended ('needs tile 0, which already finished'). On the chip they had long left
-    that sync(): they take it at their next exchange point, inside the try:."""
+    that sync(): they take it at their next exchange point, inside the try:. In the
+    job's first superstep (no sync() first) they had not begun at all, and were stopped
+    before their first line: tile 0's handler met no one (a CollectiveMismatchError).
+    On the chip they had begun too."""
     entered, handled = [], {}
 
     def prog(api):
         entered.append(api.tileid)
-        api.sync()
+        if not first_superstep:
+            api.sync()
         try:
             if api.tileid == 0:
                 while True:
@@ -1439,33 +1444,9 @@ def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_p
         except KeyboardInterrupt:
             handled[api.tileid] = api.allreduce(10) if handler_exchanges else True
 
-    report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0)
+    report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0, begun=1 if first_superstep else 0)
     assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
     assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
-
-
-@pytest.mark.parametrize("ntiles", [2, 4])
-def test_tiles_yet_to_begin_in_the_jobs_first_superstep_catch_a_ctrl_c_too(sched, ntiles):
-    """Tile 0 computes in the job's first superstep; the others, resumed after it, have
-    not begun. They were stopped before their first line, so their handlers never ran
-    and tile 0's handler met no one (a CollectiveMismatchError). On the chip every tile
-    had begun: each takes the Ctrl-C at its first exchange point, inside its try:."""
-    entered, handled = [], {}
-
-    def prog(api):
-        entered.append(api.tileid)
-        try:
-            if api.tileid == 0:
-                while True:
-                    pass
-            api.allreduce(1)
-        except KeyboardInterrupt:
-            handled[api.tileid] = api.allreduce(10)
-
-    report = _ctrl_c_while_computing(sched, prog, ntiles, entered, 0, begun=1)
-    assert entered[0] == 0
-    assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
-    assert handled == dict.fromkeys(range(ntiles), 10 * ntiles)
 
 
 @pytest.mark.parametrize("second", ["ctrl_c", "stop"])
