@@ -18,6 +18,26 @@ from ipuos._memtune import reexec_tuned
 
 CATCHES = "try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    print('caught')\n"
 CATCHES_NOTHING = "while True:\n    pass\n"
+#: a cleanup that computes (a tile has no clock: a loop of about HANDLER_MS, timed on the
+#: host): the next tile's Ctrl-C must not wait for the watchdog to notice it is due
+HANDLER_MS = 8
+CLEANUP_LOOP = "for _ in range({n}):\n    pass\n"
+
+
+def cleanup_loop_size() -> tuple[int, float]:
+    """The loop count that computes about HANDLER_MS here, and the seconds it takes."""
+    n = 10_000
+    while True:
+        code = compile(CLEANUP_LOOP.format(n=n), "<cleanup>", "exec")
+        seconds = min(elapsed(lambda: exec(code, {}))() for _ in range(5))
+        if seconds >= HANDLER_MS / 1e3:
+            return n, seconds
+        n *= 2
+
+
+def cleans_up(n: int) -> str:
+    loop = "".join("    " + line + "\n" for line in CLEANUP_LOOP.format(n=n).splitlines())
+    return f"try:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n{loop}    print('caught')\n"
 
 
 def main() -> None:
@@ -27,7 +47,7 @@ def main() -> None:
     with ipuos.Machine("mk2") as machine:
         tile_spec = f"0-{tiles - 1}"
 
-        def ctrl_c(source: str, caught: bool):
+        def ctrl_c(source: str, caught: bool, tile_spec: str = tile_spec):
             def measure() -> float:
                 handle = machine.launch(source, tiles=tile_spec)
                 time.sleep(0.3)  # (computing: tile 0 holds the thread)
@@ -36,7 +56,7 @@ def main() -> None:
                 result = handle.wait(120)
                 seconds = time.perf_counter() - started
                 printed = sum(tile.output == "caught\n" for tile in result.tiles)
-                assert result.ok == caught and printed == (tiles if caught else 0), result.format()
+                assert result.ok == caught and printed == (len(result.tiles) if caught else 0), result.format()
                 return seconds
 
             return measure
@@ -45,8 +65,11 @@ def main() -> None:
             result = machine.run("pass", tiles=tile_spec)
             assert result.ok, result.format()
 
+        cleaners = max(2, tiles // 8)  # (each computes HANDLER_MS or so: a few seconds for all)
+        loops, cleanup_seconds = cleanup_loop_size()
         measures = {"launch": elapsed(launch_pass), "caught": ctrl_c(CATCHES, True),
-                    "uncaught": ctrl_c(CATCHES_NOTHING, False)}
+                    "uncaught": ctrl_c(CATCHES_NOTHING, False),
+                    "cleanup": ctrl_c(cleans_up(loops), True, f"0-{cleaners - 1}")}
         launch_pass()  # warm up: every tile's greenlet started, SRAM pages touched
         best = best_interleaved(measures, args.repeat)
 
@@ -56,6 +79,9 @@ def main() -> None:
            best["launch"] * 1e3, "launch")
     report("Ctrl-C to done, no tile catching it", best["uncaught"] * 1e3, "ms",
            best["launch"] * 1e3, "launch")
+    handover = (best["cleanup"] - cleaners * cleanup_seconds) / cleaners
+    report(f"Ctrl-C to done, {cleaners} tiles each cleaning up for {cleanup_seconds * 1e3:.0f} ms: "
+           "beyond the cleanups, per tile", handover * 1e3, "ms")
 
 
 if __name__ == "__main__":

@@ -47,10 +47,11 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 _TICK = 0.01
 #: while a tile is still due a Ctrl-C (see Watchdog.hurry)
 _HURRIED_TICK = 0.0001
-#: a tile not due a Ctrl-C that has computed this long (on in its handler, or another
-#: job's) keeps the due ones waiting however often the watchdog looks: it calms until
-#: another tile computes (looking often slows the computing tile, 13-30%)
-_HURRY_PATIENCE = 0.005
+#: a tile not due a Ctrl-C that has computed this long since it was sampled or stopped
+#: (on in its handler, or another job's) keeps the due ones waiting however often the
+#: watchdog looks, which slows it 13-30%: it calms until another tile computes, and the
+#: next due tile then waits up to a tick (10 ms), a tenth of this at most
+_HURRY_PATIENCE = 0.1
 #: an interrupt the program swallowed (a bare ``except:``) is raised again this often,
 #: until the tile stops computing (not a Ctrl-C: one each, as in Python; see
 #: TileKeyboardInterrupt)
@@ -208,7 +209,8 @@ class Watchdog:
         """Whether looking often still helps: a tile is due a Ctrl-C, and no tile that
         is not has held the thread for long, keeping the due ones waiting."""
         sample = self._sample
-        if sample is not None and time.monotonic() - self._sample_since > _HURRY_PATIENCE:
+        since = max(self._sample_since, self._injected_at) if self._injected == sample else self._sample_since
+        if sample is not None and time.monotonic() - since > _HURRY_PATIENCE:
             tile = sample[0]
             job = tile.job
             if job is None or self._interrupts.get(job) is not TileKeyboardInterrupt or not job.ctrl_c_due(tile.rank):

@@ -16,7 +16,8 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
 @pytest.mark.parametrize("script, figures", [
     ("superstep.py", ["bare greenlet loop", "asyncio.Barrier", "ipuos scheduler",
                       "sync() loop in a function", "sync() loop at module level"]),
-    ("interrupt.py", ["launching and ending `pass`", "every tile catching it", "no tile catching it"]),
+    ("interrupt.py", ["launching and ending `pass`", "every tile catching it", "no tile catching it",
+                       "cleaning up for"]),
     ("alltoall.py", ["empty superstep", "numpy copy of the same bytes", "alltoall"]),
     ("fs.py", ["4Ki write", "256Ki read", "create", "remote 64 KiB file"]),
     ("fs_raw.py", ["4Ki write", "256Ki read"]),
