@@ -224,6 +224,8 @@ class Retries:
         there is taken as made again now, as by :meth:`created` (else a walk after the
         restore, ``find`` say, was taken for a retry's, and a restored file listed by
         ``ls`` failed to open for the rest of RETRY_SECONDS)."""
+        if not self._unlinked:
+            return  # (a restore resets every tile: most often nothing was unlinked)
         inside = path.rstrip("/") + "/"
         now = time.monotonic()
         for key in [key for key in list(self._unlinked) if key[0] == tile and key[1].startswith(inside)]:
