@@ -47,6 +47,11 @@ TILE_SOURCE_LINES = "__ipuos_source_lines__"
 _TICK = 0.01
 #: while a tile is still due a Ctrl-C (see Watchdog.hurry)
 _HURRIED_TICK = 0.0001
+#: CPU seconds a tile computes, once seen computing, before the watchdog hands it a
+#: Ctrl-C: a tile resumed after the Ctrl-C came had, on the chip, long been running on
+#: beside the others, past its first lines and into the program's `try:`; stopped at
+#: once, it could take it there (seen under load: tile 1 interrupted before it began)
+_CTRL_C_SETTLE = 0.0005
 #: a tile not due a Ctrl-C that has computed this long since it was sampled or stopped
 #: (on in its handler, or another job's) keeps the due ones waiting however often the
 #: watchdog looks, which slows it 13-30%: it calms until another tile computes, and the
@@ -120,6 +125,9 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._sample: tuple | None = None
         self._sample_since = 0.0
+        #: the scheduler thread's CPU time when the sample was first seen (see _settled)
+        self._sample_cpu: float | None = None
+        self._cpu_clock: tuple[int, int] | None = None  # (thread ident, its CPU clock)
         self._injected: tuple | None = None
         self._injected_at = 0.0
         #: stops_raised when the watchdog last raised one, and how many of those the
@@ -252,6 +260,23 @@ class Watchdog:
         Job.computing_grace_ends): the stop is raised again only after it."""
         return (tile.stop_taken or tile.stop_injected) and now < job.computing_grace_ends(tile)
 
+    def _scheduler_cpu(self) -> float | None:
+        """The scheduler thread's CPU seconds (None where the OS cannot tell)."""
+        ident = self._sched.thread_ident
+        try:
+            if self._cpu_clock is None or self._cpu_clock[0] != ident:
+                self._cpu_clock = (ident, time.pthread_getcpuclockid(ident))
+            return time.clock_gettime(self._cpu_clock[1])
+        except (AttributeError, OSError, TypeError):
+            return None
+
+    def _settled(self, now: float) -> bool:
+        """Whether the sampled tile has computed _CTRL_C_SETTLE since first seen."""
+        cpu, since = self._scheduler_cpu(), self._sample_cpu
+        if cpu is None or since is None:
+            return now - self._sample_since >= _CTRL_C_SETTLE
+        return cpu - since >= _CTRL_C_SETTLE
+
     def _check(self) -> None:
         sched = self._sched
         frame = sys._current_frames().get(sched.thread_ident)
@@ -264,6 +289,7 @@ class Watchdog:
         now = time.monotonic()
         if sample != self._sample:
             self._sample, self._sample_since = sample, now
+            self._sample_cpu = self._scheduler_cpu()
             self._injected = None
             self._caught = 0
             if not self._hurried and self._ctrl_c_due():
@@ -295,8 +321,8 @@ class Watchdog:
             # thread run on into the kernel (ending the tile's job, say): inject only if it
             # is still in the frame found safe, checked as late as Python allows
             if sys._current_frames().get(sched.thread_ident) is frame:
-                if kind is TileKeyboardInterrupt and not job.ctrl_c_due(tile.rank, take=True):
-                    return  # (it took this Ctrl-C at an exchange point since the sample)
+                if kind is TileKeyboardInterrupt and not (self._settled(now) and job.ctrl_c_due(tile.rank, take=True)):
+                    return  # (just seen: next look; or it took this Ctrl-C at an exchange point since)
                 raised = stops_raised.get(sched.thread_ident, 0)
                 if self._injected == sample and raised != self._raised_before:
                     self._caught += 1  # (the last one was raised, and the tile computes on)
