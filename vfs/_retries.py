@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import time
 
+from ._paths import is_within
+
 __all__ = ["Retries"]
 
 #: seconds within which the kernel's retry of an open answered ESTALE comes
@@ -226,9 +228,8 @@ class Retries:
         ``ls`` failed to open for the rest of RETRY_SECONDS)."""
         if not self._unlinked:
             return  # (a restore resets every tile: most often nothing was unlinked)
-        inside = path.rstrip("/") + "/"
         now = time.monotonic()
-        for key in [key for key in list(self._unlinked) if key[0] == tile and key[1].startswith(inside)]:
+        for key in [key for key in list(self._unlinked) if key[0] == tile and is_within(key[1], path)]:
             self._recreated.setdefault(key, now)
 
     def root_lookup(self, name: str, caller) -> None:
