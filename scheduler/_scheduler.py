@@ -32,6 +32,7 @@ from ipuos._plural import plural
 
 from . import _collectives
 from ._api import ANY_SOURCE, REDUCE_FANIN, TileAPI
+from ._ctrl_c_settle import CtrlCSettle
 from ._budget import budget_seconds
 from ._errors import (
     CollectiveMismatchError,
@@ -92,6 +93,8 @@ class Scheduler:
         self.queued_requests = 0
         #: the tile each tile greenlet runs, for the paths that need to know which it is
         self.tile_of: dict[greenlet.greenlet, Tile] = {}
+        #: raises a Ctrl-C in tiles that run after it came, where they compute
+        self.ctrl_c_settle = CtrlCSettle(self)
         self.superstep = 0
         #: True while tile greenlets run (the compute phase); read by the watchdog
         self.in_compute = False
@@ -454,11 +457,14 @@ class Scheduler:
     def hand_ctrl_c_later(self, job: Job) -> None:
         """Have this superstep's exchange hand ``job``'s Ctrl-C to the tiles it was left
         for that have not reached an exchange point by then (see Job.raise_in_tiles).
-        Meanwhile a tile of them that computes is the watchdog's to stop, at once: it
-        looks often, and the GIL changes hands often enough for it to (1472 tiles in
-        `while True: pass` took 23 s, a tick each)."""
+        Meanwhile a tile of them that computes takes it there (see CtrlCSettle), or
+        where the scheduler thread is traced by someone else, the watchdog stops it: it
+        looks often then, and the GIL changes hands often enough for it to (1472 tiles
+        in `while True: pass` took 23 s, a tick each)."""
         self._ctrl_c_later.append(job)
-        self.watchdog.hurry()
+        self.ctrl_c_settle.start()
+        if not self.ctrl_c_settle.counting:
+            self.watchdog.hurry()
 
     def ctrl_c_left_for_later(self) -> bool:
         """Whether a Ctrl-C left for tiles' next exchange point is still due to one of
@@ -546,6 +552,8 @@ class Scheduler:
     def _exchange_phase(self) -> None:
         if self._interrupts_due or self._ctrl_c_later:
             self._hand_interrupts()
+        if self.ctrl_c_settle.counting and not self._ctrl_c_later:
+            self.ctrl_c_settle.stop()  # (every tile still due a Ctrl-C raises it as it resumes)
         engine = self.engine
         engine.settle()
         engine.deliver_p2p(self._land)
@@ -962,6 +970,7 @@ class Scheduler:
         A greenlet paused inside a littlefs callback is never killed: littlefs would carry
         on with an error it cannot recover from. Such tiles are left alone.
         """
+        self.ctrl_c_settle.stop()  # (stopping jobs end for good: no Ctrl-C is due now)
         for job in list(self.jobs.values()):
             self.watchdog.interrupt(job, TileInterrupt)
             job.interrupt("the machine is shutting down")

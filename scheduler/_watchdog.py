@@ -52,6 +52,10 @@ _HURRIED_TICK = 0.0001
 #: beside the others, past its first lines and into the program's `try:`; stopped at
 #: once, it could take it there (seen under load: tile 1 interrupted before it began)
 _CTRL_C_SETTLE = 0.0005
+#: the same while the scheduler thread counts the bytecodes of due tiles to raise
+#: their Ctrl-C itself (see CtrlCSettle): for one that runs none of its program's for
+#: this long (inside one long call into C)
+_CTRL_C_SETTLE_COUNTED = 0.02
 #: a tile not due a Ctrl-C that has computed this long since it was sampled or stopped
 #: (on in its handler, or another job's) keeps the due ones waiting however often the
 #: watchdog looks, which slows it 13-30%: it calms until another tile computes, and the
@@ -80,20 +84,35 @@ _LIBRARY_DIRS = tuple(
 _COLLECTOR_CALLBACKS = ("_weakrefset.py", "weakref.py")
 
 
+_USER, _IPUOS, _LIBRARY = "user", "ipuos", "library"
+
+
+def _code_of(frame) -> str:
+    """Whose code ``frame`` runs: a tile program's or any other user code (_USER),
+    ipuos' own (_IPUOS), or the standard library's or an installed package's (_LIBRARY)."""
+    module_globals = frame.f_globals
+    if TILE_GLOBALS_MARKER in module_globals:
+        return _USER
+    name = module_globals.get("__name__") or ""
+    if name == "ipuos" or name.startswith("ipuos."):
+        return _IPUOS
+    return _LIBRARY if frame.f_code.co_filename.startswith(_LIBRARY_DIRS) else _USER
+
+
+def runs_user_code(frame) -> bool:
+    """Whether ``frame`` runs user code: where an interrupt may be raised."""
+    return _code_of(frame) is _USER
+
+
 def _safe_to_interrupt(frame) -> bool:
     """True if the innermost frame that is not library code is user code, not ipuos
     (and the innermost is no weakref callback: the interrupt comes again a little later)."""
     if frame is not None and frame.f_code.co_filename.endswith(_COLLECTOR_CALLBACKS):
         return False
     while frame is not None:
-        module_globals = frame.f_globals
-        if TILE_GLOBALS_MARKER in module_globals:
-            return True
-        name = module_globals.get("__name__") or ""
-        if name == "ipuos" or name.startswith("ipuos."):
-            return False
-        if not frame.f_code.co_filename.startswith(_LIBRARY_DIRS):
-            return True
+        code = _code_of(frame)
+        if code is not _LIBRARY:
+            return code is _USER
         frame = frame.f_back
     return False
 
@@ -215,7 +234,10 @@ class Watchdog:
 
     def _hurry_helps(self) -> bool:
         """Whether looking often still helps: a tile is due a Ctrl-C, and no tile that
-        is not has held the thread for long, keeping the due ones waiting."""
+        is not has held the thread for long, keeping the due ones waiting. (Not while
+        the scheduler thread raises the Ctrl-C itself: see CtrlCSettle.)"""
+        if self._sched.ctrl_c_settle.counting:
+            return False
         sample = self._sample
         since = max(self._sample_since, self._injected_at) if self._injected == sample else self._sample_since
         if sample is not None and time.monotonic() - since > _HURRY_PATIENCE:
@@ -271,11 +293,14 @@ class Watchdog:
             return None
 
     def _settled(self, now: float) -> bool:
-        """Whether the sampled tile has computed _CTRL_C_SETTLE since first seen."""
+        """Whether the sampled tile has computed long enough since first seen to be
+        handed its Ctrl-C here: _CTRL_C_SETTLE, or _CTRL_C_SETTLE_COUNTED while the
+        scheduler thread counts its bytecodes to raise it itself (see CtrlCSettle)."""
+        settle = _CTRL_C_SETTLE_COUNTED if self._sched.ctrl_c_settle.counting else _CTRL_C_SETTLE
         cpu, since = self._scheduler_cpu(), self._sample_cpu
         if cpu is None or since is None:
-            return now - self._sample_since >= _CTRL_C_SETTLE
-        return cpu - since >= _CTRL_C_SETTLE
+            return now - self._sample_since >= settle
+        return cpu - since >= settle
 
     def _check(self) -> None:
         sched = self._sched
@@ -292,7 +317,7 @@ class Watchdog:
             self._sample_cpu = self._scheduler_cpu()
             self._injected = None
             self._caught = 0
-            if not self._hurried and self._ctrl_c_due():
+            if not self._hurried and not self._sched.ctrl_c_settle.counting and self._ctrl_c_due():
                 self.hurry()  # (calmed while another tile held the thread: see _hurry_helps)
         if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return

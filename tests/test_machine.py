@@ -1040,6 +1040,31 @@ def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
     assert result.exit_status == 0
 
 
+def test_tiles_that_begin_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(machine):
+    """The tile program's view of the scheduler's test of this: the tile that computes
+    when the Ctrl-C comes counts on as far as it got; each tile begun after it takes its
+    Ctrl-C after as many bytecodes of its program as the next, so all count as far."""
+    import collections
+
+    from daemon_harness import wait_for
+
+    source = ("n = 0\n"
+              "try:\n"
+              "    while True:\n"
+              "        n += 1\n"
+              "except KeyboardInterrupt:\n"
+              "    print(n)\n")
+    scheduler = machine.scheduler
+    handle = machine.launch(source, tiles="4-7")
+    wait_for(lambda: scheduler.computing_tile() in scheduler.tiles[4:8], what="a tile computing")
+    handle.interrupt(ctrl_c=True)
+    result = handle.wait(10)
+    assert result.exit_status == 0, result.format()
+    counts = collections.Counter(run.output for run in result.tiles)
+    assert sorted(counts.values()) == [1, 3], result.format()
+    assert machine.scheduler.internal_errors == []
+
+
 def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
     def regions() -> list[str]:
         return [r["name"] for r in machine.sram_usage(9)["regions"]]

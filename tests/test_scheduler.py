@@ -19,6 +19,7 @@ from daemon_harness import wait_for
 
 from ipuos._costmodel import CostModel
 from ipuos._sram import SRAM
+from ipuos.scheduler._ctrl_c_settle import CTRL_C_AFTER
 from ipuos.scheduler import (
     ABORTED,
     ERROR,
@@ -1452,6 +1453,68 @@ def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_p
               else _ctrl_c_while_computing(sched, prog, ntiles, entered, 0))
     assert [r.status for r in report.results] == [OK] * ntiles, [r.error for r in report.results]
     assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
+
+
+def _counting_to_a_ctrl_c(first_superstep: bool, entered: list, counted: dict):
+    """A program whose tiles count until their Ctrl-C, into ``counted[tileid] =
+    (computed when it came, count)``; the first to begin computes (in the job's first
+    superstep), or else tile 0 (after a sync())."""
+
+    def prog(api):
+        first = not entered
+        entered.append(api.tileid)
+        if not first_superstep:
+            api.sync()
+        n = 0
+        try:
+            while True:
+                n += 1
+        except KeyboardInterrupt:
+            counted[api.tileid] = (first if first_superstep else api.tileid == 0, n)
+
+    return prog
+
+
+@pytest.mark.parametrize("first_superstep", [False, True])
+def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sched, first_superstep):
+    """The tiles the host runs after the Ctrl-C came compute without reaching an
+    exchange point: each takes the Ctrl-C once it has run CTRL_C_AFTER bytecodes of its
+    program, so each counts as far as the next, however busy the host. (The watchdog
+    stopped each a time after it saw it computing: each counted to its own n, and each
+    took the watchdog a look or more: 1472 tiles, 2 s.) Counting stops with the
+    superstep: nothing traces the scheduler thread after it."""
+    entered, counted = [], {}
+    prog = _counting_to_a_ctrl_c(first_superstep, entered, counted)
+    report = (_ctrl_c_while_computing(sched, prog, 4, entered, None, begun=1) if first_superstep
+              else _ctrl_c_while_computing(sched, prog, 4, entered, 0))
+    assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
+    later = [n for computed, n in counted.values() if not computed]
+    assert len(later) == 3 and len(set(later)) == 1, counted
+    # (into its loop: the program's first lines and ~5 bytecodes a turn; not past it)
+    assert 100 < later[0] < CTRL_C_AFTER / 4, counted
+    assert not sched.ctrl_c_settle.counting
+    assert sched.call_wait(sys.gettrace) is None and sched.call_wait(greenlet.gettrace) is None
+
+
+def test_a_tracer_of_the_scheduler_thread_is_left_alone_by_a_ctrl_c(sched):
+    """A debugger or coverage that traces the scheduler thread keeps its tracer: the
+    tiles that run after the Ctrl-C are stopped by the watchdog instead, where they
+    compute, and run their handlers all the same."""
+    frames = []
+
+    def tracer(frame, event, arg):
+        frames.append(frame.f_code.co_name)
+
+    sched.call_wait(sys.settrace, tracer)
+    try:
+        entered, counted = [], {}
+        report = _ctrl_c_while_computing(sched, _counting_to_a_ctrl_c(True, entered, counted), 3,
+                                         entered, None, begun=1)
+        assert [r.status for r in report.results] == [OK] * 3, [r.error for r in report.results]
+        assert len(counted) == 3 and "prog" in frames
+        assert sched.call_wait(sys.gettrace) is tracer
+    finally:
+        sched.call_wait(sys.settrace, None)
 
 
 @pytest.mark.parametrize("second", ["ctrl_c", "stop"])

@@ -1,0 +1,168 @@
+"""A Ctrl-C for tiles that run after it came: raised once each has run a little.
+
+On the chip every tile computes at once: when the user presses Ctrl-C, a tile the host
+has yet to run in that superstep (one not yet begun, or still parked at its last
+exchange point) had long been running beside the others, past its program's first
+lines and into its ``try:``. On the host it runs only after the Ctrl-C came, so it
+takes it at its next exchange point or, computing without reaching one, once it has
+run :data:`CTRL_C_AFTER` bytecodes of its program.
+
+Counting bytecodes rather than time gives every such tile the same start whatever the
+host's load, and the scheduler thread raises the Ctrl-C itself, between two bytecodes
+of the tile's own program: no other thread has to notice the tile computing. (The
+watchdog did, a look or more per tile: 1472 tiles of `while True: pass` took 2 s to
+stop.) Lines would be cheaper to count, but a loop on one line runs none after its
+first.
+
+It costs only while a tile is due such a Ctrl-C: a greenlet switch hook
+(``greenlet.settrace``) notes which tile the thread switches to, and ``sys.settrace``
+traces the program frames of one that is due. A scheduler thread that someone else
+traces (a debugger, coverage) is left alone: the watchdog stops its tiles, as it stops
+a tile inside one long call into C, which runs no bytecode of its program meanwhile.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import TYPE_CHECKING
+
+import greenlet
+
+from ._errors import TileKeyboardInterrupt
+from ._watchdog import runs_user_code
+
+if TYPE_CHECKING:
+    from ._scheduler import Scheduler
+    from ._tile import Tile
+
+#: bytecodes of its program a tile resumed after a Ctrl-C runs before it takes it
+#: (if it reaches no exchange point first): a program's first lines, and into its
+#: loop. Traced, they take ~0.1 ms.
+CTRL_C_AFTER = 1000
+
+
+class CtrlCSettle:
+    """Raises a Ctrl-C in each tile that is due it (``Job.ctrl_c_due``) at its
+    :data:`CTRL_C_AFTER`-th bytecode. The scheduler thread's alone."""
+
+    def __init__(self, sched: "Scheduler"):
+        self._sched = sched
+        self._tile_of = sched.tile_of
+        #: the switch hook and the thread's trace function are this one's
+        self.counting = False
+        #: the tile running now, if it is due a Ctrl-C (else None), the key it is
+        #: counted under, and how many bytecodes it has still to run before it takes it
+        self._current: Tile | None = None
+        self._key: tuple | None = None
+        self._left = 0
+        #: (tile, which of its job's Ctrl-Cs) -> bytecodes left, for the due tiles that
+        #: have run and parked (at a wait that does not take the Ctrl-C: a file's)
+        self._lefts: dict[tuple, int] = {}
+        #: code object -> whether it is user code (see runs_user_code), as found so far
+        self._user_code: dict = {}
+        # bound once: the thread's tracer is told from another by identity
+        self._on_call = self._on_call
+        self._on_opcode = self._on_opcode
+
+    def start(self) -> None:
+        """Count the bytecodes of the tiles due a Ctrl-C, from their next switch in."""
+        if self.counting or sys.gettrace() is not None:
+            return  # (counting already; or traced by someone else: the watchdog's)
+        previous = greenlet.settrace(self._on_switch)
+        if previous is not None:  # (another switch hook: leave the thread as it was)
+            greenlet.settrace(previous)
+            return
+        self.counting = True
+        self._current = None
+        sys.settrace(self._on_call)
+
+    def stop(self) -> None:
+        """Count no more: no tile that computes is due a Ctrl-C any more."""
+        if not self.counting:
+            return
+        self.counting = False
+        self._current = None
+        self._lefts.clear()
+        self._user_code.clear()
+        greenlet.settrace(None)
+        if sys.gettrace() is self._on_call:
+            sys.settrace(None)
+
+    @staticmethod
+    def _due(tile: "Tile") -> bool:
+        """Whether ``tile`` is yet to take its job's latest Ctrl-C (a stop that ends
+        the job, ``kill`` or a failure, is the watchdog's to raise)."""
+        job = tile.job
+        return job is not None and job.ctrl_cs and not job.ending and job.ctrl_c_due(tile.rank)
+
+    def _on_switch(self, event: str, args: tuple) -> None:
+        """greenlet's switch hook: runs in the greenlet switched to, before it resumes.
+        (An exception here would end the switch, and the scheduler's loop with it.)"""
+        try:
+            if event != "switch" and event != "throw":
+                return
+            if self._current is not None:  # (leaving it: it counts on when it is back)
+                self._lefts[self._key] = self._left
+            tile = self._tile_of.get(args[1])
+            if tile is None or not self._due(tile):
+                self._current = None
+                return
+            tracer = sys.gettrace()
+            if tracer is None:  # (raising the Ctrl-C in another tile unset it)
+                sys.settrace(self._on_call)
+            elif tracer is not self._on_call:
+                self._current = None  # (someone else traces now: the watchdog's)
+                return
+            self._current = tile
+            self._key = key = (tile, tile.job.ctrl_cs)
+            self._left = self._lefts.pop(key, CTRL_C_AFTER)
+            # the frames it resumes in began before it was due: trace its program's
+            frame = sys._getframe().f_back  # (None: a greenlet's first switch)
+            while frame is not None:
+                if frame.f_trace is None and self._runs_user_code(frame):
+                    self._trace(frame)
+                frame = frame.f_back
+        except Exception:
+            self._current = None
+            self._sched.report_internal_error("counting a tile's bytecodes before its Ctrl-C failed",
+                                              traceback.format_exc())
+
+    def _runs_user_code(self, frame) -> bool:
+        code = frame.f_code
+        user = self._user_code.get(code)
+        if user is None:
+            user = self._user_code[code] = runs_user_code(frame)
+        return user
+
+    def _trace(self, frame):
+        frame.f_trace_lines = False
+        frame.f_trace_opcodes = True
+        frame.f_trace = self._on_opcode
+        return self._on_opcode
+
+    def _on_call(self, frame, event: str, arg):
+        """The thread's trace function: a frame begins. Traced if it runs user code (the
+        program's) on the tile due a Ctrl-C."""
+        if self._current is not None and self._runs_user_code(frame):
+            return self._trace(frame)
+        return None
+
+    def _on_opcode(self, frame, event: str, arg):
+        """A program frame's trace function: count its bytecodes, and raise the Ctrl-C
+        at the one it is due at, as the watchdog would, had it stopped the tile there."""
+        if event != "opcode":
+            return self._on_opcode
+        tile = self._current
+        if tile is None:
+            return None  # (its tile is not due one now: stop tracing this frame)
+        left = self._left - 1
+        if left > 0:
+            self._left = left
+            return self._on_opcode
+        self._current = None
+        job = tile.job  # (None: its job over, and this a __del__ the collector runs)
+        if job is not None and not job.ending and job.ctrl_c_due(tile.rank, take=True):
+            job.ctrl_c_later.discard(tile)  # (taken: the exchange has none to hand it)
+            raise TileKeyboardInterrupt(job.abort_reason or TileKeyboardInterrupt.UNNAMED)
+        return None
