@@ -14,22 +14,26 @@ watchdog did, a look or more per tile: 1472 tiles of `while True: pass` took 2 s
 stop.) Lines would be cheaper to count, but a loop on one line runs none after its
 first.
 
-It costs only while a tile is due such a Ctrl-C: a greenlet switch hook
-(``greenlet.settrace``) notes which tile the thread switches to, and ``sys.settrace``
-traces the program frames of one that is due. A scheduler thread that someone else
-traces (a debugger, coverage) is left alone: the watchdog stops its tiles, as it stops
-a tile inside one long call into C, which runs no bytecode of its program meanwhile.
+It costs only from a Ctrl-C raised on the scheduler thread (the watchdog's in the
+computing tile, or one a tile takes at its exchange point) to the next exchange: a
+greenlet switch hook (``greenlet.settrace``) notes which tile the thread switches to,
+and ``sys.settrace`` traces the program frames of one that is due. A scheduler thread
+that someone else traces (a debugger, coverage) is left alone, as is Python 3.12 (it
+starts no opcode events on frames already running: gh-103615): the watchdog stops
+their tiles, as it stops a tile inside one long call into C, which runs no bytecode of
+its program meanwhile.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING
 
 import greenlet
 
-from ._errors import TileKeyboardInterrupt
+from ._errors import TileKeyboardInterrupt, ctrl_c_raised_hooks
 from ._watchdog import runs_user_code
 
 if TYPE_CHECKING:
@@ -40,6 +44,9 @@ if TYPE_CHECKING:
 #: (if it reaches no exchange point first): a program's first lines, and into its
 #: loop. Traced, they take ~0.1 ms.
 CTRL_C_AFTER = 1000
+
+#: whether opcode events can be turned on for frames already running (see module doc)
+_OPCODE_EVENTS_FOLLOW = sys.version_info[:2] != (3, 12)
 
 
 class CtrlCSettle:
@@ -56,18 +63,40 @@ class CtrlCSettle:
         self._current: Tile | None = None
         self._key: tuple | None = None
         self._left = 0
-        #: (tile, which of its job's Ctrl-Cs) -> bytecodes left, for the due tiles that
+        #: (tile, job, which of its Ctrl-Cs) -> bytecodes left, for the due tiles that
         #: have run and parked (at a wait that does not take the Ctrl-C: a file's)
         self._lefts: dict[tuple, int] = {}
+        #: the tiles counted since counting started (their frames are unmarked at stop)
+        self._counted: set = set()
         #: code object -> whether it is user code (see runs_user_code), as found so far
         self._user_code: dict = {}
-        # bound once: the thread's tracer is told from another by identity
+        # bound once: a hook or tracer is told from another by identity
+        self._on_switch = self._on_switch
         self._on_call = self._on_call
         self._on_opcode = self._on_opcode
 
+    def attach(self) -> None:
+        """Start counting whenever a Ctrl-C is raised on this thread (the scheduler's)."""
+        if _OPCODE_EVENTS_FOLLOW:
+            ctrl_c_raised_hooks[threading.get_ident()] = self.start
+
+    def detach(self) -> None:
+        """(The scheduler thread is ending.)"""
+        self.stop()
+        ctrl_c_raised_hooks.pop(threading.get_ident(), None)
+
+    def covers(self, job) -> bool:
+        """Whether the tiles of ``job`` due a Ctrl-C take it from this (any thread)."""
+        return self.counting and bool(job.ctrl_cs) and not job.ending
+
+    def counts(self, tile) -> bool:
+        """Whether ``tile`` takes the Ctrl-C it is due from this (any thread)."""
+        return self.counting and self._due(tile)
+
     def start(self) -> None:
-        """Count the bytecodes of the tiles due a Ctrl-C, from their next switch in."""
-        if self.counting or sys.gettrace() is not None:
+        """Count the bytecodes of the tiles due a Ctrl-C, from their next switch in, to
+        the next exchange (a Ctrl-C is raised on this thread)."""
+        if self.counting or sys.gettrace() is not None or not _OPCODE_EVENTS_FOLLOW:
             return  # (counting already; or traced by someone else: the watchdog's)
         previous = greenlet.settrace(self._on_switch)
         if previous is not None:  # (another switch hook: leave the thread as it was)
@@ -78,23 +107,34 @@ class CtrlCSettle:
         sys.settrace(self._on_call)
 
     def stop(self) -> None:
-        """Count no more: no tile that computes is due a Ctrl-C any more."""
+        """Count no more: no tile that computes is due a Ctrl-C any more (the exchange
+        has handed it to every tile yet to take it)."""
         if not self.counting:
             return
         self.counting = False
         self._current = None
         self._lefts.clear()
         self._user_code.clear()
-        greenlet.settrace(None)
+        if greenlet.gettrace() is self._on_switch:
+            greenlet.settrace(None)
         if sys.gettrace() is self._on_call:
             sys.settrace(None)
+        # (a debugger attached later must not get opcode events it never asked for)
+        for tile in self._counted:
+            frame = tile.glet.gr_frame if tile.glet else None
+            while frame is not None:
+                if frame.f_trace is self._on_opcode:
+                    frame.f_trace = None
+                    frame.f_trace_opcodes = False
+                frame = frame.f_back
+        self._counted.clear()
 
     @staticmethod
     def _due(tile: "Tile") -> bool:
         """Whether ``tile`` is yet to take its job's latest Ctrl-C (a stop that ends
         the job, ``kill`` or a failure, is the watchdog's to raise)."""
         job = tile.job
-        return job is not None and job.ctrl_cs and not job.ending and job.ctrl_c_due(tile.rank)
+        return job is not None and bool(job.ctrl_cs) and not job.ending and job.ctrl_c_due(tile.rank)
 
     def _on_switch(self, event: str, args: tuple) -> None:
         """greenlet's switch hook: runs in the greenlet switched to, before it resumes.
@@ -115,7 +155,8 @@ class CtrlCSettle:
                 self._current = None  # (someone else traces now: the watchdog's)
                 return
             self._current = tile
-            self._key = key = (tile, tile.job.ctrl_cs)
+            self._counted.add(tile)
+            self._key = key = (tile, tile.job, tile.job.ctrl_cs)
             self._left = self._lefts.pop(key, CTRL_C_AFTER)
             # the frames it resumes in began before it was due: trace its program's
             frame = sys._getframe().f_back  # (None: a greenlet's first switch)
@@ -160,9 +201,26 @@ class CtrlCSettle:
         if left > 0:
             self._left = left
             return self._on_opcode
+        if not self._may_raise(tile, frame):
+            return self._on_opcode  # (it looks again at the next bytecode)
         self._current = None
-        job = tile.job  # (None: its job over, and this a __del__ the collector runs)
-        if job is not None and not job.ending and job.ctrl_c_due(tile.rank, take=True):
+        job = tile.job
+        if not job.ending and job.ctrl_c_due(tile.rank, take=True):
             job.ctrl_c_later.discard(tile)  # (taken: the exchange has none to hand it)
             raise TileKeyboardInterrupt(job.abort_reason or TileKeyboardInterrupt.UNNAMED)
         return None
+
+    def _may_raise(self, tile: "Tile", frame) -> bool:
+        """Whether the Ctrl-C may be raised in ``frame`` now: the tile runs its program
+        (not a file operation of its own, nor a request it serves), and nothing of it
+        runs where Python drops an exception ("Exception ignored"): a ``__del__`` or
+        anything the cycle collector runs."""
+        if tile.job is None or tile.fs_depth or tile.service_depth > tile.program_depth:
+            return False
+        if self._sched.collecting:
+            return False
+        while frame is not None and self._runs_user_code(frame):
+            if frame.f_code.co_name == "__del__":
+                return False
+            frame = frame.f_back
+        return True

@@ -7,6 +7,7 @@ by hand is the failure mode these replace.
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 
 def describe_tiles(ranks) -> str:
@@ -79,6 +80,11 @@ def _count_stop() -> None:
     stops_raised[thread] = stops_raised.get(thread, 0) + 1
 
 
+#: thread id -> what a scheduler runs on its thread when a Ctrl-C is raised there (made
+#: there, as the watchdog's lands: see CtrlCSettle)
+ctrl_c_raised_hooks: dict[int, Callable[[], None]] = {}
+
+
 class JobAborted(BaseException):
     """Another tile of the job failed; this tile is stopped at its next exchange point.
 
@@ -127,6 +133,32 @@ class TileKeyboardInterrupt(TileInterrupt, KeyboardInterrupt):
 
     def __init__(self, *args):
         super().__init__(*(args or (self.UNNAMED,)))
+        hook = ctrl_c_raised_hooks.get(threading.get_ident())
+        if hook is not None:
+            hook()
+
+    @property
+    def __traceback__(self):
+        """The traceback, ending in the program: raised by the scheduler thread's count
+        of a tile's bytecodes (see CtrlCSettle), it began in the trace function that
+        counted, which is none of the program's."""
+        tb = _TRACEBACK.__get__(self)
+        entry = tb
+        while entry is not None and entry.tb_next is not None:
+            if entry.tb_next.tb_frame.f_globals.get("__name__") == _COUNTED_IN:
+                entry.tb_next = None
+                break
+            entry = entry.tb_next
+        return tb
+
+    @__traceback__.setter
+    def __traceback__(self, tb) -> None:
+        _TRACEBACK.__set__(self, tb)
+
+
+_TRACEBACK = BaseException.__dict__["__traceback__"]
+#: the module whose trace function raises a tile's Ctrl-C where it computes
+_COUNTED_IN = "ipuos.scheduler._ctrl_c_settle"
 
 
 def for_host(error: BaseException) -> BaseException:

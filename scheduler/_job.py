@@ -222,12 +222,7 @@ class Job:
             self.interrupt(self.abort_reason or "interrupted", kind)
         if self.nlive == 0:
             self.sched._job_finished(self)
-            return
-        if self.ctrl_cs and not self.ending and self.ctrl_c_due_somewhere():
-            # the tile took the Ctrl-C where it computed and ended: the next ones to run
-            # take theirs where they compute too (the exchange hands it to the others)
-            self.sched.ctrl_c_settle.start()
-        if self.arrived and self.arrived >= self.nlive:
+        elif self.arrived and self.arrived >= self.nlive:
             # the finished tile no longer takes part: the others' barrier may be complete
             self.sched._ready_jobs.append(self)
 

@@ -248,6 +248,7 @@ class Scheduler:
             tile.start(main, self.runq, park)
             self.tile_of[tile.glet] = tile
         self.thread_ident = threading.get_ident()
+        self.ctrl_c_settle.attach()
         self._started.set()
         try:
             self._loop()
@@ -970,7 +971,7 @@ class Scheduler:
         A greenlet paused inside a littlefs callback is never killed: littlefs would carry
         on with an error it cannot recover from. Such tiles are left alone.
         """
-        self.ctrl_c_settle.stop()  # (stopping jobs end for good: no Ctrl-C is due now)
+        self.ctrl_c_settle.detach()  # (stopping jobs end for good: no Ctrl-C is due now)
         for job in list(self.jobs.values()):
             self.watchdog.interrupt(job, TileInterrupt)
             job.interrupt("the machine is shutting down")

@@ -52,9 +52,9 @@ _HURRIED_TICK = 0.0001
 #: beside the others, past its first lines and into the program's `try:`; stopped at
 #: once, it could take it there (seen under load: tile 1 interrupted before it began)
 _CTRL_C_SETTLE = 0.0005
-#: the same while the scheduler thread counts the bytecodes of due tiles to raise
-#: their Ctrl-C itself (see CtrlCSettle): for one that runs none of its program's for
-#: this long (inside one long call into C)
+#: the same for a tile whose bytecodes the scheduler thread counts to raise its Ctrl-C
+#: itself (see CtrlCSettle): a backstop, for one that reaches its count no sooner (in
+#: one long call into C, which runs none of them)
 _CTRL_C_SETTLE_COUNTED = 0.02
 #: a tile not due a Ctrl-C that has computed this long since it was sampled or stopped
 #: (on in its handler, or another job's) keeps the due ones waiting however often the
@@ -93,10 +93,13 @@ def _code_of(frame) -> str:
     module_globals = frame.f_globals
     if TILE_GLOBALS_MARKER in module_globals:
         return _USER
-    name = module_globals.get("__name__") or ""
-    if name == "ipuos" or name.startswith("ipuos."):
+    name = module_globals.get("__name__")
+    if type(name) is str and (name == "ipuos" or name.startswith("ipuos.")):
         return _IPUOS
-    return _LIBRARY if frame.f_code.co_filename.startswith(_LIBRARY_DIRS) else _USER
+    filename = frame.f_code.co_filename
+    # (code a library generated, compiled from a string: a namedtuple's or a dataclass'
+    # methods, called from anywhere, ipuos' own code included)
+    return _LIBRARY if filename.startswith(_LIBRARY_DIRS) or filename.startswith("<") else _USER
 
 
 def runs_user_code(frame) -> bool:
@@ -225,19 +228,18 @@ class Watchdog:
         self._wake.set()
 
     def _ctrl_c_due(self) -> bool:
-        """Whether some live tile has still to take a Ctrl-C (see hurry)."""
-        if self._sched.ctrl_c_left_for_later():
+        """Whether some live tile has still to take a Ctrl-C from this thread (see
+        hurry): not one the scheduler thread counts its way to (see CtrlCSettle)."""
+        settle = self._sched.ctrl_c_settle
+        if not settle.counting and self._sched.ctrl_c_left_for_later():
             return True
         with self._lock:
             jobs = [job for job, kind in self._interrupts.items() if kind is TileKeyboardInterrupt]
-        return any(job.ctrl_c_due_somewhere() for job in jobs)
+        return any(not settle.covers(job) and job.ctrl_c_due_somewhere() for job in jobs)
 
     def _hurry_helps(self) -> bool:
         """Whether looking often still helps: a tile is due a Ctrl-C, and no tile that
-        is not has held the thread for long, keeping the due ones waiting. (Not while
-        the scheduler thread raises the Ctrl-C itself: see CtrlCSettle.)"""
-        if self._sched.ctrl_c_settle.counting:
-            return False
+        is not has held the thread for long, keeping the due ones waiting."""
         sample = self._sample
         since = max(self._sample_since, self._injected_at) if self._injected == sample else self._sample_since
         if sample is not None and time.monotonic() - since > _HURRY_PATIENCE:
@@ -292,11 +294,11 @@ class Watchdog:
         except (AttributeError, OSError, TypeError):
             return None
 
-    def _settled(self, now: float) -> bool:
+    def _settled(self, tile, now: float) -> bool:
         """Whether the sampled tile has computed long enough since first seen to be
-        handed its Ctrl-C here: _CTRL_C_SETTLE, or _CTRL_C_SETTLE_COUNTED while the
+        handed its Ctrl-C here: _CTRL_C_SETTLE, or _CTRL_C_SETTLE_COUNTED if the
         scheduler thread counts its bytecodes to raise it itself (see CtrlCSettle)."""
-        settle = _CTRL_C_SETTLE_COUNTED if self._sched.ctrl_c_settle.counting else _CTRL_C_SETTLE
+        settle = _CTRL_C_SETTLE_COUNTED if self._sched.ctrl_c_settle.counts(tile) else _CTRL_C_SETTLE
         cpu, since = self._scheduler_cpu(), self._sample_cpu
         if cpu is None or since is None:
             return now - self._sample_since >= settle
@@ -317,7 +319,7 @@ class Watchdog:
             self._sample_cpu = self._scheduler_cpu()
             self._injected = None
             self._caught = 0
-            if not self._hurried and not self._sched.ctrl_c_settle.counting and self._ctrl_c_due():
+            if not self._hurried and self._ctrl_c_due():
                 self.hurry()  # (calmed while another tile held the thread: see _hurry_helps)
         if job is None or (self._injected == sample and now - self._injected_at < _REPEAT):
             return
@@ -346,7 +348,7 @@ class Watchdog:
             # thread run on into the kernel (ending the tile's job, say): inject only if it
             # is still in the frame found safe, checked as late as Python allows
             if sys._current_frames().get(sched.thread_ident) is frame:
-                if kind is TileKeyboardInterrupt and not (self._settled(now) and job.ctrl_c_due(tile.rank, take=True)):
+                if kind is TileKeyboardInterrupt and not (self._settled(tile, now) and job.ctrl_c_due(tile.rank, take=True)):
                     return  # (just seen: next look; or it took this Ctrl-C at an exchange point since)
                 raised = stops_raised.get(sched.thread_ident, 0)
                 if self._injected == sample and raised != self._raised_before:

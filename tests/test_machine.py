@@ -1065,6 +1065,38 @@ def test_tiles_that_begin_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(ma
     assert machine.scheduler.internal_errors == []
 
 
+def test_tiles_that_begin_after_a_ctrl_c_take_it_in_their_program_not_in_a_file_operation(machine):
+    """The tiles begun after the Ctrl-C spend most of their bytecodes listing a
+    directory: ipuos' own code, but which makes namedtuples, whose methods the standard
+    library compiles from strings. Counted as the program's, the Ctrl-C came in the
+    middle of the VFS's listing; it comes in the program's own code."""
+    from daemon_harness import wait_for
+
+    source = ("import os\n"
+              "os.mkdir('/listed')\n"
+              "for i in range(40):\n"
+              "    open(f'/listed/f{i}', 'w').close()\n"
+              "try:\n"
+              "    while True:\n"
+              "        os.listdir('/listed')\n"
+              "except KeyboardInterrupt as e:\n"
+              "    tb = e.__traceback__\n"
+              "    while tb.tb_next is not None:\n"
+              "        tb = tb.tb_next\n"
+              "    print(tb.tb_frame.f_code.co_filename)\n"
+              "finally:\n"
+              "    for name in os.listdir('/listed'):\n"
+              "        os.remove('/listed/' + name)\n"
+              "    os.rmdir('/listed')\n")
+    scheduler = machine.scheduler
+    handle = machine.launch(source, tiles="12-15")
+    wait_for(lambda: scheduler.computing_tile() in scheduler.tiles[12:16], what="a tile computing")
+    handle.interrupt(ctrl_c=True)
+    result = handle.wait(10)
+    assert result.exit_status == 0, result.format()
+    assert [run.output for run in result.tiles] == ["<program>\n"] * 4, result.format()
+
+
 def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
     def regions() -> list[str]:
         return [r["name"] for r in machine.sram_usage(9)["regions"]]

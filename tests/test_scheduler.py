@@ -1459,10 +1459,11 @@ def test_tiles_still_to_run_when_a_ctrl_c_comes_take_it_at_their_next_exchange_p
     assert handled == dict.fromkeys(range(ntiles), 10 * ntiles if handler_exchanges else True)
 
 
-def _counting_to_a_ctrl_c(first_superstep: bool, entered: list, counted: dict):
+def _counting_to_a_ctrl_c(first_superstep: bool, entered: list, counted: dict, handler_syncs: bool = False):
     """A program whose tiles count until their Ctrl-C, into ``counted[tileid] =
     (computed when it came, count)``; the first to begin computes (in the job's first
-    superstep), or else tile 0 (after a sync())."""
+    superstep), or else tile 0 (after a sync()). ``handler_syncs``: the handler ends in
+    a sync(), which the computing tile is the first to reach."""
 
     def prog(api):
         first = not entered
@@ -1475,12 +1476,22 @@ def _counting_to_a_ctrl_c(first_superstep: bool, entered: list, counted: dict):
                 n += 1
         except KeyboardInterrupt:
             counted[api.tileid] = (first if first_superstep else api.tileid == 0, n)
+            if handler_syncs:
+                api.sync()
 
     return prog
 
 
+#: the tests of the scheduler thread counting bytecodes to a Ctrl-C (CtrlCSettle): not
+#: where it leaves that to the watchdog
+counting = pytest.mark.skipif(sys.gettrace() is not None or sys.version_info[:2] == (3, 12),
+                              reason="a traced thread (coverage, a debugger), or Python 3.12: the watchdog's")
+
+
+@counting
+@pytest.mark.parametrize("handler_syncs", [False, True])
 @pytest.mark.parametrize("first_superstep", [False, True])
-def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sched, first_superstep):
+def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sched, first_superstep, handler_syncs):
     """The tiles the host runs after the Ctrl-C came compute without reaching an
     exchange point: each takes the Ctrl-C once it has run CTRL_C_AFTER bytecodes of its
     program, so each counts as far as the next, however busy the host. (The watchdog
@@ -1488,7 +1499,7 @@ def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sche
     took the watchdog a look or more: 1472 tiles, 2 s.) Counting stops with the
     superstep: nothing traces the scheduler thread after it."""
     entered, counted = [], {}
-    prog = _counting_to_a_ctrl_c(first_superstep, entered, counted)
+    prog = _counting_to_a_ctrl_c(first_superstep, entered, counted, handler_syncs)
     report = (_ctrl_c_while_computing(sched, prog, 4, entered, None, begun=1) if first_superstep
               else _ctrl_c_while_computing(sched, prog, 4, entered, 0))
     assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
@@ -1498,6 +1509,40 @@ def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sche
     assert 100 < later[0] < CTRL_C_AFTER / 4, counted
     assert not sched.ctrl_c_settle.counting
     assert sched.call_wait(sys.gettrace) is None and sched.call_wait(greenlet.gettrace) is None
+
+
+class _Finalised:
+    """Computes as it is freed: a Ctrl-C raised in its ``__del__`` would be printed as
+    "Exception ignored" and lost."""
+
+    def __del__(self):
+        total = 0
+        for i in range(60):
+            total += i
+
+
+@counting
+def test_a_ctrl_c_is_not_counted_into_a_del_where_python_would_drop_it(sched):
+    """Tiles run after the Ctrl-C spend most of their bytecodes in ``__del__``: the
+    Ctrl-C waits for a bytecode outside it. (Raised in it, it was dropped, and taken:
+    those tiles computed on for ever.)"""
+    entered, counted = [], {}
+
+    def prog(api):
+        entered.append(api.tileid)
+        api.sync()
+        n = 0
+        try:
+            while True:
+                if api.tileid:  # (tile 0 computes plainly: the watchdog's Ctrl-C lands anywhere)
+                    _Finalised()
+                n += 1
+        except KeyboardInterrupt:
+            counted[api.tileid] = n
+
+    report = _ctrl_c_while_computing(sched, prog, 4, entered, 0)
+    assert [r.status for r in report.results] == [OK] * 4, [r.error for r in report.results]
+    assert sorted(counted) == [0, 1, 2, 3]
 
 
 def test_a_tracer_of_the_scheduler_thread_is_left_alone_by_a_ctrl_c(sched):
