@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 
@@ -1040,13 +1041,31 @@ def test_every_handler_of_a_ctrl_c_exchanges_with_the_others(machine, waits_in):
     assert result.exit_status == 0
 
 
+def _ctrl_c_while_one_computes(machine, source: str, first: int, last: int):
+    """Launch ``source`` on tiles ``first`` to ``last``, press Ctrl-C once one of them
+    computes, and return the result (the program must end well)."""
+    from daemon_harness import wait_for
+
+    scheduler = machine.scheduler
+    handle = machine.launch(source, tiles=f"{first}-{last}")
+    wait_for(lambda: scheduler.computing_tile() in scheduler.tiles[first:last + 1], what="a tile computing")
+    handle.interrupt(ctrl_c=True)
+    result = handle.wait(10)
+    assert result.exit_status == 0, result.format()
+    return result
+
+
+#: tests of the scheduler thread counting bytecodes to a Ctrl-C (see test_scheduler.py)
+counting = pytest.mark.skipif(sys.gettrace() is not None or sys.version_info[:2] == (3, 12),
+                              reason="a traced thread (coverage, a debugger), or Python 3.12: the watchdog's")
+
+
+@counting
 def test_tiles_that_begin_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(machine):
     """The tile program's view of the scheduler's test of this: the tile that computes
     when the Ctrl-C comes counts on as far as it got; each tile begun after it takes its
     Ctrl-C after as many bytecodes of its program as the next, so all count as far."""
     import collections
-
-    from daemon_harness import wait_for
 
     source = ("n = 0\n"
               "try:\n"
@@ -1054,24 +1073,18 @@ def test_tiles_that_begin_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(ma
               "        n += 1\n"
               "except KeyboardInterrupt:\n"
               "    print(n)\n")
-    scheduler = machine.scheduler
-    handle = machine.launch(source, tiles="4-7")
-    wait_for(lambda: scheduler.computing_tile() in scheduler.tiles[4:8], what="a tile computing")
-    handle.interrupt(ctrl_c=True)
-    result = handle.wait(10)
-    assert result.exit_status == 0, result.format()
+    result = _ctrl_c_while_one_computes(machine, source, 4, 7)
     counts = collections.Counter(run.output for run in result.tiles)
     assert sorted(counts.values()) == [1, 3], result.format()
     assert machine.scheduler.internal_errors == []
 
 
+@counting
 def test_tiles_that_begin_after_a_ctrl_c_take_it_in_their_program_not_in_a_file_operation(machine):
     """The tiles begun after the Ctrl-C spend most of their bytecodes listing a
     directory: ipuos' own code, but which makes namedtuples, whose methods the standard
     library compiles from strings. Counted as the program's, the Ctrl-C came in the
     middle of the VFS's listing; it comes in the program's own code."""
-    from daemon_harness import wait_for
-
     source = ("import os\n"
               "os.mkdir('/listed')\n"
               "for i in range(40):\n"
@@ -1088,12 +1101,7 @@ def test_tiles_that_begin_after_a_ctrl_c_take_it_in_their_program_not_in_a_file_
               "    for name in os.listdir('/listed'):\n"
               "        os.remove('/listed/' + name)\n"
               "    os.rmdir('/listed')\n")
-    scheduler = machine.scheduler
-    handle = machine.launch(source, tiles="12-15")
-    wait_for(lambda: scheduler.computing_tile() in scheduler.tiles[12:16], what="a tile computing")
-    handle.interrupt(ctrl_c=True)
-    result = handle.wait(10)
-    assert result.exit_status == 0, result.format()
+    result = _ctrl_c_while_one_computes(machine, source, 12, 15)
     assert [run.output for run in result.tiles] == ["<program>\n"] * 4, result.format()
 
 
