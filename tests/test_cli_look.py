@@ -346,16 +346,24 @@ def test_machines_lists_a_machine_that_does_not_answer(machine):
 def test_a_machine_of_another_release_says_so_and_halt_stops_it(machine, monkeypatch):
     """After an upgrade, the running daemon speaks the old protocol: every command says
     to halt it and start again, and halt must then be able to (it cannot ask)."""
+    import functools
+
     import ipuos._protocol
 
-    # this client reads replies of a protocol the running daemon does not speak
-    monkeypatch.setattr(ipuos._protocol, "SUPPORTED_VERSIONS", (ipuos._protocol.VERSION + 1,))
+    # this client speaks a protocol the running daemon does not, both ways: a request
+    # the daemon could read (only the replies foreign) would be carried out, and a
+    # `halt --if-saved` then halted the machine as the client reported it refused
+    other = ipuos._protocol.VERSION + 1
+    monkeypatch.setattr(ipuos._protocol, "SUPPORTED_VERSIONS", (other,))
+    monkeypatch.setattr(ipuos._protocol, "encode_frame",
+                        functools.partial(ipuos._protocol.encode_frame, version=other))
     result = invoke(machine, "status")
     assert result.exit_code != 0
     assert "use client and daemon from the same ipuos release" in result.output
     # (the machine's own name in the command to type)
     assert f"`ipuos halt --name {machine.name}`, then start the machine again" in result.output
     refused = invoke(machine, "halt", "--if-saved")
+    time.sleep(0.5)  # (a halt it had carried out would have ended it by now)
     assert refused.exit_code != 0 and lock_holder(machine.paths.lock) == machine.pid
     result = invoke(machine, "halt")
     assert result.exit_code == 0, result.output
