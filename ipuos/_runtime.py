@@ -46,7 +46,7 @@ import greenlet
 
 from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveMismatchError, ComputeBudgetExceeded,
                              DeadlockError, ExchangeError, JobAborted, ProgramGlobals, TileAPI, TileFailed,
-                             TileInterrupt, TilePickler, TileUnpickler, ended_call)
+                             TileInterrupt, TilePickler, TileUnpickler, ctrl_c_dropped, ended_call)
 
 from ._plural import plural
 from ._rebind import with_globals
@@ -1311,10 +1311,15 @@ class _UnraisableRouter:
     ``__del__`` of an object that outlived it in a reference cycle: see
     TileContext.running)."""
 
+    #: (it tells dropped Ctrl-Cs first: the scheduler's own hook need not be put over it)
+    tells_dropped_ctrl_cs = True
+
     def __init__(self, host_hook):
         self.host_hook = host_hook
 
     def __call__(self, unraisable) -> None:
+        if ctrl_c_dropped(unraisable):
+            return  # (not lost: it is raised again, so nothing is told)
         ctx = getattr(unraisable.object, "__globals__", {}).get(TILE_GLOBALS_MARKER)
         tb = unraisable.exc_traceback
         while ctx is None and tb is not None:

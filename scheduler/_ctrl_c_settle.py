@@ -49,6 +49,45 @@ CTRL_C_AFTER = 1000
 _OPCODE_EVENTS_FOLLOW = sys.version_info[:2] != (3, 12)
 
 
+#: thread id -> the CtrlCSettle of the scheduler running on it
+_settles: dict[int, "CtrlCSettle"] = {}
+
+
+def ctrl_c_dropped(unraisable) -> bool:
+    """Whether ``unraisable`` (what ``sys.unraisablehook`` is given) is a tile's Ctrl-C
+    that Python dropped ("Exception ignored in ..."): raised, by the watchdog or by the
+    count, where Python drops exceptions: a ``__del__`` by any name or path, a weakref
+    callback, a generator's ``finally`` as it is freed. Its tile is then due it again
+    (raised at its program's next bytecode, or by the watchdog), so it is not lost,
+    and nothing is to be told of it."""
+    if not isinstance(unraisable.exc_value, TileKeyboardInterrupt):
+        return False
+    settle = _settles.get(threading.get_ident())
+    return settle is not None and settle.dropped()
+
+
+class _TellingDroppedCtrlCs:
+    """``sys.unraisablehook``: a tile's dropped Ctrl-C is due again (see
+    ctrl_c_dropped); anything else goes to the hook that was there."""
+
+    #: (a hook that calls ctrl_c_dropped first says so: see _tell_dropped)
+    tells_dropped_ctrl_cs = True
+
+    def __init__(self, then):
+        self.then = then
+
+    def __call__(self, unraisable) -> None:
+        if not ctrl_c_dropped(unraisable):
+            self.then(unraisable)
+
+
+def _tell_dropped() -> None:
+    """Make sure the unraisable hook tells dropped Ctrl-Cs: a test runner (pytest) or
+    an application may have set its own since (the tile runtime's tells them too)."""
+    if not getattr(sys.unraisablehook, "tells_dropped_ctrl_cs", False):
+        sys.unraisablehook = _TellingDroppedCtrlCs(sys.unraisablehook)
+
+
 class CtrlCSettle:
     """Raises a Ctrl-C in each tile that is due it (``Job.ctrl_c_due``) at its
     :data:`CTRL_C_AFTER`-th bytecode. The scheduler thread's alone."""
@@ -76,14 +115,34 @@ class CtrlCSettle:
         self._on_opcode = self._on_opcode
 
     def attach(self) -> None:
-        """Start counting whenever a Ctrl-C is raised on this thread (the scheduler's)."""
-        if _OPCODE_EVENTS_FOLLOW:
-            ctrl_c_raised_hooks[threading.get_ident()] = self.start
+        """Start counting whenever a Ctrl-C is raised on this thread (the scheduler's),
+        and have one Python drops raised again."""
+        thread = threading.get_ident()
+        _settles[thread] = self
+        ctrl_c_raised_hooks[thread] = self.start
 
     def detach(self) -> None:
         """(The scheduler thread is ending.)"""
         self.stop()
-        ctrl_c_raised_hooks.pop(threading.get_ident(), None)
+        thread = threading.get_ident()
+        ctrl_c_raised_hooks.pop(thread, None)
+        _settles.pop(thread, None)
+
+    def dropped(self) -> bool:
+        """The running tile's Ctrl-C was dropped by Python (see ctrl_c_dropped): it is
+        due again, at its next bytecode if counting (else the watchdog's). False if the
+        tile had none to lose."""
+        tile = self._tile_of.get(greenlet.getcurrent())
+        job = tile.job if tile is not None else None
+        if job is None or job.ending or not job.ctrl_c_lost(tile.rank):
+            return False
+        self.start()
+        tracer = sys.gettrace()
+        if self.counting and tracer in (None, self._on_call):
+            if tracer is None:  # (the count's own raise unset it)
+                sys.settrace(self._on_call)
+            self._count(tile, sys._getframe(1), left=1)
+        return True
 
     def covers(self, job) -> bool:
         """Whether the tiles of ``job`` due a Ctrl-C take it from this (any thread)."""
@@ -96,6 +155,7 @@ class CtrlCSettle:
     def start(self) -> None:
         """Count the bytecodes of the tiles due a Ctrl-C, from their next switch in, to
         the next exchange (a Ctrl-C is raised on this thread)."""
+        _tell_dropped()
         if self.counting or sys.gettrace() is not None or not _OPCODE_EVENTS_FOLLOW:
             return  # (counting already; or traced by someone else: the watchdog's)
         previous = greenlet.settrace(self._on_switch)
@@ -154,20 +214,25 @@ class CtrlCSettle:
             elif tracer is not self._on_call:
                 self._current = None  # (someone else traces now: the watchdog's)
                 return
-            self._current = tile
-            self._counted.add(tile)
-            self._key = key = (tile, tile.job, tile.job.ctrl_cs)
-            self._left = self._lefts.pop(key, CTRL_C_AFTER)
-            # the frames it resumes in began before it was due: trace its program's
-            frame = sys._getframe().f_back  # (None: a greenlet's first switch)
-            while frame is not None:
-                if frame.f_trace is None and self._runs_user_code(frame):
-                    self._trace(frame)
-                frame = frame.f_back
+            key = (tile, tile.job, tile.job.ctrl_cs)
+            self._count(tile, sys._getframe().f_back, self._lefts.pop(key, CTRL_C_AFTER))
         except Exception:
             self._current = None
             self._sched.report_internal_error("counting a tile's bytecodes before its Ctrl-C failed",
                                               traceback.format_exc())
+
+    def _count(self, tile: "Tile", frame, left: int) -> None:
+        """Count ``tile``'s bytecodes from here: ``left`` more before it takes its
+        Ctrl-C, in the frames it runs in now (``frame`` and below: they began before it
+        was due) and those it calls."""
+        self._current = tile
+        self._counted.add(tile)
+        self._key = (tile, tile.job, tile.job.ctrl_cs)
+        self._left = left
+        while frame is not None:  # (None: a greenlet's first switch)
+            if frame.f_trace is None and self._runs_user_code(frame):
+                self._trace(frame)
+            frame = frame.f_back
 
     def _runs_user_code(self, frame) -> bool:
         code = frame.f_code

@@ -156,6 +156,8 @@ class Job:
         #: handed (see ctrl_c_due)
         self.ctrl_cs = 0
         self._ctrl_c_taken: dict[int, int] = {}
+        #: rank -> the Ctrl-C it had taken before its last (see ctrl_c_lost)
+        self._ctrl_c_before: dict[int, int] = {}
         #: where ctrl_c_due_somewhere last found a tile due, and the Ctrl-C it found
         #: every live tile had taken
         self._due_hint = 0
@@ -410,8 +412,19 @@ class Job:
         tile is stopped one way or the other, never both at once)."""
         due = self._ctrl_c_taken.get(rank) != self.ctrl_cs
         if due and take:
+            self._ctrl_c_before[rank] = self._ctrl_c_taken.get(rank, 0)
             self._ctrl_c_taken[rank] = self.ctrl_cs
         return due
+
+    def ctrl_c_lost(self, rank: int) -> bool:
+        """Python dropped the latest Ctrl-C rank ``rank`` took ("Exception ignored":
+        raised in a ``__del__``, a weakref callback, a generator being finalised): it is
+        due it again. False if it was due one already."""
+        if self._ctrl_c_taken.get(rank) != self.ctrl_cs:
+            return False
+        self._ctrl_c_taken[rank] = self._ctrl_c_before.pop(rank, 0)
+        self._none_due_of = -1  # (ctrl_c_due_somewhere must look again)
+        return True
 
     def ctrl_c_due_somewhere(self) -> bool:
         """Whether a live tile is yet to be handed the latest Ctrl-C. The watchdog's

@@ -1105,6 +1105,30 @@ def test_tiles_that_begin_after_a_ctrl_c_take_it_in_their_program_not_in_a_file_
     assert [run.output for run in result.tiles] == ["<program>\n"] * 4, result.format()
 
 
+@counting
+def test_a_ctrl_c_python_drops_in_a_tile_program_is_raised_again(machine):
+    """The program frees a generator whose ``finally:`` computes, where Python drops any
+    exception: a Ctrl-C raised there is raised again, and told of nowhere (it was lost:
+    the tiles computed on, and "Exception ignored" was printed)."""
+    source = ("def gen():\n"
+              "    try:\n"
+              "        yield\n"
+              "    finally:\n"
+              "        t = 0\n"
+              "        for i in range(60):\n"
+              "            t += i\n"
+              "try:\n"
+              "    while True:\n"
+              "        if __tileid:\n"
+              "            g = gen()\n"
+              "            next(g)\n"
+              "            del g\n"
+              "except KeyboardInterrupt:\n"
+              "    print('caught')\n")
+    result = _ctrl_c_while_one_computes(machine, source, 4, 7)
+    assert [run.output for run in result.tiles] == ["caught\n"] * 4, result.format()
+
+
 def test_a_repl_as_a_context_manager_frees_its_tiles_data_on_the_way_out(machine):
     def regions() -> list[str]:
         return [r["name"] for r in machine.sram_usage(9)["regions"]]

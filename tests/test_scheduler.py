@@ -6,11 +6,13 @@ tile-program runtime is tested separately (test_runtime.py).
 
 from __future__ import annotations
 
+import copy
 import operator
 import re
 import sys
 import threading
 import time
+import weakref
 
 import greenlet
 import pytest
@@ -1511,21 +1513,87 @@ def test_tiles_that_run_after_a_ctrl_c_take_it_after_as_many_bytecodes_each(sche
     assert sched.call_wait(sys.gettrace) is None and sched.call_wait(greenlet.gettrace) is None
 
 
+def _compute_a_little() -> int:
+    """A few hundred bytecodes of compute (where Python drops exceptions, below)."""
+    total = 0
+    for i in range(60):
+        total += i
+    return total
+
+
 class _Finalised:
     """Computes as it is freed: a Ctrl-C raised in its ``__del__`` would be printed as
     "Exception ignored" and lost."""
 
     def __del__(self):
-        total = 0
-        for i in range(60):
-            total += i
+        _compute_a_little()
+
+
+class _ClosedAsDel:
+    def close(self):
+        _compute_a_little()
+
+    __del__ = close
+
+
+class _DelThroughLibrary:
+    def __del__(self):
+        copy.copy(self)
+
+    def __copy__(self):
+        _compute_a_little()
+
+
+class _SlowDel:
+    def __del__(self):
+        for _ in range(200_000):  # (past the watchdog's 20 ms backstop)
+            pass
+
+
+def _finally_computes():
+    try:
+        yield
+    finally:
+        _compute_a_little()
+
+
+class _Referent:
+    pass
+
+
+def _weakref_callback(ref):
+    _compute_a_little()
+
+
+def _drops(kind: str) -> None:
+    """Free something whose finalising code (``kind``) computes, where Python drops
+    any exception."""
+    if kind == "del":
+        _Finalised()
+    elif kind == "del_by_another_name":
+        _ClosedAsDel()
+    elif kind == "del_through_a_library":
+        _DelThroughLibrary()
+    elif kind == "slow_del":
+        _SlowDel()
+    elif kind == "generator_finally":
+        generator = _finally_computes()
+        next(generator)
+        del generator
+    elif kind == "weakref_callback":
+        referent = _Referent()
+        ref = weakref.ref(referent, _weakref_callback)  # noqa: F841
+        del referent
 
 
 @counting
-def test_a_ctrl_c_is_not_counted_into_a_del_where_python_would_drop_it(sched):
-    """Tiles run after the Ctrl-C spend most of their bytecodes in ``__del__``: the
-    Ctrl-C waits for a bytecode outside it. (Raised in it, it was dropped, and taken:
-    those tiles computed on for ever.)"""
+@pytest.mark.parametrize("kind", ["del", "del_by_another_name", "del_through_a_library", "slow_del",
+                                  "generator_finally", "weakref_callback"])
+def test_a_ctrl_c_python_drops_is_raised_again(sched, kind):
+    """Tiles run after the Ctrl-C spend most of their bytecodes in code where Python
+    drops exceptions ("Exception ignored"). The count waits for a bytecode outside a
+    ``__del__``; where no name tells (or the watchdog's backstop raises it, past a slow
+    ``__del__``), it is raised again. (It was lost, and those tiles computed on for ever.)"""
     entered, counted = [], {}
 
     def prog(api):
@@ -1535,7 +1603,7 @@ def test_a_ctrl_c_is_not_counted_into_a_del_where_python_would_drop_it(sched):
         try:
             while True:
                 if api.tileid:  # (tile 0 computes plainly: the watchdog's Ctrl-C lands anywhere)
-                    _Finalised()
+                    _drops(kind)
                 n += 1
         except KeyboardInterrupt:
             counted[api.tileid] = n
