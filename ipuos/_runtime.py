@@ -46,7 +46,8 @@ import greenlet
 
 from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveMismatchError, ComputeBudgetExceeded,
                              DeadlockError, ExchangeError, JobAborted, ProgramGlobals, TileAPI, TileFailed,
-                             TileInterrupt, TilePickler, TileUnpickler, ctrl_c_dropped, ended_call)
+                             TileInterrupt, TilePickler, TileUnpickler, ctrl_c_dropped,
+                             ctrl_cs_dropped_are_told, ended_call)
 
 from ._plural import plural
 from ._rebind import with_globals
@@ -1267,11 +1268,13 @@ def _end_on_tile(ctx: TileContext, namespace: dict | None, first_own: int, faili
     instead.)"""
     ctx.stops_ignored = []
     try:
-        if namespace is not None:
-            _tear_down(namespace, first_own)
+        with ctrl_cs_dropped_are_told():
+            if namespace is not None:
+                _tear_down(namespace, first_own)
     finally:
         try:
-            _run_cleanups(ctx)
+            with ctrl_cs_dropped_are_told():
+                _run_cleanups(ctx)
         finally:
             stops, ctx.stops_ignored = ctx.stops_ignored, None
     if stops and not failing:

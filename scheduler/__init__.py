@@ -56,6 +56,7 @@ __all__ = [
     "TileUnpickler",
     "budget_seconds",
     "ctrl_c_dropped",
+    "ctrl_cs_dropped_are_told",
     "decode",
     "describe_syntax_error",
     "encode",
@@ -71,5 +72,5 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), {
     "ProgramGlobals": "._payload", "TilePickler": "._payload", "TileUnpickler": "._payload",
     "decode": "._payload", "encode": "._payload",
     "TILE_GLOBALS_MARKER": "._watchdog", "TILE_SOURCE_LINES": "._watchdog",
-    "ctrl_c_dropped": "._ctrl_c_settle",
+    "ctrl_c_dropped": "._ctrl_c_settle", "ctrl_cs_dropped_are_told": "._ctrl_c_settle",
 })

@@ -26,6 +26,7 @@ its program meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import traceback
@@ -81,6 +82,23 @@ class _TellingDroppedCtrlCs:
             self.then(unraisable)
 
 
+@contextlib.contextmanager
+def ctrl_cs_dropped_are_told():
+    """While the tile running on this thread tears its program down: a Ctrl-C Python
+    drops there (in a ``__del__``) is told, as Python tells it, and ends the program
+    once all is let go of (the tile runtime's ``_end_on_tile``), not raised again."""
+    settle = _settles.get(threading.get_ident())
+    tile = settle._tile_of.get(greenlet.getcurrent()) if settle is not None else None
+    if tile is None or tile in settle.tearing_down:
+        yield
+        return
+    settle.tearing_down.add(tile)
+    try:
+        yield
+    finally:
+        settle.tearing_down.discard(tile)
+
+
 def _tell_dropped() -> None:
     """Make sure the unraisable hook tells dropped Ctrl-Cs: a test runner (pytest) or
     an application may have set its own since (the tile runtime's tells them too)."""
@@ -109,6 +127,8 @@ class CtrlCSettle:
         self._counted: set = set()
         #: code object -> whether it is user code (see runs_user_code), as found so far
         self._user_code: dict = {}
+        #: tiles tearing their program down (see ctrl_cs_dropped_are_told)
+        self.tearing_down: set = set()
         # bound once: a hook or tracer is told from another by identity
         self._on_switch = self._on_switch
         self._on_call = self._on_call
@@ -131,10 +151,10 @@ class CtrlCSettle:
     def dropped(self) -> bool:
         """The running tile's Ctrl-C was dropped by Python (see ctrl_c_dropped): it is
         due again, at its next bytecode if counting (else the watchdog's). False if the
-        tile had none to lose."""
+        tile had none to lose, or tears its program down (see ctrl_cs_dropped_are_told)."""
         tile = self._tile_of.get(greenlet.getcurrent())
         job = tile.job if tile is not None else None
-        if job is None or job.ending or not job.ctrl_c_lost(tile.rank):
+        if job is None or job.ending or tile in self.tearing_down or not job.ctrl_c_lost(tile.rank):
             return False
         self.start()
         tracer = sys.gettrace()
