@@ -88,7 +88,7 @@ def ctrl_cs_dropped_are_told():
     drops there (in a ``__del__``) is told, as Python tells it, and ends the program
     once all is let go of (the tile runtime's ``_end_on_tile``), not raised again."""
     settle = _settles.get(threading.get_ident())
-    tile = settle._tile_of.get(greenlet.getcurrent()) if settle is not None else None
+    tile = settle.running_tile() if settle is not None else None
     if tile is None or tile in settle.tearing_down:
         yield
         return
@@ -148,11 +148,14 @@ class CtrlCSettle:
         ctrl_c_raised_hooks.pop(thread, None)
         _settles.pop(thread, None)
 
+    def running_tile(self) -> "Tile | None":
+        return self._tile_of.get(greenlet.getcurrent())
+
     def dropped(self) -> bool:
         """The running tile's Ctrl-C was dropped by Python (see ctrl_c_dropped): it is
         due again, at its next bytecode if counting (else the watchdog's). False if the
         tile had none to lose, or tears its program down (see ctrl_cs_dropped_are_told)."""
-        tile = self._tile_of.get(greenlet.getcurrent())
+        tile = self.running_tile()
         job = tile.job if tile is not None else None
         if job is None or job.ending or tile in self.tearing_down or not job.ctrl_c_lost(tile.rank):
             return False
@@ -166,7 +169,7 @@ class CtrlCSettle:
 
     def covers(self, job) -> bool:
         """Whether the tiles of ``job`` due a Ctrl-C take it from this (any thread)."""
-        return self.counting and bool(job.ctrl_cs) and not job.ending
+        return self.counting and self._counted_in(job)
 
     def counts(self, tile) -> bool:
         """Whether ``tile`` takes the Ctrl-C it is due from this (any thread)."""
@@ -210,11 +213,15 @@ class CtrlCSettle:
         self._counted.clear()
 
     @staticmethod
-    def _due(tile: "Tile") -> bool:
-        """Whether ``tile`` is yet to take its job's latest Ctrl-C (a stop that ends
-        the job, ``kill`` or a failure, is the watchdog's to raise)."""
+    def _counted_in(job) -> bool:
+        """Whether ``job`` has had a Ctrl-C and goes on (a stop that ends the job,
+        ``kill`` or a failure, is the watchdog's to raise)."""
+        return bool(job.ctrl_cs) and not job.ending
+
+    def _due(self, tile: "Tile") -> bool:
+        """Whether ``tile`` is yet to take its job's latest Ctrl-C, from this."""
         job = tile.job
-        return job is not None and bool(job.ctrl_cs) and not job.ending and job.ctrl_c_due(tile.rank)
+        return job is not None and self._counted_in(job) and job.ctrl_c_due(tile.rank)
 
     def _on_switch(self, event: str, args: tuple) -> None:
         """greenlet's switch hook: runs in the greenlet switched to, before it resumes.
@@ -234,21 +241,21 @@ class CtrlCSettle:
             elif tracer is not self._on_call:
                 self._current = None  # (someone else traces now: the watchdog's)
                 return
-            key = (tile, tile.job, tile.job.ctrl_cs)
-            self._count(tile, sys._getframe().f_back, self._lefts.pop(key, CTRL_C_AFTER))
+            self._count(tile, sys._getframe().f_back)
         except Exception:
             self._current = None
             self._sched.report_internal_error("counting a tile's bytecodes before its Ctrl-C failed",
                                               traceback.format_exc())
 
-    def _count(self, tile: "Tile", frame, left: int) -> None:
+    def _count(self, tile: "Tile", frame, left: int | None = None) -> None:
         """Count ``tile``'s bytecodes from here: ``left`` more before it takes its
-        Ctrl-C, in the frames it runs in now (``frame`` and below: they began before it
-        was due) and those it calls."""
+        Ctrl-C (None: what it had left when it last ran, or CTRL_C_AFTER), in the
+        frames it runs in now (``frame`` and below: they began before it was due) and
+        those it calls."""
         self._current = tile
         self._counted.add(tile)
-        self._key = (tile, tile.job, tile.job.ctrl_cs)
-        self._left = left
+        self._key = key = (tile, tile.job, tile.job.ctrl_cs)
+        self._left = self._lefts.pop(key, CTRL_C_AFTER) if left is None else left
         while frame is not None:  # (None: a greenlet's first switch)
             if frame.f_trace is None and self._runs_user_code(frame):
                 self._trace(frame)

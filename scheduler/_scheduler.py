@@ -463,8 +463,7 @@ class Scheduler:
         looks often then, and the GIL changes hands often enough for it to (1472 tiles
         in `while True: pass` took 23 s, a tick each)."""
         self._ctrl_c_later.append(job)
-        self.ctrl_c_settle.start()
-        if not self.ctrl_c_settle.counting:
+        if not self.ctrl_c_settle.counting:  # (it began as the Ctrl-C was made: see CtrlCSettle)
             self.watchdog.hurry()
 
     def ctrl_c_left_for_later(self) -> bool:
