@@ -656,6 +656,7 @@ class Filesystem:
         self._cfg = lfs.LFSConfig(context=self._callbacks, **config)
         self.name_max = name_max
         self._lfs = None  # an lfs.LFSFilesystem while mounted
+        self._mounts = 0  # mounts so far (a remount after ENOSPC included): see commit_mark
         # The busy flag: one token while idle, none while a littlefs call runs. Taking it
         # is a list.pop, atomic under the GIL (no thread or greenlet gets between the test
         # and the set), and never waits; it costs a third of a Lock.acquire(False), which
@@ -713,6 +714,16 @@ class Filesystem:
         return sorted({f.path for f in self._open if f._unsynced and f._can & _LFS_WRONLY})
 
     @property
+    def commit_mark(self) -> tuple[int, int]:
+        """A value that stays the same while the blocks in use cannot have been freed:
+        littlefs frees blocks only in a commit (every one ends in a device sync, which is
+        counted), and a mount may find other bytes on the device. So a filesystem found too
+        full for something is still as full while the mark is unchanged, with no walk of it
+        (``statvfs``) to tell. (Nearly: an open file truncated shorter holds fewer blocks
+        before its commit, so the mark may say full a little longer than it is.)"""
+        return self._mounts, self._callbacks.commits[0]
+
+    @property
     def config(self) -> dict:
         """The littlefs configuration in use."""
         cfg = self._cfg
@@ -740,6 +751,7 @@ class Filesystem:
             handle = lfs.LFSFilesystem()
             self._lifecycle_call("mount", lfs.mount, handle, self._cfg)
             self._lfs = handle
+            self._mounts += 1
             self._fault = None
 
     def unmount(self) -> None:
@@ -1198,6 +1210,7 @@ class Filesystem:
         self._abandoned.clear()
         callbacks.reset()
         handle = self._lfs = lfs.LFSFilesystem()
+        self._mounts += 1
         try:
             lfs.mount(handle, self._cfg)
         except LittleFSError as exc:

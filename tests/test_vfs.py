@@ -951,6 +951,36 @@ def test_stamps_that_find_the_disk_full_stay_and_follow_renames():
     assert littlefs.get_mtime("/e/new") == stamped
 
 
+def test_a_disk_too_full_for_stamps_is_walked_again_only_once_something_is_committed():
+    """Finding the disk too full for stamps walks all of it (statvfs); every backup and
+    every stamp past the bound did that again, though nothing could have been freed."""
+    from ipuos.vfs._local import STAMP_RESERVE_BLOCKS
+
+    vfs = make_vfs(blocks=32)
+    backend = vfs.backend("/")
+    for name, size in (("/filler", 20 * BLOCK), ("/x", 3000)):
+        with vfs.open(name, "wb") as f:
+            f.write(b"f" * size)
+    assert vfs.statvfs("/").f_bfree < STAMP_RESERVE_BLOCKS
+    stamped = vfs.stat("/x").st_mtime_ns
+    vfs.sync()
+    kept = backend.unwritten_times
+    assert kept >= 2  # (/filler, /x and their directory's): kept, the disk is full
+    reads = backend.device.reads
+    vfs.sync()
+    vfs.sync()
+    assert backend.device.reads == reads  # nothing committed since: still full, not walked
+    assert backend.unwritten_times == kept
+    with vfs.open("/x", "rb") as f:  # (reading commits nothing either)
+        assert len(f.read()) == 3000
+    vfs.sync()
+    assert backend.unwritten_times == kept
+    vfs.remove("/filler")  # a commit that frees room
+    vfs.sync()
+    assert backend.unwritten_times == 0
+    assert backend.fs.get_mtime("/x") == stamped
+
+
 # -- files dropped without close --------------------------------------------------------------------
 
 

@@ -65,6 +65,8 @@ class LittlefsBackend(Backend):
         self.owns = owns
         #: mtimes (ns) not yet written to littlefs, by canonical path
         self._stamps: dict[str, int] = {}
+        #: the filesystem's commit_mark when it was found too full to write stamps
+        self._full_at: tuple | None = None
         #: counts the times set (``os.utime``) while files were open; an open file keeps
         #: the count its last write saw (see LocalFile._written)
         self.times_set = 1
@@ -249,7 +251,11 @@ class LittlefsBackend(Backend):
         if not stamps:
             return
         fs = self.fs
-        if fs.statvfs().blocks_free < STAMP_RESERVE_BLOCKS:
+        # (statvfs walks the whole filesystem: on a full disk, every backup and every
+        # stamp past the bound paid that again, though nothing had been freed since)
+        mark = fs.commit_mark
+        if mark == self._full_at or fs.statvfs().blocks_free < STAMP_RESERVE_BLOCKS:
+            self._full_at = mark
             self._keep_unwritten(stamps)
             return
         for path, mtime in stamps.items():
@@ -259,6 +265,7 @@ class LittlefsBackend(Backend):
                 if exc.errno == errno.ENOSPC:
                     # full after all: no more metadata commits (see above); those written
                     # already are kept too (the same time again, when there is room)
+                    self._full_at = fs.commit_mark
                     self._keep_unwritten(stamps)
                     return
                 if exc.errno != errno.ENOENT:
