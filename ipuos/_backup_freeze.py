@@ -225,11 +225,7 @@ class Freeze:
         except Exception as exc:  # e.g. the chip disk's cache cannot reach its stripes
             reason = f"its storage could not be made ready ({type(exc).__name__}: {exc})"
         state = storage.state(tile)
-        up = state == "up" and not reason
-        uncommitted = _uncommitted_files(tile, storage) if up else {}
-        unimaged = _unimaged_mounts(tile, storage) if up else {}
-        unwritten = {(tile.id, mount): backend.unwritten_times for _, mount, backend in _littlefs_mounts(tile, storage)
-                     if backend.unwritten_times} if up else {}
+        uncommitted, unimaged, unwritten = _survey(tile, storage) if state == "up" and not reason else ({}, {}, {})
         with self._lock:
             if self.released:
                 return
@@ -280,14 +276,36 @@ def _littlefs_mounts(tile, storage):
     return found
 
 
-def _uncommitted_files(tile, storage) -> dict[tuple[int, str], list[str]]:
-    found = {}
-    for _, mount, backend in _littlefs_mounts(tile, storage):
-        if backend.fs.mounted:
-            paths = backend.fs.uncommitted()
-            if paths:
-                found[tile.id, mount] = [posixpath.join(mount, path.lstrip("/")) for path in paths]
-    return found
+def _survey(tile, storage) -> tuple[dict, dict, dict]:
+    """What an image of the tile's devices lacks, in one look at its mounts (a backup
+    freezes every tile: this is per tile, so it is kept to one pass):
+
+    * (tile id, mount) -> paths of files open there with writes not yet committed;
+    * (tile id, mount) -> (what, whether it holds files) of the littlefs filesystems
+      mounted on none of the machine's devices (``mount --ram``'s RAM disks);
+    * (tile id, mount) -> how many files' mtimes a full disk had no room for.
+    """
+    vfs = storage.vfs(tile)  # only called for tiles that are up: nothing is brought up
+    if vfs.pending:
+        vfs.close_pending()
+    devices = storage.boot_mounts(tile)
+    uncommitted, unimaged, unwritten = {}, {}, {}
+    for mount in vfs.mounts():
+        backend = mount.backend
+        if not isinstance(backend, LittlefsBackend):
+            continue
+        fs, key = backend.fs, (tile.id, mount.path)
+        if mount.path not in devices:
+            if fs.mounted:
+                what = "RAM disk" if isinstance(backend.device, MemoryDevice) else "filesystem"
+                unimaged[key] = (what, bool(fs.scandir("/")))
+            continue
+        paths = fs.uncommitted() if fs.mounted else None
+        if paths:
+            uncommitted[key] = [posixpath.join(mount.path, path.lstrip("/")) for path in paths]
+        if backend.unwritten_times:
+            unwritten[key] = backend.unwritten_times
+    return uncommitted, unimaged, unwritten
 
 
 def prepare_backup(tile, storage) -> str | None:
@@ -341,18 +359,3 @@ def _write_back(backend) -> None:
     flush = getattr(backend.device, "flush", None)
     if flush is not None:
         flush()
-
-
-def _unimaged_mounts(tile, storage) -> dict[tuple[int, str], tuple[str, bool]]:
-    """The littlefs filesystems the tile mounts on no device of the machine (``mount
-    --ram``'s RAM disks): what each is and whether it holds any file."""
-    vfs = storage.vfs(tile)
-    devices = storage.boot_mounts(tile)
-    found = {}
-    for info in vfs.mount_points():
-        backend = vfs.backend(info.path)
-        if info.path in devices or not isinstance(backend, LittlefsBackend) or not backend.fs.mounted:
-            continue
-        what = "RAM disk" if isinstance(backend.device, MemoryDevice) else "filesystem"
-        found[tile.id, info.path] = (what, bool(backend.fs.scandir("/")))
-    return found
