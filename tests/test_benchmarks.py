@@ -19,7 +19,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
     ("interrupt.py", ["launching and ending `pass`", "every tile catching it", "no tile catching it",
                        "cleaning up for"]),
     ("alltoall.py", ["empty superstep", "numpy copy of the same bytes", "Python floor", "ceiling", "alltoall"]),
-    ("fs.py", ["4Ki write", "256Ki read", "create", "remote 64 KiB file"]),
+    ("fs.py", ["4Ki write", "256Ki read", "create", "remote 64 KiB file", "lean/stock"]),
     ("fs_raw.py", ["4Ki write", "256Ki read"]),
     ("backup.py", ["empty machine, image size", "cp+sync", "backup (full disks)", "restore (full disks)"]),
     ("cli.py", ["python -c pass", "ipuos --version", "ipuos status", "ipuos run --tiles 0", "ipuos shell"]),
