@@ -30,7 +30,8 @@ from pathlib import Path
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import get_app
-from prompt_toolkit.completion import Completer, Completion
+from prompt_toolkit.buffer import CompletionState
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion, get_common_complete_suffix
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
@@ -198,6 +199,12 @@ class Terminal:
         def _indent(event):  # (anywhere else Tab completes, as in Python's own REPL)
             event.current_buffer.insert_text("    ")
 
+        completer = _TileCompleter(self)
+
+        @bindings.add("tab", filter=~Condition(_at_indentation))
+        def _complete(event):
+            _complete_now(event.current_buffer, completer)
+
         def _continues() -> bool:
             return self.mode == SHELL and continues_on_next_line(get_app().current_buffer.text)
 
@@ -218,7 +225,7 @@ class Terminal:
             if kind not in sessions:
                 # enable_suspend: Ctrl-Z stops the shell at the prompt as it does while a
                 # command runs (without it, a literal ^Z went into the line)
-                sessions[kind] = PromptSession(history=self._load_history(kind), completer=_TileCompleter(self),
+                sessions[kind] = PromptSession(history=self._load_history(kind), completer=completer,
                                                complete_while_typing=False, key_bindings=bindings,
                                                enable_suspend=True,
                                                prompt_continuation=_continuation if kind == SHELL else None)
@@ -752,6 +759,35 @@ def _multirepl_data_word(command) -> Word | None:
 def _host_listdir(directory: str) -> list[tuple[str, bool]]:
     with os.scandir(os.path.expanduser(directory)) as entries:
         return [(entry.name, entry.is_dir()) for entry in entries]
+
+
+def _complete_now(buffer, completer: Completer) -> None:
+    """Tab, as prompt_toolkit's own binding does it (the part every completion shares is
+    inserted; several left open a menu, which Tab then moves through), but before the next
+    key is handled. prompt_toolkit completes in a task that runs after every key already
+    typed: Enter typed right after Tab ran the line as it was, while the screen showed it
+    completed, and letters typed after Tab went onto the uncompleted word. Keys typed while
+    tile 0 answers wait in the terminal, as they do in readline."""
+    if buffer.complete_state:
+        buffer.complete_next()
+        return
+    document = buffer.document
+    completions = list(completer.get_completions(document, CompleteEvent(completion_requested=True)))
+    before = document.text_before_cursor
+    if len(completions) == 1 and before[len(before) + completions[0].start_position:] == completions[0].text:
+        return  # (one completion, which adds nothing)
+    if not completions:
+        return
+    common = get_common_complete_suffix(document, completions)
+    if common:
+        buffer.insert_text(common)
+        if len(completions) == 1:
+            return
+        completions = [completion.new_completion_from_position(len(common)) for completion in completions]
+    buffer.complete_state = CompletionState(original_document=buffer.document, completions=completions)
+    buffer.on_completions_changed.fire()
+    if len(completions) == 1 and not common:  # (one that replaces what was typed: taken)
+        buffer.go_to_completion(0)
 
 
 class _TileCompleter(Completer):

@@ -171,6 +171,25 @@ def test_tab_completes_commands_and_paths(terminal):
     assert term.prompt("/complete-me/inner").split("\n", 1)[1] == "tab-content\n"
 
 
+def test_keys_typed_right_after_tab_are_taken_after_the_completion(terminal):
+    """Tab completed in the background, after every key already typed: an Enter in the
+    same burst ran ``cat /typed-ahead/n`` while the screen showed the completed line,
+    and letters went onto the uncompleted word (``ls /typed-ahwdir``)."""
+    term = terminal()
+    term.prompt()
+    term.run("mkdir -p /typed-ahead/wdir; echo ahead > /typed-ahead/nums.txt; echo in > /typed-ahead/wdir/inside")
+    term.child.send("cat /typed-ahead/n\t\r")  # one write: the keys arrive together
+    assert term.prompt().split("\n", 1)[1] == "ahead\n"
+    term.child.send("ls /typed-ah\twdir\r")
+    assert term.prompt().split("\n", 1)[1] == "inside\n"
+    history = term.run("history")
+    assert "cat /typed-ahead/nums.txt \n" in history and "ls /typed-ahead/wdir\n" in history, history
+    # several completions: the part they share at once, then a menu Tab moves through
+    term.run("mkdir /typed-ahead/wdir/sub1 /typed-ahead/wdir/sub2")
+    term.child.send("cd /typed-ahead/wdir/s\t\t\r")
+    term.prompt("/typed-ahead/wdir/sub1")
+
+
 def private_history(home, name: str = "history") -> str:
     """The text of a history file in ``home``, which only its user may read."""
     path = home / ".local" / "share" / "ipuos" / name
