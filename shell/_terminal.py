@@ -34,6 +34,7 @@ from prompt_toolkit.buffer import CompletionState
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, get_common_complete_suffix
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.history import FileHistory, InMemoryHistory
+from prompt_toolkit.input.typeahead import clear_typeahead
 from prompt_toolkit.key_binding import KeyBindings
 
 from ipuos._readlimit import read_at_most
@@ -283,6 +284,8 @@ class Terminal:
                     self._execute("", eof=True)
                     continue
                 self._feed_entry(line)
+                if self.ctrl_c:
+                    _drop_typed_ahead(session)
         return self.status
 
     def _feed_entry(self, text: str) -> None:
@@ -720,6 +723,19 @@ def _end_prompt(session: PromptSession | None) -> None:
             app.exit(exception=_PromptEnded())
 
     loop.call_soon_threadsafe(end)
+
+
+def _drop_typed_ahead(session: PromptSession) -> None:
+    """After a Ctrl-C, forget the lines typed or pasted meanwhile, as a terminal does on
+    Ctrl-C (bash's too): else the lines of a paste without bracketed paste (each its own
+    entry) that came before the command started ran after it was stopped. prompt_toolkit
+    keeps keys it read but had not handled for the next prompt; the terminal keeps what
+    nobody read yet."""
+    clear_typeahead(session.input)
+    try:
+        termios.tcflush(session.input.fileno(), termios.TCIFLUSH)
+    except (OSError, ValueError, termios.error):
+        pass  # (not a terminal after all: nothing is kept there)
 
 
 def _umask() -> int:

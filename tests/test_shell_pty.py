@@ -247,6 +247,23 @@ def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     assert "spin.py" not in run_cli("ps", env=shared_machine.env()).stdout
 
 
+def test_ctrl_c_drops_the_lines_typed_ahead_of_the_command_it_stops(terminal, shared_machine):
+    """Lines of a paste without bracketed paste are each an entry of their own; those read
+    before the command started ran after Ctrl-C had stopped it (the terminal drops only
+    what comes later)."""
+    term = terminal()
+    term.prompt()
+    term.run("echo 'while True: pass' > /spin-ahead.py")
+    term.child.send("run /spin-ahead.py --tiles 1\recho SHOULD-NOT-RUN\rmkdir /should-not-exist\r")
+    wait_for(lambda: "spin-ahead.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
+             what="the program to run")
+    term.child.sendintr()
+    assert "interrupted (Ctrl-C)" in term.prompt()
+    assert term.run("echo after") == "after\n"
+    assert term.run("ls /should-not-exist") == "ls: /should-not-exist: No such file or directory\n"
+    assert "SHOULD-NOT-RUN" not in term.run("history")
+
+
 def test_a_second_ctrl_c_on_run_starts_the_report_on_a_line_of_its_own(terminal, shared_machine, tmp_path):
     (tmp_path / "swallow.py").write_text("while True:\n    try:\n        while True:\n            sync()\n"
                                          "    except KeyboardInterrupt:\n        print('swallowed')\n")
