@@ -522,24 +522,33 @@ def _send_signal(pid: int, signum: int) -> None:
 class _RunCommand(click.Command):
     """``run``: the options it does not know are the program's, except one that looks like
     a slip for its own (``--tile 0`` would run the program on every tile), unless it
-    comes after ``--`` (click drops the ``--`` from what it hands on: hence here)."""
+    comes after ``--`` (click drops the ``--`` from what it hands on: hence here).
+
+    Its one short option, ``-h``, is only ever the whole word: click reads ``-h.py`` or a
+    program's ``-vh`` as short options bundled, and ``run -h.py`` printed the help and
+    exited 0 without running the file, where ``run -x.py`` runs it. So click knows only
+    ``--help``, and a word ``-h`` is made that here."""
 
     def parse_args(self, ctx, args):
         options = [param for param in self.params if isinstance(param, click.Option)]
         own = [opt for option in options for opt in option.opts if opt.startswith("--")]
         takes_value = {opt for option in options if not option.is_flag for opt in option.opts}
+        args = list(args)
         index = 0
         while index < len(args) and args[index] != "--":
             name, eq, _ = args[index].partition("=")
             if name in takes_value and not eq:
                 index += 1  # (its value, whatever it looks like)
+            elif name == "-h":
+                args[index] = "--help"
             elif name not in own and (slip := program_option_slip(name, own)) is not None:
                 raise click.UsageError(slip, ctx)
             index += 1
         return super().parse_args(ctx, args)
 
 
-@main.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True})  # (those are the program's)
+# (the program's options are those run does not know; -h: see _RunCommand)
+@main.command(cls=_RunCommand, context_settings={"ignore_unknown_options": True, "help_option_names": ["--help"]})
 @click.argument("file", type=click.File("rb"))
 @click.argument("program_args", metavar="[ARGS]...", nargs=-1, type=click.UNPROCESSED)
 @click.option("--tiles", "tile_spec", default="all", show_default=True, help="tiles to run on, e.g. 0-99,200")

@@ -77,6 +77,23 @@ def test_run_passes_arguments_to_the_program(runner, program):
     assert result.output == f"[1 tile: 0]\n{[path, 'x', '-v', '--level=3']}\n"
 
 
+def test_a_word_with_h_after_a_dash_is_a_file_or_the_programs_not_a_call_for_help(runner, program, tmp_path,
+                                                                                   monkeypatch):
+    """click read ``-h.py`` as short options bundled, -h among them: ``run -h.py`` printed
+    the help and exited 0 without running anything (``run -x.py`` runs the file)."""
+    monkeypatch.chdir(tmp_path)
+    program("print(__args)", name="-h.py")
+    result = runner.invoke(main, ["run", "-h.py", "--tiles", "0", "-vh", "-path"])
+    assert result.exit_code == 0, result.output
+    assert result.output == "[1 tile: 0]\n['-h.py', '-vh', '-path']\n"
+    result = runner.invoke(main, ["run", "-hx.py", "--tiles", "0"])  # (no such file)
+    assert result.exit_code == 2 and "'-hx.py': No such file or directory" in result.output, result.output
+    for asking in (["-h"], ["--help"], ["-h.py", "-h"]):  # -h by itself still asks for help
+        result = runner.invoke(main, ["run", *asking])
+        assert result.exit_code == 0 and result.output.startswith("Usage: "), result.output
+        assert "run [OPTIONS] FILE" in result.output.split("\n", 1)[0]
+
+
 @pytest.mark.parametrize("slip, meant", [("--tile", "--tiles"), ("--tile=0", "--tiles"), ("--dat", "--data"),
                                          ("--budgte", "--budget"), ("--jsn", "--json")])
 def test_a_slip_for_one_of_runs_options_is_refused_unless_after_double_dash(runner, program, slip, meant):
