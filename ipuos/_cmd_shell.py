@@ -5,7 +5,7 @@ there and answers back:
 
 | command | arguments | what |
 |---|---|---|
-| ``shell.attach`` | width | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
+| ``shell.attach`` | width, tz | opens a session on tile 0; emits ``attached`` with its id, then stays in flight until the client goes (the session closes then) |
 | ``shell.exec`` | session, seq, line, eof, width, echoes_ctrl_c; payload | runs a line; emits ``{"output": [[stream, text], ...]}`` as it comes; cancel = Ctrl-C |
 | ``shell.complete`` | session, text | ``{"start", "words"}`` |
 | ``shell.put`` | session, path, name, offset, last; payload | writes a chunk of a host file (in place at the last); ``{"path"}`` (null: stopped by a cancel, nothing in place) |
@@ -36,6 +36,7 @@ from ._host import HostedJob, MachineHost
 from ._machine import RunHandle
 from ._runresult import STOPPED_FOR_GOOD, process_status
 from ._runtime import ReplBlock
+from ._timezone import client_zone
 from ._tilespec import format_tiles
 from .shell import ShellServer
 
@@ -191,12 +192,12 @@ def _os_message(exc: OSError) -> str:
 # -- the commands ------------------------------------------------------------------------------
 
 
-@command("shell.attach", Arg("width", int, 0), timeout=None)
+@command("shell.attach", Arg("width", int, 0), Arg("tz", str, None), timeout=None)
 def _attach(call: Call):
     """Open a shell session on tile 0; it lasts until this call is cancelled or the client
-    disconnects."""
+    disconnects. ``tz``: the client's TZ (None: unset), the zone the session shows times in."""
     server = _server(call.host)
-    opened = _ask(call, "shell.open", call.peer_pid, call.args["width"])
+    opened = _ask(call, "shell.open", call.peer_pid, call.args["width"], client_zone(call.args["tz"]))
     sid = opened["session"]
     gone = threading.Event()
     call.on_cancel(gone.set)

@@ -10,6 +10,7 @@ every ``ipuos`` command imports: this needs the shell package.)
 from __future__ import annotations
 
 import itertools
+import os
 import socket
 import threading
 import time
@@ -96,7 +97,9 @@ class DaemonTransport:
 
     def _hold(self, width: int) -> None:
         try:
-            self._holder.call("shell.attach", {"width": width}, wait=None, on_event=self._event)
+            # (TZ: the shell's times are shown in the zone the user's own tools show them in)
+            self._holder.call("shell.attach", {"width": width, "tz": os.environ.get("TZ")}, wait=None,
+                              on_event=self._event)
         except BaseException as exc:  # the daemon went away, or we closed the connection
             self._error = exc
         finally:

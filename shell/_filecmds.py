@@ -9,6 +9,7 @@ and served by tile N itself. Long listings and reads check for Ctrl-C between st
 from __future__ import annotations
 
 import codecs
+import datetime
 import errno
 import os
 import re
@@ -32,10 +33,17 @@ def natural_order(entry) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", entry.name)]
 
 
-def _mtime(mtime_ns: int) -> str:
+def _mtime(mtime_ns: int, zone) -> str:
     if not mtime_ns:
         return "                -"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(mtime_ns / 1e9))
+    return _local_time(mtime_ns, "%Y-%m-%d %H:%M", zone)
+
+
+def _local_time(ns: int, form: str, zone) -> str:
+    """``ns`` since the epoch as ``form`` in ``zone`` (a tzinfo; None: this process's own)."""
+    if zone is None:
+        return time.strftime(form, time.localtime(ns / 1e9))
+    return datetime.datetime.fromtimestamp(ns / 1e9, zone).strftime(form)
 
 
 def _columns(names: list[str], width: int) -> str:
@@ -103,7 +111,7 @@ def _ls(sh, args):
 def _listing(sh, entries, long_format: bool) -> str:
     if long_format:
         return "".join(
-            f"{'d' if e.is_dir else '-'} {e.size:>9} {_mtime(e.mtime_ns)} {sh.shown(e.name)}"
+            f"{'d' if e.is_dir else '-'} {e.size:>9} {_mtime(e.mtime_ns, sh.session.zone)} {sh.shown(e.name)}"
             f"{'/' if e.is_dir and e.name not in ('.', '..') else ''}\n"
             for e in entries
         )
@@ -313,7 +321,7 @@ def _stat(sh, args):
         match = re.match(r"^/tiles/(\d+)", full)
         if match and mount.path == "/tiles":
             where += f", served by tile {match.group(1)}"
-        modified = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.mtime_ns / 1e9))
+        modified = (_local_time(entry.mtime_ns, "%Y-%m-%d %H:%M:%S", sh.session.zone)
                     if entry.mtime_ns else "never recorded")
         sh.write(("\n" if shown else "")
                  + f"  File: {path}\n"

@@ -5,7 +5,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 
 | service | arguments | result |
 |---|---|---|
-| ``shell.open`` | client pid, terminal width | ``{"session", "status", "cwd", "mode", "prompt", "ntiles", "sram_per_tile"}`` |
+| ``shell.open`` | client pid, terminal width, time zone | ``{"session", "status", "cwd", "mode", "prompt", "ntiles", "sram_per_tile"}`` |
 | ``shell.exec`` | session, seq, line, payload, eof, width, emit, echoes_ctrl_c | ``{"status", "cwd", "mode", "prompt", "output"}`` |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
 | ``shell.put`` | session, path, host name, bytes, offset, last, cancelled | the path written (None: given up) |
@@ -135,9 +135,10 @@ class ShellServer:
             raise LookupError(f"no shell session {sid!r} (it was closed; attach again)")
         return session
 
-    def _serve_open(self, tile, client_pid, width=0) -> dict:
+    def _serve_open(self, tile, client_pid, width=0, zone=None) -> dict:
         session = Session(next(self._ids), client_pid)
         session.width = width
+        session.zone = zone
         self.sessions[session.id] = session
         tile.kernel_data.setdefault(SESSIONS_KEY, {})[session.id] = session
         _working_directories(tile).add(session, _SESSION_BUSY)

@@ -63,6 +63,8 @@ class Session:
         self.previous_cwd = "/"
         #: the terminal's width for columns (0: not a terminal, one name per line)
         self.width = 0
+        #: the tzinfo times are shown in: the client's (None: the host process's own)
+        self.zone = None
         #: the terminal shows a Ctrl-C typed at it as ``^C`` itself (a tty's echo): the
         #: shell does not say it again
         self.echoes_ctrl_c = False

@@ -1278,3 +1278,34 @@ def test_a_move_between_filesystems_keeps_modification_times(shared_machine):
     assert done.returncode == 0, done.stderr
     times = [line for line in done.stdout.splitlines() if "modified" in line.lower()]
     assert len(times) == 2 and times[0].split(":", 1)[1] == times[1].split(":", 1)[1], done.stdout
+
+
+def test_times_are_shown_in_the_zone_of_the_users_tz_not_the_daemons(runtime_dir, monkeypatch, tmp_path):
+    """The shell runs inside the daemon and showed times in the daemon's zone, while
+    ``image ls`` and the mount show them in the user's: 9 hours apart under TZ=Asia/Tokyo
+    once the daemon had been started from another environment."""
+    import datetime
+    import zoneinfo
+
+    from daemon_harness import boot_machine
+
+    monkeypatch.setenv("TZ", "America/New_York")  # (the daemon's, inherited at boot)
+    booted = boot_machine()
+    try:
+        program = tmp_path / "stamp.py"
+        program.write_text("import os\nopen('/tz.txt', 'w').write('x')\nos.utime('/tz.txt', (1700000000, 1700000000))\n")
+        assert run_cli("run", str(program), "--tiles", "0", env=booted.env()).returncode == 0
+        with open("/etc/localtime", "rb") as f:
+            host_zone = zoneinfo.ZoneInfo.from_file(f)
+        host = datetime.datetime.fromtimestamp(1700000000, host_zone).strftime("%Y-%m-%d %H:%M")
+        for tz, shown in (("UTC", "2023-11-14 22:13"), ("Asia/Tokyo", "2023-11-15 07:13"),
+                          (":Asia/Tokyo", "2023-11-15 07:13"), ("JST-9", "2023-11-15 07:13"), (None, host)):
+            env = booted.env()
+            env.pop("TZ")
+            if tz is not None:
+                env["TZ"] = tz
+            done = shell(booted, "ls -l /tz.txt; stat /tz.txt", env=env)
+            assert done.returncode == 0, done.stderr
+            assert f" {shown} /tz.txt\n" in done.stdout and f"Modified: {shown}:20\n" in done.stdout, (tz, done.stdout)
+    finally:
+        booted.halt()
