@@ -924,7 +924,17 @@ def user_traceback(exc: BaseException) -> str:
                 pending.append((linked, linked_error))
         pending.extend(zip(getattr(part, "exceptions", None) or (), getattr(error, "exceptions", ())))
     # exchange errors read as DeadlockError: ..., not ipuos.scheduler.DeadlockError
-    return _SCHEDULER_PREFIX.sub(r"\1", "".join(report.format()))
+    return _bounded(_SCHEDULER_PREFIX.sub(r"\1", "".join(report.format())))
+
+
+def _bounded(text: str, limit: int = DEFAULT_OUTPUT_LIMIT) -> str:
+    """A tile's error report held to ``limit`` characters, as its output is: its start
+    (where it was raised) and its end (what was raised), with a marker between. A
+    program's exception message has no bound of its own, and every tile may raise one."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[error report truncated: {plural(len(text) - 2 * half, 'more character')}]\n{text[-half:]}"
 
 
 #: the module of the exchange's errors where an exception's type starts a line (or a line

@@ -514,6 +514,27 @@ def test_output_is_bounded_with_an_explicit_marker(machine):
     assert one_more == "x" * 9 + "\n[output truncated: 1 more character]\n"  # (the newline)
 
 
+def test_error_reports_are_bounded_and_others_carry_only_the_start_of_the_message(machine):
+    """An exception's message had no bound, and the tiles a failure stops each carried a
+    copy of it in their own report: one tile's 10 MB message took ~15 GB on an mk2 chip."""
+    from ipuos._runtime import DEFAULT_OUTPUT_LIMIT
+
+    result = run(machine, """
+        if __tileid == 1:
+            raise ValueError("x" * 10**7)
+        sync()
+    """, tiles="0-3")
+    failed, stopped = result.tiles[1].error, [result.tiles[rank].error for rank in (0, 2, 3)]
+    assert failed.startswith("Traceback (most recent call last):\n") and "ValueError: xxx" in failed
+    assert "\n[error report truncated: " in failed and failed.endswith("x" * 100 + "\n")
+    assert len(failed) < DEFAULT_OUTPUT_LIMIT + 100
+    for error in stopped:
+        assert "failed with ValueError: " + "x" * 1000 + "... [9,999,000 more characters]" in error, error[-200:]
+        assert len(error) < 2000
+    everyone = run(machine, "raise ValueError(str(__tileid) * 10**6)", tiles="0-3")
+    assert all(len(tile.error) < DEFAULT_OUTPUT_LIMIT + 100 for tile in everyone.tiles)
+
+
 def test_exit_codes(machine):
     result = run(machine, "exit(__tileid)", tiles="0-2")
     assert [t.exit_code for t in result.tiles] == [0, 1, 2]
