@@ -37,6 +37,7 @@ from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Reques
 from ._rundir import hint
 from ._runjson import run_result_to_json
 from ._runresult import STOPPED_FOR_GOOD
+from ._source import source_problem, source_text
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError, budget_seconds, describe_syntax_error
 
@@ -397,11 +398,11 @@ def _run(call: Call):
     data = payload[source_len:] if args["has_data"] else None
     machine = call.host.machine
     try:
-        source_text = source.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CommandError("bad_program", f"{filename} is not UTF-8 text (byte {exc.start})") from None
+        text = source_text(source)
+    except (UnicodeDecodeError, SyntaxError) as exc:
+        raise CommandError("bad_program", f"{filename} {source_problem(exc)}") from None
     try:
-        handle = machine.launch(source_text, args["tiles"], data, filename=filename, budget=args["budget"],
+        handle = machine.launch(text, args["tiles"], data, filename=filename, budget=args["budget"],
                                 argv=[filename, *program_args])
     except TileSpecError as exc:
         raise CommandError("bad_tiles", str(exc)) from None

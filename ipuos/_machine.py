@@ -28,9 +28,9 @@ from ._runtime import (
     compile_block,
     module_namespace,
     preview_namespace,
-    source_text,
     user_traceback,
 )
+from ._source import source_text
 from ._sram import SRAM
 from ._tiledata import decode_shares, split_lines
 from ._tilespec import describe_tiles, format_tiles, parse_tiles

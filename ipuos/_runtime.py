@@ -51,6 +51,7 @@ from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveM
 
 from ._plural import plural
 from ._rebind import with_globals
+from ._source import source_text
 from ._tilecsv import TILE_CSV_NAMES
 
 #: standard modules that only compute: importable on a tile
@@ -961,16 +962,6 @@ def _runs_as_a_tile(frame) -> bool:
     """Whether ``frame`` is tile code whose globals are not a tile module's: code the
     program ran with ``exec(text, {})``, which gets the tile's builtins (its print)."""
     return isinstance(getattr(frame.f_builtins.get("print"), "__self__", None), TileContext)
-
-
-def source_text(source) -> str:
-    """A program's text: str, or UTF-8 bytes (any bytes-like object); a byte-order mark,
-    as editors may save, is dropped, as Python reads past it. TypeError otherwise."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        source = bytes(source).decode("utf-8")
-    elif not isinstance(source, str):
-        raise TypeError(f"a program's source is str or bytes, not {type(source).__name__}")
-    return source[1:] if source.startswith("\ufeff") else source
 
 
 def compile_program(source: str, filename: str):

@@ -14,6 +14,7 @@ import re
 import traceback
 
 from ipuos._plural import plural
+from ipuos._source import source_problem, source_text
 from ipuos._spelling import program_option_slip
 from ipuos._tilespec import TileSpecError, format_tiles
 from ipuos.scheduler import TileBusyError, budget_seconds, describe_syntax_error
@@ -50,9 +51,9 @@ def _run(sh, args):
         except ValueError:
             return sh.error(f"--budget: {settings['--budget']!r} is not a positive, finite number of seconds", 2)
     try:
-        source = sh.fs.read_bytes(path).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return sh.error(f"{path}: not UTF-8 text (byte {exc.start})")
+        source = source_text(sh.fs.read_bytes(path))
+    except (UnicodeDecodeError, SyntaxError) as exc:
+        return sh.error(f"{path} {source_problem(exc)}")
     data = sh.fs.read_bytes(settings["--data"]) if settings["--data"] is not None else None
     try:
         launched = sh.host.launch(source, sh.fs.abspath(path), settings["--tiles"], data, argv,

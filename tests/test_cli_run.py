@@ -94,6 +94,23 @@ def test_a_word_with_h_after_a_dash_is_a_file_or_the_programs_not_a_call_for_hel
         assert "run [OPTIONS] FILE" in result.output.split("\n", 1)[0]
 
 
+def test_a_program_is_read_in_the_encoding_its_coding_declaration_names(runner, tmp_path):
+    """As Python reads a source file (PEP 263): a latin-1 file that says so was refused
+    as "not UTF-8 text"."""
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b'# -*- coding: latin-1 -*-\nprint("caf\xe9")\n')
+    result = runner.invoke(main, ["run", str(latin), "--tiles", "0"])
+    assert (result.exit_code, result.output) == (0, "[1 tile: 0]\ncaf\u00e9\n"), result.output
+    for text, problem in ((b"# coding: nonsense\nprint(1)\n",
+                           "has a coding declaration Python cannot read (unknown encoding: nonsense)"),
+                          (b'print("caf\xe9")\n', "is not UTF-8 text (byte 10)"),
+                          (b'# coding: utf-8\nprint(1)\nprint("caf\xe9")\n', "is not UTF-8 text (byte 35)")):
+        bad = tmp_path / "bad.py"
+        bad.write_bytes(text)
+        result = runner.invoke(main, ["run", str(bad), "--tiles", "0"])
+        assert result.exit_code == 1 and f"{bad} {problem}" in result.output, result.output
+
+
 @pytest.mark.parametrize("slip, meant", [("--tile", "--tiles"), ("--tile=0", "--tiles"), ("--dat", "--data"),
                                          ("--budgte", "--budget"), ("--jsn", "--json")])
 def test_a_slip_for_one_of_runs_options_is_refused_unless_after_double_dash(runner, program, slip, meant):

@@ -535,6 +535,17 @@ def test_error_reports_are_bounded_and_others_carry_only_the_start_of_the_messag
     assert all(len(tile.error) < DEFAULT_OUTPUT_LIMIT + 100 for tile in everyone.tiles)
 
 
+def test_a_program_given_as_bytes_is_read_as_python_reads_a_source_file(machine):
+    """A coding declaration names the encoding (PEP 263); else UTF-8, a BOM dropped."""
+    declared = machine.run(b'# -*- coding: latin-1 -*-\nprint("caf\xc3\xa9")\n', tiles="0")
+    assert declared.tiles[0].output == "caf\u00c3\u00a9\n"  # (latin-1, as it says: what python prints)
+    assert machine.run("\ufeffprint('bom')".encode("utf-8"), tiles="0").tiles[0].output == "bom\n"
+    with pytest.raises(UnicodeDecodeError):
+        machine.run(b'print("caf\xe9")\n', tiles="0")
+    with pytest.raises(SyntaxError, match="unknown encoding"):
+        machine.run(b"# coding: nonsense\n", tiles="0")
+
+
 def test_exit_codes(machine):
     result = run(machine, "exit(__tileid)", tiles="0-2")
     assert [t.exit_code for t in result.tiles] == [0, 1, 2]
