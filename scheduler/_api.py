@@ -95,6 +95,11 @@ def _closing(key: tuple, op, refused: bool = False) -> tuple[tuple, str]:
     return key + (name,), label
 
 
+def _refuse_inside_op(what: str) -> None:
+    raise RuntimeError(f"{what} called inside a reduction's op: the other tiles are waiting in the reduction, "
+                       "so an op must only combine its two values (exchange before or after the reduction)")
+
+
 def _ready_to_arrive(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
     """``tile`` is about to take part in the collective ``key``, which is not the one in
     progress (if any), before it has written or refused anything for it: not while
@@ -102,7 +107,12 @@ def _ready_to_arrive(job: "Job", tile: "Tile", key: tuple, label: str) -> None:
     collective leave it one after another, as each is resumed, and the first out,
     running its handler, would meet with its handler's collective those still to leave
     theirs (a mismatch). It waits for them to leave first: before writing its part, as
-    the last one out clears what the collective held."""
+    the last one out clears what the collective held.
+
+    (Every collective comes here while a reduction is in progress, whose closing
+    collective is another: so does one its op calls, which is refused.)"""
+    if tile.in_op:
+        _refuse_inside_op(label)
     while job.arrived:
         if job.ctrl_cs and job.ctrl_c_to_hand(tile):
             _let_the_ctrl_c_land(job, tile, label)  # (it raises its own Ctrl-C here, if it has one)
@@ -812,16 +822,23 @@ class TileAPI:
         self._post(dst, FAILED_PAYLOAD, channel)
         return part, failure
 
-    @staticmethod
-    def _combine_parts(combine, parts: list, failure):
+    def _combine_parts(self, combine, parts: list, failure):
         """``parts`` (see :meth:`_send_part`) combined in order, or FAILED_PART if one of
-        them failed or ``combine`` raised; and this tile's error, as it now stands."""
+        them failed or ``combine`` raised; and this tile's error, as it now stands.
+
+        While the op runs, the tile may not exchange (see _refuse_inside_op): the other
+        tiles are waiting in the reduction, and a collective the op called went out of
+        step with theirs for good."""
         if any(part is FAILED_PART for part in parts):  # (not ``in``: that calls values' __eq__)
             return FAILED_PART, failure
+        tile = self._tile
+        tile.in_op = True
         try:
             return combine(parts), failure
         except Exception as exc:  # (the program's op)
             return FAILED_PART, exc if failure is None else failure
+        finally:
+            tile.in_op = False
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -836,6 +853,8 @@ class TileAPI:
         job = self._job
         if tile.job is not job or tile.sched.collecting:
             _check_call(tile, job, what)
+        if tile.in_op:
+            _refuse_inside_op(what)
         if tile.sched.left_for_exchange:
             _run_left_for_exchange(tile)
         if job.ctrl_cs and job.ctrl_c_to_hand(tile):  # (before anything is sent: see _let_the_ctrl_c_land)

@@ -70,7 +70,7 @@ class Tile:
     __slots__ = (
         "id", "chip", "sched", "memory", "glet", "resume", "park",
         "job", "rank", "_signal", "raised", "waiting",
-        "requests", "service_depth", "program_depth", "fs_depth",
+        "requests", "service_depth", "program_depth", "fs_depth", "in_op",
         "xout", "xin", "out_used", "out_held", "in_used", "in_live", "in_msgs", "inbox", "recv_src", "replies",
         "given_up", "leave_hook", "stop_taken", "stop_injected", "stop_raised_at", "code_over", "refused_in", "refusals",
         "alive", "kernel_data", "program_globals", "__weakref__",
@@ -121,6 +121,8 @@ class Tile:
         self.program_depth = -1
         #: >0 while inside a filesystem operation: requests are not served then
         self.fs_depth = 0
+        #: the program's reduction op is running (see _api.TileAPI._combine_parts)
+        self.in_op = False
         self.xout = xout
         self.xin = xin
         #: bytes of the outgoing exchange buffer used this superstep

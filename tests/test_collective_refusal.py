@@ -327,3 +327,25 @@ def test_a_reduction_part_that_cannot_be_loaded_fails_every_tiles_call_and_the_n
         print(allreduce(1))
     """, tiles="0-3")
     assert got == [["caught KeyError", "4"]] * 4
+
+
+@pytest.mark.parametrize("called", ["sync()", "bcast(b)", "allreduce(b)", "recv(0)", "alltoall(b)[0]"])
+@pytest.mark.parametrize("reduction", ["allreduce(__tileid, op)", "reduce(__tileid, op)", "scan(__tileid, op)"])
+def test_an_op_that_exchanges_raises_on_every_tile_and_the_next_is_in_step(machine, reduction, called):
+    """The op runs while the other tiles wait in the reduction: a collective it called
+    met theirs as a mismatch, and every later collective of the program was out of step
+    for good (its tiles waited in different ones), though each tile caught the error."""
+    got = outputs(machine, f"""
+        def op(a, b):
+            return a + {called}
+        try:
+            {reduction}
+            print("no error")
+        except RuntimeError as exc:
+            print(exc)
+        print("next", allreduce(1), allgather(__tileid))
+    """, tiles="0-3")
+    name = called.split("(")[0] + "()"
+    for lines in got:
+        assert f"{name} called inside a reduction's op" in lines[0], got
+        assert lines[1] == "next 4 [0, 1, 2, 3]", got
