@@ -79,20 +79,46 @@ def _label(key: tuple) -> str:
 def _closing(key: tuple, op, refused: bool = False) -> tuple[tuple, str]:
     """The key and wait label of the collective that closes a reduction ``key`` with
     ``op``. The op is part of it: tiles passing different ops (MPI calls it erroneous)
-    are a mismatch, not a result made with whichever op each tree node had. A function
-    is known by its qualified name (each tile's program makes its own function
-    objects). ``refused``: ``op`` is no op at all, and the tile arrives refusing."""
+    are a mismatch, not a result made with whichever op each tree node had.
+    ``refused``: ``op`` is no op at all, and the tile arrives refusing."""
     if refused:
         name, shown = REFUSED, repr(op)
     elif type(op) is str:
         name, shown = op, repr(op)
     else:
         shown = getattr(op, "__qualname__", None) or type(op).__name__
-        name = f"{shown}()"  # (never a string op's name)
+        name = (f"{shown}()", *_function_identity(op))  # (never a string op's name)
     label = _label(key)
     if name != "sum":
         label = f"{label[:-1]}{'' if label.endswith('()') else ', '}op={shown})"
     return key + (name,), label
+
+
+#: types whose captured values tell two tiles' functions apart (see _function_identity)
+_PLAIN = frozenset({int, float, complex, str, bytes, bool, type(None)})
+
+
+def _function_identity(op) -> tuple:
+    """What tells one tile's function from another's beyond its name: each tile's program
+    makes its own function objects, so identity says nothing, and a name alone took two
+    lambdas (``a + b`` on some tiles, ``a * b`` on others) for one op, or the closures
+    one factory made with different values, and combined whichever each tree node had.
+    So: where its code is (the same source compiled again, as modules imported on each
+    tile are, is the same), the code itself, and what it captured (closure cells and
+    defaults) where that is a plain value, by its repr (so NaN is itself)."""
+    func = getattr(op, "__func__", op)  # (a bound method: its function)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return ()
+    captured = []
+    for cell in getattr(func, "__closure__", None) or ():
+        try:
+            captured.append(cell.cell_contents)
+        except ValueError:  # (a cell not filled yet)
+            captured.append(None)
+    captured += getattr(func, "__defaults__", None) or ()
+    plain = tuple(repr(value) if type(value) in _PLAIN else type(value).__qualname__ for value in captured)
+    return code.co_filename, code.co_firstlineno, code.co_code, code.co_consts, plain
 
 
 def _refuse_inside_op(what: str) -> None:

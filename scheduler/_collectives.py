@@ -100,7 +100,7 @@ def complete(job: "Job") -> None:
     key = job.coll_kind
     kind, root = key[:2] if key is not None else SYNC  # (a reduction's key adds its op)
     if job.mismatch:
-        error = CollectiveMismatchError(f"collective mismatch in job {job.id}: {job.waiting_report()}")
+        error = CollectiveMismatchError(job.mismatch_report())
     elif kind != "sync" and job.nlive < job.nranks:
         finished = [r for r in range(job.nranks) if r not in job.live]
         error = job.missing_tiles(job.live, finished, f"{kind}()")

@@ -654,6 +654,16 @@ class Job:
             parts.append(f"{self.describe(ranks)} {verb} in {what}")
         return "; ".join(parts)
 
+    def mismatch_report(self) -> str:
+        """What a collective mismatch says: where the tiles wait. Tiles may all wait in
+        what reads the same, a reduction with an op of one name, and still mismatch: the
+        ops are different functions (see ``_api._closing``), which is said too."""
+        report = self.waiting_report()
+        if len({tile.waiting for tile in self.live.values()}) == 1:
+            report += (", with ops of one name that are different functions (other code, or other values "
+                       "captured) from tile to tile")
+        return f"collective mismatch in job {self.id}: {report}"
+
     def _per_tile_bytes(self):
         """(sent, received) per tile of the job, this superstep's so far included."""
         engine = self.sched.engine

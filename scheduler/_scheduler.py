@@ -913,8 +913,7 @@ class Scheduler:
                 if len(waits) > 1 and all(map(_in_collective, waits)):
                     # every tile is in a collective, not all the same one: a reduction's
                     # tree waits in recv, so this is where such a mismatch shows
-                    error = CollectiveMismatchError(f"collective mismatch in job {job.id}: "
-                                                    f"{job.waiting_report()}")
+                    error = CollectiveMismatchError(job.mismatch_report())
                 else:
                     error = DeadlockError(
                         f"deadlock in job {job.id}: every live tile waits and nothing in "

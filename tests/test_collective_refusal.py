@@ -349,3 +349,36 @@ def test_an_op_that_exchanges_raises_on_every_tile_and_the_next_is_in_step(machi
     for lines in got:
         assert f"{name} called inside a reduction's op" in lines[0], got
         assert lines[1] == "next 4 [0, 1, 2, 3]", got
+
+
+def test_ops_of_one_name_that_are_different_functions_are_a_mismatch(machine):
+    """A function op was known by its name alone: two lambdas (a sum on some tiles, a
+    product on others) combined into 90, neither 21 nor 720, and closures of one factory
+    with other values gave a result too."""
+    for source in ("op = (lambda a, b: a + b) if __tileid % 2 else (lambda a, b: a * b)\n"
+                   "print(allreduce(__tileid + 1, op))\n",
+                   "def make(k):\n    def op(a, b):\n        return a + b + k\n    return op\n"
+                   "print(allreduce(0, make(__tileid % 2)))\n",
+                   "def make(k):\n    return lambda a, b, k=k: a + b + k\n"
+                   "print(scan(0, make(__tileid == 3)))\n"):
+        result = machine.run(source, tiles="0-5", timeout=20)
+        for tile in result.tiles:
+            assert "CollectiveMismatchError" in tile.error, tile.error
+            assert "ops of one name that are different functions" in tile.error, tile.error
+
+
+def test_one_op_made_on_every_tile_is_one_op(machine):
+    """The same function made on each tile (a closure of the same values, NaN among them,
+    and one imported from each tile's own disk, compiled there) is no mismatch."""
+    for tile in range(4):
+        machine.fs.makedirs(tile, "/lib", exist_ok=True)
+        machine.fs.write_file(tile, "/lib/tileops.py", b"def join(a, b):\n    return a + b\n")
+    got = outputs(machine, """
+        import tileops
+        def make(k, nan):
+            def op(a, b):
+                return a + b + k + (0 if nan == nan else 0)
+            return op
+        print(allreduce(1, make(10, float("nan"))), allreduce([__tileid], tileops.join))
+    """, tiles="0-3")
+    assert got == [["34 [0, 1, 2, 3]"]] * 4
