@@ -37,6 +37,42 @@ def median_step(stamps: list[float]) -> float:
     return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
 
 
+def greenlet_rounds(tiles: int, rounds: int, work: Callable[[], object] | None = None) -> Callable[[], float]:
+    """A measure (for :func:`best_interleaved`) of bare greenlets, one per tile, that each
+    round call ``work()`` (if given; what it returns is kept until the next round, as a
+    program keeps its last result) and switch back: set up now; each call runs
+    ``rounds`` rounds and returns the median seconds of one. (``work``: a C callable
+    such as a bound ``list.copy`` adds no Python frame of its own.)"""
+    import greenlet
+
+    park = greenlet.getcurrent().switch
+    if work is None:
+        def body():
+            while True:
+                park()
+    else:
+        def body():
+            kept = None
+            while True:
+                kept = work()  # noqa: F841 (rebinding frees the last round's, as a program's does)
+                park()
+
+    switches = [greenlet.greenlet(body).switch for _ in range(tiles)]
+    for switch in switches:
+        switch()  # start them, as the machine's tiles are started by the warm-up
+
+    def run() -> float:
+        clock = time.perf_counter
+        stamps = [clock()]
+        for _ in range(rounds):
+            for switch in switches:
+                switch()
+            stamps.append(clock())
+        return median_step(stamps)
+
+    return run
+
+
 def program_superstep(machine, source: str, tiles: str) -> Callable[[], float]:
     """A measure (for :func:`best_interleaved`): run the tile program ``source`` on
     ``tiles`` of ``machine`` and return the median seconds between its exchanges.

@@ -23,45 +23,19 @@ program on 1472 tiles takes about as long as three alltoalls.
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 
-import greenlet
-
-from _common import best_interleaved, elapsed, median_step, parser, program_superstep, report
+from _common import best_interleaved, elapsed, greenlet_rounds, parser, program_superstep, report
 
 import ipuos
 from ipuos._memtune import reexec_tuned
 
 
 def own_lists(tiles: int, rounds: int):
-    """The Python floor (see the module doc): set up now; each call runs ``rounds``
-    rounds and returns the median seconds of one."""
-    main = greenlet.getcurrent()
-    park = main.switch
+    """The Python floor (see the module doc), as a measure of one round."""
     results = [bytes([rank % 251]) * 64 for rank in range(tiles)]  # decoded once, shared
-
-    def body():
-        got = None
-        while True:
-            got = results[:]  # (rebinding frees the last round's list, as a program's does)
-            park()
-
-    switches = [greenlet.greenlet(body).switch for _ in range(tiles)]
-    for switch in switches:
-        switch()
-
-    def run():
-        clock = time.perf_counter
-        stamps = [clock()]
-        for _ in range(rounds):
-            for switch in switches:
-                switch()
-            stamps.append(clock())
-        return median_step(stamps)
-
-    return run
+    return greenlet_rounds(tiles, rounds, results.copy)
 
 
 def main() -> None:

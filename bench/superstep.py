@@ -9,38 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-import greenlet
-
-from _common import best_interleaved, elapsed, median_step, parser, program_superstep, report
+from _common import best_interleaved, elapsed, greenlet_rounds, median_step, parser, program_superstep, report
 
 import ipuos
 from ipuos._memtune import reexec_tuned
 
 
 def bare_greenlets(tiles: int, rounds: int):
-    """A bare loop over greenlets that only switch back: set up now; each call runs
-    ``rounds`` supersteps and returns the median seconds of one."""
-    main = greenlet.getcurrent()
-    park = main.switch
-
-    def body():
-        while True:
-            park()
-
-    switches = [greenlet.greenlet(body).switch for _ in range(tiles)]
-    for switch in switches:
-        switch()  # start them, as the machine's tiles are started by the warm-up
-
-    def run():
-        clock = time.perf_counter
-        stamps = [clock()]
-        for _ in range(rounds):
-            for switch in switches:
-                switch()
-            stamps.append(clock())
-        return median_step(stamps)
-
-    return run
+    """A bare loop over greenlets that only switch back (see _common.greenlet_rounds)."""
+    return greenlet_rounds(tiles, rounds)
 
 
 class _ConditionBarrier:

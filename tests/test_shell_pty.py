@@ -232,13 +232,18 @@ def test_a_relative_xdg_data_home_is_ignored(shared_machine, tmp_path):
     assert "echo relative-xdg" in private_history(tmp_path)
 
 
+def spinning(term: Terminal, booted, name: str, typed: str) -> None:
+    """Start ``run /<name> ...`` of an endless loop by typing ``typed`` (which runs it),
+    and wait until it runs."""
+    term.run(f"echo 'while True: pass' > /{name}")
+    term.child.send(typed)
+    wait_for(lambda: name in run_cli("ps", env=booted.env()).stdout, timeout=30, what="the program to run")
+
+
 def test_ctrl_c_stops_run_of_an_infinite_loop(terminal, shared_machine):
     term = terminal()
     term.prompt()
-    term.run("echo 'while True: pass' > /spin.py")
-    term.child.sendline("run /spin.py --tiles 1-3")
-    wait_for(lambda: "spin.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
-             what="the program to run")
+    spinning(term, shared_machine, "spin.py", "run /spin.py --tiles 1-3\r")
     time.sleep(0.3)
     term.child.sendintr()
     out = term.prompt()
@@ -253,10 +258,8 @@ def test_ctrl_c_drops_the_lines_typed_ahead_of_the_command_it_stops(terminal, sh
     what comes later)."""
     term = terminal()
     term.prompt()
-    term.run("echo 'while True: pass' > /spin-ahead.py")
-    term.child.send("run /spin-ahead.py --tiles 1\recho SHOULD-NOT-RUN\rmkdir /should-not-exist\r")
-    wait_for(lambda: "spin-ahead.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
-             what="the program to run")
+    spinning(term, shared_machine, "spin-ahead.py",
+             "run /spin-ahead.py --tiles 1\recho SHOULD-NOT-RUN\rmkdir /should-not-exist\r")
     term.child.sendintr()
     assert "interrupted (Ctrl-C)" in term.prompt()
     assert term.run("echo after") == "after\n"
