@@ -32,7 +32,7 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.application import get_app
 from prompt_toolkit.buffer import CompletionState
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion, get_common_complete_suffix
-from prompt_toolkit.filters import Condition
+from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.input.typeahead import clear_typeahead
 from prompt_toolkit.key_binding import KeyBindings
@@ -202,7 +202,7 @@ class Terminal:
 
         completer = _TileCompleter(self)
 
-        @bindings.add("tab", filter=~Condition(_at_indentation))
+        @bindings.add("tab", filter=~Condition(_at_indentation) & ~is_searching)  # (Ctrl-R: Tab did nothing)
         def _complete(event):
             _complete_now(event.current_buffer, completer)
 
@@ -283,9 +283,14 @@ class Terminal:
                         continue
                     self._execute("", eof=True)
                     continue
+                self.ctrl_c = False  # (this entry's: an entry that runs nothing leaves it as it was)
                 self._feed_entry(line)
                 if self.ctrl_c:
-                    _drop_typed_ahead(session)
+                    # Ctrl-C drops what was typed ahead of the command, as a terminal does: the
+                    # kernel flushed what nobody had read at the ^C (and keeps what is typed
+                    # after it); prompt_toolkit keeps keys it had read for the next prompt, and
+                    # the lines of a paste without bracketed paste ran after the Ctrl-C
+                    clear_typeahead(session.input)
         return self.status
 
     def _feed_entry(self, text: str) -> None:
@@ -723,19 +728,6 @@ def _end_prompt(session: PromptSession | None) -> None:
             app.exit(exception=_PromptEnded())
 
     loop.call_soon_threadsafe(end)
-
-
-def _drop_typed_ahead(session: PromptSession) -> None:
-    """After a Ctrl-C, forget the lines typed or pasted meanwhile, as a terminal does on
-    Ctrl-C (bash's too): else the lines of a paste without bracketed paste (each its own
-    entry) that came before the command started ran after it was stopped. prompt_toolkit
-    keeps keys it read but had not handled for the next prompt; the terminal keeps what
-    nobody read yet."""
-    clear_typeahead(session.input)
-    try:
-        termios.tcflush(session.input.fileno(), termios.TCIFLUSH)
-    except (OSError, ValueError, termios.error):
-        pass  # (not a terminal after all: nothing is kept there)
 
 
 def _umask() -> int:

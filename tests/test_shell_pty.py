@@ -262,9 +262,33 @@ def test_ctrl_c_drops_the_lines_typed_ahead_of_the_command_it_stops(terminal, sh
              "run /spin-ahead.py --tiles 1\recho SHOULD-NOT-RUN\rmkdir /should-not-exist\r")
     term.child.sendintr()
     assert "interrupted (Ctrl-C)" in term.prompt()
+    term.child.send("\recho kept\r")  # (an entry that runs nothing, and one after it: both kept)
+    term.prompt()
+    assert term.prompt().split("\n", 1)[1] == "kept\n"
     assert term.run("echo after") == "after\n"
     assert term.run("ls /should-not-exist") == "ls: /should-not-exist: No such file or directory\n"
     assert "SHOULD-NOT-RUN" not in term.run("history")
+
+
+def test_keys_typed_after_ctrl_c_while_the_program_cleans_up_are_kept(terminal, shared_machine, tmp_path):
+    """What is typed after the ^C is no typeahead of the command stopped: a terminal keeps
+    it, and so does the shell (it was dropped with the rest, by a flush of the terminal)."""
+    term = terminal()
+    term.prompt()
+    program = tmp_path / "slow-cleanup.py"
+    program.write_text("try:\n    while True:\n        sync()\nexcept KeyboardInterrupt:\n"
+                       "    n = 0\n    for i in range(10_000_000):\n        n += i\n    print('cleanup done')\n")
+    term.run(f"put {program} /slow-cleanup.py")
+    term.run("echo what-the-file-holds > /typed-after.txt")
+    term.child.send("run /slow-cleanup.py --tiles 1\r")
+    wait_for(lambda: "slow-cleanup.py" in run_cli("ps", env=shared_machine.env()).stdout, timeout=30,
+             what="the program to run")
+    time.sleep(1.0)  # (into its try: a Ctrl-C as a program starts stops it there)
+    term.child.sendintr()
+    time.sleep(0.2)
+    term.child.send("cat /typed-after.txt\r")  # (the terminal echoes the line: the file's text is the proof)
+    out = term.expect("what-the-file-holds")
+    assert "cleanup done" in out, out  # (typed while the program cleaned up: run after it)
 
 
 def test_a_second_ctrl_c_on_run_starts_the_report_on_a_line_of_its_own(terminal, shared_machine, tmp_path):
