@@ -20,7 +20,7 @@ import greenlet
 from ipuos._plural import plural
 
 from ._collectives import ALLGATHER, ALLREDUCE, ALLTOALL, BCAST, EXSCAN, GATHER, REDUCE, SCAN, SCATTER, SYNC
-from ._errors import ExchangeError, describe_exception, describe_tiles, ended_call, foreign_call
+from ._errors import ExchangeError, describe_exception, describe_tiles, exception_message, ended_call, foreign_call
 from ._exchange import KIND_USER, LostMessage, Message, pad8
 from ._job import REDUCE_CHANNEL, SCAN_CHANNEL, SCATTER_CHANNEL, USER_CHANNEL
 from ._outcome import OK
@@ -439,8 +439,8 @@ def _refusal(job: "Job", rank: int, label: str, exc: Exception) -> Exception:
     where = f"{label} failed on {job.describe([rank])}"
     if type(exc).__module__ == "builtins":
         try:
-            return type(exc)(f"{where}: {exc}")
-        except Exception:  # (one taking other arguments, or a str() that fails)
+            return type(exc)(f"{where}: {exception_message(exc)}")  # (cut: every other tile carries it)
+        except Exception:  # (one taking other arguments)
             pass
     return ExchangeError(f"{where}: {describe_exception(exc)}")
 

@@ -30,13 +30,27 @@ def describe_exception(exc: BaseException) -> str:
     The message is cut at ``DESCRIBED_MESSAGE_MAX`` characters: a description is copied
     into the report of every other tile the failure stops, and one tile's 10 MB message
     was 1472 copies, 15 GB, on an mk2 chip."""
+    message = exception_message(exc)
+    name = _cut(type(exc).__name__, _NAME_MAX)
+    return f"{name}: {message}" if message else name
+
+
+#: characters of an exception class's name a description keeps (one may be made absurdly long)
+_NAME_MAX = 200
+
+
+def exception_message(exc: BaseException) -> str:
+    """``str(exc)``, cut at ``DESCRIBED_MESSAGE_MAX`` characters (see describe_exception),
+    even when ``__str__`` raises or never ends."""
     try:
         message = str(exc)
     except (Exception, TileInterrupt, JobAborted):
         message = "<exception str() failed>"
-    if len(message) > DESCRIBED_MESSAGE_MAX:
-        message = f"{message[:DESCRIBED_MESSAGE_MAX]}... [{len(message) - DESCRIBED_MESSAGE_MAX:,} more characters]"
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return _cut(message, DESCRIBED_MESSAGE_MAX)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit:,} more characters]"
 
 
 def describe_syntax_error(filename: str, exc: SyntaxError) -> str:

@@ -533,6 +533,22 @@ def test_error_reports_are_bounded_and_others_carry_only_the_start_of_the_messag
         assert len(error) < 2000
     everyone = run(machine, "raise ValueError(str(__tileid) * 10**6)", tiles="0-3")
     assert all(len(tile.error) < DEFAULT_OUTPUT_LIMIT + 100 for tile in everyone.tiles)
+    # a collective one tile could not take part in: the error every other tile's call raises
+    refused = run(machine, """
+        def op(a, b):
+            raise ValueError("y" * 10**6)
+        try:
+            allreduce(1, op)
+        except ValueError as exc:
+            print(len(str(exc)))
+        class_named = type("N" * 200_000, (Exception,), {})
+        if __tileid == 1:
+            raise class_named("z")
+        sync()
+    """, tiles="0-3")
+    lengths = [int(tile.output) for tile in refused.tiles]
+    assert lengths[0] == 10**6 and all(n < 1100 for n in lengths[1:]), lengths  # (tile 0's op raised: its own, whole)
+    assert all(len(refused.tiles[rank].error) < 2000 for rank in (0, 2, 3)), [len(t.error) for t in refused.tiles]
 
 
 def test_a_program_given_as_bytes_is_read_as_python_reads_a_source_file(machine):
