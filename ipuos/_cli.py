@@ -539,7 +539,7 @@ class _RunCommand(click.Command):
             name, eq, _ = args[index].partition("=")
             if name in takes_value and not eq:
                 index += 1  # (its value, whatever it looks like)
-            elif name == "-h":
+            elif args[index] == "-h":  # (the whole word: -h=1.py is a file's name)
                 args[index] = "--help"
             elif name not in own and (slip := program_option_slip(name, own)) is not None:
                 raise click.UsageError(slip, ctx)

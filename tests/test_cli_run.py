@@ -86,6 +86,9 @@ def test_a_word_with_h_after_a_dash_is_a_file_or_the_programs_not_a_call_for_hel
     result = runner.invoke(main, ["run", "-h.py", "--tiles", "0", "-vh", "-path"])
     assert result.exit_code == 0, result.output
     assert result.output == "[1 tile: 0]\n['-h.py', '-vh', '-path']\n"
+    program("print(__args)", name="-h=1.py")
+    result = runner.invoke(main, ["run", "-h=1.py", "--tiles", "0", "-h=verbose"])
+    assert result.output == "[1 tile: 0]\n['-h=1.py', '-h=verbose']\n", result.output
     result = runner.invoke(main, ["run", "-hx.py", "--tiles", "0"])  # (no such file)
     assert result.exit_code == 2 and "'-hx.py': No such file or directory" in result.output, result.output
     for asking in (["-h"], ["--help"], ["-h.py", "-h"]):  # -h by itself still asks for help
