@@ -105,7 +105,8 @@ def _function_identity(op) -> tuple:
     one factory made with different values, and combined whichever each tree node had.
     So: where its code is (the same source compiled again, as modules imported on each
     tile are, is the same), the code itself, and what it captured (closure cells and
-    defaults) where that is a plain value, by its repr (so NaN is itself)."""
+    defaults) where that is a plain value, compared as values are (``0.0 == -0.0``,
+    ``1 == True``; a NaN is taken for another NaN; no repr: one of a huge int raises)."""
     func = getattr(op, "__func__", op)  # (a bound method: its function)
     code = getattr(func, "__code__", None)
     if code is None:
@@ -117,8 +118,13 @@ def _function_identity(op) -> tuple:
         except ValueError:  # (a cell not filled yet)
             captured.append(None)
     captured += getattr(func, "__defaults__", None) or ()
-    plain = tuple(repr(value) if type(value) in _PLAIN else type(value).__qualname__ for value in captured)
+    plain = tuple(((_NAN if value != value else value) if type(value) in _PLAIN else type(value).__qualname__)
+                  for value in captured)
     return code.co_filename, code.co_firstlineno, code.co_code, code.co_consts, plain
+
+
+#: what a captured NaN is compared as (it equals no value, itself included)
+_NAN = ("NaN",)
 
 
 def _refuse_inside_op(what: str) -> None:

@@ -380,5 +380,12 @@ def test_one_op_made_on_every_tile_is_one_op(machine):
                 return a + b + k + (0 if nan == nan else 0)
             return op
         print(allreduce(1, make(10, float("nan"))), allreduce([__tileid], tileops.join))
+        def modulo(m):
+            return lambda a, b: (a + b) % m
+        def plus(k):
+            return lambda a, b: a + b + k
+        # a huge int (no repr of one: it raised), and values equal as Python compares them
+        print(allreduce(1, modulo(2**20000)), allreduce(1, plus(-0.0 if __tileid else 0.0)),
+              allreduce(1, plus(True if __tileid else 1)))
     """, tiles="0-3")
-    assert got == [["34 [0, 1, 2, 3]"]] * 4
+    assert got == [["34 [0, 1, 2, 3]", "4 4.0 7"]] * 4
