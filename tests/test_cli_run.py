@@ -101,13 +101,19 @@ def test_a_program_is_read_in_the_encoding_its_coding_declaration_names(runner, 
     """As Python reads a source file (PEP 263): a latin-1 file that says so was refused
     as "not UTF-8 text"."""
     latin = tmp_path / "latin.py"
-    latin.write_bytes(b'# -*- coding: latin-1 -*-\nprint("caf\xe9")\n')
-    result = runner.invoke(main, ["run", str(latin), "--tiles", "0"])
-    assert (result.exit_code, result.output) == (0, "[1 tile: 0]\ncaf\u00e9\n"), result.output
+    for text in (b'# -*- coding: latin-1 -*-\nprint("caf\xe9")\n',
+                 b'# -*- coding: latin-1 -*-\rprint("caf\xe9")\r'):  # (old Mac line endings: Python reads them)
+        latin.write_bytes(text)
+        result = runner.invoke(main, ["run", str(latin), "--tiles", "0"])
+        assert (result.exit_code, result.output) == (0, "[1 tile: 0]\ncaf\u00e9\n"), result.output
     for text, problem in ((b"# coding: nonsense\nprint(1)\n",
                            "has a coding declaration Python cannot read (unknown encoding: nonsense)"),
                           (b'print("caf\xe9")\n', "is not UTF-8 text (byte 10)"),
-                          (b'# coding: utf-8\nprint(1)\nprint("caf\xe9")\n', "is not UTF-8 text (byte 35)")):
+                          (b'# coding: utf-8\nprint(1)\nprint("caf\xe9")\n', "is not UTF-8 text (byte 35)"),
+                          (b'# coding: cp1252\nprint("\x81")\n',  # (the codec's name, not "charmap")
+                           "is not cp1252 text, as its coding declaration says (byte 24)"),
+                          (b'\xef\xbb\xbf# coding: latin-1\nprint(1)\n',
+                           "starts with a UTF-8 byte-order mark but declares another encoding")):
         bad = tmp_path / "bad.py"
         bad.write_bytes(text)
         result = runner.invoke(main, ["run", str(bad), "--tiles", "0"])
