@@ -5,21 +5,21 @@ the daemon's zone, while ``ipuos image ls`` and the mount (the user's own ``ls``
 user's: the same file showed 9 hours apart under ``TZ=Asia/Tokyo`` once the daemon had been
 started elsewhere (cron, a script, CI). The client sends its ``TZ``, and the daemon reads
 it as the C library does: unset, the host's ``/etc/localtime``; empty, UTC; a leading
-``:`` dropped; a path, that file; else a zone name, or a POSIX rule, of which only the
-standard offset is kept (``JST-9``; a rule's summer time is not followed).
+``:`` dropped; a path, that file; else a zone name, or a POSIX rule (``JST-9``,
+``CET-1CEST,M3.5.0,M10.5.0/3``), summer time and all: zoneinfo follows such a rule as
+the footer of a zone file, so the rule is given one, a zone file with nothing else.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
+import io
+import struct
 import zoneinfo
 
 __all__ = ["client_zone"]
 
 _LOCALTIME = "/etc/localtime"
-#: a POSIX TZ rule's standard part: a name (3+ letters, or <...>) and hours[:minutes] west of UTC
-_POSIX_STD = re.compile(r"(?:[A-Za-z]{3,}|<[^>]+>)([+-]?)(\d{1,2})(?::(\d{1,2}))?")
 
 
 def client_zone(tz: str | None) -> datetime.tzinfo:
@@ -35,12 +35,20 @@ def client_zone(tz: str | None) -> datetime.tzinfo:
         return zoneinfo.ZoneInfo(tz)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         pass
-    rule = _POSIX_STD.match(tz)
-    if rule is None:
-        return datetime.timezone.utc  # (what the C library takes a TZ it cannot read for)
-    sign, hours, minutes = rule.groups()
-    west = datetime.timedelta(hours=int(hours), minutes=int(minutes or 0))
-    return datetime.timezone(west if sign == "-" else -west)
+    return _posix_rule(tz) or datetime.timezone.utc  # (UTC: what the C library takes a TZ it cannot read for)
+
+
+def _posix_rule(rule: str) -> datetime.tzinfo | None:
+    """The zone of a POSIX TZ rule, or None if it is none: a version 2 zone file with no
+    transitions and one UTC type, whose footer (the rule for all times after the last
+    transition: here, all times) is ``rule``."""
+    def block() -> bytes:  # (the version 1 and version 2 data: one type, "UTC", no transitions)
+        return b"TZif2" + bytes(15) + struct.pack(">6l", 0, 0, 0, 0, 1, 4) + struct.pack(">lbB", 0, 0, 0) + b"UTC\0"
+    try:
+        data = block() + block() + b"\n" + rule.encode("ascii") + b"\n"
+        return zoneinfo.ZoneInfo.from_file(io.BytesIO(data), key=rule)
+    except (ValueError, UnicodeEncodeError):
+        return None
 
 
 def _from_file(path: str) -> datetime.tzinfo | None:

@@ -1293,19 +1293,21 @@ def test_times_are_shown_in_the_zone_of_the_users_tz_not_the_daemons(runtime_dir
     booted = boot_machine()
     try:
         program = tmp_path / "stamp.py"
-        program.write_text("import os\nopen('/tz.txt', 'w').write('x')\nos.utime('/tz.txt', (1700000000, 1700000000))\n")
+        program.write_text("import os\nopen('/tz.txt', 'w').write('x')\nos.utime('/tz.txt', (1690000000, 1690000000))\n")
         assert run_cli("run", str(program), "--tiles", "0", env=booted.env()).returncode == 0
         with open("/etc/localtime", "rb") as f:
             host_zone = zoneinfo.ZoneInfo.from_file(f)
-        host = datetime.datetime.fromtimestamp(1700000000, host_zone).strftime("%Y-%m-%d %H:%M")
-        for tz, shown in (("UTC", "2023-11-14 22:13"), ("Asia/Tokyo", "2023-11-15 07:13"),
-                          (":Asia/Tokyo", "2023-11-15 07:13"), ("JST-9", "2023-11-15 07:13"), (None, host)):
+        host = datetime.datetime.fromtimestamp(1690000000, host_zone).strftime("%Y-%m-%d %H:%M")
+        for tz, shown in (("UTC", "2023-07-22 04:26"), ("Asia/Tokyo", "2023-07-22 13:26"),
+                          (":Asia/Tokyo", "2023-07-22 13:26"), ("JST-9", "2023-07-22 13:26"),
+                          ("CET-1CEST,M3.5.0,M10.5.0/3", "2023-07-22 06:26"),  # (a POSIX rule: summer time too)
+                          (None, host)):
             env = booted.env()
             env.pop("TZ")
             if tz is not None:
                 env["TZ"] = tz
             done = shell(booted, "ls -l /tz.txt; stat /tz.txt", env=env)
             assert done.returncode == 0, done.stderr
-            assert f" {shown} /tz.txt\n" in done.stdout and f"Modified: {shown}:20\n" in done.stdout, (tz, done.stdout)
+            assert f" {shown} /tz.txt\n" in done.stdout and f"Modified: {shown}:40\n" in done.stdout, (tz, done.stdout)
     finally:
         booted.halt()
