@@ -13,7 +13,6 @@ import datetime
 import errno
 import os
 import re
-import time
 import unicodedata
 
 from ipuos._plural import plural
@@ -41,8 +40,6 @@ def _mtime(mtime_ns: int, zone) -> str:
 
 def _local_time(ns: int, form: str, zone) -> str:
     """``ns`` since the epoch as ``form`` in ``zone`` (a tzinfo; None: this process's own)."""
-    if zone is None:
-        return time.strftime(form, time.localtime(ns / 1e9))
     return datetime.datetime.fromtimestamp(ns / 1e9, zone).strftime(form)
 
 
