@@ -36,6 +36,7 @@ from prompt_toolkit.filters import Condition, is_searching
 from prompt_toolkit.history import FileHistory, InMemoryHistory
 from prompt_toolkit.input.typeahead import clear_typeahead
 from prompt_toolkit.key_binding import KeyBindings
+from prompt_toolkit.key_binding.bindings import search as search_bindings
 
 from ipuos._readlimit import read_at_most
 from ipuos._terminate import Terminated, on_termination
@@ -196,15 +197,19 @@ class Terminal:
             line = get_app().current_buffer.document.current_line_before_cursor
             return self.mode != SHELL and not line.strip()
 
-        @bindings.add("tab", filter=Condition(_at_indentation))
+        @bindings.add("tab", filter=Condition(_at_indentation) & ~is_searching)
         def _indent(event):  # (anywhere else Tab completes, as in Python's own REPL)
             event.current_buffer.insert_text("    ")
 
         completer = _TileCompleter(self)
 
-        @bindings.add("tab", filter=~Condition(_at_indentation) & ~is_searching)  # (Ctrl-R: Tab did nothing)
+        @bindings.add("tab", filter=~Condition(_at_indentation) & ~is_searching)
         def _complete(event):
             _complete_now(event.current_buffer, completer)
+
+        # in a Ctrl-R search Tab ends the search and leaves the line found to be edited,
+        # as readline's does (completing there went to the search text, or did nothing)
+        bindings.add("tab", filter=is_searching)(search_bindings.accept_search)
 
         def _continues() -> bool:
             return self.mode == SHELL and continues_on_next_line(get_app().current_buffer.text)

@@ -190,6 +190,21 @@ def test_keys_typed_right_after_tab_are_taken_after_the_completion(terminal):
     term.prompt("/typed-ahead/wdir/sub1")
 
 
+def test_tab_in_a_history_search_ends_it_with_the_line_found(terminal):
+    """As readline's does: Tab, then Enter runs the line found. (Tab did nothing there,
+    so the Enter only ended the search; in python mode it indented the search text.)"""
+    term = terminal()
+    term.prompt()
+    term.run("echo searched-for")
+    term.run("echo something-else")
+    term.child.send("\x12searched")  # Ctrl-R
+    term.expect("reverse-i-search")
+    term.child.send("\t")
+    term.expect("ipuos:/$ echo searched-for")
+    term.child.send("\r")
+    assert term.prompt().split("\n", 1)[1] == "searched-for\n"
+
+
 def private_history(home, name: str = "history") -> str:
     """The text of a history file in ``home``, which only its user may read."""
     path = home / ".local" / "share" / "ipuos" / name
