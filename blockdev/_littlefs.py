@@ -1037,9 +1037,10 @@ class Filesystem:
             try:
                 result = func(handle, *args)
             except BaseException as exc:
-                # returns only when the remount that follows ENOSPC committed what the
-                # file had pending and may have freed room: the call is tried once more
-                self._call_failed(op, path, path2, exc, args[0] if args else None)
+                # returns only when the remount that follows ENOSPC may have made room
+                # (see _call_failed): the call is tried once more
+                self._call_failed(op, path, path2, exc, args[0] if args else None,
+                                  rerun=_names_only(func, self))
                 try:
                     result = func(self._lfs, *args)
                 except BaseException as again:
@@ -1050,16 +1051,23 @@ class Filesystem:
         finally:
             self._give(True)
 
-    def _call_failed(self, op: str, path, path2, exc: BaseException, culprit=None, retry=True):
+    def _call_failed(self, op: str, path, path2, exc: BaseException, culprit=None, retry=True,
+                     rerun=False):
         """Raise what a littlefs call that raised ``exc`` amounts to. The caller holds the
         filesystem; ``culprit`` is the :class:`File` (or littlefs file handle) the call
         was about, if any.
 
         A device fault recorded by the callbacks wins (EIO naming it, or the
         BaseException itself); ENOSPC-like errors remount (see ``_remount_after_nospc``),
-        and if that committed writes the culprit had pending, and ``retry``, this
-        returns so that the caller tries once more; every littlefs code becomes an
-        ``OSError`` with its errno.
+        and, if ``retry``, this returns so that the caller tries once more when the call
+        may fit now: the remount committed writes the culprit had pending, or the call
+        only names entries (``rerun``: a create, mkdir, attribute, or a plain remove or
+        rename whose source is still there) and so failed atomically. littlefs' block
+        allocator gives up once it has looked at as many blocks as the disk has since
+        the operation began, without looking again at blocks freed since it last
+        scanned: on a small disk a create could fail with half the disk free, and the
+        same call succeed from a fresh mount's fresh scan. Every littlefs code becomes
+        an ``OSError`` with its errno.
         """
         callbacks = self._callbacks
         if isinstance(exc, LittleFSError):
@@ -1071,6 +1079,9 @@ class Filesystem:
                 # has a new littlefs handle now, not the old handle itself)
                 if replayed and retry and type(culprit) is File and exc.code != _LFS_ERR_NAMETOOLONG:
                     return
+                if rerun and retry and self._lfs is not None and self._fault is None:
+                    if op not in ("remove", "rmdir", "rename") or _exists(self._lfs, path):
+                        return
                 if exc.code == _LFS_ERR_NAMETOOLONG:
                     raise _no_room_for_entry(path) from None
             elif type(culprit) is File:  # (no remount: where it was is where it is)
@@ -1678,6 +1689,22 @@ def _reopen(handle, file: "File", path: str, position: int) -> None:
     file.path = path
 
 
+def _names_only(func, fs: Filesystem) -> bool:
+    """Whether ``func``, a call ``Filesystem._run`` makes, changes directory entries and
+    attributes only, in one littlefs operation that either happens or not: after a
+    remount it can simply be called again (see ``Filesystem._call_failed``). Not the
+    calls that carry open files along (``_orphaning``, ``_rename_open``)."""
+    return func in _NAMES_ONLY or func == fs._open_locked
+
+
+def _exists(handle, path: str) -> bool:
+    try:
+        lfs.stat(handle, path, _ENCODING)
+    except LittleFSError:
+        return False
+    return True
+
+
 def _remove_typed(handle, path: str, want_dir: bool) -> None:
     info = lfs.stat(handle, path, _ENCODING)
     is_dir = info.type == _LFS_TYPE_DIR
@@ -1687,6 +1714,9 @@ def _remove_typed(handle, path: str, want_dir: bool) -> None:
         raise LittleFSError(-20)  # ENOTDIR
     lfs.remove(handle, path, _ENCODING)
 
+
+#: (see _names_only)
+_NAMES_ONLY = frozenset({lfs.mkdir, lfs.setattr, lfs.removeattr, _remove_typed, _rename})
 
 # -- files -----------------------------------------------------------------------------
 

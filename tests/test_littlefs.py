@@ -981,6 +981,53 @@ def enospc_exercise(seed: int, steps: int = 250) -> str:
     return f"{full} ENOSPC, {lost} handles lost, {len(model)} files compared"
 
 
+def test_creates_and_mkdirs_fail_for_space_only_when_the_disk_is_full():
+    """littlefs' allocator gives up once it has looked at as many blocks as the disk
+    has since the operation began, without scanning again for blocks freed since its
+    last scan: after a full disk was emptied, the 127th create failed with 16 of 32
+    blocks free (and the same call then succeeded)."""
+    fs = formatted(MemoryDevice.new(512, 32))
+    for make, names in ((lambda p: fs.open(p, "w").close(), "f{}"), (fs.mkdir, "d{}")):
+        for round_ in range(3):
+            made = 0
+            with pytest.raises(OSError) as failed:
+                for i in range(1000):
+                    make("/" + names.format(i))
+                    made += 1
+            assert failed.value.errno == errno.ENOSPC
+            assert fs.statvfs().blocks_free == 0, (round_, names, made)
+            assert made > (200 if names == "f{}" else 12), (round_, names, made)
+            for name in fs.listdir("/"):
+                (fs.rmdir if name.startswith("d") else fs.remove)("/" + name)
+            assert fs.statvfs().blocks_free > 25
+
+
+def test_a_rename_or_remove_that_failed_for_space_is_tried_again_only_if_it_did_not_happen():
+    fs = formatted(MemoryDevice.new(512, 32))
+    i = 0
+    while True:  # a root directory whose every commit needs a new block, on a full disk
+        try:
+            fs.open(f"/n{i}", "w").close()
+        except OSError:
+            break
+        i += 1
+    moved = failed = 0
+    for j in range(0, i - 1, 2):  # each rename either happens or says ENOSPC, never both
+        try:
+            fs.rename(f"/n{j}", f"/m{j}")
+            moved += 1
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            failed += 1
+            assert fs.exists(f"/n{j}") and not fs.exists(f"/m{j}")
+        else:
+            assert not fs.exists(f"/n{j}") and fs.exists(f"/m{j}")
+    assert moved and failed  # (both outcomes seen)
+    for name in fs.listdir("/"):
+        fs.remove("/" + name)
+        assert not fs.exists("/" + name)
+
+
 def test_enospc_again_and_again_keeps_every_write_that_succeeded():
     # in a child process: a slip in carrying littlefs handles across the remount is a
     # use after free, which crashes rather than fails
