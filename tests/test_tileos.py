@@ -356,6 +356,8 @@ def test_import_from_lib_and_the_cwd(machine):
         "/lib/pkg/sub.py": b"VALUE = 7\n",
         "/work/local.py": b"print('local runs on tile', __physical_tile)\n",
         "/helper.py": b"WHERE = 'the cwd wins'\n",
+        "/lib/both.py": b"KIND = 'module'\n",
+        "/lib/both/__init__.py": b"KIND = 'package'\n",
     })
     result = run(machine, """
         import helper
@@ -369,6 +371,8 @@ def test_import_from_lib_and_the_cwd(machine):
         import pkg, pkg.sub
         from pkg.sub import VALUE
         print(pkg.NAME, pkg.sub.VALUE, VALUE, pkg.__path__)
+        import both        # a package beside a module of its name wins, as on the host
+        print(both.KIND)
         os.chdir("/work")
         import local
         import json        # standard modules still win over files
@@ -378,6 +382,7 @@ def test_import_from_lib_and_the_cwd(machine):
         "the cwd wins\n"
         "True 42\n"
         "pkg 7 7 ['/lib/pkg']\n"
+        "package\n"
         "local runs on tile 8\n"
         "[1]\n"
     )

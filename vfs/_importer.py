@@ -1,7 +1,7 @@
 """Importing Python modules that live on the tile's own filesystem.
 
-``import helpers`` on a tile looks for ``helpers.py`` (or a package ``helpers/__init__.py``)
-in each directory of :data:`MODULE_PATH`, in order: the program's current directory at the
+``import helpers`` on a tile looks for a package ``helpers/__init__.py``, else ``helpers.py``
+(the host's order), in each directory of :data:`MODULE_PATH`, in order: the program's current directory at the
 time of the import, then ``/lib``. The standard modules a tile may use always win (a file
 ``json.py`` cannot shadow ``json``), as the runtime asks this finder last.
 
@@ -90,7 +90,7 @@ class TileImporter:
         vfs = self._vfs()
         for directory in directories:
             base = directory.rstrip("/") + "/" + leaf
-            for filename, is_package in ((base + ".py", False), (base + "/__init__.py", True)):
+            for filename, is_package in ((base + "/__init__.py", True), (base + ".py", False)):
                 try:
                     with vfs.open(filename, "rb") as file:
                         source = file.read()
