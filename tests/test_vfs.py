@@ -473,6 +473,12 @@ def test_modes(vfs):
         vfs.open("/f", "rb", encoding="utf-8")
     with pytest.raises(ValueError):
         vfs.open("/f", "r", buffering=0)
+    for bad in ("x", 1.5, None, [1]):  # as the host's open: no int, no file
+        for mode in ("r", "rb", "w"):
+            with pytest.raises(TypeError, match="cannot be interpreted as an integer"):
+                vfs.open("/f", mode, buffering=bad)
+    with vfs.open("/f", "rb") as f:
+        assert f.read() == b"new!"  # ("w" refused before it truncated)
     with pytest.raises(LookupError):
         vfs.open("/f", "r", encoding="no-such-codec")
     assert vfs.backend("/").open_files == 0  # the failed opens left nothing open

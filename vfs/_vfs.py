@@ -266,6 +266,8 @@ class Vfs:
         """Open a file with the host's ``open`` semantics (modes r/w/a/x, "+", "b"/"t")."""
         # the hot path of every program that touches a file: written out, not delegated
         spec = _MODES.get(mode) or parse_mode(mode)
+        if type(buffering) is not int:
+            buffering = operator.index(buffering)  # (TypeError for a str, a float, None)
         if encoding is not None or errors is not None or newline is not None:
             if spec.binary:
                 check_binary_arguments(encoding, errors, newline)
