@@ -31,6 +31,7 @@ from ._protocol import (
     request_frame,
 )
 from ._replies import event_problem, result_problem
+from ._signals import catchable
 from ._rundir import LOCK_SERVING, MachinePaths, hint, lock_holder, lock_state, starting, wait_started
 
 CONNECT_SECONDS = 5.0
@@ -420,7 +421,7 @@ class _InterruptFlag:
         self._installed = False
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread() is not threading.main_thread() or not catchable(signal.SIGINT):
             return
         self._previous = signal.signal(signal.SIGINT, self._handle)
         self._installed = True

@@ -31,7 +31,7 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["HELD", "checkpoint", "handling", "settle", "signals_held"]
+__all__ = ["HELD", "catchable", "checkpoint", "handling", "settle", "signals_held"]
 
 #: what ends a command from outside: Ctrl-C, kill, its terminal going away
 HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -87,6 +87,15 @@ def signals_held() -> Iterator[None]:
             checkpoint()
 
 
+def catchable(signum: int) -> bool:
+    """Whether a handler of ours may take ``signum``: not one the process ignores
+    (``nohup``; SIGINT and SIGQUIT in a job ``sh`` started with ``&``, so that Ctrl-C on
+    the script leaves it alone), nor one whose handler was not set from Python (it could
+    not be put back)."""
+    current = signal.getsignal(signum)
+    return current is not signal.SIG_IGN and current is not None
+
+
 @contextlib.contextmanager
 def handling(signums, handler) -> Iterator[None]:
     """``handler(signum, frame)`` for each of ``signums`` inside, then the handlers
@@ -99,8 +108,7 @@ def handling(signums, handler) -> Iterator[None]:
     previous = {}
     try:
         for signum in signums:
-            current = signal.getsignal(signum)
-            if current is not signal.SIG_IGN and current is not None:
+            if catchable(signum):
                 previous[signum] = signal.signal(signum, handler)
         yield
     finally:

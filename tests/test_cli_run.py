@@ -434,11 +434,11 @@ def test_run_starts_the_machine_when_none_runs(runtime_dir, program):
 
 
 @contextlib.contextmanager
-def _client_running(machine, path, tiles: str, started, output=subprocess.PIPE):
+def _client_running(machine, path, tiles: str, started, output=subprocess.PIPE, preexec_fn=None):
     """``ipuos run PATH --tiles TILES`` as a client process, once ``started(states)`` holds
     for ``ipuos ps``'s tile states; killed if it still runs when the block ends."""
     client = subprocess.Popen([IPUOS, "run", path, "--tiles", tiles], env=machine.env(),
-                              stdout=output, stderr=output, text=True)
+                              stdout=output, stderr=output, text=True, preexec_fn=preexec_fn)
     try:
         wait_for(lambda: started(machine.call("ps")["states"]), what="the job to start")
         yield client
@@ -457,6 +457,18 @@ def test_ctrl_c_interrupts_the_job_and_prints_what_the_tiles_printed(machine, pr
     for tile in range(4):
         assert f"started {tile}\ninterrupted (Ctrl-C)\n" in out
     assert machine.call("ps")["states"] == "i" * 16
+
+
+def test_a_run_started_with_sigint_ignored_keeps_it_ignored(machine, program):
+    """As ``sh`` starts a job with ``&``: a Ctrl-C on the script must not stop it (the
+    client's own handler took SIGINT over, and the job was interrupted)."""
+    path = program("for i in range(30):\n    x = sum(range(10 ** 6))\n    sync()\nprint('finished', i)\n")
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
+    with _client_running(machine, path, "0", lambda states: states[0] != "i", preexec_fn=ignore) as client:
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=60)
+    assert client.returncode == 0, err
+    assert out == "[1 tile: 0]\nfinished 29\n"
 
 
 def test_ctrl_c_as_a_long_c_call_ends_gets_the_result(machine, program):
