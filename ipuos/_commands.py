@@ -504,14 +504,18 @@ def _halt(call: Call):
     (``backup``: back the machine up first, and stay up if that fails)."""
     host = call.host
     backup = None
-    if call.args["backup"] is not None:
-        from ._cmd_backup import halt_backup
-
-        backup = halt_backup(call, call.args["backup"])
     try:
+        if call.args["backup"] is not None:
+            from ._cmd_backup import halt_backup
+
+            if not host.jobs():  # (with programs running it cannot tell until they are stopped)
+                host.check_halt(call.args["if_saved"], before_backup=True)
+            backup = halt_backup(call, call.args["backup"])
         host.check_halt(call.args["if_saved"])
     except HaltRefused as exc:
-        raise CommandError("refused", str(exc)) from None
+        done = (f" (its programs were stopped and it was backed up to {call.args['backup']} first)"
+                if backup is not None else "")
+        raise CommandError("refused", f"{exc}{done}") from None
     jobs = [job.id for job in host.jobs()]
     busy = [{"mountpoint": mount.mountpoint, "open_files": files} for mount in host.mounts.mounts()
             if (files := mount.operations.open_files())]

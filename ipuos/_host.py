@@ -130,15 +130,23 @@ class MachineHost:
 
     # -- saved state -----------------------------------------------------------------------
 
-    def check_halt(self, if_saved: bool) -> None:
+    def check_halt(self, if_saved: bool, before_backup: bool = False) -> None:
         """Raise HaltRefused when asked to keep unsaved state that halting would drop,
-        saying what saves it: a backup saves only what is on the devices."""
+        saying what saves it: a backup saves only what is on the devices.
+
+        ``before_backup``: only what the backup about to be taken could not save (files on
+        a RAM disk, writes in files held open), and only if that can be told now: a halt
+        that would be refused after the backup is refused before it writes an image."""
         if not if_saved:
             return
         try:
             unsaved = unsaved_state(self.machine)
         except BackupError as exc:  # (it cannot tell: a backup, which waits for busy tiles, can)
+            if before_backup:
+                return
             raise HaltRefused(f"machine {self.name!r} was not halted because {exc}; {self._back_up_first()}")
+        if before_backup and not (unsaved.open_files or unsaved.unimaged):
+            return
         if unsaved:
             advice = (self._save_first(unsaved) if unsaved.open_files or unsaved.unimaged or unsaved.unwritten_times
                       else self._back_up_first())

@@ -550,6 +550,24 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     assert ("the RAM disk on /ram of tile 0 holds files, which no backup takes; copy them to a disk, then "
             "back the machine up; or halt without --if-saved to discard them") in result.stderr, result.stderr
     assert "changed since the last backup" not in result.stderr and "back it up first" not in result.stderr
+    # no backup would save them: refused before an image is written (or a program stopped)
+    refused = cli(machine, "halt", "--if-saved", "--backup", str(tmp_path / "never.img"), check=False)
+    assert refused.returncode == 1
+    assert "the RAM disk on /ram of tile 0 holds files, which no backup takes" in refused.stderr, refused.stderr
+    assert "backed up" not in refused.stderr and not (tmp_path / "never.img").exists()
+    # with a program running it can tell only once the program is stopped: it says so
+    spin = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, "while True:\n    sync()\n")],
+                            env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: json.loads(cli(machine, "ps", "--json").stdout)["jobs"], what="the spinning job")
+        refused = cli(machine, "halt", "--if-saved", "--backup", str(tmp_path / "stopped.img"), check=False)
+    finally:
+        out, _ = spin.communicate(timeout=30)
+    assert refused.returncode == 1
+    assert ("the RAM disk on /ram of tile 0 holds files, which no backup takes; copy them to a disk, then back "
+            "the machine up; or halt without --if-saved to discard them (its programs were stopped and it was "
+            f"backed up to {tmp_path / 'stopped.img'} first)") in refused.stderr, refused.stderr
+    assert "stopped by `ipuos halt --backup`" in out and (tmp_path / "stopped.img").exists()
     cli(machine, "restore", str(image))  # (its / has no /ram: the mount point needs none)
     assert cli(machine, "shell", "-c", "cat /ram/f; ls /").stdout == "kept\nchip/\nram/\ntiles/\n"
     cli(machine, "shell", "-c", "umount /ram")
