@@ -36,13 +36,13 @@ from typing import Iterator
 
 from littlefs import lfs
 
-from ._backup_devices import tile_disk_name
+from ._backup_devices import CHIP, tile_disk_name
 from ._image import DeviceEntry, Image
-from ._plural import first_few, plural
+from ._plural import plural
 from ._safepath import NAME_MAX, UnsafePathError, check_name, directory_problem, name_prefix, open_beneath
 from ._signals import checkpoint, signals_held
 from ._tempfiles import locked_temp, remove_dead_temps
-from ._tilespec import tile_of_name
+from ._tilespec import format_tiles, tile_of_name
 from .blockdev import Filesystem, MemoryDevice
 
 __all__ = ["OfflineError", "Node", "device_entry", "mounted", "on_device", "list_dir", "read_file", "walk",
@@ -63,16 +63,39 @@ class Node:
     mtime_ns: int | None  # None if littlefs holds none (0 is 1970-01-01, a time like any)
 
 
+#: how DEVICE is named, for messages
+DEVICE_NAMES = "N or tile/N/disk (or /tiles/N) for tile N's disk, chip (or /chip) for the chip disk"
+
+
 def device_entry(image: Image, spec: str) -> DeviceEntry:
-    """The device ``spec`` names: ``tile/5/disk``, just ``5`` (tile 5's disk), or ``chip``."""
-    tile = tile_of_name(spec)
-    name = tile_disk_name(tile) if tile is not None else spec
+    """The device ``spec`` names: ``tile/5/disk``, just ``5`` (tile 5's disk), or ``chip``;
+    also as the shell and a mount name them on the machine, ``/tiles/5`` and ``/chip``."""
+    name = _device_name(spec)
     try:
         return image.device(name)
     except KeyError:
-        names = [e.name for e in image.devices]
+        tiles = [e.tile for e in image.devices if e.tile is not None and e.name == tile_disk_name(e.tile)]
+        held = ([f"the disk{'s' if len(tiles) > 1 else ''} of tile{'s' if len(tiles) > 1 else ''} "
+                 f"{format_tiles(tiles)}"] if tiles else [])
+        held += [f"the device {e.name}" for e in image.devices
+                 if e.name != CHIP and (e.tile is None or e.name != tile_disk_name(e.tile))][:3]
+        if any(e.name == CHIP for e in image.devices):
+            held.append("the chip disk")
         raise OfflineError(f"image {image.path} has no device {spec!r}; it holds "
-                           f"{first_few(names, 6) or 'none'}") from None
+                           f"{' and '.join(held) or 'none'} (name one {DEVICE_NAMES})") from None
+
+
+def _device_name(spec: str) -> str:
+    """The image's name for the device ``spec`` names (see device_entry)."""
+    tile = tile_of_name(spec)
+    if tile is not None:
+        return tile_disk_name(tile)
+    path = spec.strip("/")
+    if path == CHIP:
+        return CHIP
+    if path.startswith("tiles/") and (tile := tile_of_name(path[len("tiles/"):])) is not None:
+        return tile_disk_name(tile)
+    return spec
 
 
 @contextlib.contextmanager
@@ -319,10 +342,13 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
         if stat.S_ISDIR(os.lstat(dest).st_mode):
             remove_dead_temps(dest, prefix)
     existing = _check_destination(dest, parent)
+    # staging inside an existing DEST changes its times: a refusal puts them back
+    times = os.stat(dest) if existing else None
     try:  # staged beside a new destination, inside an existing one: moved in by renames
         lock, staging = locked_temp(dest if existing else parent, prefix, is_dir=True)
     except OSError as exc:  # (the name of the staging directory would only puzzle)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}") from None
+    committed = False
     try:
         files = _write_tree(fs, top, staging, nodes, file_mode, dir_mode)
         before_commit()
@@ -336,14 +362,16 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
                     raise OfflineError(f"{dest} was created meanwhile and is not empty; nothing extracted") from None
                 raise
             os.chmod(dest, dir_mode & ~_umask())
+        committed = True
     except OSError as exc:  # a full or failing host disk, say: the user knows DEST, not staging
-        shutil.rmtree(staging, ignore_errors=True)
         raise OfflineError(f"cannot extract to {dest}: {exc.strerror or exc}; nothing extracted") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     finally:
         os.close(lock)
+        if not committed:
+            shutil.rmtree(staging, ignore_errors=True)
+            if times is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(dest, ns=(times.st_atime_ns, times.st_mtime_ns))
     return {"dest": dest, "files": files, "directories": sum(n.is_dir for n in nodes),
             "bytes": sum(n.size for n in nodes if not n.is_dir)}
 

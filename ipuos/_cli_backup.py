@@ -222,7 +222,8 @@ def echo_backup_notes(summary: dict) -> None:
 @main.command()
 @click.argument("image", type=click.Path(dir_okay=False, readable=False))
 @click.option("--tiles", "tile_spec", default=None,
-              help="restore only these tiles' disks from IMAGE (default: all it holds)")
+              help="restore only these tiles' disks from IMAGE (default: all it holds); "
+                   "with tile 0 the chip disk is restored too")
 @name_option
 @json_option
 def restore(image, tile_spec, name, as_json) -> None:
@@ -410,7 +411,8 @@ def image_verify(path, as_json) -> None:
 @click.argument("inner", metavar="[PATH]", required=False, default="/")
 @json_option
 def image_ls(path, device, inner, as_json) -> None:
-    """List the image's devices, or a directory of DEVICE (tile/N/disk, N, or chip)."""
+    """List the image's devices, or a directory of DEVICE: N or tile/N/disk (or /tiles/N)
+    for tile N's disk, chip (or /chip) for the chip disk."""
     from ._backup_offline import device_entry, list_dir, mounted, on_device
 
     with _ImageErrors(), _open(path) as img:
@@ -450,7 +452,8 @@ def _taken_at(taken) -> str:
 @click.argument("device")
 @click.argument("inner", metavar="PATH")
 def image_cat(path, device, inner) -> None:
-    """Write the file PATH of DEVICE to stdout."""
+    """Write the file PATH of DEVICE to stdout (DEVICE: N or tile/N/disk for tile N's
+    disk, chip for the chip disk; as in `ipuos image ls`)."""
     from ._backup_offline import device_entry, mounted, on_device, read_file
 
     with _ImageErrors(), _open(path) as img:
@@ -467,7 +470,8 @@ def image_cat(path, device, inner) -> None:
 @click.option("--path", "inner", default="/", show_default=True, help="the directory of DEVICE to extract")
 @json_option
 def image_extract(path, device, dest, inner, as_json) -> None:
-    """Copy DEVICE's files (or those under --path) into DEST, a new or empty directory.
+    """Copy DEVICE's files (or those under --path) into DEST, a new or empty directory
+    (DEVICE: N or tile/N/disk for tile N's disk, chip for the chip disk).
 
     Every name is checked before anything is written (no '..', absolute paths, NUL,
     control characters or over-long names); on any refusal, or an interruption before

@@ -81,6 +81,19 @@ def test_ls_devices_and_directories(good):
     assert text == f"- {5120:>9}  {shown}  deep.bin\n"
 
 
+def test_a_device_is_named_also_as_on_the_machine(good):
+    """The shell and a mount call them /chip and /tiles/N: so may the image commands."""
+    for spec in ("/chip", "chip/", "/chip/"):
+        assert ipuos("image", "cat", str(good), spec, "/shared").stdout_bytes == b"on the chip disk"
+    for spec in ("/tiles/2", "tiles/2", "/tiles/2/"):
+        assert "hello.txt" in ipuos("image", "ls", str(good), spec).output
+    for spec in ("/tiles/02", "tile/3", "/tiles/9", "/chips"):
+        result = ipuos("image", "ls", str(good), spec)
+        assert result.exit_code == 1
+        assert (f"has no device {spec!r}; it holds the disks of tiles 2-3 and the chip disk (name one N or "
+                "tile/N/disk (or /tiles/N) for tile N's disk, chip (or /chip) for the chip disk)") in result.output
+
+
 def test_cat_writes_the_bytes(good):
     result = ipuos("image", "cat", str(good), "2", "/d/e/deep.bin")
     assert result.exit_code == 0 and result.stdout_bytes == bytes(range(256)) * 20
@@ -215,6 +228,11 @@ def test_extract_onto_a_host_disk_that_refuses_names_the_destination(good, host_
     assert result.output == (f"ipuos: cannot extract to {full / 'out'}: No space left on device; "
                              "nothing extracted\n")
     assert sorted(os.listdir(full)) == ["filler"]  # no staging directory left behind
+    (full / "empty").mkdir()  # an existing destination: staged inside it, and left as it was
+    os.utime(full / "empty", ns=(1_000_000_000, 2_000_000_000))
+    result = ipuos("image", "extract", str(good), "2", str(full / "empty"))
+    assert result.exit_code == 1 and "No space left on device; nothing extracted" in result.output
+    assert os.listdir(full / "empty") == [] and (full / "empty").stat().st_mtime_ns == 2_000_000_000
 
 
 def test_an_image_of_the_largest_machines_opens(tmp_path):
