@@ -775,7 +775,13 @@ class TileAPI:
         holds tiles r-2d+1 to r combined, so log2(n) supersteps of one message per tile
         (never a whole row of values in one tile's SRAM). A last collective makes a
         tile that called something else a mismatch rather than a hang, and a failed
-        part an error on every tile (see :meth:`_tree_reduce`)."""
+        part an error on every tile (see :meth:`_tree_reduce`).
+
+        One message per tile per superstep holds only if every round ends at an
+        exchange: a tile below ``distance`` receives nothing in that round, and would
+        send its next round's part (and exscan's shift) in the same superstep, paying
+        for several copies of its part in the outgoing buffer (tile 0 of 16: four). So
+        it waits out the round, as the tree's leaders do, by a message to itself."""
         job = self._job
         combine, wrong = self._reducer_or_error(op)
         self._refuse_unless_all_live(key[0], wrong)  # (a tile would wait for a finished one forever)
@@ -789,6 +795,9 @@ class TileAPI:
             if rank >= distance:
                 earlier, failure = self._recv_part(SCAN_CHANNEL, rank - distance, label, failure)
                 part, failure = self._combine_parts(combine, [earlier, part], failure)
+            elif rank + distance < n:  # sent, and nothing to receive: the round's exchange still
+                self._send(rank, None, SCAN_CHANNEL)
+                failure = self._recv_part(SCAN_CHANNEL, rank, label, failure)[1]
             distance *= 2
         if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
             if rank + 1 < n:

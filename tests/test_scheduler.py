@@ -681,16 +681,20 @@ def test_reduce_and_allreduce_ops(sched, op, expected):
 def test_reductions_of_values_near_the_outgoing_buffer_size(sched, ntiles):
     # the tree's fan-in keeps every leader's incoming values inside its buffer, whatever
     # the job's size: a leader with no children of its own (rank 3 of 4 here, fan-in 3)
-    # must not send up the tree early, beside the values of the level below
+    # must not send up the tree early, beside the values of the level below. And a scan's
+    # tile with nothing to receive in a round must not send its next round's part (or
+    # exscan's shift) in the same superstep: tile 0 of 8 sent three copies of its value
     def prog(api):
         value = bytes([api.tileid]) * 2000  # under the 2 KiB outgoing buffer
         def add(a, b):
             return bytes(x + y for x, y in zip(a, b))
-        return api.allreduce(value, add)[0], (api.reduce(value, add, root=ntiles - 1) or [None])[0]
+        return (api.allreduce(value, add)[0], (api.reduce(value, add, root=ntiles - 1) or [None])[0],
+                api.scan(value, add)[0], (api.exscan(value, add) or [None])[0])
 
     total = sum(range(ntiles))
     assert values(run(sched, prog, tiles=range(ntiles))) == [
-        (total, total if rank == ntiles - 1 else None) for rank in range(ntiles)]
+        (total, total if rank == ntiles - 1 else None, sum(range(rank + 1)), sum(range(rank)) if rank else None)
+        for rank in range(ntiles)]
 
 
 @pytest.mark.parametrize("first, others, report", [
