@@ -104,13 +104,25 @@ def _function_identity(op) -> tuple:
     lambdas (``a + b`` on some tiles, ``a * b`` on others) for one op, or the closures
     one factory made with different values, and combined whichever each tree node had.
     So: where its code is (the same source compiled again, as modules imported on each
-    tile are, is the same), the code itself, and what it captured (closure cells and
-    defaults) where that is a plain value, compared as values are (``0.0 == -0.0``,
-    ``1 == True``; a NaN is taken for another NaN; no repr: one of a huge int raises)."""
-    func = getattr(op, "__func__", op)  # (a bound method: its function)
+    tile are, is the same), the code itself, and what it captured where that is a plain
+    value: closure cells and defaults; a ``functools.partial``'s arguments; the
+    attributes of the object a method is bound to, or of a callable object. Values are
+    compared as values are (``0.0 == -0.0``, ``1 == True``; a NaN is taken for another
+    NaN; no repr: one of a huge int raises). (Globals the code reads are not captured:
+    an op that reads one must find the same value on every tile.)"""
+    if type(op) is functools.partial:
+        return ("partial", _function_identity(op.func), _plain(op.args),
+                tuple((name, *_plain((value,))) for name, value in sorted(op.keywords.items())))
+    func, state = op, ()
+    if hasattr(op, "__func__"):  # a bound method: its function, and what it is bound to
+        func, state = op.__func__, _attributes(op.__self__)
     code = getattr(func, "__code__", None)
-    if code is None:
-        return ()
+    if code is None:  # a callable object: its class's __call__, and its attributes
+        func = getattr(type(op), "__call__", None)
+        code = getattr(func, "__code__", None)
+        if code is None:
+            return ()
+        state = _attributes(op)
     captured = []
     for cell in getattr(func, "__closure__", None) or ():
         try:
@@ -118,9 +130,22 @@ def _function_identity(op) -> tuple:
         except ValueError:  # (a cell not filled yet)
             captured.append(None)
     captured += getattr(func, "__defaults__", None) or ()
-    plain = tuple(((_NAN if value != value else value) if type(value) in _PLAIN else type(value).__qualname__)
-                  for value in captured)
-    return code.co_filename, code.co_firstlineno, code.co_code, code.co_consts, plain
+    return code.co_filename, code.co_firstlineno, code.co_code, code.co_consts, _plain(captured), state
+
+
+def _plain(values) -> tuple:
+    """``values`` as _function_identity compares them: plain ones as themselves, others
+    by their type's name."""
+    return tuple(((_NAN if value != value else value) if type(value) in _PLAIN else type(value).__qualname__)
+                 for value in values)
+
+
+def _attributes(obj) -> tuple:
+    """An object's own attributes, as _function_identity compares them."""
+    attributes = getattr(obj, "__dict__", None)
+    if type(attributes) is not dict:  # (a class's, a module's: their code is compared already)
+        return ()
+    return tuple((name, *_plain((value,))) for name, value in sorted(attributes.items()) if type(name) is str)
 
 
 #: what a captured NaN is compared as (it equals no value, itself included)

@@ -360,7 +360,17 @@ def test_ops_of_one_name_that_are_different_functions_are_a_mismatch(machine):
                    "def make(k):\n    def op(a, b):\n        return a + b + k\n    return op\n"
                    "print(allreduce(0, make(__tileid % 2)))\n",
                    "def make(k):\n    return lambda a, b, k=k: a + b + k\n"
-                   "print(scan(0, make(__tileid == 3)))\n"):
+                   "print(scan(0, make(__tileid == 3)))\n",
+                   # (these took tile 0's value, or each tree node its own: 304, or 4)
+                   "from functools import partial\ndef f(k, a, b):\n    return a + b + k\n"
+                   "print(allreduce(1, partial(f, 100 if __tileid == 3 else 0)))\n",
+                   "class Op:\n    def __init__(self, k):\n        self.k = k\n"
+                   "    def __call__(self, a, b):\n        return a + b + self.k\n"
+                   "    def plus(self, a, b):\n        return a + b + self.k\n"
+                   "print(reduce(1, Op(__tileid == 0), 2))\n",
+                   "class Op:\n    def __init__(self, k):\n        self.k = k\n"
+                   "    def plus(self, a, b):\n        return a + b + self.k\n"
+                   "print(allreduce(1, Op(__tileid == 0).plus))\n"):
         result = machine.run(source, tiles="0-5", timeout=20)
         for tile in result.tiles:
             assert "CollectiveMismatchError" in tile.error, tile.error
@@ -387,5 +397,12 @@ def test_one_op_made_on_every_tile_is_one_op(machine):
         # a huge int (no repr of one: it raised), and values equal as Python compares them
         print(allreduce(1, modulo(2**20000)), allreduce(1, plus(-0.0 if __tileid else 0.0)),
               allreduce(1, plus(True if __tileid else 1)))
+        from functools import partial
+        class Op:
+            def __init__(self, k):
+                self.k = k
+            def __call__(self, a, b):
+                return a + b + self.k
+        print(allreduce(1, partial(lambda k, a, b: a + b + k, 2)), allreduce(1, Op(2)), allreduce(1, Op(2).__call__))
     """, tiles="0-3")
-    assert got == [["34 [0, 1, 2, 3]", "4 4.0 7"]] * 4
+    assert got == [["34 [0, 1, 2, 3]", "4 4.0 7", "10 10 10"]] * 4
