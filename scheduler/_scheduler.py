@@ -933,7 +933,7 @@ class Scheduler:
                     tile.signal = job.missing_tiles([tile.rank], [src], tile.waiting)
                 else:
                     tile.signal = DeadlockError(
-                        f"{job.describe([tile.rank])} waits to recv from tile {src}, which "
+                        f"{job.describe([tile.rank])} waits to recv from {job.describe([src])}, which "
                         f"{job.how_ended(src)} and sent nothing more"
                     )
                 self._runnable.append(tile.resume)

@@ -968,7 +968,7 @@ def test_a_recv_that_can_never_be_met_after_a_caught_failure_is_a_deadlock(machi
     assert time.monotonic() - started < 0.9  # (not after the 1 s grace)
     assert result.tiles[1].status == "error"
     assert result.tiles[1].error.endswith(
-        "DeadlockError: tile 1 (machine tile 9) waits to recv from tile 0, which "
+        "DeadlockError: tile 1 (machine tile 9) waits to recv from tile 0 (machine tile 8), which "
         "failed and sent nothing more\n"), result.tiles[1].error
 
 
