@@ -268,6 +268,11 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         return []
     pairs = []
     for source in sources:
+        try:  # (a missing source is said first: not "the same file" as its name in DEST)
+            sh.fs.entry(source)
+        except OSError as exc:
+            sh.oserror(exc)
+            continue
         target = _join(dest, _name_of(source)) if into else dest.rstrip("/") or dest
         (src_fs, src_inner), (dst_fs, dst_inner) = sh.fs.place(source), sh.fs.place(target)
         if (src_fs, src_inner) == (dst_fs, dst_inner):
@@ -278,7 +283,7 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         # (the same file by both names was refused above: within is below here)
         below = src_fs == dst_fs and is_within(dst_inner, src_inner)
         if below or is_within(sh.fs.abspath(target), sh.fs.abspath(source)):
-            sh.error(f"cannot copy or move {source} into itself ({target})")
+            sh.error(f"{source}: cannot copy or move a directory into itself ({target})")
             continue
         pairs.append((source, target))
     return pairs

@@ -380,7 +380,7 @@ def test_mv_between_tile_0s_tree_and_tiles_0_renames_in_place(machine):
     # /tiles/0 does not show, is not respelled into it (and, its directory not being
     # there, the rename fails as Linux's: ENOENT, before any EXDEV and copying)
     done = shell(machine, "mv /nope /tiles/0/z")
-    assert (done.returncode, done.stderr) == (1, "mv: /nope -> /tiles/0/z: No such file or directory\n")
+    assert (done.returncode, done.stderr) == (1, "mv: /nope: No such file or directory\n")
     done = shell(machine, "mount --ram 8K /mv-dir2; mv /mv-big3 /tiles/0/mv-dir2/x")
     assert (done.returncode, done.stderr) == (1, "mv: /mv-big3 -> /tiles/0/mv-dir2/x: No such file or directory\n")
     assert shell(machine, "ls /mv-dir2").stdout == ""
@@ -696,15 +696,21 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
     assert done.stderr.splitlines() == [
         "cp: /tiles/3/src: is a directory (use cp -r)",
         "cp: /b.txt and /tiles/0/b.txt are the same file",
-        "cp: cannot copy or move /chip/tree into itself (/chip/tree/sub/tree)",
+        "cp: /chip/tree: cannot copy or move a directory into itself (/chip/tree/sub/tree)",
     ]
+    # a missing source is said to be missing (it was "the same file" as its name in DEST)
+    done = shell(shared_machine, "cd /chip; cp nosuch .; mv nosuch .; cp nosuch nosuch; cp *.none .; "
+                 "mv missing missing/x; mv nosuch /tiles/0/../chip")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"{cmd}: {path}: No such file or directory" for cmd, path in (
+        ("cp", "nosuch"), ("mv", "nosuch"), ("cp", "nosuch"), ("cp", "*.none"), ("mv", "missing"), ("mv", "nosuch"))]
     # tile 0's own files are the same seen through /tiles/0; its /chip there is a plain name
     done = shell(shared_machine, "mkdir -p /self/in; echo z > /self/z; cp -r /self /tiles/0/self/in; "
                  "mv /self /tiles/0/self/in/deeper; cp /self/z /chip/nodir/; cp /self/z /self/z/; "
                  "cp /tiles/0/chip/y /chip/y; ls /self /self/in")
     assert done.stderr.splitlines() == [
-        "cp: cannot copy or move /self into itself (/tiles/0/self/in/self)",
-        "mv: cannot copy or move /self into itself (/tiles/0/self/in/deeper)",
+        "cp: /self: cannot copy or move a directory into itself (/tiles/0/self/in/self)",
+        "mv: /self: cannot copy or move a directory into itself (/tiles/0/self/in/deeper)",
         "cp: /chip/nodir/: No such file or directory",
         "cp: /self/z/: Not a directory",
         "cp: /tiles/0/chip/y: No such file or directory",
@@ -1217,7 +1223,7 @@ def test_tiles_list_in_numeric_order(shared_machine):
     ("mkdir /t0src; echo a > /t0src/f", "cp -r /tiles/0/t0src /tiles/3/t0copy; cat /tiles/3/t0copy/f", "a\n", "", 0),
     # ... but copying a directory into itself is, by either spelling
     ("mkdir /t0in", "cp -r /tiles/0/t0in /t0in/x", "",
-     "cp: cannot copy or move /tiles/0/t0in into itself (/t0in/x)\n", 1),
+     "cp: /tiles/0/t0in: cannot copy or move a directory into itself (/t0in/x)\n", 1),
     # rm -r refuses a tree with a filesystem mounted inside it before removing anything
     ("mkdir -p /mmx/r; mount --ram 16K /mmx/r; echo data > /mmx/r/f; echo top > /mmx/t",
      "rm -r /mmx; cat /mmx/r/f /mmx/t; umount /mmx/r", "data\ntop\n",
