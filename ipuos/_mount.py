@@ -640,8 +640,10 @@ class MountManager:
         if active is None:
             raise MountError("not_mounted", f"machine {self.name!r} has no mount at {mountpoint}")
         active.reason = reason
+        active.operations.hold_notices()
         gone, said = unmount_path(mountpoint, lazy=lazy)
         if not gone:
+            active.operations.release_notices()
             active.reason = ""
             raise MountError("busy", f"{mountpoint} is busy: a process has a file or its working "
                              f"directory there ({said or 'target is busy'}); close it, or "
@@ -665,6 +667,7 @@ class MountManager:
         unmounted = []
         for active in mounts:
             active.reason = reason
+            active.operations.hold_notices()  # (for good: the machine is halting)
             gone, _ = unmount_path(active.mountpoint)
             if gone:
                 unmounted.append(active)

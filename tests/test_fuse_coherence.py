@@ -57,6 +57,51 @@ def test_names_removed_by_a_tile_are_gone_for_the_host_at_once(mm):
     assert tile_tree(mm.booted, 2) == {"d": None, "d/e": None, "d/e/f": file_id(b"again"), "d/e/g": file_id(b"")}
 
 
+_CWD_WATCHER = """
+import json, os, sys, time
+os.chdir(sys.argv[1])
+print(json.dumps(os.getcwd()), flush=True)
+sys.stdin.readline()  # (a tile changes a file elsewhere meanwhile)
+seen = []
+for _ in range(20):  # (the kernel is told apart from the change: give it the time)
+    try:
+        seen.append([os.getcwd(), sorted(os.listdir("."))])
+    except OSError as exc:
+        seen.append(exc.strerror)
+    time.sleep(0.02)
+print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.parametrize("top", ["chip", "tiles"])
+def test_a_tile_changing_a_file_leaves_the_directories_above_it_alone(mm, top):
+    """The kernel was made to forget all of /chip (or /tiles) at every removal or rename
+    on a tile: a shell (git) whose current directory was the mount's chip found it
+    deleted, and every name under it got a new inode number."""
+    where = mm.root / top
+    (mm.chip / "keep").mkdir(exist_ok=True)
+    (mm.chip / "keep" / "k").write_bytes(b"k")
+    (mm.tile(3) / "kept").write_bytes(b"kept")
+    watched = ["", "/keep", "/keep/k"] if top == "chip" else ["", "/3", "/3/kept"]
+    inodes = [os.stat(str(where) + name).st_ino for name in watched]
+    child = subprocess.Popen([sys.executable, "-c", _CWD_WATCHER, str(where)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert json.loads(child.stdout.readline()) == str(where)
+        if top == "chip":
+            mm.run(0, "import os; open('/chip/t', 'w').close(); os.remove('/chip/t'); os.rename('/chip/keep/k', '/chip/k2'); os.rename('/chip/k2', '/chip/keep/k')")
+        else:
+            mm.run(9, "import os; open('/t', 'w').close(); os.remove('/t')")
+        out, _ = child.communicate("go\n", timeout=60)
+    finally:
+        child.kill()
+    listing = sorted(os.listdir(where))
+    assert json.loads(out) == [[str(where), listing]] * 20
+    if top == "chip":
+        watched.pop()  # (k was renamed away and back: a new name)
+    assert [os.stat(str(where) + name).st_ino for name in watched] == inodes[:len(watched)]
+
+
 def test_a_tile_replacing_a_file_with_a_directory(mm):
     base = mm.tile(3)
     (base / "x").write_bytes(b"a file")
@@ -227,7 +272,10 @@ _REPLACING = {
             with open({path!r} + '.tmp', 'wb') as f:
                 f.write(b'g' * i)
             os.rename({path!r} + '.tmp', {path!r})
-            sync()
+            for _ in range(4):  # (the host's threads get a look at each generation: a
+                for _ in range(5000):  # lookup and then its stat, each a request)
+                    pass
+                sync()
     """,
     # not atomic: a superstep between the two lets the host find no file there
     "rm+create": """
@@ -236,7 +284,10 @@ _REPLACING = {
             sync()
             with open({path!r}, 'wb') as f:
                 f.write(b'g' * i)
-            sync()
+            for _ in range(4):  # (the host's threads get a look at each generation: a
+                for _ in range(5000):  # lookup and then its stat, each a request)
+                    pass
+                sync()
     """,
 }
 
@@ -466,8 +517,11 @@ def _open_held_name_of_removed_file(mounted: InProcessMount, flags: int) -> tupl
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "held\n"
-        machine.fs.remove(5, "/held")
         operations = mounted.active.operations
+        # the kernel still keeps the name when the open comes (as it does until it has
+        # been told to forget it, which is done apart from the tile's change)
+        operations.hold_notices()
+        machine.fs.remove(5, "/held")
         before = operations.requests
         child.stdin.write("open\n")
         child.stdin.flush()
@@ -475,6 +529,7 @@ def _open_held_name_of_removed_file(mounted: InProcessMount, flags: int) -> tupl
         requests = operations.requests - before
         child.communicate("exit\n", timeout=60)
     finally:
+        mounted.active.operations.release_notices()
         child.kill()
     return failed, requests
 
@@ -661,14 +716,14 @@ def test_only_changes_made_elsewhere_make_the_kernel_forget(tiny):
         os.mkdir(d + "/sub"); os.rmdir(d + "/sub")
         print("null")
     """)
-    assert kernel.sent == sent  # the kernel saw those itself
+    assert kernel.settle() and kernel.sent == sent  # the kernel saw those itself
     fs.write_file(1, "/many/g1", b"written on the tile")  # a change of contents: nothing
     fs.mkdir(1, "/many/tile-dir")  # a new name: nothing (absent names are never kept)
-    assert kernel.sent == sent
+    assert kernel.settle() and kernel.sent == sent
     fs.remove(1, "/many/g2")
-    assert kernel.sent == sent + 1
-    fs.rename(1, "/many/g3", "/many/h3")
-    assert kernel.sent == sent + 2
+    assert kernel.settle() and kernel.sent == sent + 1
+    fs.rename(1, "/many/g3", "/many/h3")  # the name gone, and the one it may have replaced
+    assert kernel.settle() and kernel.sent == sent + 3
     got = tiny.child("""
         import os, sys, json
         d = sys.argv[1] + "/tiles/1/many"

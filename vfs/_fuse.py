@@ -22,11 +22,12 @@ Why each choice:
   passes a 1 MiB ``write`` through as one request, where the page cache would split it
   into 128 KiB ones; ``mmap`` of files is not supported). Looked-up *names* are kept
   (``entry_timeout``, see ``ENTRY_TIMEOUT``) because every tile reports its changes
-  (``_changes``): a removal or rename made on a tile makes the kernel forget the names
-  under ``/tiles`` or ``/chip`` (:class:`_KernelNames`). A name the kernel cannot drop
-  because it is in use (a descriptor, a cwd, a lookup under way) is still asked for by
-  path, so it is answered with what the tile has there now: a file a tile replaced by
-  another is the new file, as on a local disk. Only a name a tile has given another type
+  (``_changes``): a removal or rename made on a tile makes the kernel forget that name,
+  and the names below it, soon after (:class:`_KernelNames`; the directories above it,
+  someone's cwd perhaps, are left alone). Until then, and for a name in use (a
+  descriptor, a cwd, a lookup under way), the kernel asks by path, so it is answered
+  with what the tile has there now: a file a tile replaced by another is the new file,
+  as on a local disk. Only a name a tile has given another type
   answers ESTALE, so that the kernel looks it up again (``_as_told``). The mount keeps
   directories' complete listings the same way (:class:`_Known`). Without change notices
   (or the session descriptor) it keeps nothing.
@@ -279,28 +280,141 @@ class _KernelNames:
     """The kernel's cache of looked-up names, and how to make it forget them.
 
     A notice is a ``FUSE_NOTIFY_INVAL_ENTRY`` written to the mount's ``/dev/fuse``
-    connection, for a name in the mount's root (``chip`` or ``tiles``), whose node id is
-    always 1: the kernel drops that name and every unused name below it, so the next
-    lookup of anything there asks again. (libfuse's high-level API knows the node ids
-    of deeper directories but does not tell them, and its ``fuse_invalidate_path`` only
-    drops attributes, not names.) The descriptor is a duplicate of libfuse's, so a notice
-    sent after an unmount fails harmlessly instead of touching freed libfuse state.
+    connection, for a name in a directory given by its node id: the kernel drops that
+    name and every unused name below it, so the next lookup of anything there asks
+    again. It drops the name even if it is in use: a process whose current directory it
+    is finds that directory deleted, and a bind mount below it is detached. So the name
+    told is the one a tile changed, in its own directory, not the whole of ``/chip`` or
+    ``/tiles`` (which broke ``git`` run in the mount's ``chip`` whenever a tile removed
+    any file of the chip disk, and renumbered every inode).
 
-    Never blocks for long: the kernel takes the root directory's lock, which only requests
-    answered without any tile hold, and drops cached names.
+    libfuse's high-level API hands out node ids without saying them, but the kernel
+    says them: :meth:`_node` resolves the directory from the mount's root with
+    ``openat2(RESOLVE_CACHED)``, which uses the kernel's cache alone (it fails rather
+    than send a lookup), and reads the node id from the directory's file handle. A
+    directory the kernel does not hold (or holds expired) names nothing below it that a
+    lookup would not check again from above: the name is told in the deepest directory
+    on the way that it does hold, and if that is the root, ``chip`` or ``tiles`` is
+    looked up first (it expires while a shell works below it; answering it asks no
+    tile).
+
+    All of it is done by a thread of its own, never by the scheduler's: the kernel
+    takes the directory's lock to drop a name, and a host process creating a file there
+    holds that lock while its request waits for a tile. Until the thread has told the
+    kernel, a name the kernel keeps is answered by path, with what the tile has there now
+    (as a name in use always is: see the module doc). The descriptor is a duplicate of
+    libfuse's, so a notice sent after an unmount fails harmlessly instead of touching
+    freed libfuse state.
     """
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, mountpoint: str | None = None, forgot_top=None):
         self._fd: int | None = fd
+        #: where the mount is (None: only whole top names can be told)
+        self._mountpoint = mountpoint
+        #: ``forgot_top(name)``: after ``chip`` or ``tiles`` itself was told
+        self._forgot_top = forgot_top
+        #: the queue (never held while anything blocks: the scheduler thread takes it)
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        #: names to tell (a path from the root, or a top name to tell whole: "/chip")
+        self._pending: list[str] = []
+        self._busy = self._paused = False
+        self._teller: threading.Thread | None = None
+        #: held while the descriptor is written to or closed (by the teller and close)
+        self._write_lock = threading.Lock()
         #: notices sent (tests and benchmarks)
         self.sent = 0
 
-    def forget(self, name: str) -> None:
+    def forget_name(self, rel: str, whole: bool = False) -> None:
+        """Have the kernel forget ``rel`` (``chip/a/b``: a path from the mount's root)
+        and every unused name below it, not the directories above it (``whole``: the
+        top name ``rel`` itself, ``chip`` or ``tiles``). Returns at once."""
+        with self._lock:
+            if self._fd is None:
+                return
+            self._pending.append("/" + rel if whole else rel)
+            if self._teller is None:
+                self._teller = threading.Thread(target=self._run, name="ipuos-fuse-names", daemon=True)
+                self._teller.start()
+            self._wake.notify_all()
+
+    def pause(self) -> None:
+        """Hold notices back (and wait for one being told): an unmount fails while the
+        teller looks a directory up."""
+        with self._lock:
+            self._paused = True
+            while self._busy:
+                self._wake.wait()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
+            self._wake.notify_all()
+
+    def settle(self, timeout: float = 10.0) -> bool:
+        """Wait until every notice asked for has been told (tests); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while (self._pending or self._busy) and self._fd is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.wait(left)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while (not self._pending or self._paused) and self._fd is not None:
+                    self._wake.wait()
+                if self._fd is None:
+                    return
+                pending, self._pending = self._pending, []
+                self._busy = True
+            try:
+                for rel in dict.fromkeys(pending):  # (each once, in order)
+                    try:
+                        self._tell(rel)
+                    except Exception as exc:  # (never let the thread die: names would go stale)
+                        log.warning("could not make the kernel forget %s: %s", rel, exc)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._wake.notify_all()
+
+    def _tell(self, rel: str) -> None:
+        if rel.startswith("/"):
+            self._send(rel[1:])
+            return
+        if self._mountpoint is None:  # (no way to its directory: the whole top name)
+            self._send(rel.split("/")[0])
+            return
+        if self._forget_below(rel):
+            return
+        top = rel.split("/")[0]
+        try:
+            os.stat(os.path.join(self._mountpoint, top))  # (the kernel looks it up afresh)
+        except OSError:
+            pass
+        if not self._forget_below(rel):
+            self._send(top)  # (what is left: the whole top name)
+
+    def _forget_below(self, rel: str) -> bool:
+        """Tell ``rel`` in the deepest directory on its way the kernel holds; False if
+        it holds not even the top name (``chip``, ``tiles``)."""
+        parts = rel.split("/")
+        for depth in range(len(parts) - 1, 0, -1):
+            node = self._node("/".join(parts[:depth]))
+            if node is not None:
+                self._send(parts[depth], node)
+                return True
+        return False
+
+    def _send(self, name: str, parent: int = _FUSE_ROOT_ID) -> None:
         raw = name.encode()
         message = struct.pack("<IiQQII", 32 + len(raw) + 1, _FUSE_NOTIFY_INVAL_ENTRY, 0,
-                              _FUSE_ROOT_ID, len(raw), 0) + raw + b"\0"
-        with self._lock:
+                              parent, len(raw), 0) + raw + b"\0"
+        with self._write_lock:
             if self._fd is None:
                 return
             self.sent += 1
@@ -309,13 +423,90 @@ class _KernelNames:
             except OSError as exc:
                 # ENOENT: the kernel keeps nothing there; ENODEV, ENOTCONN: unmounted
                 if exc.errno not in (errno.ENOENT, errno.ENODEV, errno.ENOTCONN):
-                    log.warning("could not make the kernel forget /%s: %s", name, exc)
+                    log.warning("could not make the kernel forget %s: %s", name, exc)
+        if parent == _FUSE_ROOT_ID and self._forgot_top is not None:
+            self._forgot_top(name)  # (after: a lookup meanwhile is a fresh one)
+
+    def _node(self, rel: str) -> int | None:
+        """The node id of the directory ``rel`` if the kernel holds it, valid, in its
+        cache; None otherwise (nothing is looked up). The descriptors it takes are
+        closed at once: one held would keep the mount busy."""
+        try:
+            root = os.open(self._mountpoint, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fd = _openat2_cached(root, rel)
+        finally:
+            os.close(root)
+        if fd is None:
+            return None
+        try:
+            return _node_id(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         with self._lock:
+            self._pending.clear()
             fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
+            self._wake.notify_all()
+        with self._write_lock:
+            if fd is not None:
+                os.close(fd)
+
+
+_O_PATH = getattr(os, "O_PATH", 0o10000000)
+_SYS_OPENAT2 = 437  # (the same number on every Linux architecture)
+_RESOLVE_CACHED_BENEATH = 0x20 | 0x08 | 0x04 | 0x02  # CACHED, BENEATH, NO_SYMLINKS, NO_MAGICLINKS
+_AT_EMPTY_PATH = 0x1000
+#: the kernel's FUSE file handle: the node id's two halves and the generation
+_FUSE_HANDLE = struct.Struct("<III")
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_HANDLE_MAX = 32  # bytes: a FUSE handle takes 12 (24 with its parent's)
+
+
+class _FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                ("f_handle", ctypes.c_ubyte * _HANDLE_MAX)]
+
+
+_libc = None
+
+
+def _c_library():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _openat2_cached(root: int, rel: str) -> int | None:
+    """An O_PATH descriptor of the directory ``rel`` under ``root``, resolved from the
+    kernel's cache alone, or None (not cached, expired, or no openat2 here)."""
+    how = _OpenHow(_O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, 0, _RESOLVE_CACHED_BENEATH)
+    try:
+        fd = _c_library().syscall(_SYS_OPENAT2, root, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
+    except (OSError, AttributeError):
+        return None
+    return fd if fd >= 0 else None
+
+
+def _node_id(fd: int) -> int | None:
+    """The FUSE node id of the open directory ``fd``, from its file handle."""
+    handle = _FileHandle(_HANDLE_MAX)
+    mount_id = ctypes.c_int()
+    if _c_library().name_to_handle_at(fd, b"", ctypes.byref(handle), ctypes.byref(mount_id), _AT_EMPTY_PATH) < 0:
+        return None
+    if handle.handle_bytes < _FUSE_HANDLE.size:
+        return None
+    high, low, _generation = _FUSE_HANDLE.unpack(bytes(handle.f_handle[:_FUSE_HANDLE.size]))
+    return high << 32 | low
 
 
 _libfuse_functions = None
@@ -580,6 +771,8 @@ class ChipFilesystem:
             changes.watch(self._notice)
         #: set once libfuse has started serving (its init has run)
         self.initialized = threading.Event()
+        #: where it is mounted (set by serve_fuse): the kernel's names are told from there
+        self.mountpoint: str | None = None
 
     def close(self) -> None:
         """The mount is over (its loop has returned): stop listening to change notices,
@@ -612,7 +805,7 @@ class ChipFilesystem:
             if self._known is None or config is None:
                 return
             try:
-                self._kernel = _KernelNames(os.dup(_session_fd()))
+                self._kernel = _KernelNames(os.dup(_session_fd()), self.mountpoint, self._retries.forgot)
             except Exception as exc:  # never fail init: the mount just caches less
                 log.warning("the kernel will not keep names on this mount: %s", exc)
                 return
@@ -642,15 +835,32 @@ class ChipFilesystem:
         if kind != RESET and (tile, path) in self._mine:
             return
         self._gone_under(tile, kind, path, path2)
-        chip = (tile == self.chip_tile
-                and (path == self.chip_mount or path.startswith(self.chip_mount + "/")))
-        everything = kind == RESET and path == "/"
-        if tile == self.chip_tile and (chip or everything):
-            kernel.forget("chip")
-            self._retries.forgot("chip")  # (after: a lookup meanwhile is a fresh one)
-        if tile in self._tile_set and (not chip or everything):
-            kernel.forget("tiles")
-            self._retries.forgot("tiles")
+        for changed in (path, path2) if kind == MOVED else (path,):
+            name = self._mount_name(tile, changed)
+            if name is not None:
+                kernel.forget_name(name)
+        if kind == RESET and path == "/" and tile == self.chip_tile:
+            kernel.forget_name("chip", whole=True)  # (a whole tile 0 restored: its chip disk too)
+
+    def hold_notices(self) -> None:
+        """Hold back telling the kernel to forget names (an unmount is about to be tried:
+        looking a directory up would make it fail as busy); see release_notices."""
+        if self._kernel is not None:
+            self._kernel.pause()
+
+    def release_notices(self) -> None:
+        if self._kernel is not None:
+            self._kernel.resume()
+
+    def _mount_name(self, tile: int, path: str) -> str | None:
+        """Where a tile's ``path`` is in the mount, from its root (``chip/a``,
+        ``tiles/5/a``), or None if the mount does not show it."""
+        chip = self.chip_mount
+        if tile == self.chip_tile and (path == chip or path.startswith(chip + "/")):
+            return "chip" + path[len(chip):]
+        if tile in self._tile_set:
+            return f"tiles/{tile}" + ("" if path == "/" else path)
+        return None
 
     def _gone_under(self, tile: int, kind: str, path: str, path2) -> None:
         """A tile removed or renamed ``path`` (a RESET: everything under it may be new).
@@ -1455,4 +1665,6 @@ def serve_fuse(operations, mountpoint: str, **options) -> None:
     and SIGHUP for itself when they are left at their defaults.
     """
     mfusepy = load_mfusepy()
+    if isinstance(operations, ChipFilesystem):
+        operations.mountpoint = os.path.abspath(mountpoint)
     _fuse_loop_class(mfusepy)(operations, mountpoint, foreground=True, **options)
