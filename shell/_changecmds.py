@@ -123,7 +123,7 @@ def _rm(sh, args):
                 sh.error(f"{path}: {why}")
                 continue
             remove_tree(sh, path)
-        except FileNotFoundError as exc:
+        except (FileNotFoundError, NotADirectoryError) as exc:  # (-f: nothing there, as GNU rm)
             if not force:
                 sh.oserror(exc)
         except OSError as exc:

@@ -29,7 +29,12 @@ def _join(directory: str, name: str) -> str:
 
 def natural_order(entry) -> list:
     """Sort key: digits compare as numbers, so /tiles lists 0, 1, 2 ... 10, not 0, 1, 10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", entry.name)]
+    return natural_key(entry.name)
+
+
+def natural_key(name: str) -> list:
+    """:func:`natural_order` of a name."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _mtime(mtime_ns: int, zone) -> str:
@@ -84,6 +89,8 @@ def _ls(sh, args):
             sh.oserror(exc)
             continue
         (dirs if entry.is_dir else files).append((path, entry))
+    files.sort(key=lambda item: natural_key(item[0]))  # (operands too, as GNU ls sorts them)
+    dirs.sort(key=lambda item: natural_key(item[0]))
     if files:
         sh.write(_listing(sh, [entry._replace(name=path) for path, entry in files], long_format))
     for index, (path, _) in enumerate(dirs):
@@ -123,9 +130,16 @@ def _cd(sh, args):
         raise Usage("too many arguments")
     target = args[0] if args else "/"
     session = sh.session
-    if target == "-":
+    if target == "":  # (as bash: nothing to go to, nowhere gone)
+        return 0
+    back = target == "-"
+    if back:
+        if session.previous_cwd is None:
+            return sh.error("OLDPWD not set")
         target = session.previous_cwd
     session.previous_cwd, session.cwd = session.cwd, _logical_directory(sh, target)
+    if back:  # (as bash: where it went back to)
+        sh.print(session.cwd)
     return 0
 
 
@@ -291,7 +305,7 @@ def _last_lines(sh, file, count: int) -> bytes:
 @command("echo", "echo [-n] [WORD...]", "print words (> FILE writes them to a file)", paths=False)
 def _echo(sh, args):
     newline = "\n"
-    if args and args[0] == "-n":
+    while args and re.fullmatch(r"-n+", args[0]):  # (-n -n, -nn: as bash's echo)
         newline, args = "", args[1:]
     sh.write(" ".join(args) + newline)
     return 0
@@ -331,9 +345,9 @@ def _stat(sh, args):
     return sh.status
 
 
-@command("tree", "tree [-L DEPTH] [PATH]", "show a directory tree")
+@command("tree", "tree [-a] [-L DEPTH] [PATH]", "show a directory tree (-a: names starting with . too)")
 def _tree(sh, args):
-    opts, paths = options(args, "L:")
+    opts, paths = options(args, "aL:")
     if "-L" in opts and not re.fullmatch(r"0*[1-9][0-9]*", opts["-L"]):  # (as tree: a level is at least 1)
         raise Usage(f"invalid depth: {opts['-L']!r}")
     depth = int(opts["-L"]) if "-L" in opts else None
@@ -345,13 +359,13 @@ def _tree(sh, args):
         return 0
     counts = [0, 0]
     sh.print(top)
-    _tree_below(sh, top, "", depth, counts)
+    _tree_below(sh, top, "", depth, counts, "-a" in opts)
     dirs, files = counts
     sh.print(f"\n{plural(dirs, 'directory', 'directories')}, {plural(files, 'file')}")
     return sh.status
 
 
-def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int]) -> None:
+def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int], show_all: bool) -> None:
     if depth is not None and depth <= 0:
         return
     sh.check()
@@ -360,13 +374,15 @@ def _tree_below(sh, path: str, prefix: str, depth: int | None, counts: list[int]
     except OSError as exc:
         sh.oserror(exc)
         return
+    if not show_all:  # (as ls, and tree itself: hidden unless asked for)
+        entries = [entry for entry in entries if not entry.name.startswith(".")]
     for index, entry in enumerate(entries):
         last = index == len(entries) - 1
         sh.print(f"{prefix}{'└── ' if last else '├── '}{sh.shown(entry.name)}{'/' if entry.is_dir else ''}")
         if entry.is_dir:
             counts[0] += 1
             _tree_below(sh, _join(path, entry.name), prefix + ("    " if last else "│   "),
-                        None if depth is None else depth - 1, counts)
+                        None if depth is None else depth - 1, counts, show_all)
         else:
             counts[1] += 1
 

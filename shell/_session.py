@@ -60,7 +60,7 @@ class Session:
         self.id = sid
         self.client_pid = client_pid
         self.cwd = "/"
-        self.previous_cwd = "/"
+        self.previous_cwd: str | None = None  # (cd - before any cd: "OLDPWD not set")
         #: the terminal's width for columns (0: not a terminal, one name per line)
         self.width = 0
         #: the tzinfo times are shown in: the client's (None: the host process's own)

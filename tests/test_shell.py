@@ -82,8 +82,8 @@ def test_lines_run_in_order_and_the_status_is_the_last_commands(shared_machine):
     ("touch /e6", "mv /e6 /tiles/2", None, 0),
     ("", "head -n x /e6", "head: invalid number of lines: 'x'\nusage: head [-n N] FILE...", 2),
     ("", "head -n 1.5 /e6", "head: invalid number of lines: '1.5'\nusage: head [-n N] FILE...", 2),
-    ("", "tree -L -2 /", "tree: invalid depth: '-2'\nusage: tree [-L DEPTH] [PATH]", 2),
-    ("", "tree -L 0 /", "tree: invalid depth: '0'\nusage: tree [-L DEPTH] [PATH]", 2),
+    ("", "tree -L -2 /", "tree: invalid depth: '-2'\nusage: tree [-a] [-L DEPTH] [PATH]", 2),
+    ("", "tree -L 0 /", "tree: invalid depth: '0'\nusage: tree [-a] [-L DEPTH] [PATH]", 2),
     ("", "mount --tile x", "mount: --tile: 'x' is not a tile number", 2),
     ("", "ls -z", "ls: option -z not recognized\nusage: ls [-l] [-a] [PATH...]", 2),
     ("", "ls | wc", "sh: syntax error near '|': pipes are not supported", 2),
@@ -1253,6 +1253,20 @@ def test_tiles_list_in_numeric_order(shared_machine):
     # only \n ends a line; head -n -N is all but the last N, tail -n -N the last N
     ("echo a > /chip/hl; echo b >> /chip/hl; echo c >> /chip/hl", "head -n -2 /chip/hl; tail -n -1 /chip/hl; head -n -0 /chip/hl",
      "a\nc\na\nb\nc\n", "", 0),
+    # ls sorts its operands (files, then directories), as it sorts what it lists
+    ("mkdir -p /chip/lso/z1 /chip/lso/y1; touch /chip/lso/b1 /chip/lso/a2 /chip/lso/a1", "cd /chip/lso; ls b1 a2 z1 a1 y1",
+     "a1\na2\nb1\n\ny1:\n\nz1:\n", "", 0),
+    # rm -f says nothing of a name that cannot be there (a file's "subdirectory")
+    ("touch /chip/rmf", "rm -f /chip/rmf/ /chip/rmf/x; ls /chip/rmf", "/chip/rmf\n", "", 0),
+    # echo takes -n again and again, and -nn
+    ("", "echo -n -n x; echo -nn y; echo; echo -n- z", "xy\n-n- z\n", "", 0),
+    # tree hides names starting with . unless -a, as ls does (and tree)
+    ("mkdir -p /chip/th/d; touch /chip/th/.h /chip/th/d/.x /chip/th/v", "tree /chip/th; tree -a /chip/th",
+     "/chip/th\n├── d/\n└── v\n\n1 directory, 1 file\n"
+     "/chip/th\n├── .h\n├── d/\n│   └── .x\n└── v\n\n1 directory, 3 files\n", "", 0),
+    # cd - says where it went back to; before any cd there is nowhere; cd "" goes nowhere
+    ("", "cd -", "", "cd: OLDPWD not set\n", 1),
+    ("", "cd /chip; cd /; cd -; cd ''; pwd", "/chip\n/chip\n", "", 0),
 ])
 def test_commands_do_what_coreutils_and_bash_do(shared_machine, setup, line, stdout, stderr, status):
     if setup:
