@@ -525,8 +525,12 @@ def test_closed_and_wrong_direction(vfs):
                  lambda: f.readlines(), lambda: iter(f)):
         with pytest.raises(ValueError):
             call()
-    with pytest.raises(io.UnsupportedOperation):
+    with pytest.raises(ValueError, match="closed file"):  # (as the host's: closed first)
         f.fileno()
+    with vfs.open("/f", "rb") as still_open, vfs.open("/f") as text:
+        for open_file in (still_open, text):
+            with pytest.raises(io.UnsupportedOperation, match="no file descriptor"):
+                open_file.fileno()
     with pytest.raises(TypeError):
         import pickle
         pickle.dumps(vfs.open("/f"))

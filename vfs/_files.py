@@ -259,6 +259,7 @@ class VfsFile:
         return False
 
     def fileno(self) -> int:
+        self._check_open()  # (a closed file says so first, as the host's does)
         raise io.UnsupportedOperation("files on a tile have no file descriptor")
 
     def close(self) -> None:
