@@ -462,6 +462,8 @@ _RESOLVE_CACHED_BENEATH = 0x20 | 0x08 | 0x04 | 0x02  # CACHED, BENEATH, NO_SYMLI
 _AT_EMPTY_PATH = 0x1000
 #: the kernel's FUSE file handle: the node id's two halves and the generation
 _FUSE_HANDLE = struct.Struct("<III")
+#: its types: FILEID_INO64_GEN, and the same with the parent's
+_FUSE_HANDLE_TYPES = (0x81, 0x82)
 
 
 class _OpenHow(ctypes.Structure):
@@ -503,8 +505,8 @@ def _node_id(fd: int) -> int | None:
     mount_id = ctypes.c_int()
     if _c_library().name_to_handle_at(fd, b"", ctypes.byref(handle), ctypes.byref(mount_id), _AT_EMPTY_PATH) < 0:
         return None
-    if handle.handle_bytes < _FUSE_HANDLE.size:
-        return None
+    if handle.handle_type not in _FUSE_HANDLE_TYPES or handle.handle_bytes < _FUSE_HANDLE.size:
+        return None  # (not a FUSE directory: the mount point was moved, say)
     high, low, _generation = _FUSE_HANDLE.unpack(bytes(handle.f_handle[:_FUSE_HANDLE.size]))
     return high << 32 | low
 
