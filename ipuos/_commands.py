@@ -120,6 +120,8 @@ class Command:
     args: tuple[Arg, ...]
     timeout: float | None
     help: str
+    #: gets a handler thread when every ordinary one is taken (see HandlerSlots)
+    urgent: bool = False
 
     def check_args(self, args: dict) -> dict:
         known = {a.name for a in self.args}
@@ -137,13 +139,14 @@ class Command:
 COMMANDS: dict[str, Command] = {}
 
 
-def command(name: str, *args: Arg, timeout: float | None = DEFAULT_TIMEOUT):
-    """Register the decorated function as the handler of command ``name``."""
+def command(name: str, *args: Arg, timeout: float | None = DEFAULT_TIMEOUT, urgent: bool = False):
+    """Register the decorated function as the handler of command ``name``; ``urgent``:
+    one that must get through a daemon whose handlers are all taken (see HandlerSlots)."""
 
     def register(fn):
         if name in COMMANDS:
             raise ValueError(f"command {name!r} is registered twice")
-        COMMANDS[name] = Command(name, fn, args, timeout, (fn.__doc__ or "").strip())
+        COMMANDS[name] = Command(name, fn, args, timeout, (fn.__doc__ or "").strip(), urgent)
         return fn
 
     return register
@@ -228,7 +231,7 @@ def _identity(host: MachineHost) -> dict:
     }
 
 
-@command("hello")
+@command("hello", urgent=True)
 def _hello(call: Call):
     """Who this daemon is and which protocol versions it speaks."""
     return {
@@ -239,7 +242,7 @@ def _hello(call: Call):
     }
 
 
-@command("status")
+@command("status", urgent=True)
 def _status(call: Call):
     """The machine: geometry, uptime, supersteps, exchange traffic and its simulated time."""
     host = call.host
@@ -265,7 +268,7 @@ def _status(call: Call):
     }
 
 
-@command("ps")
+@command("ps", urgent=True)
 def _ps(call: Call):
     """Every tile's state, job and SRAM use (compact: one letter per state), and the jobs."""
     host = call.host
@@ -476,7 +479,7 @@ def _cut(text: str, keep: int) -> str:
 KILL_WAIT = 2.0
 
 
-@command("kill", Arg("job", int))
+@command("kill", Arg("job", int), urgent=True)
 def _kill(call: Call):
     """Interrupt a job started through the daemon; its client gets what its tiles printed."""
     job_id = call.args["job"]
@@ -498,7 +501,7 @@ def _kill(call: Call):
             "exit_status": result.exit_status}
 
 
-@command("halt", Arg("if_saved", bool, False), Arg("backup", str, None), timeout=None)
+@command("halt", Arg("if_saved", bool, False), Arg("backup", str, None), timeout=None, urgent=True)
 def _halt(call: Call):
     """Stop the daemon: interrupt jobs, close the machine, remove socket and lock
     (``backup``: back the machine up first, and stay up if that fails)."""

@@ -49,6 +49,28 @@ from ._protocol import (
 TICK_SECONDS = 0.25
 
 
+class HandlerSlots:
+    """How many handler threads the daemon runs at once: ``ordinary`` for any request,
+    and ``reserved`` more for the urgent commands (``kill``, ``status``, ``ps``, ``halt``).
+
+    A handler blocked inside a held machine (a tile computing without an exchange point)
+    keeps its slot until the machine answers, even after its client has gone: requests
+    enough (a few clients' worth) took every slot, and then ``kill``, the way to free
+    the machine, was refused as busy too."""
+
+    def __init__(self, ordinary: int, reserved: int = 0):
+        self._ordinary = threading.BoundedSemaphore(ordinary)
+        self._reserved = threading.BoundedSemaphore(reserved) if reserved else None
+
+    def take(self, urgent: bool = False) -> threading.BoundedSemaphore | None:
+        """A slot (release it when the handler ends), or None if none is free."""
+        if self._ordinary.acquire(blocking=False):
+            return self._ordinary
+        if urgent and self._reserved is not None and self._reserved.acquire(blocking=False):
+            return self._reserved
+        return None
+
+
 @dataclass(frozen=True)
 class ConnectionPolicy:
     """How long and how much one client may hold the daemon."""
@@ -70,7 +92,7 @@ log = logging.getLogger("ipuos.daemon")
 
 class Connection:
     def __init__(self, sock: socket.socket, host: MachineHost, peer_pid: int | None,
-                 handler_slots: threading.BoundedSemaphore, stopping: threading.Event,
+                 handler_slots: HandlerSlots, stopping: threading.Event,
                  policy: ConnectionPolicy = ConnectionPolicy()):
         self.policy = policy
         self.sock = sock
@@ -186,18 +208,19 @@ class Connection:
             return
         seconds = command.deadline_seconds(request.timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
-        if not self.handler_slots.acquire(blocking=False):
+        slot = self.handler_slots.take(command.urgent)
+        if slot is None:
             self._send(error_frame(request.id, BUSY, "the daemon is serving too many requests; try again"))
             return
         call = Call(request, args, self.host, self.peer_pid, lambda event: self._emit(call, event))
         with self._send_lock:
             self._in_flight[request.id] = (call, deadline)
-        thread = threading.Thread(target=self._run_call, args=(call, command), daemon=True,
+        thread = threading.Thread(target=self._run_call, args=(call, command, slot), daemon=True,
                                   name=f"ipuos-{command.name}-{request.id}")
         try:
             thread.start()
         except RuntimeError:  # out of threads
-            self.handler_slots.release()
+            slot.release()
             self._finish(call, error_frame(request.id, BUSY, "the daemon cannot start another thread"))
 
     def _cancel_request(self, request) -> None:
@@ -226,7 +249,7 @@ class Connection:
 
     # -- handlers --------------------------------------------------------------------------
 
-    def _run_call(self, call: Call, command) -> None:
+    def _run_call(self, call: Call, command, slot: threading.BoundedSemaphore) -> None:
         request_id = call.request.id
         try:
             value = command.handler(call)
@@ -241,7 +264,7 @@ class Connection:
             frame = error_frame(request_id, INTERNAL, f"{command.name} failed inside the daemon: "
                                 f"{type(exc).__name__}: {exc} (details in {self.host.paths.log})")
         finally:
-            self.handler_slots.release()
+            slot.release()
         self._finish(call, frame)
         try:  # (the client has its reply: nothing depends on this, a failure is only logged)
             if len(call.request.payload) >= LARGE_PAYLOAD:

@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._connection import Connection, ConnectionPolicy, linger_close
+from ._connection import Connection, ConnectionPolicy, HandlerSlots, linger_close
 from ._backup import BackupError, restore as restore_image
 from ._host import MachineHost
 from ._machine import Machine
@@ -50,6 +50,8 @@ from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, R
 MAX_CLIENTS = 128
 #: request handler threads daemon-wide
 MAX_HANDLERS = 256
+#: more, for the urgent commands alone (kill, status, ps, halt: see HandlerSlots)
+RESERVED_HANDLERS = 16
 #: how long halt lets running jobs report their results to their clients
 HALT_GRACE_SECONDS = 5.0
 #: how long, once the machine has stopped, clients' handlers have to send what its
@@ -83,7 +85,7 @@ class Daemon:
         self.restore = restore
         self.host: MachineHost | None = None
         self.stopping = threading.Event()
-        self.handler_slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self.handler_slots = HandlerSlots(MAX_HANDLERS, RESERVED_HANDLERS)
         self._connections: dict[Connection, threading.Thread] = {}
         self._connections_lock = threading.Lock()
         self.lock_fd = -1

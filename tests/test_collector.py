@@ -19,7 +19,7 @@ from daemon_harness import read_frame, request, unique_name, wait_for
 
 from ipuos import Machine
 from ipuos._collector import Collector
-from ipuos._connection import Connection
+from ipuos._connection import Connection, HandlerSlots
 from ipuos._host import MachineHost
 from ipuos._rundir import machine_paths
 
@@ -148,7 +148,7 @@ def daemon_socket(machine):
     """A socket to the daemon's connection handler serving ``machine`` in this process."""
     ours, theirs = socket.socketpair()
     host = MachineHost(machine, machine_paths(unique_name()))
-    connection = Connection(ours, host, None, threading.BoundedSemaphore(4), threading.Event())
+    connection = Connection(ours, host, None, HandlerSlots(4), threading.Event())
     threading.Thread(target=connection.serve, daemon=True).start()
     try:
         yield theirs

@@ -288,6 +288,46 @@ def test_requests_refused_for_their_timeout_hold_no_slot(runtime_dir):
         booted.halt()
 
 
+def test_kill_status_and_ps_get_through_when_every_handler_is_taken(runtime_dir):
+    """Requests blocked inside a machine held by a computing tile keep their handler
+    slots, even once their clients have gone: a few clients' worth took every slot, and
+    then kill, the way to free the machine, was refused as busy too."""
+    from ipuos._daemon import MAX_HANDLERS
+
+    booted = boot_machine()
+    try:
+        computing = start_run(booted.paths, "0", b"while True:\n    x = 1\n")  # (no exchange point)
+        (job,) = [j["job"] for j in booted.call("ps")["jobs"]]
+        source = b"print(1)"
+        clients = []
+
+        def taken_all() -> bool:
+            sock = raw_socket(booted.paths)
+            clients.append(sock)
+            for i in range(8):
+                sock.sendall(request(i + 1, "run", {"filename": "p.py", "source_len": len(source), "tiles": "5"},
+                                     source))
+            try:  # (a refusal comes at once; a request that took a slot waits in the machine)
+                frame = read_frame(sock, timeout=0.3)
+            except AssertionError:
+                return False
+            return error_of(frame) == ("busy", "the daemon is serving too many requests; try again")
+
+        wait_for(taken_all, timeout=60, interval=0, what="every ordinary handler to be taken")
+        assert len(clients) >= MAX_HANDLERS // 8
+        for sock in clients:
+            sock.close()  # (gone: their handlers still wait inside the machine)
+        assert booted.call("status")["name"] == booted.name
+        assert any(j["job"] == job for j in booted.call("ps")["jobs"])
+        booted.call("kill", {"job": job})
+        while (frame := read_frame(computing)).header["type"] == "event":
+            pass
+        assert frame.header["result"]["exit_status"] == 130
+        computing.close()
+    finally:
+        booted.halt()
+
+
 def test_a_request_id_in_flight_is_refused_without_that_id_even_for_cancel(machine):
     sock = start_run(machine.paths, "0")
     for second in (request(1, "hello"), request(1, "cancel", {"id": 1})):
@@ -453,7 +493,7 @@ def test_the_collection_after_a_job_waits_for_the_reply_and_cannot_break_the_con
     from ipuos import Machine
     from ipuos._collector import Collector
     from ipuos._commands import COMMANDS, Arg, command
-    from ipuos._connection import Connection
+    from ipuos._connection import Connection, HandlerSlots
     from ipuos._host import MachineHost
 
     replied, ran = threading.Event(), []
@@ -475,7 +515,7 @@ def test_the_collection_after_a_job_waits_for_the_reply_and_cannot_break_the_con
         with Machine("tiny") as machine:
             host = MachineHost(machine, machine_paths(unique_name()))
             host.collector = Observed(machine.scheduler)
-            connection = Connection(ours, host, None, threading.BoundedSemaphore(4), threading.Event())
+            connection = Connection(ours, host, None, HandlerSlots(4), threading.Event())
             threading.Thread(target=connection.serve, daemon=True).start()
             due = 0
             for request_id, job in ((1, True), (2, True), (3, False), (4, True)):
