@@ -107,6 +107,10 @@ class Connection:
         #: the stream broke: read what the client still sends before closing (see linger_close)
         self._lingering = False
         self.last_activity = time.monotonic()
+        #: a frame has begun arriving and not ended (see idle_for)
+        self._mid_frame = False
+        #: whether the client has sent any frame yet
+        self.has_sent = False
         sock.settimeout(policy.send_seconds)
 
     # -- the reader ------------------------------------------------------------------------
@@ -133,9 +137,11 @@ class Connection:
                 except (ConnectionError, OSError):
                     break
                 now = time.monotonic()
+                self._mid_frame = reader.partial
                 self._expire_calls(now)
                 if frame is not None:
                     self.last_activity = now
+                    self.has_sent = True
                     try:
                         self._dispatch(frame)
                     except Exception as exc:  # a bug; this client and the daemon go on
@@ -329,6 +335,20 @@ class Connection:
                 self.sock.close()
             except OSError:
                 pass
+
+    def idle_for(self, now: float) -> float | None:
+        """Seconds since the client last sent a request or was answered, if it has none
+        in flight and is not sending one; else None."""
+        with self._send_lock:
+            if self._in_flight or self._mid_frame or self._broken:
+                return None
+            return now - self.last_activity
+
+    def evict(self, why: str) -> None:
+        """From another thread: tell the client why, and make the reader stop now (the
+        daemon needs its place for another client)."""
+        self._send(error_frame(None, BUSY, why))
+        self.abort()
 
     def abort(self) -> None:
         """From another thread at shutdown: make the reader stop now."""

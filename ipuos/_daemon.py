@@ -48,6 +48,10 @@ from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, R
 
 #: connections served at once; more get a ``busy`` error
 MAX_CLIENTS = 128
+#: at MAX_CLIENTS, a new client takes the place of one that has sent nothing for this
+#: long, or of one idle since its last request for the other (see _evict_idlest)
+EVICT_IDLE_SECONDS = 1.0
+EVICT_USED_SECONDS = 10.0
 #: request handler threads daemon-wide
 MAX_HANDLERS = 256
 #: more, for the urgent commands alone (kill, status, ps, halt: see HandlerSlots)
@@ -193,7 +197,7 @@ class Daemon:
             return
         with self._connections_lock:
             self._reap()
-            if len(self._connections) >= MAX_CLIENTS:
+            if len(self._connections) >= MAX_CLIENTS and not self._evict_idlest():
                 _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
                                  "clients; try again shortly")
                 return
@@ -206,6 +210,29 @@ class Daemon:
             with self._connections_lock:
                 self._connections.pop(connection, None)
             connection.close()
+
+    def _evict_idlest(self) -> bool:
+        """At the limit of clients, make room by closing an idle one (connected, nothing
+        asked or being answered): one that has sent nothing for EVICT_IDLE_SECONDS, else
+        the one idle longest, if for EVICT_USED_SECONDS (a shell's connection waits
+        between commands). Connections that never sent anything (or once a minute) held
+        every place for the idle timeout, a minute, and then again. Caller holds
+        ``_connections_lock``."""
+        now = time.monotonic()
+        idle = []
+        for connection in self._connections:
+            seconds = connection.idle_for(now)
+            if seconds is not None and seconds >= (EVICT_USED_SECONDS if connection.has_sent else EVICT_IDLE_SECONDS):
+                idle.append((not connection.has_sent, seconds, connection))
+        if not idle:
+            return False
+        _, seconds, connection = max(idle, key=lambda entry: entry[:2])
+        log.info("closed the connection of client pid %s, idle for %.1f s, to make room for another",
+                 connection.peer_pid, seconds)
+        connection.evict(f"closing a connection idle for {seconds:.0f} s: the daemon serves "
+                         f"{MAX_CLIENTS} clients at most, and another has come")
+        del self._connections[connection]
+        return True
 
     def _reap(self) -> None:
         for connection, thread in list(self._connections.items()):

@@ -463,6 +463,34 @@ def every_client_slot_taken():
         booted.halt()
 
 
+def test_clients_that_never_send_give_their_places_to_new_ones(runtime_dir):
+    """Connections that sent nothing held every client place for the idle timeout (a
+    minute), and then again: one idle for a second now gives its place to a newcomer."""
+    booted = boot_machine()
+    silent = []
+    try:
+        for _ in range(MAX_CLIENTS):
+            silent.append(raw_socket(booted.paths))
+        time.sleep(1.2)
+        started = time.monotonic()
+        done = run_cli("status", "--json", "--name", booted.name)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 10
+        told = []
+        for sock in silent:  # one of them was told why, and closed
+            sock.setblocking(False)
+            try:
+                data = sock.recv(4096)
+            except BlockingIOError:
+                continue
+            told.append(data)
+        assert any(b"the daemon serves 128 clients at most, and another has come" in data for data in told), told
+    finally:
+        for sock in silent:
+            sock.close()
+        booted.halt()
+
+
 def test_halt_gets_through_when_every_client_slot_is_taken(runtime_dir):
     with every_client_slot_taken() as booted:
         refused_for = run_cli("status", "--name", booted.name)
