@@ -124,13 +124,13 @@ class _DaemonShellHost:
         return _Repl(self.machine.repl(tiles, data), self, client_pid)
 
     def track(self, handle: RunHandle, name: str, tiles: str, client_pid, *, thaw: bool = False) -> None:
-        hosted = HostedJob(handle, name, tiles, time.time(), client_pid)
+        hosted = HostedJob(handle, name, tiles, time.monotonic(), client_pid)
         self.host.add_job(hosted)
         handle.job.future.add_done_callback(lambda _: self.host.remove_job(hosted.id, thaw))
 
     def jobs(self) -> list[_JobInfo]:
         hosted = {job.id: job for job in self.host.jobs()}
-        now = time.time()
+        now = time.monotonic()
         found = []
         for job in list(self.machine.scheduler.jobs.values()):
             mine = hosted.get(job.id)

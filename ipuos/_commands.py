@@ -295,14 +295,16 @@ def _ps(call: Call):
     for tile, job_id in enumerate(jobs_of):
         if job_id is not None:
             tiles_of_job.setdefault(job_id, []).append(tile)
-    now = time.time()
+    now = time.monotonic()
     jobs = []
+    names = {job.id: job.name for job in machine.scheduler.live_jobs()}
     for job_id in sorted(set(tiles_of_job) | {j.id for j in host.jobs()}):
         hosted = host.job(job_id)
         tiles = tiles_of_job.get(job_id, [])
         jobs.append({
             "job": job_id,
-            "name": hosted.name if hosted else "",
+            # (not started through the daemon: the shell's, a repl's; or just launched)
+            "name": hosted.name if hosted else names.get(job_id, ""),
             "tiles": format_tiles(tiles) if tiles else "",
             "ntiles": len(tiles),
             "elapsed_seconds": now - hosted.started if hosted else None,
@@ -417,7 +419,7 @@ def _run(call: Call):
                                          f"{hint('kill JOB', call.host.name)} stops one)") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise CommandError("bad_program", str(exc)) from None
-    job = HostedJob(handle, filename, args["tiles"], time.time(), call.peer_pid)
+    job = HostedJob(handle, filename, args["tiles"], time.monotonic(), call.peer_pid)
     call.host.add_job(job)
     try:
         # weakly: a Ctrl-C may arrive after the job ended, once its handle has gone (below)

@@ -36,7 +36,7 @@ class HostedJob:
     handle: RunHandle
     name: str
     tiles: str  # the tile spec as the client gave it
-    started: float  # time.time()
+    started: float  # time.monotonic(): durations, whatever the wall clock does
     client_pid: int | None
 
     @property
@@ -55,6 +55,8 @@ class MachineHost:
         self.name = paths.name
         self.pid = os.getpid()
         self.started = time.time()
+        #: (uptime counts from here: a step of the wall clock made it negative, or days)
+        self._started_monotonic = time.monotonic()
         self._jobs: dict[int, HostedJob] = {}
         self._lock = threading.Lock()
         #: set when a client asked the daemon to halt; the main thread does the rest
@@ -89,7 +91,7 @@ class MachineHost:
         except concurrent.futures.TimeoutError:
             with self._lock:
                 taken, value = self._last_look.get(kind, (None, None))
-            return value, (time.time() - taken if taken is not None else None)
+            return value, (time.monotonic() - taken if taken is not None else None)
 
     def _look_thread(self, kind: str, future: Future) -> None:
         try:
@@ -101,7 +103,7 @@ class MachineHost:
             return
         with self._lock:
             self._looking.pop(kind, None)
-            self._last_look[kind] = (time.time(), value)
+            self._last_look[kind] = (time.monotonic(), value)
         future.set_result(value)
 
     # -- jobs ------------------------------------------------------------------------------
@@ -194,4 +196,4 @@ class MachineHost:
 
     @property
     def uptime(self) -> float:
-        return time.time() - self.started
+        return time.monotonic() - self._started_monotonic

@@ -629,3 +629,20 @@ def test_machines_says_which_machine_sent_a_bad_hello(runtime_dir, real_results)
     assert result.exit_code == 0, result.output
     assert (f"{name}  not answering: machine {name!r} sent a bad reply: its 'hello' result lacks preset  "
             f"pid {os.getpid()}") in result.output.splitlines()
+
+
+def test_uptime_and_job_times_ignore_steps_of_the_wall_clock(monkeypatch):
+    """Durations came from the wall clock: a step back of an hour (NTP, a user setting
+    the date) showed `uptime -3596.6 s` and negative elapsed times in ps."""
+    from daemon_harness import unique_name
+
+    from ipuos import Machine
+    from ipuos._host import MachineHost
+
+    with Machine("tiny") as machine:
+        host = MachineHost(machine, machine_paths(unique_name()))
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() - 3600)
+        assert 0 <= host.uptime < 60
+        monkeypatch.setattr(time, "time", lambda: real() + 86400)
+        assert 0 <= host.uptime < 60
