@@ -13,8 +13,10 @@ never lands in the middle of reading a frame.
 from __future__ import annotations
 
 import itertools
+import os
 import signal
 import socket
+import stat
 import threading
 import time
 from typing import Callable
@@ -108,11 +110,16 @@ STOPPED_SECONDS = 2.0
 
 
 class MachineNotRunning(Exception):
-    def __init__(self, name: str, stale: bool = False):
+    """``stale``: its last daemon left its socket behind; ``in_the_way``: something else
+    (a file, a directory) is where its socket goes, which booting will not remove."""
+
+    def __init__(self, name: str, stale: bool = False, in_the_way: str | None = None):
         self.name = name
         self.stale = stale
         message = f"no machine named {name!r} is running; start one with {hint('boot', name)}"
-        if stale:
+        if in_the_way:
+            message += f" once {in_the_way} is out of the way (it is no socket: remove it)"
+        elif stale:
             message += " (its last daemon died without cleaning up; booting removes what it left)"
         super().__init__(message)
 
@@ -210,7 +217,12 @@ class Client:
         pid = lock_holder(paths.lock)
         if pid is not None:
             raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
-        raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError)) from None
+        try:
+            squatted = not stat.S_ISSOCK(os.lstat(paths.socket).st_mode)
+        except OSError:
+            squatted = False
+        raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError),
+                                in_the_way=str(paths.socket) if squatted else None) from None
 
     @staticmethod
     def _connected(paths: MachinePaths, connect_timeout: float) -> socket.socket:

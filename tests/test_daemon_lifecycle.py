@@ -272,6 +272,21 @@ def test_kill_9_then_boot_removes_the_stale_socket(runtime_dir):
         run_cli("halt", "--name", booted.name)
 
 
+def test_a_file_where_the_socket_goes_is_named_as_in_the_way(runtime_dir):
+    """The client called it a dead daemon's leftover, which booting removes; booting
+    then refused it (it removes sockets only)."""
+    from ipuos._rundir import machine_paths
+
+    paths = machine_paths("squatted", runtime_dir)
+    paths.socket.write_text("not a socket")
+    status = run_cli("status", "--name", "squatted")
+    assert status.returncode == 3
+    assert (f"no machine named 'squatted' is running; start one with `ipuos boot --name squatted` once "
+            f"{paths.socket} is out of the way (it is no socket: remove it)") in status.stderr, status.stderr
+    assert "died without cleaning up" not in status.stderr
+    assert paths.socket.read_text() == "not a socket"
+
+
 def test_a_socket_that_is_not_stale_is_never_removed(machine, runtime_dir):
     """Something answering on the socket while the lock is free: boot refuses, touches nothing."""
     import socket
