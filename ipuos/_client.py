@@ -227,7 +227,15 @@ class Client:
     @staticmethod
     def _connected(paths: MachinePaths, connect_timeout: float) -> socket.socket:
         """A socket connected to the daemon; FileNotFoundError or ConnectionRefusedError
-        when nothing listens there."""
+        when nothing listens there. A symbolic link there is refused: it leads to another
+        machine's socket, maybe, and `halt --name A` halted machine B."""
+        try:
+            linked = stat.S_ISLNK(os.lstat(paths.socket).st_mode)
+        except OSError:
+            linked = False
+        if linked:
+            raise DaemonError("bad_socket", f"{paths.socket} is a symbolic link, not the socket of machine "
+                              f"{paths.name!r} (a daemon makes its own); remove it")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(connect_timeout)
         try:

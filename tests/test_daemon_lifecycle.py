@@ -287,6 +287,20 @@ def test_a_file_where_the_socket_goes_is_named_as_in_the_way(runtime_dir):
     assert paths.socket.read_text() == "not a socket"
 
 
+def test_a_symbolic_link_where_the_socket_goes_reaches_no_machine(machine, runtime_dir):
+    """It led to another machine's socket: `halt --name A` halted machine B."""
+    from ipuos._rundir import machine_paths
+
+    paths = machine_paths("linked", runtime_dir)
+    paths.socket.symlink_to(machine.paths.socket)
+    for command in ("status", "halt"):
+        done = run_cli(command, "--name", "linked")
+        assert done.returncode == 1
+        assert f"{paths.socket} is a symbolic link, not the socket of machine 'linked'" in done.stderr, done.stderr
+    assert machine.call("hello")["name"] == machine.name  # (not halted)
+    paths.socket.unlink()
+
+
 def test_a_socket_that_is_not_stale_is_never_removed(machine, runtime_dir):
     """Something answering on the socket while the lock is free: boot refuses, touches nothing."""
     import socket
