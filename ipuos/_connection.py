@@ -38,6 +38,7 @@ from ._protocol import (
     TIMEOUT,
     UNKNOWN_COMMAND,
     FrameReader,
+    FrameBudget,
     ProtocolError,
     error_frame,
     event_frame,
@@ -93,13 +94,14 @@ log = logging.getLogger("ipuos.daemon")
 class Connection:
     def __init__(self, sock: socket.socket, host: MachineHost, peer_pid: int | None,
                  handler_slots: HandlerSlots, stopping: threading.Event,
-                 policy: ConnectionPolicy = ConnectionPolicy()):
+                 policy: ConnectionPolicy = ConnectionPolicy(), frame_budget: FrameBudget | None = None):
         self.policy = policy
         self.sock = sock
         self.host = host
         self.peer_pid = peer_pid
         self.handler_slots = handler_slots
         self.stopping = stopping
+        self.frame_budget = frame_budget
         self._send_lock = threading.Lock()
         #: request id -> (call, deadline or None); guarded by _send_lock
         self._in_flight: dict[int, tuple[Call, float | None]] = {}
@@ -117,7 +119,7 @@ class Connection:
 
     def serve(self) -> None:
         pin_thread()  # this client's requests hand off to the scheduler: see ipuos._affinity
-        reader = FrameReader(self.sock, REQUEST_LIMITS)
+        reader = FrameReader(self.sock, REQUEST_LIMITS, self.frame_budget)
         try:
             while not self._broken:
                 if self.stopping.is_set() and not self._in_flight:
@@ -158,6 +160,7 @@ class Connection:
                     self._send(error_frame(None, TIMEOUT, f"closing a connection idle for {policy.idle_seconds:g} s"))
                     break
         finally:
+            reader.close()  # (a frame cut short gives its room back)
             self.close()
 
     def _answer_after_end_of_input(self) -> None:

@@ -42,7 +42,7 @@ from ._machine import Machine
 from ._mount import remove_dead_mounts
 from ._presets import PRESETS
 from ._protocol import (BUSY, ERROR_PREFIX, EXIT_ALREADY_RUNNING, EXIT_FAILED, EXIT_USAGE, PERMISSION_DENIED,
-                        error_frame)
+                        REQUEST_LIMITS, FrameBudget, error_frame)
 from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, RuntimeDirError, acquire_lock,
                       machine_paths, mark_lock, private_dir, release_lock, same_file)
 
@@ -54,6 +54,9 @@ EVICT_IDLE_SECONDS = 1.0
 EVICT_USED_SECONDS = 10.0
 #: request handler threads daemon-wide
 MAX_HANDLERS = 256
+#: bytes of big requests (a run's data, a put's chunk) being received at once, all
+#: clients together: four of the biggest a request may be (see FrameBudget)
+FRAME_BUDGET = 4 * REQUEST_LIMITS.max_payload
 #: more, for the urgent commands alone (kill, status, ps, halt: see HandlerSlots)
 RESERVED_HANDLERS = 16
 #: how long halt lets running jobs report their results to their clients
@@ -90,6 +93,7 @@ class Daemon:
         self.host: MachineHost | None = None
         self.stopping = threading.Event()
         self.handler_slots = HandlerSlots(MAX_HANDLERS, RESERVED_HANDLERS)
+        self.frame_budget = FrameBudget(FRAME_BUDGET)
         self._connections: dict[Connection, threading.Thread] = {}
         self._connections_lock = threading.Lock()
         self.lock_fd = -1
@@ -201,7 +205,8 @@ class Daemon:
                 _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
                                  "clients; try again shortly")
                 return
-            connection = Connection(sock, self.host, pid, self.handler_slots, self.stopping, self.policy)
+            connection = Connection(sock, self.host, pid, self.handler_slots, self.stopping, self.policy,
+                                    self.frame_budget)
             thread = threading.Thread(target=connection.serve, name=f"ipuos-client-{pid}", daemon=True)
             self._connections[connection] = thread
         try:

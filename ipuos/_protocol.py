@@ -37,6 +37,7 @@ import math
 import select
 import socket
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -252,23 +253,63 @@ def _decode_header(raw: bytes) -> dict:
     return header
 
 
+class FrameBudget:
+    """Bytes of big frames being received at once, across every connection of a daemon.
+
+    One frame may be up to the payload limit (64 MiB), and each connection may be
+    receiving one: clients that announce a big frame, send most of it and stop held
+    8 x 63 MiB of the daemon's memory (128 connections could hold 8 GiB). A frame of
+    ``big`` bytes or more takes its size from the budget while it arrives; one that does
+    not fit is refused (``busy``: the client tries again once others are done)."""
+
+    def __init__(self, total: int, big: int = 1 << 20):
+        self.total = total
+        self.big = big
+        self._left = total
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bool:
+        if size < self.big:
+            return True
+        with self._lock:
+            if size > self._left:
+                return False
+            self._left -= size
+            return True
+
+    def give_back(self, size: int) -> None:
+        if size >= self.big:
+            with self._lock:
+                self._left += size
+
+
 class FrameReader:
     """Reassembles frames from a socket, never blocking longer than asked.
 
     Partial frames stay buffered between calls, so a caller can wake up regularly (to
     check a Ctrl-C flag, a shutdown, a deadline) without losing bytes. ``started`` is
-    when the frame in progress began, for per-frame timeouts.
+    when the frame in progress began, for per-frame timeouts. ``budget``: a FrameBudget
+    each frame's size is taken from while it arrives (call :meth:`close` at the end).
     """
 
     CHUNK = 256 * 1024
 
-    def __init__(self, sock: socket.socket, limits: Limits):
+    def __init__(self, sock: socket.socket, limits: Limits, budget: FrameBudget | None = None):
         self.sock = sock
         self.limits = limits
         self._buffer = bytearray()
         self._sizes: tuple[int, int, int] | None = None
         self.started: float | None = None
         self.eof = False
+        self._budget = budget
+        #: bytes of the frame in progress taken from the budget
+        self._taken = 0
+
+    def close(self) -> None:
+        """Give back what the frame in progress took from the budget."""
+        if self._taken and self._budget is not None:
+            self._budget.give_back(self._taken)
+        self._taken = 0
 
     @property
     def partial(self) -> bool:
@@ -306,7 +347,14 @@ class FrameReader:
         if self._sizes is None:
             if len(buffer) < PREFIX.size:
                 return None
-            self._sizes = _parse_prefix(bytes(buffer[: PREFIX.size]), self.limits)
+            sizes = _parse_prefix(bytes(buffer[: PREFIX.size]), self.limits)
+            if self._budget is not None:
+                size = sizes[1] + sizes[2]
+                if not self._budget.take(size):
+                    raise ProtocolError(BUSY, f"the daemon is receiving {self._budget.total >> 20} MiB of "
+                                        "requests from other clients already; try again shortly", fatal=True)
+                self._taken = size
+            self._sizes = sizes
         version, header_len, payload_len = self._sizes
         end = PREFIX.size + header_len + payload_len
         if len(buffer) < end:
@@ -316,6 +364,7 @@ class FrameReader:
             payload = bytes(view[PREFIX.size + header_len : end])
         del buffer[:end]
         self._sizes = None
+        self.close()  # (received: what it took is the request's now, answered soon)
         self.started = time.monotonic() if buffer else None
         if version not in SUPPORTED_VERSIONS:
             raise ProtocolError(

@@ -270,6 +270,40 @@ def test_garbage_from_many_connections_does_not_stop_the_daemon(shared_machine):
     still_serves(shared_machine)
 
 
+def test_big_frames_in_flight_are_bounded_across_clients(shared_machine):
+    """Each connection could hold a 64 MiB frame half-sent: eight clients made the daemon
+    hold half a gigabyte, 128 would have made it hold eight."""
+    from ipuos._daemon import FRAME_BUDGET
+    from ipuos._protocol import REQUEST_LIMITS, json_bytes
+
+    biggest = REQUEST_LIMITS.max_payload
+    header = json_bytes({"id": 1, "cmd": "hello", "args": {}})
+    start = PREFIX.pack(MAGIC, VERSION, 0, len(header), biggest) + header + bytes(1 << 20)
+    held = []
+    try:
+        for _ in range(FRAME_BUDGET // (biggest + len(header))):
+            sock = raw_socket(shared_machine.paths)
+            sock.sendall(start)  # (and never the rest)
+            held.append(sock)
+        still_serves(shared_machine)
+        refused = raw_socket(shared_machine.paths)
+        refused.sendall(start)
+        code, message = error_of(read_frame(refused))
+        assert (code, message) == ("busy", "the daemon is receiving 256 MiB of requests from other clients "
+                                           "already; try again shortly")
+        refused.close()
+        held.pop().close()  # its room is given back: a big frame fits again
+        sock = raw_socket(shared_machine.paths)
+        sock.sendall(start)
+        with pytest.raises(AssertionError, match="no frame within"):  # (taken in: it waits for the rest)
+            read_frame(sock, timeout=0.5)
+        held.append(sock)
+    finally:
+        for sock in held:
+            sock.close()
+    still_serves(shared_machine)
+
+
 def test_requests_refused_for_their_timeout_hold_no_slot(runtime_dir):
     """Each such request used to keep a daemon-wide handler slot for ever: after 256 of
     them the daemon refused everyone, halt included."""
