@@ -51,6 +51,7 @@ from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveM
 
 from ._plural import plural
 from ._rebind import with_globals
+from ._runresult import EXIT_INTERRUPTED
 from ._source import source_text
 from ._tilecsv import TILE_CSV_NAMES
 
@@ -1562,7 +1563,7 @@ class ReplBlock:
             # error stream when the output goes to a file)
             self.reports[rank] = user_traceback(exc)
             api.job.ended_raising(rank, exc)  # the others' collectives say so
-            code = 1
+            code = EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 1  # (as Python's)
         finally:
             api.tile.program_code_over()  # (what suspending exchanges is not the block's)
             api.tile.glet.gr_context = outer_context
