@@ -341,16 +341,24 @@ class Connection:
 
     def idle_for(self, now: float) -> float | None:
         """Seconds since the client last sent a request or was answered, if it has none
-        in flight and is not sending one; else None."""
-        with self._send_lock:
-            if self._in_flight or self._mid_frame or self._broken:
-                return None
-            return now - self.last_activity
+        in flight and is not sending one; else None. Read without the send lock, which a
+        sender stuck on a client that does not read holds for up to ``send_seconds``
+        (a moment's stale answer only picks another connection to close)."""
+        if self._in_flight or self._mid_frame or self._broken:
+            return None
+        return now - self.last_activity
 
     def evict(self, why: str) -> None:
-        """From another thread: tell the client why, and make the reader stop now (the
-        daemon needs its place for another client)."""
-        self._send(error_frame(None, BUSY, why))
+        """From another thread: tell the client why, if that can be done at once, and
+        make the reader stop now (the daemon needs its place for another client)."""
+        if self._send_lock.acquire(blocking=False):
+            try:
+                if not self._broken:
+                    self.sock.send(error_frame(None, BUSY, why), socket.MSG_DONTWAIT)
+            except OSError:
+                pass  # (its buffer is full, or it has gone: closing is what matters)
+            finally:
+                self._send_lock.release()
         self.abort()
 
     def abort(self) -> None:

@@ -49,14 +49,16 @@ from ._rundir import (LOCK_HALTING, LOCK_SERVING, MachineLocked, MachinePaths, R
 #: connections served at once; more get a ``busy`` error
 MAX_CLIENTS = 128
 #: at MAX_CLIENTS, a new client takes the place of one that has sent nothing for this
-#: long, or of one idle since its last request for the other (see _evict_idlest)
+#: long, or of one idle since its last request for the other (see _evict_idlest): longer
+#: than a shell waits before it opens its line afresh (IDLE_RECONNECT_SECONDS), so that
+#: no shell finds its line closed under it
 EVICT_IDLE_SECONDS = 1.0
-EVICT_USED_SECONDS = 10.0
+EVICT_USED_SECONDS = 45.0
 #: request handler threads daemon-wide
 MAX_HANDLERS = 256
 #: bytes of big requests (a run's data, a put's chunk) being received at once, all
 #: clients together: four of the biggest a request may be (see FrameBudget)
-FRAME_BUDGET = 4 * REQUEST_LIMITS.max_payload
+FRAME_BUDGET = 4 * (REQUEST_LIMITS.max_header + REQUEST_LIMITS.max_payload)
 #: more, for the urgent commands alone (kill, status, ps, halt: see HandlerSlots)
 RESERVED_HANDLERS = 16
 #: how long halt lets running jobs report their results to their clients
@@ -199,16 +201,22 @@ class Daemon:
             _reply_and_close(sock, PERMISSION_DENIED,
                              f"permission denied: machine {self.paths.name!r} belongs to another user")
             return
+        evicted = None
         with self._connections_lock:
             self._reap()
-            if len(self._connections) >= MAX_CLIENTS and not self._evict_idlest():
-                _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
-                                 "clients; try again shortly")
-                return
+            if len(self._connections) >= MAX_CLIENTS:
+                evicted = self._evict_idlest()
+                if evicted is None:
+                    _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
+                                     "clients; try again shortly")
+                    return
             connection = Connection(sock, self.host, pid, self.handler_slots, self.stopping, self.policy,
                                     self.frame_budget)
             thread = threading.Thread(target=connection.serve, name=f"ipuos-client-{pid}", daemon=True)
             self._connections[connection] = thread
+        if evicted is not None:  # (told outside the lock: telling it never waits long, but it may)
+            evicted.evict(f"closing a connection idle for {evicted.idle_for(time.monotonic()) or 0:.0f} s: the "
+                          f"daemon serves {MAX_CLIENTS} clients at most, and another has come")
         try:
             thread.start()
         except RuntimeError:
@@ -216,13 +224,13 @@ class Daemon:
                 self._connections.pop(connection, None)
             connection.close()
 
-    def _evict_idlest(self) -> bool:
+    def _evict_idlest(self) -> "Connection | None":
         """At the limit of clients, make room by closing an idle one (connected, nothing
         asked or being answered): one that has sent nothing for EVICT_IDLE_SECONDS, else
         the one idle longest, if for EVICT_USED_SECONDS (a shell's connection waits
         between commands). Connections that never sent anything (or once a minute) held
         every place for the idle timeout, a minute, and then again. Caller holds
-        ``_connections_lock``."""
+        ``_connections_lock``, and tells the one returned (see Connection.evict)."""
         now = time.monotonic()
         idle = []
         for connection in self._connections:
@@ -230,14 +238,12 @@ class Daemon:
             if seconds is not None and seconds >= (EVICT_USED_SECONDS if connection.has_sent else EVICT_IDLE_SECONDS):
                 idle.append((not connection.has_sent, seconds, connection))
         if not idle:
-            return False
+            return None
         _, seconds, connection = max(idle, key=lambda entry: entry[:2])
-        log.info("closed the connection of client pid %s, idle for %.1f s, to make room for another",
+        log.info("closing the connection of client pid %s, idle for %.1f s, to make room for another",
                  connection.peer_pid, seconds)
-        connection.evict(f"closing a connection idle for {seconds:.0f} s: the daemon serves "
-                         f"{MAX_CLIENTS} clients at most, and another has come")
         del self._connections[connection]
-        return True
+        return connection
 
     def _reap(self) -> None:
         for connection, thread in list(self._connections.items()):

@@ -520,6 +520,35 @@ def test_clients_that_never_send_give_their_places_to_new_ones(runtime_dir):
         booted.halt()
 
 
+def test_a_client_that_never_reads_its_replies_does_not_hold_newcomers_up(runtime_dir):
+    """Looking for an idle client to make room took each client's send lock, which a
+    reply stuck on a client that does not read holds for up to 30 s: a newcomer waited
+    25.8 s."""
+    booted = boot_machine()
+    held = []
+    try:
+        flooder = raw_socket(booted.paths)
+        flooder.setblocking(False)
+        held.append(flooder)
+        hello = request(1, "hello")
+        try:
+            for _ in range(200_000):  # (until its replies fill both socket buffers)
+                flooder.send(hello)
+        except BlockingIOError:
+            pass
+        for _ in range(MAX_CLIENTS - 1):
+            held.append(raw_socket(booted.paths))
+        time.sleep(1.2)
+        started = time.monotonic()
+        done = run_cli("status", "--json", "--name", booted.name)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started < 10
+    finally:
+        for sock in held:
+            sock.close()
+        booted.halt()
+
+
 def test_halt_gets_through_when_every_client_slot_is_taken(runtime_dir):
     with every_client_slot_taken() as booted:
         refused_for = run_cli("status", "--name", booted.name)
