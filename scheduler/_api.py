@@ -11,6 +11,7 @@ so it is a closure written out by hand instead of a method going through :meth:`
 
 from __future__ import annotations
 
+import dis
 import functools
 import operator
 from typing import TYPE_CHECKING, Callable
@@ -106,7 +107,8 @@ def _function_identity(op) -> tuple:
     So: where its code is (the same source compiled again, as modules imported on each
     tile are, is the same), the code itself, and what it captured where that is a plain
     value: closure cells and defaults; a ``functools.partial``'s arguments; the
-    attributes of the object a method is bound to, or of a callable object. Values are
+    attributes of the object a method is bound to, or of a callable object, that its code
+    reads and never sets, as they are when the collective is called. Values are
     compared as values are (``0.0 == -0.0``, ``1 == True``; a NaN is taken for another
     NaN; no repr: one of a huge int raises). (Globals the code reads are not captured:
     an op that reads one must find the same value on every tile.)"""
@@ -115,14 +117,17 @@ def _function_identity(op) -> tuple:
                 tuple((name, *_plain((value,))) for name, value in sorted(op.keywords.items())))
     func, state = op, ()
     if hasattr(op, "__func__"):  # a bound method: its function, and what it is bound to
-        func, state = op.__func__, _attributes(op.__self__)
+        func = op.__func__
+        code = getattr(func, "__code__", None)
+        if code is not None:
+            state = _attributes(op.__self__, code)
     code = getattr(func, "__code__", None)
     if code is None:  # a callable object: its class's __call__, and its attributes
         func = getattr(type(op), "__call__", None)
         code = getattr(func, "__code__", None)
         if code is None:
             return ()
-        state = _attributes(op)
+        state = _attributes(op, code)
     captured = []
     for cell in getattr(func, "__closure__", None) or ():
         try:
@@ -140,12 +145,30 @@ def _plain(values) -> tuple:
                  for value in values)
 
 
-def _attributes(obj) -> tuple:
-    """An object's own attributes, as _function_identity compares them."""
+def _attributes(obj, code) -> tuple:
+    """The object's own attributes that ``code`` may read (a name it uses), as
+    _function_identity compares them: one it never reads (``self.rank``, different on
+    every tile, beside the op's own state) makes no op different."""
     attributes = getattr(obj, "__dict__", None)
     if type(attributes) is not dict:  # (a class's, a module's: their code is compared already)
         return ()
-    return tuple((name, *_plain((value,))) for name, value in sorted(attributes.items()) if type(name) is str)
+    read = _settings_read(code)
+    return tuple((name, *_plain((value,))) for name, value in sorted(attributes.items())
+                 if type(name) is str and name in read)
+
+
+@functools.lru_cache(maxsize=256)
+def _settings_read(code) -> frozenset:
+    """The attribute names ``code`` reads and never sets: an op's settings. One it sets
+    too is state (a count of its calls), which differs between tiles once the tree has
+    run the op on some of them only."""
+    read, written = set(), set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            read.add(instruction.argval)
+        elif instruction.opname in ("STORE_ATTR", "DELETE_ATTR"):
+            written.add(instruction.argval)
+    return frozenset(read - written)
 
 
 #: what a captured NaN is compared as (it equals no value, itself included)
@@ -768,9 +791,10 @@ class TileAPI:
         combine, wrong_op = self._reducer_or_error(op)
         wrong = wrong or wrong_op
         self._refuse_unless_all_live(REDUCE, wrong)  # (the tree would wait for them forever)
+        # (the op as it was called: one that keeps state changes as the tree runs it)
+        key, label = _closing((REDUCE, root), op, refused=wrong_op is not None)
         value, failure = self._tree_reduce(obj, combine, "reduce()", wrong)  # the tree ends on rank 0
         rank = self._tile.rank
-        key, label = _closing((REDUCE, root), op, refused=wrong_op is not None)
         moved = self._collective(key, value, send=rank == 0 and root != 0, refused=failure, label=label)
         return value if rank == 0 == root else moved
 
@@ -779,8 +803,8 @@ class TileAPI:
         self._check_caller("allreduce()")
         combine, wrong = self._reducer_or_error(op)
         self._refuse_unless_all_live(ALLREDUCE, wrong)
+        key, label = _closing(_ALLREDUCE_KEY, op, refused=wrong is not None)  # (before it runs)
         value, failure = self._tree_reduce(obj, combine, "allreduce()", wrong)
-        key, label = _closing(_ALLREDUCE_KEY, op, refused=wrong is not None)
         return self._collective(key, value, send=self._tile.rank == 0, refused=failure, label=label)
 
     def scan(self, obj, op="sum"):
@@ -813,6 +837,7 @@ class TileAPI:
         label = _WAIT_LABELS[key]
         rank, n = self._tile.rank, job.nranks
         part, failure = (obj, None) if wrong is None else (FAILED_PART, wrong)
+        closing, closing_label = _closing(key, op, refused=wrong is not None)  # (the op before it runs)
         distance = 1
         while distance < n:
             if rank + distance < n:
@@ -821,15 +846,18 @@ class TileAPI:
                 earlier, failure = self._recv_part(SCAN_CHANNEL, rank - distance, label, failure)
                 part, failure = self._combine_parts(combine, [earlier, part], failure)
             elif rank + distance < n:  # sent, and nothing to receive: the round's exchange still
-                self._send(rank, None, SCAN_CHANNEL)
-                failure = self._recv_part(SCAN_CHANNEL, rank, label, failure)[1]
+                try:
+                    self._send(rank, None, SCAN_CHANNEL)
+                except Exception as exc:  # (its part filled the outgoing buffer: it fails, in step)
+                    failure = exc if failure is None else failure
+                else:
+                    failure = self._recv_part(SCAN_CHANNEL, rank, label, failure)[1]
             distance *= 2
         if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
             if rank + 1 < n:
                 part, failure = self._send_part(rank + 1, part, failure, SCAN_CHANNEL)
             part, failure = self._recv_part(SCAN_CHANNEL, rank - 1, label, failure) if rank else (None, failure)
-        key, label = _closing(key, op, refused=wrong is not None)
-        self._collective(key, None, send=False, refused=failure, label=label)  # (raises if a part failed)
+        self._collective(closing, None, send=False, refused=failure, label=closing_label)  # (raises if a part failed)
         return part
 
     def _tree_reduce(self, obj, combine, label: str, wrong: Exception | None):

@@ -404,5 +404,21 @@ def test_one_op_made_on_every_tile_is_one_op(machine):
             def __call__(self, a, b):
                 return a + b + self.k
         print(allreduce(1, partial(lambda k, a, b: a + b + k, 2)), allreduce(1, Op(2)), allreduce(1, Op(2).__call__))
+        # an op that keeps state (the tree runs it on its leaders only), and a method of an
+        # object with an attribute per tile that the method never reads: one op each
+        class Counting:
+            calls = 0
+            def __call__(self, a, b):
+                self.calls += 1
+                return a + b
+        class Session:
+            def __init__(self):
+                self.rank = __tileid
+            def combine(self, a, b):
+                return a + b
+        counting = Counting()
+        print(allreduce(1, counting), allreduce(1, counting), scan(1, counting), allreduce(1, Session().combine))
     """, tiles="0-3")
-    assert got == [["34 [0, 1, 2, 3]", "4 4.0 7", "10 10 10"]] * 4
+    assert [lines[:3] for lines in got] == [["34 [0, 1, 2, 3]", "4 4.0 7", "10 10 10"]] * 4
+    assert [lines[3].split()[:2] + lines[3].split()[3:] for lines in got] == [["4", "4", "4"]] * 4
+    assert [int(lines[3].split()[2]) for lines in got] == [1, 2, 3, 4]
