@@ -857,7 +857,15 @@ class Filesystem:
             for other in others:
                 other._shared = True
             if file._unsynced:  # opened truncating: the others see the empty file at once
-                lfs.file_sync(handle, file._handle)
+                try:
+                    lfs.file_sync(handle, file._handle)
+                except BaseException:
+                    # nobody will have this File: it must not stay open (the call may be
+                    # tried again after a remount, which would carry it across)
+                    self._open.pop(file, None)
+                    self._let_go(file)
+                    self._reshare()
+                    raise
                 file._unsynced = False
                 self._committed(file)
                 # and let go of the old version now (all are clean: synced above), as a
