@@ -113,8 +113,7 @@ def _function_identity(op) -> tuple:
     NaN; no repr: one of a huge int raises). (Globals the code reads are not captured:
     an op that reads one must find the same value on every tile.)"""
     if type(op) is functools.partial:
-        return ("partial", _function_identity(op.func), _plain(op.args),
-                tuple((name, *_plain((value,))) for name, value in sorted(op.keywords.items())))
+        return "partial", _function_identity(op.func), _plain(op.args), _plain_items(op.keywords.items())
     func, state = op, ()
     if hasattr(op, "__func__"):  # a bound method: its function, and what it is bound to
         func = op.__func__
@@ -145,6 +144,11 @@ def _plain(values) -> tuple:
                  for value in values)
 
 
+def _plain_items(items) -> tuple:
+    """(name, value) pairs as _function_identity compares them, in name order."""
+    return tuple((name, *_plain((value,))) for name, value in sorted(items))
+
+
 def _attributes(obj, code) -> tuple:
     """The object's own attributes that ``code`` may read (a name it uses), as
     _function_identity compares them: one it never reads (``self.rank``, different on
@@ -153,8 +157,7 @@ def _attributes(obj, code) -> tuple:
     if type(attributes) is not dict:  # (a class's, a module's: their code is compared already)
         return ()
     read = _settings_read(code)
-    return tuple((name, *_plain((value,))) for name, value in sorted(attributes.items())
-                 if type(name) is str and name in read)
+    return _plain_items((name, value) for name, value in attributes.items() if type(name) is str and name in read)
 
 
 @functools.lru_cache(maxsize=256)
@@ -846,12 +849,7 @@ class TileAPI:
                 earlier, failure = self._recv_part(SCAN_CHANNEL, rank - distance, label, failure)
                 part, failure = self._combine_parts(combine, [earlier, part], failure)
             elif rank + distance < n:  # sent, and nothing to receive: the round's exchange still
-                try:
-                    self._send(rank, None, SCAN_CHANNEL)
-                except Exception as exc:  # (its part filled the outgoing buffer: it fails, in step)
-                    failure = exc if failure is None else failure
-                else:
-                    failure = self._recv_part(SCAN_CHANNEL, rank, label, failure)[1]
+                failure = self._wait_out_round(SCAN_CHANNEL, label, failure)
             distance *= 2
         if key is _EXSCAN_KEY:  # each tile's inclusive result moves one tile up
             if rank + 1 < n:
@@ -892,8 +890,7 @@ class TileAPI:
                 failure = self._send_part(rank - rank % span, part, failure, REDUCE_CHANNEL)[1]
                 return None, failure
             if rank + stride >= n:  # no children at this level
-                self._send(rank, None, REDUCE_CHANNEL)
-                failure = self._recv_part(REDUCE_CHANNEL, rank, label, failure)[1]
+                failure = self._wait_out_round(REDUCE_CHANNEL, label, failure)
             else:
                 parts = [part]
                 for child in range(rank + stride, min(rank + span, n), stride):
@@ -902,6 +899,15 @@ class TileAPI:
                 part, failure = self._combine_parts(combine, parts, failure)
             stride = span
         return (None if part is FAILED_PART else part), failure
+
+    def _wait_out_round(self, channel: int, label: str, failure):
+        """End a reduction's round at its exchange with nothing to receive in it, by a
+        message to itself, so that what the tile sends next goes in the next superstep
+        (see _tree_reduce, _prefix); returns this tile's error, as it now stands (the
+        message fails in step if the outgoing buffer is full)."""
+        rank = self._tile.rank
+        failure = self._send_part(rank, None, failure, channel)[1]
+        return self._recv_part(channel, rank, label, failure)[1]
 
     def _send_part(self, dst: int, part, failure, channel: int):
         """Send a reduction's ``part`` (a value, or FAILED_PART) to rank ``dst``; a value
