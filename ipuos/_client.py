@@ -168,6 +168,14 @@ class MachineStarting(SocketMissing):
                                  f"try again once it is up (`ipuos machines` lists it when it is)")
 
 
+def _socket_path_mode(paths: MachinePaths) -> int | None:
+    """The mode of what is where the machine's socket goes (not followed), or None."""
+    try:
+        return os.lstat(paths.socket).st_mode
+    except OSError:
+        return None
+
+
 def _connect(sock, paths: MachinePaths, timeout: float) -> None:
     """Connect, waiting up to ``timeout`` for room in the daemon's queue: a Unix socket
     with a timeout fails at once (EAGAIN) while the queue is full, where a blocking connect
@@ -217,10 +225,8 @@ class Client:
         pid = lock_holder(paths.lock)
         if pid is not None:
             raise SocketMissing(paths, pid, lock_state(paths.lock) == LOCK_SERVING) from None
-        try:
-            squatted = not stat.S_ISSOCK(os.lstat(paths.socket).st_mode)
-        except OSError:
-            squatted = False
+        mode = _socket_path_mode(paths)
+        squatted = mode is not None and not stat.S_ISSOCK(mode)
         raise MachineNotRunning(paths.name, stale=isinstance(exc, ConnectionRefusedError),
                                 in_the_way=str(paths.socket) if squatted else None) from None
 
@@ -229,11 +235,8 @@ class Client:
         """A socket connected to the daemon; FileNotFoundError or ConnectionRefusedError
         when nothing listens there. A symbolic link there is refused: it leads to another
         machine's socket, maybe, and `halt --name A` halted machine B."""
-        try:
-            linked = stat.S_ISLNK(os.lstat(paths.socket).st_mode)
-        except OSError:
-            linked = False
-        if linked:
+        mode = _socket_path_mode(paths)
+        if mode is not None and stat.S_ISLNK(mode):
             raise DaemonError("bad_socket", f"{paths.socket} is a symbolic link, not the socket of machine "
                               f"{paths.name!r} (a daemon makes its own); remove it")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -281,8 +281,8 @@ def _ps(call: Call):
         used.append(tile["sram_used"])
         if tile["waiting"]:
             waiting[str(tile["tile"])] = tile["waiting"]
+    live = {job.id: job for job in machine.scheduler.live_jobs()}
     if age is not None:  # an old snapshot: at least show which jobs run, and where, now
-        live = {job.id: job for job in machine.scheduler.live_jobs()}
         for tile, job_id in enumerate(jobs_of):
             if job_id is not None and job_id not in live:  # it has finished since
                 states[tile], jobs_of[tile] = STATE_CODES["idle"], None
@@ -297,14 +297,13 @@ def _ps(call: Call):
             tiles_of_job.setdefault(job_id, []).append(tile)
     now = time.monotonic()
     jobs = []
-    names = {job.id: job.name for job in machine.scheduler.live_jobs()}
     for job_id in sorted(set(tiles_of_job) | {j.id for j in host.jobs()}):
         hosted = host.job(job_id)
         tiles = tiles_of_job.get(job_id, [])
         jobs.append({
             "job": job_id,
             # (not started through the daemon: the shell's, a repl's; or just launched)
-            "name": hosted.name if hosted else names.get(job_id, ""),
+            "name": hosted.name if hosted else (live[job_id].name if job_id in live else ""),
             "tiles": format_tiles(tiles) if tiles else "",
             "ntiles": len(tiles),
             "elapsed_seconds": now - hosted.started if hosted else None,

@@ -205,7 +205,7 @@ class Daemon:
         with self._connections_lock:
             self._reap()
             if len(self._connections) >= MAX_CLIENTS:
-                evicted = self._evict_idlest()
+                evicted = self._evict_idlest(time.monotonic())
                 if evicted is None:
                     _reply_and_close(sock, BUSY, f"machine {self.paths.name!r} already serves {MAX_CLIENTS} "
                                      "clients; try again shortly")
@@ -215,8 +215,9 @@ class Daemon:
             thread = threading.Thread(target=connection.serve, name=f"ipuos-client-{pid}", daemon=True)
             self._connections[connection] = thread
         if evicted is not None:  # (told outside the lock: telling it never waits long, but it may)
-            evicted.evict(f"closing a connection idle for {evicted.idle_for(time.monotonic()) or 0:.0f} s: the "
-                          f"daemon serves {MAX_CLIENTS} clients at most, and another has come")
+            idle, seconds = evicted
+            idle.evict(f"closing a connection idle for {seconds:.0f} s: the daemon serves {MAX_CLIENTS} "
+                       "clients at most, and another has come")
         try:
             thread.start()
         except RuntimeError:
@@ -224,14 +225,14 @@ class Daemon:
                 self._connections.pop(connection, None)
             connection.close()
 
-    def _evict_idlest(self) -> "Connection | None":
+    def _evict_idlest(self, now: float) -> "tuple[Connection, float] | None":
         """At the limit of clients, make room by closing an idle one (connected, nothing
         asked or being answered): one that has sent nothing for EVICT_IDLE_SECONDS, else
         the one idle longest, if for EVICT_USED_SECONDS (a shell's connection waits
         between commands). Connections that never sent anything (or once a minute) held
         every place for the idle timeout, a minute, and then again. Caller holds
-        ``_connections_lock``, and tells the one returned (see Connection.evict)."""
-        now = time.monotonic()
+        ``_connections_lock``, and tells the one returned, idle for how long (see
+        Connection.evict)."""
         idle = []
         for connection in self._connections:
             seconds = connection.idle_for(now)
@@ -243,7 +244,7 @@ class Daemon:
         log.info("closing the connection of client pid %s, idle for %.1f s, to make room for another",
                  connection.peer_pid, seconds)
         del self._connections[connection]
-        return connection
+        return connection, seconds
 
     def _reap(self) -> None:
         for connection, thread in list(self._connections.items()):
