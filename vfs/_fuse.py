@@ -316,8 +316,8 @@ class _KernelNames:
         #: the queue (never held while anything blocks: the scheduler thread takes it)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        #: names to tell (a path from the root, or a top name to tell whole: "/chip")
-        self._pending: list[str] = []
+        #: (path from the root, whether to tell the top name itself whole) to tell
+        self._pending: list[tuple[str, bool]] = []
         self._busy = self._paused = False
         self._teller: threading.Thread | None = None
         #: held while the descriptor is written to or closed (by the teller and close)
@@ -332,7 +332,7 @@ class _KernelNames:
         with self._lock:
             if self._fd is None:
                 return
-            self._pending.append("/" + rel if whole else rel)
+            self._pending.append((rel, whole))
             if self._teller is None:
                 self._teller = threading.Thread(target=self._run, name="ipuos-fuse-names", daemon=True)
                 self._teller.start()
@@ -372,9 +372,9 @@ class _KernelNames:
                 pending, self._pending = self._pending, []
                 self._busy = True
             try:
-                for rel in dict.fromkeys(pending):  # (each once, in order)
+                for rel, whole in dict.fromkeys(pending):  # (each once, in order)
                     try:
-                        self._tell(rel)
+                        self._tell(rel, whole)
                     except Exception as exc:  # (never let the thread die: names would go stale)
                         log.warning("could not make the kernel forget %s: %s", rel, exc)
             finally:
@@ -382,16 +382,13 @@ class _KernelNames:
                     self._busy = False
                     self._wake.notify_all()
 
-    def _tell(self, rel: str) -> None:
-        if rel.startswith("/"):
-            self._send(rel[1:])
-            return
-        if self._mountpoint is None:  # (no way to its directory: the whole top name)
-            self._send(rel.split("/")[0])
+    def _tell(self, rel: str, whole: bool) -> None:
+        top = rel.split("/")[0]
+        if whole or self._mountpoint is None:  # (no way to its directory: the whole top name)
+            self._send(top)
             return
         if self._forget_below(rel):
             return
-        top = rel.split("/")[0]
         try:
             os.stat(os.path.join(self._mountpoint, top))  # (the kernel looks it up afresh)
         except OSError:
