@@ -51,7 +51,7 @@ from ._rundir import (
     starting,
     wait_started,
 )
-from ._runjson import run_result_from_json, run_result_to_json
+from ._runjson import refused_run_json, run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spelling import program_option_slip
 from ._spawn import BOOT_SECONDS, BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
@@ -592,6 +592,8 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
                 raise click.BadParameter(exc.message, param_hint="--tiles") from None
             if exc.code == "halted":  # (the machine halted, a tile holding it: see Scheduler.stop)
                 _fail(exc.message, EXIT_INTERRUPTED)
+            if as_json and exc.code in PROGRAM_NOT_STARTED:
+                click.echo(json.dumps(refused_run_json(filename, exc.message), indent=1))
             raise
         except KeyboardInterrupt:
             progress.clear()
@@ -648,6 +650,10 @@ def _check_run_request(source: bytes, data: bytes | None, program_args) -> None:
             raise click.UsageError(f"argument {position} ({shown!r}) is not UTF-8 text; tile "
                                    "programs get their arguments as text") from None
 
+
+#: the daemon's refusals of a run that leave the program unstarted, which ``--json`` reports
+#: as a document on stdout (the message still goes to stderr)
+PROGRAM_NOT_STARTED = frozenset({"syntax_error", "bad_program", "tiles_busy"})
 
 #: seconds a job may take to start before its client says why it waits
 START_PATIENCE_SECONDS = 3.0

@@ -278,6 +278,19 @@ def test_syntax_error_is_one_clear_line(runner, program):
     assert "Traceback" not in result.output
 
 
+def test_json_reports_a_program_that_never_started(runner, program, tmp_path):
+    """A script reading --json's stdout gets a document for a syntax error or undecodable
+    source too, with why; the message also goes to stderr."""
+    latin1 = tmp_path / "latin1.py"
+    latin1.write_bytes(b"print('caf\xe9')\n")
+    for path, why in [(program("x = (\n"), "syntax error at line 1"), (str(latin1), "UTF-8")]:
+        result = runner.invoke(main, ["run", path, "--tiles", "0", "--json"])
+        assert result.exit_code == 1
+        doc = json.loads(result.stdout)
+        assert (doc["job"], doc["program"], doc["exit_status"], doc["tiles"]) == (None, path, 1, [])
+        assert why in doc["error"] and why in result.stderr
+
+
 def test_a_byte_order_mark_is_read_past_and_a_nul_byte_is_a_clear_error(runner, tmp_path):
     bom, nul = tmp_path / "bom.py", tmp_path / "nul.py"
     bom.write_bytes(b"\xef\xbb\xbfprint('bom')\n")  # as some editors save UTF-8
