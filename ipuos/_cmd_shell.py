@@ -81,8 +81,8 @@ class _Repl:
         self._shell_host = shell_host
         self._client_pid = client_pid
 
-    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None) -> _Launched:
-        handle = self.repl.launch(source, echo=echo, cwd=cwd)
+    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None, sink=None) -> _Launched:
+        handle = self.repl.launch(source, echo=echo, cwd=cwd, sink=sink)
         self._shell_host.track(handle, handle.job.name, self.tiles, self._client_pid)
         return _Launched(handle)
 
@@ -236,15 +236,40 @@ def _exec(call: Call):
     # that caught the first Ctrl-C and runs on is stopped whatever it catches)
     call.on_abandon(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False, reason=STOPPED_FOR_GOOD))
     future.add_done_callback(lambda _: pieces.put(done))
-    while True:
-        item = pieces.get()
-        if item is done:
-            break
-        call.emit({"output": item})
+    finished = False
+    while not finished:
+        batch = [pieces.get()]
+        size = 0
+        # what piled up meanwhile goes as one event (of a size the reply's header limit
+        # takes even with every character escaped in JSON)
+        while batch[-1] is not done and size < MAX_EVENT_CHARS and not pieces.empty():
+            size += sum(len(text) for _, text in batch[-1])
+            batch.append(pieces.get())
+        finished = batch[-1] is done
+        output = _joined([piece for item in batch if item is not done for piece in item])
+        if output:
+            call.emit({"output": output})
     try:
         return future.result()
     except LookupError as exc:
         raise CommandError("no_session", str(exc.args[0] if exc.args else exc)) from None
+
+
+#: the output characters one ``output`` event gathers, at most (about; see _exec)
+MAX_EVENT_CHARS = 1024 * 1024
+
+
+def _joined(pieces: list[list[str]]) -> list[list[str]]:
+    """``(stream, text)`` pieces with each run of one stream's made one: a program that
+    prints line by line, streamed to the terminal, goes out in as few events as the
+    terminal can take."""
+    runs: list[tuple[str, list[str]]] = []
+    for stream, text in pieces:
+        if runs and runs[-1][0] == stream:
+            runs[-1][1].append(text)
+        else:
+            runs.append((stream, [text]))
+    return [[stream, "".join(texts)] for stream, texts in runs]
 
 
 @command("shell.complete", Arg("session", int), Arg("text", str), timeout=10.0)

@@ -116,18 +116,21 @@ class Repl:
         self._finalizer.atexit = False
 
     def launch(self, source: str, *, budget: float | None = None, echo: bool = True,
-               start_timeout: float | None = None, cwd: str | None = None) -> RunHandle:
+               start_timeout: float | None = None, cwd: str | None = None,
+               sink: Callable[[str], bool] | None = None) -> RunHandle:
         """Start one block; SyntaxError before anything runs, TileBusyError if a tile is
         busy with another job, TimeoutError as :meth:`Machine.launch`. ``echo``: show
         the value of each expression statement, as at Python's prompt (``python -c``
         does not). ``cwd``: the block starts there on every tile (the shell's ``python``
-        starts where the shell is), not where the last block left off."""
+        starts where the shell is), not where the last block left off. ``sink(text)``:
+        called with output as tiles print it (on whatever thread prints), which it
+        takes unless it returns False; the result then holds only what it did not take."""
         if not self._finalizer.alive:  # (ended before: this block starts the session afresh)
             self._watch_abandonment()
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
         body = compile_block(source, filename, echo=echo)
-        block = ReplBlock(self.state, body, filename, source.splitlines(), cwd)
+        block = ReplBlock(self.state, body, filename, source.splitlines(), cwd, sink)
         first = source.strip().splitlines()[0] if source.strip() else ""
         job = self.machine.scheduler.start_job(self.tile_ids, block, name=f"repl: {first[:40]}",
                                                budget=budget, timeout=start_timeout)

@@ -81,26 +81,29 @@ DEFAULT_OUTPUT_LIMIT = 64 * 1024
 
 
 class OutputBuffer:
-    """A tile's captured ``print`` output, capped at ``limit`` characters."""
+    """A tile's captured ``print`` output, capped at ``limit`` characters.
 
-    __slots__ = ("limit", "_parts", "_size", "_dropped")
+    ``sink``: where output goes as it is printed (the shell's ``python`` shows a block's
+    output while it runs), counted against the cap all the same; it returns False for
+    text it cannot pass on now, which is then kept here, as all text is without one."""
 
-    def __init__(self, limit: int | None = DEFAULT_OUTPUT_LIMIT):
+    __slots__ = ("limit", "sink", "_parts", "_size", "_dropped")
+
+    def __init__(self, limit: int | None = DEFAULT_OUTPUT_LIMIT, sink: Callable[[str], bool] | None = None):
         self.limit = limit if limit is not None else float("inf")  # (None: no limit)
+        self.sink = sink
         self._parts: list[str] = []
         self._size = 0
         self._dropped = 0
 
     def write(self, text: str) -> int:
         room = self.limit - self._size
-        if len(text) <= room:
-            self._parts.append(text)
-            self._size += len(text)
-        else:
-            if room > 0:
-                self._parts.append(text[:room])
-                self._size += room
-            self._dropped += len(text) - max(room, 0)
+        kept = text if len(text) <= room else text[:max(room, 0)]
+        if kept:
+            self._size += len(kept)
+            if self.sink is None or not self.sink(kept):
+                self._parts.append(kept)
+        self._dropped += len(text) - len(kept)
         return len(text)
 
     def flush(self) -> None:
@@ -1488,8 +1491,10 @@ class ReplBlock:
     """
 
     def __init__(self, state: ReplState, body, filename: str = "<in>", lines: list[str] | None = None,
-                 cwd: str | None = None):
+                 cwd: str | None = None, sink: Callable[[str], bool] | None = None):
         self.state = state
+        #: where the tiles' output goes as they print it (see OutputBuffer), if anywhere
+        self.sink = sink
         self.body = body
         self.filename = filename
         self.lines = lines or []
@@ -1506,7 +1511,7 @@ class ReplBlock:
     def __call__(self, api: TileAPI) -> int:
         state = self.state
         rank = api.tileid
-        output = OutputBuffer(state.output_limit)
+        output = OutputBuffer(state.output_limit, self.sink)
         entry = state.tiles.get(rank)
         if entry is None:
             share = state.shares[rank] if state.shares else ""

@@ -204,8 +204,9 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
     """Run one block in a repl and print what the tiles printed; (its status, the (tile,
     status) of each tile on which it called ``exit()``). ``echo``: show a trailing
     expression's value; ``cwd``: start the block there."""
+    live = None if grouped or sh.redirect is not None else _LiveOutput(sh)
     try:
-        launched = repl.launch(source, echo=echo, cwd=cwd)
+        launched = repl.launch(source, echo=echo, cwd=cwd, sink=live)
         if cwd is not None and repl is sh.session.python:
             sh.session.python_starts_in = None  # (started there: the next block goes on from it)
     except SyntaxError as exc:
@@ -219,8 +220,31 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
         sh.write(text)
     else:
         for _, output, error in per_tile:
+            if live is not None and not live.ends_line and (output or error):
+                sh.write("\n")  # (what follows the streamed output starts a line of its own)
             sh.write_output_and_error(output, error)
     return status, launched.exits()
+
+
+class _LiveOutput:
+    """The sink that shows tile 0's output as its ``python`` block prints it, as Python
+    does, rather than when the block ends. Only text printed on tile 0's greenlet: a
+    ``__del__`` run by the cycle collector elsewhere leaves its text in the block's
+    report. (With ``> file`` nothing streams: the file is tile 0's own, and writing it
+    from inside whatever the program is doing could land inside a filesystem call.)"""
+
+    def __init__(self, sh):
+        self.sh = sh
+        #: whether the text shown so far ends a line (nothing shown: it does)
+        self.ends_line = True
+
+    def __call__(self, text: str) -> bool:
+        if self.sh.tile.elsewhere() is not None:
+            return False
+        self.sh.output.write("out", text)
+        self.sh.output.flush()
+        self.ends_line = text.endswith("\n")
+        return True
 
 
 def repl_line(sh, source: str, eof: bool) -> int:

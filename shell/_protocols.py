@@ -45,10 +45,13 @@ class ReplHandle(Protocol):
     tiles: str
     ntiles: int
 
-    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None) -> Launched:
+    def launch(self, source: str, *, echo: bool = True, cwd: str | None = None,
+               sink: Callable[[str], bool] | None = None) -> Launched:
         """Start one block on every tile (SyntaxError before anything runs); ``echo``:
         print a trailing expression's value, as Python's interactive prompt does;
-        ``cwd``: start it in that directory, not where the last block left off."""
+        ``cwd``: start it in that directory, not where the last block left off;
+        ``sink(text)``: takes output as it is printed (False: not now; it is then in the
+        report, which holds only what the sink did not take)."""
 
     def namespace(self) -> dict:
         """The first tile's names, between blocks (for completion; read only)."""

@@ -476,6 +476,25 @@ def test_python_mode_runs_blocks_on_tile_0(terminal):
     assert term.run("python -c 'print(kept)'") == "100\n"  # the namespace lives on
 
 
+def test_python_shows_a_blocks_output_as_it_is_printed(terminal, shared_machine, tmp_path):
+    """As Python's REPL does: the block prints, then waits for a file that only appears
+    once the test has seen that output, so only output shown while the block runs gets
+    it done. Text left without a newline still ends its line before a traceback."""
+    flag = f"/go-{tmp_path.name}"
+    term = in_python_mode(terminal)
+    term.child.sendline(f"import os; print('waiting'); exec('while not os.path.exists(\"/tiles/1{flag}\"): pass'); print('done')")
+    term.expect("\nwaiting\r\n")
+    program = tmp_path / "flag.py"
+    program.write_text(f"open({flag!r}, 'w').close()\n")
+    made = run_cli("run", str(program), "--tiles", "1", env=shared_machine.env())
+    assert made.returncode == 0, made.stderr
+    assert term.expect_prompt(">>>").endswith("done\n")
+    term.child.sendline("print('x', end=''); 1/0")
+    assert "\nx\nTraceback (most recent call last):" in term.expect_prompt(">>>")
+    program.write_text(f"import os\nos.remove({flag!r})\n")
+    assert run_cli("run", str(program), "--tiles", "1", env=shared_machine.env()).returncode == 0
+
+
 def test_ctrl_d_at_a_continuation_prompt_ends_the_block_as_python_does(terminal):
     """Python's REPL runs a block whose end is Ctrl-D, and stays; only Ctrl-D at an empty
     >>> leaves. (It used to throw the block away and leave python mode.)"""
