@@ -1019,7 +1019,9 @@ class Filesystem:
     def statvfs(self) -> FsInfo:
         """Geometry and usage. ``blocks_used`` walks the filesystem (cost grows with size)."""
         info = self._run("statvfs", None, None, lfs.fs_stat)
-        used = self._run("statvfs", None, None, lfs.fs_size)
+        # (littlefs counts an open file's blocks and the copies its rewrites made apart,
+        # so its count can pass the disk's: never more than all of it, never less than none free)
+        used = min(self._run("statvfs", None, None, lfs.fs_size), info.block_count)
         major, minor = divmod(info.disk_version, 0x10000)
         return FsInfo(info.block_size, info.block_count, used, info.block_count - used,
                       info.name_max, info.file_max, info.attr_max, f"{major}.{minor}")

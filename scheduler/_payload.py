@@ -8,8 +8,8 @@ out costs more than pickling the list (which pickle does as fast as marshal, mea
 lists of 2,000 ints and dicts of 500 entries). One tag byte says which was used.
 
 Classes and functions a tile program defines itself (in its ``__main__`` or in a module
-on its files) cannot be found by pickle's usual lookup, which searches the host's
-modules. They travel by name instead, and the receiving tile looks the name up in its
+on its files), and those of the tile's own versions of host modules (its ``pathlib``),
+cannot be found by pickle's usual lookup, which searches the host's modules. They travel by name instead, and the receiving tile looks the name up in its
 own program, as MPI ranks each running the same program do: an instance of the
 program's ``Point`` arrives as an instance of the receiver's ``Point``.
 
@@ -155,23 +155,33 @@ class TileUnpickler(pickle.Unpickler):
 
 
 def _program_defined(obj) -> bool:
-    """Whether ``obj`` (a class or function) comes from a tile program: its module is
-    the program's ``__main__`` or one the host does not have, and pickle cannot find it.
-    (A host module's type that pickle finds its own way, as ``type(None)``, is not.)"""
+    """Whether ``obj`` (a class or function) is the tile's own, which pickle cannot find:
+    defined by the program (its ``__main__``, a module on its files) or by the tile's own
+    version of a host module (its ``pathlib.Path``, made for each program). (A host
+    module's type that pickle finds its own way, as ``type(None)``, is not.)"""
     module = getattr(obj, "__module__", None) or ""
-    return (module == "__main__" or module not in sys.modules) and not _importable(obj)
+    found = _host_lookup(obj)
+    if found is _MISSING:
+        return module == "__main__" or module not in sys.modules
+    return found is not obj  # (the host's module has its own class by that name)
 
 
-def _importable(obj) -> bool:
-    """Whether pickle's own lookup (module, then attributes) finds ``obj`` on the host."""
+_MISSING = object()
+
+
+def _host_lookup(obj):
+    """What pickle's own lookup (module, then attributes) finds on the host by ``obj``'s
+    name: ``_MISSING`` if nothing (pickle may still have a way of its own, as for
+    ``type(None)``), else what it finds, which for the tile's own version of a class
+    is another object."""
     target = sys.modules.get(getattr(obj, "__module__", None) or "")
     if target is None:
-        return False
+        return _MISSING
     for part in getattr(obj, "__qualname__", "").split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            return False
-    return target is obj
+        target = getattr(target, part, _MISSING)
+        if target is _MISSING:
+            return _MISSING
+    return target
 
 
 def is_immutable(obj) -> bool:

@@ -849,6 +849,28 @@ def test_each_program_gets_its_own_pathlib_bound_to_its_tile(machine):
     assert [t.output for t in result.tiles] == ["['mine0'] 6\n", "['mine1'] 7\n"]
 
 
+def test_a_tiles_paths_pickle_and_travel_and_arrive_as_the_receivers_path(machine):
+    # the tile's Path is made for each program under pathlib's name, which pickle's own
+    # lookup finds to be the host's class: pickling one failed, and so did sending one
+    result = run(machine, """
+        import os, pathlib, pickle
+        open("/one", "w").close()
+        back = pickle.loads(pickle.dumps(pathlib.Path("/a") / "b"))
+        got = allgather(pathlib.Path(f"/from{__tileid}"))
+        print(type(back) is pathlib.Path, back, [str(p) for p in got], {type(p) is pathlib.Path for p in got})
+        for what in (lambda: pickle.dumps(next(os.scandir("/"))), lambda: allgather(list(os.scandir("/")))):
+            try:
+                what()
+            except TypeError as exc:  # (as the host's os.DirEntry: refused when sent, not when it arrives)
+                print(exc)
+    """, tiles="2-3")
+    assert output(result, 1).splitlines() == [
+        "True /a/b ['/from0', '/from1'] {True}",
+        "cannot pickle 'DirEntry' object",
+        "cannot send an object of type list through the exchange: cannot pickle 'DirEntry' object",
+    ]
+
+
 def test_dotdot_climbs_out_of_a_removed_current_directory_as_on_the_host(machine):
     result = run(machine, """
         import os

@@ -70,6 +70,10 @@ class DirEntry:
         self._entry = entry
         self._device = device
 
+    def __reduce__(self):
+        # (as the host's os.DirEntry: an entry is a moment of one directory listing, not data)
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object")
+
     def is_dir(self, *, follow_symlinks: bool = True) -> bool:
         return self._entry.is_dir
 
