@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from typing import NoReturn
@@ -31,7 +30,7 @@ import click
 
 from ._cli import (StdoutError, _Errors, _fail, _paths, _stderr_is_terminal, directory_name_problem, image_path,
                    json_option, main, name_option)
-from ._client import Client, DaemonError
+from ._client import Client, DaemonError, interrupt_call
 from ._diskwords import disks_of, times_alike
 from ._plural import plural
 from ._presets import MAX_IPUS, PRESETS, ipus_in_range
@@ -140,7 +139,8 @@ def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl
 
     def cancel(signum: int) -> None:
         terminated.append(signum)
-        signal.raise_signal(signal.SIGINT)  # (counted by the call as a Ctrl-C: see Client.call)
+        if not interrupt_call():  # (counted by the call as a Ctrl-C: see Client.call)
+            raise KeyboardInterrupt  # (not in the call yet, or past it: ended as a second Ctrl-C is)
 
     def end(message: str) -> NoReturn:
         if not terminated:

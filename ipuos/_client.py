@@ -435,21 +435,40 @@ class Client:
 
 
 
+def interrupt_call() -> bool:
+    """Count a Ctrl-C for the interruptible call the main thread is making (a SIGTERM
+    handler cancels that way, as Ctrl-C does, even where SIGINT is ignored, as in a
+    script's background job); False if there is none."""
+    flag = _InterruptFlag.active
+    if flag is None:
+        return False
+    flag.count += 1
+    return True
+
+
 class _InterruptFlag:
     """Counts Ctrl-Cs instead of raising KeyboardInterrupt (main thread only)."""
+
+    #: the flag of the interruptible call in progress on the main thread
+    active: "_InterruptFlag | None" = None
 
     def __init__(self):
         self.count = 0
         self._previous = None
         self._installed = False
+        self._active = False
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread() or not catchable(signal.SIGINT):
+        if threading.current_thread() is not threading.main_thread():
             return
-        self._previous = signal.signal(signal.SIGINT, self._handle)
-        self._installed = True
+        _InterruptFlag.active, self._active = self, True
+        if catchable(signal.SIGINT):  # (one ignored stays ignored: counts come from interrupt_call)
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
 
     def uninstall(self) -> None:
+        if self._active:
+            _InterruptFlag.active, self._active = None, False
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False

@@ -579,12 +579,14 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     assert "note: not in the image: the RAM disk on /ram of tile 0" in result.stderr
 
 
-def _ctrl_c_once_waiting(booted, *args: str, signum: int = signal.SIGINT) -> str:
+def _ctrl_c_once_waiting(booted, *args: str, signum: int = signal.SIGINT, sigint_ignored: bool = False) -> str:
     """Run ``ipuos ARGS``; once it says it waits for a tile to reach an exchange point,
     Ctrl-C it (or send ``signum``). Returns its stderr; it must end interrupted (status
-    130), or by the signal."""
+    130), or by the signal. ``sigint_ignored``: started with SIGINT ignored, as a
+    script's background job is."""
     command = subprocess.Popen([IPUOS, *args], env=booted.env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None)
     # not a terminal: no progress bar, but one line says what it waits for
     ready, _, _ = select.select([command.stderr], [], [], 30)
     assert ready and command.poll() is None
@@ -810,9 +812,12 @@ def test_restore_onto_another_kind_of_machine_is_refused(machine, tmp_path):
     assert run_cli("status", "--name", name).returncode == 3  # nothing left running
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path, signum):
-    """(SIGTERM too, saying so, and the client then ends by it: it died silently.)"""
+@pytest.mark.parametrize("signum, sigint_ignored", [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                                    (signal.SIGTERM, True)],
+                         ids=["ctrl-c", "sigterm", "sigterm-in-a-background-job"])
+def test_ctrl_c_cancels_a_backup_waiting_for_a_busy_tile(machine, tmp_path, signum, sigint_ignored):
+    """(SIGTERM too, saying so, and the client then ends by it: it died silently; and
+    with SIGINT ignored, as in a script's `ipuos backup ... &`, it did nothing at all.)"""
     image = tmp_path / "m.img"
     image.write_bytes(MAGIC + b"the old image")
     busy = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, """
@@ -823,7 +828,7 @@ print(x)
 """)], env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(1.0)  # tile 3 now computes without an exchange point: it cannot freeze
     # (tile 3 holds up the others: it is the one the note counts)
-    err = _ctrl_c_once_waiting(machine, "backup", str(image), signum=signum)
+    err = _ctrl_c_once_waiting(machine, "backup", str(image), signum=signum, sigint_ignored=sigint_ignored)
     assert f"backup cancelled; {image} was not written" in err, err
     busy.communicate(timeout=60)
     assert image.read_bytes() == MAGIC + b"the old image"
