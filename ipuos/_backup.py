@@ -56,7 +56,8 @@ from typing import Callable
 import numpy as np
 
 from ._backup_devices import CHIP, GEOMETRY_KEYS, Device, Residency, machine_devices, machine_meta, prefault
-from ._backup_freeze import FilesOpen, Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore
+from ._backup_freeze import (FilesOpen, Freeze, FreezeCancelled, FreezeRefused, prepare_backup, prepare_restore,
+                             running_jobs)
 from ._image import FORMAT_VERSION, MAGIC, DeviceSnapshot, ImageError, device_digest, open_image, write_image
 from ._plural import plural
 from ._presets import PRESETS, ipus_in_range
@@ -335,6 +336,11 @@ def _bootable(meta: dict) -> bool:
     return all(meta.get(key) == getattr(preset, key) for key in GEOMETRY_KEYS if hasattr(preset, key))
 
 
+def _tiles_in_use(refused: FreezeRefused) -> "TilesInUse":
+    return TilesInUse(f"cannot restore while tiles are in use: {refused}; nothing was restored",
+                      [tile for tile, why in refused.reasons.items() if isinstance(why, FilesOpen)])
+
+
 def restore(machine, path, tiles=None, *, name: str | None = None,
             progress: Progress | None = None, cancelled: threading.Event | None = None) -> dict:
     """Restore ``machine``'s devices from the image at ``path``: everything it holds, or
@@ -385,6 +391,9 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
                     f"image {path}: device {d.name!r} has {e.block_count} blocks of {e.block_size} "
                     f"bytes, but on {machine_name} it has {d.block_count} of {d.block_size}; "
                     "nothing was restored")
+        busy = running_jobs(machine, {d.owner for d in selected})
+        if busy is not None:
+            raise _tiles_in_use(busy)
         blank = {d.name: not entries[d.name].chunks for d in selected}
         _check_chip_tile(selected, blank, path)
         total = sum(d.length for d in selected)
@@ -431,8 +440,7 @@ def restore(machine, path, tiles=None, *, name: str | None = None,
     except FreezeCancelled as exc:
         raise Cancelled(f"restore cancelled{_why(exc)}; nothing was restored") from None
     except FreezeRefused as exc:
-        raise TilesInUse(f"cannot restore while tiles are in use: {exc}; nothing was restored",
-                         [tile for tile, why in exc.reasons.items() if isinstance(why, FilesOpen)]) from None
+        raise _tiles_in_use(exc) from None
     try:
         if progress is not None:
             progress("restoring", 0, total)

@@ -324,14 +324,27 @@ def prepare_backup(tile, storage) -> str | None:
     return None
 
 
+def running_jobs(machine, tiles) -> FreezeRefused | None:
+    """The refusal a restore of ``tiles`` meets for those running a job, as it stands
+    now: said at once, where the freeze would first wait for them to reach an exchange
+    point (a program computing may take long) and then refuse them (prepare_restore,
+    which checks again as each tile holds)."""
+    reasons = {tile_id: _runs_job(job) for tile_id in tiles
+               if (job := machine.scheduler.tiles[tile_id].job) is not None}
+    return FreezeRefused(reasons) if reasons else None
+
+
+def _runs_job(job) -> str:
+    return f"it runs job {job.id} (wait for it, or stop it with `ipuos kill {job.id}`)"
+
+
 def prepare_restore(tile, storage) -> str | None:
     """Refuse a tile whose files are in use: a program runs there or files are open.
     Otherwise write the chip disk's cache back first: a write-back a sync left due goes
     out at the next exchange, which comes while the tile holds, and may come after the
     host has written the restored bytes (``scheduler.before_copies``)."""
-    job = tile.job
-    if job is not None:
-        return f"it runs job {job.id} (wait for it, or stop it with `ipuos kill {job.id}`)"
+    if tile.job is not None:
+        return _runs_job(tile.job)
     if storage.state(tile) != "up":
         return None
     mounts = _littlefs_mounts(tile, storage)

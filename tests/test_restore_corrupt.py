@@ -199,6 +199,14 @@ while not os.path.exists('/stop'):
         refused(machine, good, "tile 15: it runs job")
         machine.fs.write_file(15, "/stop", b"")
         running.wait(30)
+        # a program computing with no exchange point in sight is refused at once: the
+        # restore waited for it to reach one (as long as it computed) only to refuse it then
+        running = machine.launch("x = 0\nfor i in range(10_000_000):\n    x ^= i\nsync()\n", tiles="14")
+        notes = []
+        refused(machine, good, "tile 14: it runs job", progress=lambda what, *_: notes.append(what))
+        assert "waiting" not in notes
+        running.interrupt()
+        running.wait(30)
         running = machine.launch("while True:\n    sync()\n", tiles="12-15")
         message = refused(machine, good, f"tiles 12-15: it runs job {running.job.id} (wait")
         assert message.count("it runs job") == 1  # one reason for the four tiles
