@@ -34,7 +34,8 @@ def natural_order(entry) -> list:
 
 def natural_key(name: str) -> list:
     """:func:`natural_order` of a name."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    # (the split puts runs of digits at odd places: "²" is isdigit() yet no int, nor \d)
+    return [int(part) if index % 2 else part for index, part in enumerate(re.split(r"(\d+)", name))]
 
 
 def _mtime(mtime_ns: int, zone) -> str:

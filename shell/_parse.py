@@ -147,9 +147,23 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
     tilde = line.startswith("~", pos)  # (unquoted: a quoted one starts with the quote)
     n = len(line)
 
+    # inside an unquoted [...]: the members seen so far, and the quoted characters fnmatch
+    # would read as syntax there (a ! first, a ] not first, a - between members), as
+    # (character, member index): refused only if the bracket closes (an unclosed [ is a
+    # literal, in sh as in fnmatch)
+    bracket: list[int] | None = None
+    doubtful: list[tuple[str, int]] = []
+
     def literal(text: str) -> None:
         parts.append(text)
-        pattern.append("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text))
+        if bracket is None:
+            pattern.append("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text))
+            return
+        for c in text:  # (a member: * ? [ are themselves inside brackets)
+            if c == "!" and pattern[-1] == "[" or c == "]" and bracket[0] or c == "-" and bracket[0]:
+                doubtful.append((c, bracket[0]))
+            pattern.append(c)
+            bracket[0] += 1
 
     def no_variable(at: int) -> None:
         # $NAME, ${...} and $1 would be expanded by sh (unquoted or in "..."): refuse them
@@ -205,10 +219,26 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
             elif char == "$":
                 no_variable(pos)
             parts.append(char)
+            negation = char in "!^" and bracket is not None and pattern[-1] == "[" and not bracket[0]
             # bash's [^..] is fnmatch's [!..] (a quoted ^ stays a ^: fnmatch takes it so)
-            pattern.append("!" if char == "^" and pattern and pattern[-1] == "[" else char)
+            pattern.append("!" if negation else char)
+            if bracket is None:
+                bracket = [0] if char == "[" else None
+            elif char == "]" and bracket[0]:
+                for quoted, member in doubtful:  # (a - last is itself)
+                    if quoted != "-" or member < bracket[0] - 1:
+                        raise ShellSyntaxError(_UNSUPPORTED_IN_BRACKETS.format(quoted))
+                bracket = None
+            elif not negation:
+                bracket[0] += 1
             pos += 1
     return Word("".join(parts), "".join(pattern) if glob else None, tilde), pos
+
+
+#: a quoted character inside a glob's [...] that fnmatch would read as syntax there
+_UNSUPPORTED_IN_BRACKETS = (
+    "syntax error: a quoted {0!r} inside a glob's [...] is not supported; write it unquoted where "
+    "it stands for itself there (! after the first character, ] first, - first or last)")
 
 
 def continues_on_next_line(text: str) -> bool:

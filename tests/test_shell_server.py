@@ -213,6 +213,27 @@ def test_ls_columns_line_up_by_the_width_characters_take_on_a_terminal(server):
         + wide + "  x\n")
 
 
+def test_names_of_digit_like_characters_sort_with_the_rest(server):
+    # "²" is str.isdigit() but no int: ls, tree and du failed on it and listed nothing
+    session = Session(server)
+    session.run("mkdir /sq; touch /sq/1\u00b2 /sq/\u00b2 /sq/a10 /sq/a9 /sq/\u0661\u0662")
+    assert session.run("ls /sq")["text"].split() == ["1\u00b2", "\u0661\u0662", "a9", "a10", "\u00b2"]
+    for command in ("tree /sq", "du /sq"):
+        assert session.run(command)["status"] == 0, command
+
+
+def test_a_quoted_character_a_glob_bracket_would_read_as_syntax_is_refused(server):
+    # [\!a]* matched what [!a]* does, so rm removed the files it was told to keep
+    session = Session(server)
+    session.run("mkdir /bang; cd /bang; touch -- !x ax bx 'a]' -y")
+    refused = session.run("rm [\\!a]*")
+    assert refused["status"] == 2 and "a quoted '!' inside a glob's [...] is not supported" in refused["text"]
+    for line in ("rm [a'-'b]*", 'rm [x"]"]*'):
+        assert session.run(line)["status"] == 2, line
+    assert session.run("ls -a /bang")["text"].split() == [".", "..", "!x", "-y", "a]", "ax", "bx"]
+    assert session.run("""echo [a!]x [\\^a]x ['-'a]y [b'*']x ["]"a]x""")["text"] == "!x ax ax -y bx ax\n"
+
+
 def test_closing_a_session_forgets_it(server):
     session = Session(server)
     session.run("python -c 'x = 1'")
