@@ -37,6 +37,7 @@ from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Reques
 from ._rundir import hint
 from ._runjson import run_result_to_json
 from ._runresult import STOPPED_FOR_GOOD
+from ._runtime import split_truncation, truncation_note
 from ._source import source_problem, source_text
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError, budget_seconds, describe_syntax_error
@@ -458,22 +459,35 @@ REPLY_OUTPUT_MAX = 64 * 1024 * 1024
 
 
 def fit_for_reply(result):
-    """``result``, its largest outputs cut (saying so) if together they pass
-    :data:`REPLY_OUTPUT_MAX` characters."""
+    """``result``, its largest outputs and errors cut (saying so) if together they pass
+    :data:`REPLY_OUTPUT_MAX` characters: each to the one length that fits them all, so
+    that short texts keep all they hold and the long share the rest evenly."""
     tiles = result.tiles
-    total = sum(len(tile.output) + len(tile.error or "") for tile in tiles)
-    if total <= REPLY_OUTPUT_MAX:
+    texts = [len(text) for tile in tiles for text in (tile.output, tile.error or "")]
+    if sum(texts) <= REPLY_OUTPUT_MAX:
         return result
-    share = REPLY_OUTPUT_MAX // (2 * max(1, len(tiles)))  # (output and error each)
-    trimmed = [dataclasses.replace(tile, output=_cut(tile.output, share), error=tile.error and _cut(tile.error, share))
+    keep = _even_cap(texts, REPLY_OUTPUT_MAX)
+    trimmed = [dataclasses.replace(tile, output=_cut(tile.output, keep), error=tile.error and _cut(tile.error, keep))
                for tile in tiles]
     return dataclasses.replace(result, tiles=trimmed)
+
+
+def _even_cap(lengths: list[int], budget: int) -> int:
+    """The largest length L with sum(min(n, L) for n in lengths) <= budget."""
+    left, count = budget, len(lengths)
+    for n in sorted(lengths):
+        if n * count > left:
+            return left // count
+        left -= n
+        count -= 1
+    return max(lengths, default=0)
 
 
 def _cut(text: str, keep: int) -> str:
     if len(text) <= keep:
         return text
-    return text[:keep] + f"\n[output truncated for the reply: {plural(len(text) - keep, 'more character')}]\n"
+    body, dropped = split_truncation(text)  # (a tile's own cap cut it before: one count of both)
+    return body[:keep] + "\n" + truncation_note(max(0, len(body) - keep) + dropped, " for the reply")
 
 
 #: how long ``kill`` waits to report how the job ended

@@ -80,6 +80,22 @@ HOST_MODULES = frozenset(
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
 
 
+def truncation_note(dropped: int, why: str = "") -> str:
+    """The line that ends a tile's output cut short: how many characters are not shown."""
+    return f"[output truncated{why}: {plural(dropped, 'more character')}]\n"
+
+
+#: a tile's output that ends with :func:`truncation_note`: (the text before it, the count)
+_ENDS_TRUNCATED = re.compile(r"(.*?)\n?\[output truncated[^:\]]*: (\d+) more characters?\]\n", re.DOTALL)
+
+
+def split_truncation(text: str) -> tuple[str, int]:
+    """``text`` without the truncation note it ends with, and the characters that note
+    counts (0 if none): text cut again counts those too, in one note."""
+    ended = _ENDS_TRUNCATED.fullmatch(text)
+    return (ended[1], int(ended[2])) if ended else (text, 0)
+
+
 class OutputBuffer:
     """A tile's captured ``print`` output, capped at ``limit`` characters.
 
@@ -114,7 +130,7 @@ class OutputBuffer:
         if self._dropped:
             if text and not text.endswith("\n"):
                 text += "\n"
-            text += f"[output truncated: {plural(self._dropped, 'more character')}]\n"
+            text += truncation_note(self._dropped)
         return text
 
     def take(self) -> str:

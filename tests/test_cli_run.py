@@ -584,7 +584,25 @@ def test_a_runs_reply_keeps_to_its_size_whatever_the_tiles_printed(monkeypatch):
         small = machine.run("print('ok')", tiles="0-15")
     fitted = _commands.fit_for_reply(result)
     assert sum(len(t.output) for t in fitted.tiles) < 4000 + 16 * 80
-    assert all(t.output.startswith("\U0001F600" * 125)
-               and t.output.endswith("[output truncated for the reply: 876 more characters]\n")
+    assert all(t.output.startswith("\U0001F600" * 250)
+               and t.output.endswith("[output truncated for the reply: 751 more characters]\n")
                for t in fitted.tiles)
     assert _commands.fit_for_reply(small) is small  # (within the size: as it was)
+
+
+def test_a_runs_reply_cuts_only_the_long_outputs_and_counts_what_each_tile_lost(monkeypatch):
+    """Every tile was cut to an even share of the reply, half of it kept for an error
+    even when there was none (on 1,024 tiles, outputs of 70,000 to 32 KiB), and a count
+    that took the tile's own truncation note for output."""
+    from ipuos import Machine, _commands
+
+    monkeypatch.setattr(_commands, "REPLY_OUTPUT_MAX", 10_000)
+    with Machine("tiny") as machine:
+        result = machine.run("print('x' * (7000 if __tileid < 2 else 100))", tiles="0-15",
+                             output_limit=5000)
+    fitted = _commands.fit_for_reply(result)
+    # 14 short outputs keep all they have (101 each); the two long ones share the rest
+    assert [t.output for t in fitted.tiles[2:]] == ["x" * 100 + "\n"] * 14
+    keep = (10_000 - 14 * 101) // 2
+    assert [t.output for t in fitted.tiles[:2]] == [
+        "x" * keep + f"\n[output truncated for the reply: {7001 - keep} more characters]\n"] * 2
