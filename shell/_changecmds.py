@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import posixpath
 import re
 import secrets
 
@@ -264,12 +265,12 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         raise Usage(f"target {dest!r} is not a directory")
     if dest.endswith("/") and not into and not sh.fs.isdir(sources[0]):
         # a directory was meant, and there is none (a directory source makes it, as GNU does)
-        sh.error(f"{dest}: {'Not a directory' if sh.fs.exists(dest.rstrip('/')) else 'No such file or directory'}")
+        sh.oserror(_no_directory(sh.fs, dest))
         return []
     pairs = []
     for source in sources:
         try:  # (a missing source is said first: not "the same file" as its name in DEST)
-            sh.fs.entry(source)
+            is_dir = sh.fs.entry(source).is_dir
         except OSError as exc:
             sh.oserror(exc)
             continue
@@ -283,7 +284,10 @@ def _transfers(sh, operands: list[str]) -> list[tuple[str, str]]:
         # (the same file by both names was refused above: within is below here)
         below = src_fs == dst_fs and is_within(dst_inner, src_inner)
         if below or is_within(sh.fs.abspath(target), sh.fs.abspath(source)):
-            sh.error(f"{source}: cannot copy or move a directory into itself ({target})")
+            if is_dir:
+                sh.error(f"{source}: cannot copy or move a directory into itself ({target})")
+            else:  # (the target's path goes through the file)
+                sh.oserror(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), target))
             continue
         pairs.append((source, target))
     return pairs
@@ -397,5 +401,13 @@ def resolve_target(fs, path: str, name: str) -> str:
     if fs.isdir(path):
         return fs.abspath(_join(path, name))
     if path.endswith("/"):
-        raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path)
+        raise _no_directory(fs, path)
     return fs.abspath(path)
+
+
+def _no_directory(fs, path: str) -> OSError:
+    """The error for ``path/`` naming no directory, as GNU cp gives it: ENOENT if its
+    parent is missing too, else ENOTDIR (a file there, or nothing)."""
+    parent = posixpath.dirname(fs.abspath(path.rstrip("/")) or "/")
+    code = errno.ENOTDIR if fs.isdir(parent) else errno.ENOENT
+    return OSError(code, os.strerror(code), path)

@@ -709,13 +709,19 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
         ("cp", "nosuch"), ("mv", "nosuch"), ("cp", "nosuch"), ("cp", "*.none"), ("mv", "missing"), ("mv", "nosuch"))]
     # tile 0's own files are the same seen through /tiles/0; its /chip there is a plain name
     done = shell(shared_machine, "mkdir -p /self/in; echo z > /self/z; cp -r /self /tiles/0/self/in; "
-                 "mv /self /tiles/0/self/in/deeper; cp /self/z /chip/nodir/; cp /self/z /self/z/; "
+                 "mv /self /tiles/0/self/in/deeper; cp /self/z /chip/nodir/; cp /self/z /chip/no/dir/; "
+                 "cp /self/z /self/z/; cp /self/z /self/z/x; mv /self/z /self/z/x; "
                  "cp /tiles/0/chip/y /chip/y; ls /self /self/in")
+    # (as GNU cp: a directory named with / that is not there, "Not a directory" unless its
+    # parent is missing too; a file is no directory to copy into, not "into itself")
     assert done.stderr.splitlines() == [
         "cp: /self: cannot copy or move a directory into itself (/tiles/0/self/in/self)",
         "mv: /self: cannot copy or move a directory into itself (/tiles/0/self/in/deeper)",
-        "cp: /chip/nodir/: No such file or directory",
+        "cp: /chip/nodir/: Not a directory",
+        "cp: /chip/no/dir/: No such file or directory",
         "cp: /self/z/: Not a directory",
+        "cp: /self/z/x: Not a directory",
+        "mv: /self/z/x: Not a directory",
         "cp: /tiles/0/chip/y: No such file or directory",
     ]
     assert done.stdout == "/self:\nin/\nz\n\n/self/in:\n"  # nothing was copied into itself
@@ -1284,9 +1290,10 @@ def test_file_contents_pass_through_cat_head_tail_and_put_byte_for_byte(shared_m
     done = shell(shared_machine, "put bin.dat /chip/bin; cat /chip/bin > /chip/bin2; head -n 9 /chip/bin > /chip/bin3; "
                  "tail -n 9 /chip/bin > /chip/bin4; tail -n 2 /chip/bin > /chip/bin5; "
                  "get /chip/bin2 b2; get /chip/bin3 b3; get /chip/bin4 b4; get /chip/bin5 b5; "
-                 "put bin.dat /chip/bin/; put bin.dat /chip/nodir/", cwd=tmp_path)
+                 "put bin.dat /chip/bin/; put bin.dat /chip/nodir/; put bin.dat /chip/no/dir/", cwd=tmp_path)
     assert done.returncode == 1
-    assert done.stderr == "put: /chip/bin/: Not a directory\nput: /chip/nodir/: Not a directory\n"
+    assert done.stderr == ("put: /chip/bin/: Not a directory\nput: /chip/nodir/: Not a directory\n"
+                           "put: /chip/no/dir/: No such file or directory\n")
     for name in ("b2", "b3", "b4"):
         assert (tmp_path / name).read_bytes() == data, name
     assert (tmp_path / "b5").read_bytes() == b"last\n\x00z"  # (the \r is inside a line)
