@@ -147,8 +147,13 @@ class MachineHost:
             if before_backup:
                 return
             raise HaltRefused(f"machine {self.name!r} was not halted because {exc}; {self._back_up_first()}")
-        if before_backup and not (unsaved.open_files or unsaved.unimaged):
-            return
+        if before_backup:
+            if not (unsaved.open_files or unsaved.unimaged):
+                return
+            # only what the backup would not save, and that it was not taken
+            unsaved = Unsaved([], [], unsaved.open_files, unsaved.unimaged)
+            raise HaltRefused(f"machine {self.name!r} was not halted, nor backed up, because "
+                              f"{unsaved}; {self._save_first(unsaved)}")
         if unsaved:
             advice = (self._save_first(unsaved) if unsaved.open_files or unsaved.unimaged or unsaved.unwritten_times
                       else self._back_up_first())

@@ -550,11 +550,15 @@ def test_a_ram_disk_is_in_no_image_and_outlives_a_restore(machine, tmp_path):
     assert ("the RAM disk on /ram of tile 0 holds files, which no backup takes; copy them to a disk, then "
             "back the machine up; or halt without --if-saved to discard them") in result.stderr, result.stderr
     assert "changed since the last backup" not in result.stderr and "back it up first" not in result.stderr
-    # no backup would save them: refused before an image is written (or a program stopped)
+    # no backup would save them: refused before an image is written (or a program stopped),
+    # saying so, and naming only what the backup would not have saved
+    cli(machine, "shell", "-c", "echo changed > /tiles/2/changed")
     refused = cli(machine, "halt", "--if-saved", "--backup", str(tmp_path / "never.img"), check=False)
     assert refused.returncode == 1
-    assert "the RAM disk on /ram of tile 0 holds files, which no backup takes" in refused.stderr, refused.stderr
-    assert "backed up" not in refused.stderr and not (tmp_path / "never.img").exists()
+    assert ("was not halted, nor backed up, because the RAM disk on /ram of tile 0 holds files, which no "
+            "backup takes") in refused.stderr, refused.stderr
+    assert "changed since" not in refused.stderr and "tile 2" not in refused.stderr
+    assert "backed up to" not in refused.stderr and not (tmp_path / "never.img").exists()
     # with a program running it can tell only once the program is stopped: it says so
     spin = subprocess.Popen([IPUOS, "run", "--tiles", "3", _write(tmp_path, "while True:\n    sync()\n")],
                             env=machine.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
