@@ -307,7 +307,7 @@ def extract(fs: Filesystem, top: str, dest, *, like: int = 0o644, before_commit=
     file_mode = like & 0o666
     dir_mode = file_mode | (file_mode & 0o444) >> 2
     if not os.fspath(dest):  # (abspath would make it the current directory)
-        raise OfflineError("an empty destination names no directory; give one, such as .")
+        raise OfflineError("an empty destination names no directory; give a new or empty one")
     dest = os.path.abspath(os.fspath(dest))
     if os.path.islink(dest):  # a link to a directory is that directory (as for tar -C, cp)
         target = os.path.realpath(dest)

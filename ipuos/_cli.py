@@ -103,6 +103,9 @@ def directory_name_problem(image: str, writing: bool) -> str | None:
     if not image.endswith(os.sep):
         return None
     if writing:
+        stripped = image.rstrip(os.sep)
+        if stripped and os.path.lexists(stripped) and not os.path.isdir(stripped):
+            return f"{image}: not an image file name (it ends with {os.sep}); to replace that file, drop the {os.sep}"
         return (f"{image}: not an image file name (it ends with {os.sep}); name the file, "
                 f"e.g. {os.path.join(image, 'machine.img')}")
     return f"{image}: not an image file name (it ends with {os.sep}, which names a directory)"

@@ -647,6 +647,19 @@ def test_an_image_that_cannot_be_read_is_named_with_the_reason(machine, tmp_path
             assert (done.returncode, done.stderr) == (1, f"ipuos: {message}\n"), done
 
 
+def test_a_backup_to_a_file_named_with_a_slash_is_told_to_drop_the_slash(machine, tmp_path):
+    # (it was told to name a file inside it: n.img/machine.img, which cannot be made)
+    (tmp_path / "n.img").write_bytes(b"x")
+    done = subprocess.run([IPUOS, "backup", "n.img/"], capture_output=True, text=True, env=machine.env(),
+                          cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.stderr) == (
+        1, "ipuos: n.img/: not an image file name (it ends with /); to replace that file, drop the /\n")
+    done = subprocess.run([IPUOS, "backup", "d/"], capture_output=True, text=True, env=machine.env(),
+                          cwd=tmp_path, timeout=60)
+    assert "name the file, e.g. d/machine.img" in done.stderr and done.returncode == 1
+    assert (tmp_path / "n.img").read_bytes() == b"x" and not (tmp_path / "d").exists()
+
+
 def test_a_backup_replaces_an_image_or_an_empty_file_and_nothing_else(machine, tmp_path):
     program = tmp_path / "prog.py"
     program.write_text("print('precious')\n")

@@ -301,7 +301,7 @@ def test_extract_says_why_a_destination_cannot_be_made(good, tmp_path):
     empty.mkdir()
     done = subprocess.run([IPUOS, "image", "extract", str(good), "2", ""], capture_output=True, text=True,
                           cwd=empty, timeout=60)
-    assert (done.returncode, done.stderr) == (1, "ipuos: an empty destination names no directory; give one, such as .\n")
+    assert (done.returncode, done.stderr) == (1, "ipuos: an empty destination names no directory; give a new or empty one\n")
     assert os.listdir(empty) == []
 
 
