@@ -92,6 +92,38 @@ def test_a_machine_that_does_not_answer_is_etimedout(tiny):
     assert tiny.child(_ERRNO_OF + "print(json.dumps(attempt(lambda: os.stat(root + '/tiles/1/x'))))") == errno.ENOENT
 
 
+def test_once_the_machine_is_known_not_to_answer_later_requests_fail_at_once(tiny):
+    """The kernel sends a directory's lookups one after another: stats of three names in
+    one directory on a stuck machine failed after one timeout, two and three."""
+    operations, client = tiny.active.operations, tiny.machine.storage.client
+    operations.timeout = 1.0
+    busy = tiny.machine.launch("x = 0\nwhile True:\n    x += 1\n", [5])
+    try:
+        time.sleep(0.2)
+        started = time.monotonic()
+        got = tiny.child(_ERRNO_OF + """
+import threading
+found = {}
+def stat(name):
+    found[name] = attempt(lambda: os.stat(f"{root}/tiles/1/{name}"))
+threads = [threading.Thread(target=stat, args=(name,)) for name in "abc"]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+print(json.dumps(sorted(found.values())))
+""")
+        assert got == [errno.ETIMEDOUT] * 3
+        assert time.monotonic() - started < 2.5  # (one timeout, not three)
+        with pytest.raises(TimeoutError, match="has not ended a superstep since a request waited 1 s"):
+            tiny.machine.fs.stat(2, "/")  # (the host API's requests too)
+    finally:
+        busy.interrupt()
+        busy.wait(60)
+        operations.timeout = 60.0
+    assert client.stalled_in is not None  # (past: the superstep ended)
+    assert tiny.child(_ERRNO_OF + "print(json.dumps(attempt(lambda: os.stat(root + '/tiles/1/x'))))") == errno.ENOENT
+    tiny.machine.fs.stat(2, "/")
+
+
 def test_requests_from_concurrent_callers_share_supersteps(tiny):
     operations, scheduler = tiny.active.operations, tiny.machine.scheduler
     tiny.child(_ERRNO_OF + """

@@ -222,18 +222,41 @@ class HostFsClient(FsClient):
     def __init__(self, scheduler, *, timeout: float | None = 60.0):
         self._scheduler = scheduler
         self.timeout = timeout
+        #: the superstep a request timed out in, none having ended while it waited: until
+        #: one ends, the machine answers nobody, and later requests fail at once rather
+        #: than each wait out its own timeout (a host's lookups in one directory come one
+        #: after another: three stats waited a minute, two and three)
+        self.stalled_in: int | None = None
+        self._stalled_after = 0.0  # (the seconds that request waited)
 
     def submit(self, tile: int, service: str, *args):
         """Queue a request without waiting: a Future of its result. Requests queued together
-        are served in the same superstep."""
-        return self._scheduler.submit(tile, service, *args)
+        are served in the same superstep. TimeoutError at once while the machine is known
+        to answer nobody (see ``stalled_in``)."""
+        step = self._scheduler.superstep
+        if self.stalled_in == step:
+            raise TimeoutError(
+                f"tile {tile} cannot answer {service!r}: the machine has not ended a superstep since a "
+                f"request waited {self._stalled_after:g} s for it (a program may be computing without "
+                "reaching an exchange point)")
+        future = self._scheduler.submit(tile, service, *args)
+        future.ipuos_superstep = step  # (await_reply tells a stalled machine by it)
+        return future
 
     def submit_all(self, service: str, tiles, *args) -> dict:
         """``submit`` the same request to every tile in ``tiles``: {tile: Future}."""
         return self._scheduler.submit_all(tiles, service, *args)
 
     def call(self, tile: int, service: str, *args):
-        return await_reply(self, tile, service, self._scheduler.submit(tile, service, *args), self.timeout)
+        return await_reply(self, tile, service, self.submit(tile, service, *args), self.timeout)
+
+    def timed_out(self, future, waited: float) -> None:
+        """A request submitted here was given up after ``waited`` seconds: if no superstep
+        has ended since it was submitted, the machine answers nobody until one does
+        (``stalled_in``)."""
+        step = getattr(future, "ipuos_superstep", None)
+        if step is not None and step == self._scheduler.superstep:
+            self.stalled_in, self._stalled_after = step, waited
 
     def abandon(self, tile: int, handle: int, unsent: bytes | None, offset) -> None:
         try:
@@ -255,6 +278,7 @@ def await_reply(client: HostFsClient, tile: int, service: str, future, timeout: 
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:
+        client.timed_out(future, timeout)
         if not future.cancel() and service == "fs.open":
             future.add_done_callback(
                 lambda done: done.exception() is None and client.abandon(tile, done.result(), None, None))
