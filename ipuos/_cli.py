@@ -569,6 +569,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     ARGS reach the program as __args, after FILE's name; options ipuos does not know
     are the program's too (after `--`, every argument is), except one that looks like a
     slip for run's own (--tile, --dat): it is refused, and after `--` it is passed on.
+    -h, like --help, is run's own before `--` (a program's -h goes after it).
     Starts the machine if it is not running. Ctrl-C interrupts the program and still
     prints what its tiles printed. Each tile's output is kept up to 64 KiB (65,536
     characters); a last line `[output truncated: N more characters]` counts the rest.
