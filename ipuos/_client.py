@@ -457,18 +457,19 @@ class _InterruptFlag:
         self._previous = None
         self._installed = False
         self._active = False
+        self._outer: _InterruptFlag | None = None  # (a call made inside another's: back to it after)
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        _InterruptFlag.active, self._active = self, True
+        self._outer, _InterruptFlag.active, self._active = _InterruptFlag.active, self, True
         if catchable(signal.SIGINT):  # (one ignored stays ignored: counts come from interrupt_call)
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
 
     def uninstall(self) -> None:
         if self._active:
-            _InterruptFlag.active, self._active = None, False
+            _InterruptFlag.active, self._active = self._outer, False
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False

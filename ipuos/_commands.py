@@ -484,10 +484,12 @@ def _even_cap(lengths: list[int], budget: int) -> int:
 
 
 def _cut(text: str, keep: int) -> str:
-    if len(text) <= keep:
-        return text
     body, dropped = split_truncation(text)  # (a tile's own cap cut it before: one count of both)
-    return body[:keep] + "\n" + truncation_note(max(0, len(body) - keep) + dropped, " for the reply")
+    if len(body) <= keep:
+        return text
+    kept = body[:keep]
+    return kept + ("" if kept.endswith("\n") or not kept else "\n") + truncation_note(
+        len(body) - keep + dropped, " for the reply")
 
 
 #: how long ``kill`` waits to report how the job ended

@@ -28,7 +28,8 @@ def run_result_to_json(result: RunResult) -> dict:
 
 def refused_run_json(program: str, message: str) -> dict:
     """``run --json``'s document for a program that never started (a syntax error, tiles
-    busy): the same keys as a result's, no tiles, and why. A script reading stdout gets a
+    busy): a result's keys with no tiles and no stats (null), and its ``error``: not a
+    result (``run_result_from_json`` refuses it). A script reading stdout gets a
     document whether or not the program ran; a usage error (status 2) or a machine that
     could not be reached prints none, only its message."""
     return {"job": None, "program": program, "exit_status": 1, "error": message,

@@ -85,15 +85,22 @@ def truncation_note(dropped: int, why: str = "") -> str:
     return f"[output truncated{why}: {plural(dropped, 'more character')}]\n"
 
 
-#: a tile's output that ends with :func:`truncation_note`: (the text before it, the count)
-_ENDS_TRUNCATED = re.compile(r"(.*?)\n?\[output truncated[^:\]]*: (\d+) more characters?\]\n", re.DOTALL)
+#: the last line of a tile's output that ends with :func:`truncation_note`
+_TRUNCATION_NOTE = re.compile(r"\[output truncated[^:\]\n]*: (\d+) more characters?\]\n")
 
 
 def split_truncation(text: str) -> tuple[str, int]:
     """``text`` without the truncation note it ends with, and the characters that note
-    counts (0 if none): text cut again counts those too, in one note."""
-    ended = _ENDS_TRUNCATED.fullmatch(text)
-    return (ended[1], int(ended[2])) if ended else (text, 0)
+    counts (0 if none): text cut again counts those too, in one note. (Only the last
+    line is looked at: outputs are large.)"""
+    if not text.endswith("]\n"):
+        return text, 0
+    start = text.rfind("\n", 0, len(text) - 1) + 1
+    note = _TRUNCATION_NOTE.fullmatch(text, start)
+    if note is None:
+        return text, 0
+    body = text[:start]
+    return (body[:-1] if body.endswith("\n") else body), int(note[1])
 
 
 class OutputBuffer:

@@ -9,9 +9,10 @@ lists of 2,000 ints and dicts of 500 entries). One tag byte says which was used.
 
 Classes and functions a tile program defines itself (in its ``__main__`` or in a module
 on its files), and those of the tile's own versions of host modules (its ``pathlib``),
-cannot be found by pickle's usual lookup, which searches the host's modules. They travel by name instead, and the receiving tile looks the name up in its
-own program, as MPI ranks each running the same program do: an instance of the
-program's ``Point`` arrives as an instance of the receiver's ``Point``.
+cannot be found by pickle's usual lookup, which searches the host's modules. They travel
+by name instead, and the receiving tile looks the name up in its own program, as MPI
+ranks each running the same program do: an instance of the program's ``Point`` arrives
+as an instance of the receiver's ``Point``.
 
 The other globals a tile's data names (``datetime.date``, ``builtins.complex``) are found
 as the receiving tile's program sees them: the runtime says how (:class:`ProgramGlobals`).

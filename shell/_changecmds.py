@@ -407,7 +407,7 @@ def resolve_target(fs, path: str, name: str) -> str:
 
 def _no_directory(fs, path: str) -> OSError:
     """The error for ``path/`` naming no directory, as GNU cp gives it: ENOENT if its
-    parent is missing too, else ENOTDIR (a file there, or nothing)."""
+    parent is missing too, else ENOTDIR (a file there, or nothing, or a file as parent)."""
     parent = posixpath.dirname(fs.abspath(path.rstrip("/")) or "/")
-    code = errno.ENOTDIR if fs.isdir(parent) else errno.ENOENT
+    code = errno.ENOTDIR if fs.exists(parent) else errno.ENOENT
     return OSError(code, os.strerror(code), path)

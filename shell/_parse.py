@@ -27,7 +27,7 @@ using :attr:`Command.text` to send the rest on unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["ShellSyntaxError", "Word", "Command", "continues_on_next_line", "parse_line", "quote"]
 
@@ -147,23 +147,24 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
     tilde = line.startswith("~", pos)  # (unquoted: a quoted one starts with the quote)
     n = len(line)
 
-    # inside an unquoted [...]: the members seen so far, and the quoted characters fnmatch
-    # would read as syntax there (a ! first, a ] not first, a - between members), as
-    # (character, member index): refused only if the bracket closes (an unclosed [ is a
-    # literal, in sh as in fnmatch)
-    bracket: list[int] | None = None
-    doubtful: list[tuple[str, int]] = []
+    # inside an unquoted [...] (None outside): where its [ is in ``pattern``, the members
+    # seen so far, each pattern piece since as it would be outside a bracket (an unclosed
+    # [ is a literal, in sh as in fnmatch: the word's end rebuilds it so), and the quoted
+    # characters fnmatch would read as syntax there (a ! first, a ] not first, a - between
+    # members) with their member index, refused only if the bracket closes
+    bracket: _Bracket | None = None
 
     def literal(text: str) -> None:
         parts.append(text)
         if bracket is None:
-            pattern.append("".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text))
+            pattern.append(_escaped(text))
             return
         for c in text:  # (a member: * ? [ are themselves inside brackets)
-            if c == "!" and pattern[-1] == "[" or c == "]" and bracket[0] or c == "-" and bracket[0]:
-                doubtful.append((c, bracket[0]))
+            if c == "!" and not bracket.members and pattern[-1] == "[" or c in "]-" and bracket.members:
+                bracket.doubtful.append((c, bracket.members))
             pattern.append(c)
-            bracket[0] += 1
+            bracket.outside.append(_escaped(c))
+            bracket.members += 1
 
     def no_variable(at: int) -> None:
         # $NAME, ${...} and $1 would be expanded by sh (unquoted or in "..."): refuse them
@@ -219,20 +220,38 @@ def _read_word(line: str, pos: int) -> tuple[Word, int]:
             elif char == "$":
                 no_variable(pos)
             parts.append(char)
-            negation = char in "!^" and bracket is not None and pattern[-1] == "[" and not bracket[0]
+            negation = char in "!^" and bracket is not None and not bracket.members and pattern[-1] == "["
             # bash's [^..] is fnmatch's [!..] (a quoted ^ stays a ^: fnmatch takes it so)
             pattern.append("!" if negation else char)
             if bracket is None:
-                bracket = [0] if char == "[" else None
-            elif char == "]" and bracket[0]:
-                for quoted, member in doubtful:  # (a - last is itself)
-                    if quoted != "-" or member < bracket[0] - 1:
+                bracket = _Bracket(len(pattern) - 1) if char == "[" else None
+            elif char == "]" and bracket.members:
+                for quoted, member in bracket.doubtful:  # (a - last is itself)
+                    if quoted != "-" or member < bracket.members - 1:
                         raise ShellSyntaxError(_UNSUPPORTED_IN_BRACKETS.format(quoted))
                 bracket = None
-            elif not negation:
-                bracket[0] += 1
+            else:
+                bracket.outside.append(char)
+                bracket.members += not negation
             pos += 1
+    if bracket is not None:  # never closed: its [ and what followed it, as outside brackets
+        pattern[bracket.opened_at:] = ["[[]", *bracket.outside]
     return Word("".join(parts), "".join(pattern) if glob else None, tilde), pos
+
+
+def _escaped(text: str) -> str:
+    """Quoted text as an fnmatch pattern outside brackets: its * ? [ match themselves."""
+    return "".join(f"[{c}]" if c in _GLOB_CHARS else c for c in text)
+
+
+@dataclass
+class _Bracket:
+    """An unquoted ``[`` being read (see _read_word)."""
+
+    opened_at: int
+    members: int = 0
+    outside: list[str] = field(default_factory=list)
+    doubtful: list[tuple[str, int]] = field(default_factory=list)
 
 
 #: a quoted character inside a glob's [...] that fnmatch would read as syntax there

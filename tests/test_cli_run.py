@@ -385,6 +385,10 @@ def test_busy_tiles_are_reported_with_what_to_do(shared_machine, runner, program
         name = shared_machine.name
         assert f"(`ipuos ps --name {name}` lists jobs, `ipuos kill JOB --name {name}` stops one)" \
             in result.output
+        result = runner.invoke(main, ["run", program("pass"), "--tiles", "7", "--json"])
+        doc = json.loads(result.stdout)
+        assert (result.exit_code, doc["job"], doc["tiles"], doc["stats"]) == (1, None, [], None)
+        assert "tile 7 already runs job" in doc["error"]
     finally:
         sock.shutdown(_socket.SHUT_RDWR)
         sock.close()
@@ -588,6 +592,8 @@ def test_a_runs_reply_keeps_to_its_size_whatever_the_tiles_printed(monkeypatch):
                and t.output.endswith("[output truncated for the reply: 751 more characters]\n")
                for t in fitted.tiles)
     assert _commands.fit_for_reply(small) is small  # (within the size: as it was)
+    # a cut that ends a line starts the note there, with no empty line between
+    assert _commands._cut("ab\ncd", 3) == "ab\n[output truncated for the reply: 2 more characters]\n"
 
 
 def test_a_runs_reply_cuts_only_the_long_outputs_and_counts_what_each_tile_lost(monkeypatch):

@@ -710,7 +710,7 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
     # tile 0's own files are the same seen through /tiles/0; its /chip there is a plain name
     done = shell(shared_machine, "mkdir -p /self/in; echo z > /self/z; cp -r /self /tiles/0/self/in; "
                  "mv /self /tiles/0/self/in/deeper; cp /self/z /chip/nodir/; cp /self/z /chip/no/dir/; "
-                 "cp /self/z /self/z/; cp /self/z /self/z/x; mv /self/z /self/z/x; "
+                 "cp /self/z /self/z/; cp /self/z /self/z/x; mv /self/z /self/z/x; cp /self/z /self/z/x/; "
                  "cp /tiles/0/chip/y /chip/y; ls /self /self/in")
     # (as GNU cp: a directory named with / that is not there, "Not a directory" unless its
     # parent is missing too; a file is no directory to copy into, not "into itself")
@@ -722,6 +722,7 @@ def test_cp_across_tiles_and_into_the_chip_disk(shared_machine, tmp_path):
         "cp: /self/z/: Not a directory",
         "cp: /self/z/x: Not a directory",
         "mv: /self/z/x: Not a directory",
+        "cp: /self/z/x/: Not a directory",
         "cp: /tiles/0/chip/y: No such file or directory",
     ]
     assert done.stdout == "/self:\nin/\nz\n\n/self/in:\n"  # nothing was copied into itself

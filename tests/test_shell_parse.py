@@ -82,6 +82,19 @@ def test_globs_are_marked_unless_quoted():
     assert command.words[1].pattern == "a[*]b*"  # the quoted star matches itself only
 
 
+@pytest.mark.parametrize("word, pattern", [
+    ("[a!]*", "[a!]*"), ("[^a]*", "[!a]*"), ("[\\^a]*", "[^a]*"), ("[\\*a]", "[*a]"), ('["]"a]', "[]a]"),
+    ("[az\\-]", "[az-]"), ("[!\\!]", "[!!]"), ("[['!']", "[[!]"),
+    # a quoted - that was fine in one bracket is not held against the next
+    ("log[_'-']*[0-9]", "log[_-]*[0-9]"),
+    # an unclosed [ is itself, and the quoted characters after it stay themselves
+    ("x[1'*'", "x[[]1[*]"), ("[\\!a", "[[]!a"),
+])
+def test_quoted_characters_in_glob_brackets_are_members(word, pattern):
+    (command,) = parse_line(f"ls {word}")
+    assert command.words[1].pattern == pattern
+
+
 @pytest.mark.parametrize("line, message", [
     ("ls | wc", "pipes are not supported"),
     ("echo a || echo b", "syntax error near '||': || and && are not supported (use ; to run commands in turn)"),
