@@ -127,6 +127,7 @@ class Repl:
         takes unless it returns False; the result then holds only what it did not take."""
         if not self._finalizer.alive:  # (ended before: this block starts the session afresh)
             self._watch_abandonment()
+        start_timeout = _seconds(start_timeout, "start_timeout")
         filename = f"<in {next(self._blocks)}>"
         source = source_text(source)
         body = compile_block(source, filename, echo=echo)
@@ -143,7 +144,7 @@ class Repl:
         interrupted, or never starts, and TimeoutError is raised); names it defines stay
         for the next block."""
         return _run_within(lambda start_timeout: self.launch(source, budget=budget, start_timeout=start_timeout),
-                           timeout)
+                           _seconds(timeout, "timeout"))
 
     def namespace(self, rank: int = 0) -> dict:
         """The names the blocks have defined on the session's ``rank``-th tile (before
@@ -260,15 +261,17 @@ def _release_when_free(scheduler: Scheduler, tile_ids: list[int], state: ReplSta
 
 
 def _seconds(value, what: str) -> float | None:
-    """A wait's ``value`` in seconds (None: no limit): TypeError if not a number,
-    ValueError if not above 0 (a wait of none would fail on an idle machine too)."""
+    """A wait's ``value`` in seconds (None: no limit, as is infinity or any wait longer
+    than the platform's locks can time: threading raised OverflowError for one):
+    TypeError if not a number, ValueError if not above 0 (a wait of none would fail on
+    an idle machine too)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} is seconds (a number, or None: no limit), not {value!r}")
     if not value > 0:
         raise ValueError(f"{what} must be more than 0 seconds (or None: no limit), not {value!r}")
-    return float(value)
+    return float(value) if value < threading.TIMEOUT_MAX else None
 
 
 def _check_output_limit(limit) -> None:

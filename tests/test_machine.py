@@ -429,6 +429,17 @@ def test_a_timeout_that_is_no_wait_is_refused_before_anything_starts(machine, ti
     assert _never_ran(machine, 5)
 
 
+@pytest.mark.parametrize("timeout", [float("inf"), 1e12])
+def test_a_timeout_too_long_for_the_platform_is_no_limit(machine, timeout):
+    # (threading raised OverflowError from inside the scheduler, and nothing ran)
+    assert machine.run("print(1)", tiles="0", timeout=timeout).outputs() == {0: "1\n"}
+    assert machine.launch("print(2)", tiles="0", start_timeout=timeout).wait().outputs() == {0: "2\n"}
+    assert machine.repl("0").run("print(3)", timeout=timeout).outputs() == {0: "3\n"}
+    assert machine.stats(timeout=timeout)["ntiles"] == machine.ntiles
+    with pytest.raises(ValueError, match="must be more than 0 seconds"):
+        machine.repl("0").run("print(4)", timeout=0)  # (a repl's timeout is checked too)
+
+
 def test_ctrl_c_while_a_busy_machine_has_not_taken_the_program_starts_nothing(machine):
     import os
     import signal
