@@ -402,7 +402,7 @@ def _tile_pickle(ctx: TileContext) -> types.ModuleType:
 
     class Pickler(TilePickler):
         def __init__(self, file, protocol=None, **options):
-            super().__init__(file, protocol, **options)
+            super().__init__(file, protocol, program=ctx.api.tile.program_globals, **options)
             if ctx.dispatch_table is not None and getattr(self, "dispatch_table", None) is None:
                 self.dispatch_table = ctx.dispatch_table  # (a subclass's own table wins, as in pickle)
 
@@ -1173,7 +1173,7 @@ class _ProgramGlobals(ProgramGlobals):
     def find_class(self, module: str, name: str):
         """A global a pickle names, as the program has it; UnpicklingError for the
         host's (HOST_MODULES, unless the tile has its own version, as of os) and for
-        what a tile cannot import (``_io``)."""
+        what a tile cannot import (``_io.open``; its in-memory streams load)."""
         if (module, name) in _compat_pickle.NAME_MAPPING:  # (Python 2's names, as pickle maps them)
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
         else:
@@ -1260,8 +1260,10 @@ def _lookup(scope: dict | types.ModuleType, qualname: str):
 _PICKLES_OWN_HELPERS = frozenset({("_codecs", "encode")})
 
 #: the C parts of modules a tile imports (``_operator`` for ``operator``), by the name a
-#: pickle gives them: ``operator.add`` is ``_operator.add`` in a pickle
-_C_PARTS = {"_" + name: name for name in TILE_MODULES}
+#: pickle gives them: ``operator.add`` is ``_operator.add`` in a pickle; also ``io``'s
+#: (its in-memory streams) and ``os.path``'s (``posixpath.join`` in a pickle), whose
+#: modules are the tile's own
+_C_PARTS = {"_" + name: name for name in TILE_MODULES} | {"_io": "io", "posixpath": "os.path"}
 
 
 def _c_part(ctx: TileContext, module: str, name: str):

@@ -78,7 +78,7 @@ def encode(obj, *, by_name: bool = False, program: ProgramGlobals | None = None)
             return b"P" + pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         out = io.BytesIO()
         out.write(b"P")
-        pickler = TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL)
+        pickler = TilePickler(out, protocol=pickle.HIGHEST_PROTOCOL, program=program)
         table = None if program is None else program.dispatch_table
         if table is not None:
             pickler.dispatch_table = table
@@ -116,7 +116,13 @@ def decode(buf, program: ProgramGlobals | None = None) -> object:
 
 class TilePickler(pickle.Pickler):
     """A pickler that writes a tile program's own classes and functions by name (see the
-    module doc); TileUnpickler finds them in the loading tile's program."""
+    module doc); TileUnpickler finds them in the loading tile's program. ``program``: the
+    writing tile's, where a name must lead back to the object, as pickle checks a global's
+    (a class bound under another name was written, and failed only where it arrived)."""
+
+    def __init__(self, file, protocol=None, *, program: ProgramGlobals | None = None, **options):
+        super().__init__(file, protocol, **options)
+        self._program = program
 
     def persistent_id(self, obj):
         if isinstance(obj, (type, types.FunctionType, types.MethodType)):
@@ -127,8 +133,19 @@ class TilePickler(pickle.Pickler):
             if type(obj) is not types.MethodType and _program_defined(obj):
                 name = getattr(obj, "__qualname__", "")
                 if "<" not in name:  # a lambda or a local one has no name to find: pickle says so
+                    self._check_found(obj, obj.__module__, name)
                     return (_BY_NAME, obj.__module__, name)
         return None
+
+    def _check_found(self, obj, module: str, name: str) -> None:
+        if self._program is None:
+            return
+        try:
+            found = self._program.by_name(module, name)
+        except pickle.UnpicklingError:
+            raise pickle.PicklingError(f"Can't pickle {obj!r}: attribute lookup {name} on {module} failed") from None
+        if found is not obj:
+            raise pickle.PicklingError(f"Can't pickle {obj!r}: it's not the same object as {module}.{name}")
 
 
 class TileUnpickler(pickle.Unpickler):

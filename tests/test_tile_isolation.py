@@ -134,7 +134,7 @@ def test_a_pickle_loaded_on_a_tile_names_the_tiles_builtins_never_the_hosts_modu
         "UnpicklingError: cannot load os.system on a tile: it is the host's, and tiles have no access to the host\n"
         "UnpicklingError: cannot load subprocess.call on a tile: it is the host's, and tiles have no access to "
         "the host\n"
-        "UnpicklingError: cannot load _io.open on a tile: there is no module '_io' there\n"
+        "UnpicklingError: cannot load _io.open on this tile (LookupError: on a tile, io.open is not _io.open)\n"
         "UnpicklingError: cannot load contextlib.os.system on this tile (AttributeError: module 'contextlib' has "
         "no attribute 'os' on a tile: on the host it is module 'os', and tiles have no access to the host)\n"
         "UnpicklingError: cannot load _pickle.loads on this tile (LookupError: on a tile, pickle.loads is not "

@@ -871,6 +871,32 @@ def test_a_tiles_paths_pickle_and_travel_and_arrive_as_the_receivers_path(machin
     ]
 
 
+def test_in_memory_streams_and_path_functions_travel_and_a_renamed_class_is_refused_when_sent(machine):
+    # a BytesIO and os.path.join were sent, then refused where they arrived ("no module
+    # '_io' there"); a class bound under another name went out, and failed on arrival
+    result = run(machine, """
+        import io, os, pickle
+        class A:
+            pass
+        B = A
+        del A
+        send(1 - __tileid, [io.BytesIO(b"abc"), io.StringIO("hello"), os.path.join])
+        raw, text, join = recv()
+        print(raw.getvalue(), text.getvalue(), join("a", "b"))
+        for attempt in (lambda: send(1 - __tileid, B()), lambda: pickle.dumps(B())):
+            try:
+                attempt()
+            except (TypeError, pickle.PicklingError) as exc:
+                print(type(exc).__name__, exc)
+    """, tiles="2-3")
+    assert output(result, 1).splitlines() == [
+        "b'abc' hello a/b",
+        "TypeError cannot send an object of type A through the exchange: Can't pickle <class '__main__.A'>: "
+        "attribute lookup A on __main__ failed",
+        "PicklingError Can't pickle <class '__main__.A'>: attribute lookup A on __main__ failed",
+    ]
+
+
 def test_dotdot_climbs_out_of_a_removed_current_directory_as_on_the_host(machine):
     result = run(machine, """
         import os
