@@ -168,6 +168,7 @@ class TileContext:
         self.builtins["print"] = self.print
         self.builtins["input"] = self.input
         self.builtins["__import__"] = self.import_module
+        self.builtins["help"] = self.help
         #: modules this tile has its own copy of (random: per-tile generator state)
         self.modules: dict[str, types.ModuleType] = {}
         #: what layers above add: ``__names__`` (names in every namespace, e.g. open),
@@ -252,6 +253,19 @@ class TileContext:
         if prompt:
             self.print(prompt, end="")
         _no_input()
+
+    def help(self, *args) -> None:
+        """An object's documentation, printed as the tile prints (Python's own help pages
+        it through the host's terminal, and looks names up among the host's modules)."""
+        if len(args) > 1:
+            raise TypeError(f"help() takes at most 1 argument ({len(args)} given)")
+        if not args or isinstance(args[0], str):
+            self.print("On a tile, help(object) shows an object's documentation: help(len), help(os.path); "
+                       "the interactive help utility and help('name') are not available (nor is a pager).")
+            return
+        import pydoc  # (here: it imports much, and few programs ask for help)
+
+        self.print(pydoc.render_doc(args[0], renderer=pydoc.plaintext), end="")
 
     def print(self, *args, sep=" ", end="\n", file=None, flush=False) -> None:
         if self.ended or self._tile.job is not self._job:  # (not running: written out)
@@ -803,8 +817,18 @@ def _tile_exit(code=None):
     raise SystemExit(code)
 
 
+def _tile_dir(*args):
+    """``dir``: without an argument, the caller's names but the runtime's own (the
+    markers a program's globals carry, TILE_GLOBALS_MARKER and TILE_SOURCE_LINES)."""
+    if args:
+        return dir(*args)
+    return sorted(name for name in sys._getframe(1).f_locals
+                  if name not in (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES))
+
+
 def _make_builtins() -> dict:
     table = dict(builtins.__dict__)
+    table["dir"] = _tile_dir
     del table["__import__"]  # each TileContext binds its own (see TileContext.import_module)
     table["input"] = _no_input
     table["open"] = _host_open

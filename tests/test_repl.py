@@ -443,3 +443,17 @@ def test_a_file_on_another_tile_dropped_in_a_block_is_written_when_the_block_end
     finally:
         repl.close()
         machine.fs.remove(3, "/block.txt")
+
+
+def test_help_prints_an_objects_documentation_and_dir_shows_the_programs_names(machine):
+    # help was missing (Python's pages through the host's terminal), and dir() listed the
+    # runtime's markers among the program's names
+    repl = machine.repl("0")
+    result = repl.run('def f(x):\n    "Doubles x."\nhelp(f)\nhelp(len)\nhelp()\nprint(dir())\n')
+    text = result.outputs()[0]
+    assert "f(x)\n    Doubles x.\n" in text and "len(obj, /)\n    Return the number of items" in text
+    assert "On a tile, help(object) shows an object's documentation" in text
+    names = eval(text.splitlines()[-1])
+    assert "f" in names and "__tileid" in names and not [n for n in names if n.startswith("__ipuos")]
+    assert repl.run("help(1, 2)").tiles[0].error.rstrip().endswith(
+        "TypeError: help() takes at most 1 argument (2 given)")
