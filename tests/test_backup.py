@@ -382,6 +382,17 @@ def test_a_file_removed_while_open_keeps_its_tile_from_a_restore(tmp_path):
         assert machine.fs.listdir(3, "/") == []
 
 
+def _wait_holding_log(machine, tiles: str) -> None:
+    """Until the program on ``tiles`` holds /log open with 'a' flushed and 'b' not (it
+    then makes /ready): the job is listed before its tiles have run a line of it (a
+    backup then found no file). (Reading /log would commit 'b': a reader sees the file
+    as written.)"""
+    first, _, last = tiles.partition("-")
+    ready = " ".join(f"/tiles/{tile}/ready" for tile in range(int(first), int(last or first) + 1))
+    wait_for(lambda: run_cli("shell", "-c", f"ls {ready}", env=machine.env()).returncode == 0,
+             what=f"the program on tiles {tiles} to hold /log")
+
+
 @pytest.mark.parametrize("tiles, told, held", [
     ("5", "1 file was open with writes not yet committed, and the image holds it as last committed (tile 5: /log)",
      "tile 5 holds 1 file open with writes not yet on its disk (/log)"),
@@ -392,11 +403,11 @@ def test_a_file_removed_while_open_keeps_its_tile_from_a_restore(tmp_path):
 ])
 def test_a_backup_names_files_whose_writes_it_could_not_take(machine, tmp_path, tiles, told, held):
     program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
-                               "while True:\n    sync()\n")
+                               "open('/ready', 'w').close()\nwhile True:\n    sync()\n")
     spin = subprocess.Popen([IPUOS, "run", "--tiles", tiles, program], env=machine.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: "5 " in cli(machine, "ps").stdout.split("JOB")[-1], what="the spinning job")
+        _wait_holding_log(machine, tiles)
         result = cli(machine, "backup", str(tmp_path / "m.img"))
         assert "backed up" in result.stdout
         assert f"note: {told}" in result.stderr, result.stderr
@@ -418,11 +429,11 @@ def test_halt_if_saved_advises_a_backup_only_for_what_a_backup_would_save(machin
     program (which commits the writes) before a backup; once they are on the disk, a
     backup is what saves them."""
     program = _write(tmp_path, "log = open('/log', 'w')\nlog.write('a')\nlog.flush()\nlog.write('b')\n"
-                               "while True:\n    sync()\n")
+                               "open('/ready', 'w').close()\nwhile True:\n    sync()\n")
     spin = subprocess.Popen([IPUOS, "run", "--tiles", "5", program], env=machine.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: json.loads(cli(machine, "ps", "--json").stdout)["jobs"], what="the spinning job")
+        _wait_holding_log(machine, "5")
         (job,) = [j["job"] for j in json.loads(cli(machine, "ps", "--json").stdout)["jobs"]]
         cli(machine, "backup", str(tmp_path / "m.img"))  # all but the open file's last write
         refused = cli(machine, "halt", "--if-saved", check=False)
