@@ -42,7 +42,7 @@ from ipuos._readlimit import read_at_most
 from ipuos._terminate import Terminated, on_termination
 from ipuos._tilespec import TileSpecError, format_tiles, parse_tiles
 
-from ._blocks import block_complete
+from ._blocks import block_complete, inside_compound_statement
 from ._complete import complete_host_path, host_word
 from ._parse import ShellSyntaxError, Word, continues_on_next_line, parse_line
 from ._progcmds import enters_repl, meant_to_enter_repl, multirepl_options
@@ -166,7 +166,7 @@ class Terminal:
                 if command_text and read == len(lines) and self._refused_as_repl_without_input(line):
                     return self.status
                 repl = self._repl_meant(line)
-                self.feed(line)
+                self.feed(line, read=True)
                 # (Ctrl-C stops the script, as it stops a bash script, not just its command)
                 if self.ctrl_c:  # (130 even if the command was done before it could stop it)
                     return EXIT_INTERRUPTED
@@ -345,8 +345,9 @@ class Terminal:
 
     # -- one line -----------------------------------------------------------------------------
 
-    def feed(self, line: str) -> None:
-        """One line typed (or read): a shell line, or part of a repl block."""
+    def feed(self, line: str, *, read: bool = False) -> None:
+        """One line typed (or ``read`` from a script or pipe): a shell line, or part of a
+        repl block."""
         try:
             line.encode("utf-8")
         except UnicodeEncodeError:  # bytes that are not UTF-8, read with surrogateescape
@@ -356,7 +357,7 @@ class Terminal:
             return
         if self.mode != SHELL:
             self.block.append(line)
-            if block_complete("\n".join(self.block)):
+            if not (read and inside_compound_statement(self.block)) and block_complete("\n".join(self.block)):
                 self._run_block()
             return
         try:

@@ -139,6 +139,23 @@ def test_block_complete_follows_the_interactive_interpreter():
     assert block_complete("x = = 1")  # broken beyond repair: the tiles report it
 
 
+@pytest.mark.parametrize("lines, inside", [
+    (["def f():", "    x = 1"], True), (["@cache", "def f():"], False), (["@cache", "def f():", "    x"], True),
+    (["@cache", "    pass"], False),  # (an error: said at once)
+    (["for i in x:", "    y = [", "    1]"], True),
+    (["x = [", "    1]"], False),  # (a bracket closed on an indented line ends the block)
+    (["if x: y = 1", "    z"], False),  # (one line: the next is an error, said at once)
+    (["def f():", ""], False), (["def f():", "print(1)"], False), (["def f():"], False),
+])
+def test_a_read_blocks_indented_body_is_not_compiled_line_by_line(lines, inside):
+    # each line of a 2,000-line block read from a pipe recompiled all before it: a minute
+    from ipuos.shell._blocks import inside_compound_statement
+
+    assert inside_compound_statement(lines) is inside
+    if inside:  # (what it saves: the block is not complete there)
+        assert not block_complete("\n".join(lines))
+
+
 def test_current_word_for_completion():
     assert _current_word("mk") == (0, "mk", "")
     assert _current_word("ls /ch") == (3, "/ch", "ls ")
