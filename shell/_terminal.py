@@ -382,15 +382,17 @@ class Terminal:
                 break
 
     def _repl_meant(self, line: str) -> str | None:
-        """The repl (python or multirepl) a shell line ends by starting, meant to take
-        the lines after it, whether or not it will start (None: none)."""
+        """The repl (python or multirepl) a shell line starts, meant to take the lines
+        after it, whether or not it will start (None: none). Anywhere on the line: one
+        before its end is refused (it must be last), and its lines must not then run as
+        shell commands either."""
         if self.mode != SHELL:
             return None
         try:
             commands = parse_line(line)
         except ShellSyntaxError:
             return None  # (nothing of it runs: tile 0 says what is wrong)
-        return commands[-1].name if commands and meant_to_enter_repl(commands[-1]) else None
+        return next((command.name for command in commands if meant_to_enter_repl(command)), None)
 
     def _refused_as_repl_without_input(self, line: str) -> bool:
         """A ``-c`` text that ends by starting python or multirepl: their input would be

@@ -961,6 +961,10 @@ def test_a_c_text_that_ends_by_starting_a_repl_is_refused(shared_machine, tmp_pa
                                "machine (it has tiles 0-15)\n"),
     ("multirepl --data /no/such/host/file", "multirepl: /no/such/host/file: No such file or directory\n"),
     ("python --bogus", "python: option --bogus not recognized\nusage: python [-c CODE]\n"),
+    # not last on its line: refused, and its lines ran as shell commands (an `rm -r` did)
+    ("python; echo hi", "python: must be the last command on its line (the lines that follow are its input)\n"),
+    ("multirepl --tiles 0; echo hi",
+     "multirepl: must be the last command on its line (the lines that follow are its input)\n"),
 ])
 @pytest.mark.parametrize("how", ["-c", "pipe"])
 def test_a_repl_that_fails_to_start_in_a_script_ends_it_there(shared_machine, start, error, how):
@@ -968,7 +972,7 @@ def test_a_repl_that_fails_to_start_in_a_script_ends_it_there(shared_machine, st
     (a line of Python could be `rm -r ...`), and the script ended with status 0."""
     lines = f"{start}\nprint('hello')\necho THIS-RAN-AS-SHELL\n"
     done = shell(shared_machine, lines) if how == "-c" else shell(shared_machine, stdin=lines)
-    name = start.split()[0]
+    name = start.split()[0].rstrip(";")
     assert (done.returncode, done.stdout) == (1 if "--data" in start else 2, "")
     assert done.stderr == error + (f"{name}: did not start, so the script stops here (the lines after "
                                    "it are its input, not shell commands)\n")
