@@ -325,16 +325,13 @@ class Context:
             self.output.write("out", text)
 
     def write_output_and_error(self, output: str, error: str) -> None:
-        """What a program printed, then its error (a traceback): together on the
-        terminal, in order; with ``> file``, the output into the file and the error on
-        the error stream, where the user sees it, as every command's errors go."""
-        if self.redirect is not None:
-            self.write(output)
-            if error:
-                self.output.write("err", error)
-            return
-        separator = "" if not error or not output or output.endswith("\n") else "\n"
-        self.write(output + separator + error)
+        """What a program printed, then its error (a traceback) on the error stream, as
+        Python writes one (and a SyntaxError here), after the output, on a line of its
+        own; with ``> file``, the output goes into the file."""
+        separator = "" if not error or not output or output.endswith("\n") or self.redirect else "\n"
+        self.write(output + separator)
+        if error:
+            self.output.write("err", error)
 
     def write_bytes(self, data: bytes, decoder=None) -> None:
         """File contents: into a redirect byte for byte; to the terminal as UTF-8 text
