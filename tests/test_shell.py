@@ -341,7 +341,7 @@ def test_a_programs_own_exit_status_130_is_no_ctrl_c_the_script_goes_on(shared_m
     assert done.returncode == 130
     # a block raising KeyboardInterrupt itself ends 130, as Python does (and run): it said 1
     done = shell(shared_machine, "python -c 'raise KeyboardInterrupt'", user_code=True)
-    assert done.returncode == 130 and done.stdout.endswith("KeyboardInterrupt\n"), done.stdout
+    assert done.returncode == 130 and done.stderr.endswith("KeyboardInterrupt\n"), done.stderr
 
 
 @pytest.mark.parametrize("how", ["-c", "stdin"])
