@@ -16,7 +16,8 @@ Each figure is the best round; the contenders take rounds in turn, so the host's
 spells fall on all of them alike. Ratios are same-run: vfs/lean (target >= 0.9),
 vfs/blockdev, vfs/stock, and chip/vfs (the striped chip disk against the tile's own
 disk). The remote paths (host client, ``/tiles/N`` from tile 0) are reported for
-information: they cost supersteps, not littlefs time.
+information: they cost supersteps, not littlefs time. So is ``ls -l`` of a ``/chip``
+directory of one file per tile, against asking littlefs for each entry's mtime.
 
 ``lean/stock`` is the most any driver of littlefs-python reaches against the stock
 context on this configuration: lean does the least Python per callback there is, and
@@ -137,6 +138,35 @@ def warm_up(tile, vfs_of, nbytes: float) -> None:
     vfs.remove("/chip/warm-up")
 
 
+def listing_round(tile, vfs_of, count: int) -> dict[str, tuple[float, int]]:
+    """Seconds and exchanges to list a ``/chip`` directory of ``count`` files with their
+    mtimes (``ls -l``), from a cold cache: the VFS's one pass over the directory's
+    metadata, against asking littlefs for each entry's mtime (each lookup walks the
+    directory from its first metadata pair)."""
+    vfs = vfs_of(tile)
+    directory = "/chip/listing"
+    if not vfs.exists(directory):
+        vfs.mkdir(directory)
+        for i in range(count):
+            with vfs.open(f"{directory}/tile{i:04d}", "wb") as f:
+                f.write(b"result")
+        vfs.sync()
+    backend = vfs.backend("/chip")
+    fs, device = backend.fs, backend.fs.device
+    base = directory[len("/chip"):]
+
+    def cold(listing) -> tuple[float, int]:
+        device.flush()
+        device.drop_cache()
+        before, t0 = device.transfers, time.perf_counter()
+        mtimes = listing()
+        assert len(mtimes) == count and all(mtimes)
+        return time.perf_counter() - t0, device.transfers - before
+
+    return {"one pass": cold(lambda: [entry.stat().st_mtime_ns for entry in vfs.scandir(directory)]),
+            "per entry": cold(lambda: [fs.get_mtime(f"{base}/{name}") for name in fs.listdir(base)])}
+
+
 def on_tile(machine, tile: int, function, *args):
     """Run ``function(tile, *args)`` on the tile's greenlet and return its result."""
     machine.scheduler.services["bench.run"] = lambda tile_obj, fn, fargs: fn(tile_obj, *fargs)
@@ -243,6 +273,12 @@ def main() -> None:
         rates = measure_all(create_round, creates)
         cells = " ".join(f"{rates[name]:9.0f}" for name in names)
         print(f"{'create':>8} {'':6} {cells}{ratios(rates)}   (empty files per second)")
+        count = 100 if args.quick else chip_machine.ntiles
+        listed = on_tile(chip_machine, 0, listing_round, chip_machine.storage.vfs, count)
+        (one, one_x), (each, each_x) = listed["one pass"], listed["per entry"]
+        print(f"ls -l of a /chip directory of {count} files, cold cache: one pass {one * 1e3:.0f} ms "
+              f"({one_x} exchanges), littlefs per entry {each * 1e3:.0f} ms ({each_x} exchanges): "
+              f"{each / one:.0f}x faster")
         size = 64 * KiB
         for name, (write, read) in remote_throughput(machine, size, 2 if args.quick else 5).items():
             print(f"remote {size // KiB} KiB file, {name}: write {write:.0f} MB/s, read {read:.0f} MB/s")

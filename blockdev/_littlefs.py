@@ -64,6 +64,7 @@ from typing import NamedTuple
 
 from littlefs import LittleFSError, lfs
 
+from ._lfsdir import directory_attribute
 from ._memory import MemoryDevice, slicing_source
 from ._protocol import BlockDevice
 
@@ -913,7 +914,30 @@ class Filesystem:
     def scandir(self, path: str = "/") -> list[FileInfo]:
         """The entries of a directory (without "." and ".."), in littlefs order."""
         path = self._path(path)
-        entries = self._run("scandir", path, None, _read_directory, path)
+        return self._with_unsynced_sizes(path, self._run("scandir", path, None, _read_directory, path))
+
+    def scandir_mtimes(self, path: str = "/") -> list[tuple[FileInfo, int | None]]:
+        """:meth:`scandir` with each entry's mtime (None if never set).
+
+        littlefs looks a name up by walking its directory from the first metadata pair,
+        so asking it for each entry's mtime is quadratic in the directory's size (and on
+        the chip disk, a walk longer than the cache misses every pair); the directory's
+        logs are read once instead (see ``_lfsdir``), and littlefs is asked per entry only
+        when they do not show exactly what it listed.
+        """
+        path = self._path(path)
+        entries, stored = self._run("scandir", path, None, _read_directory_attribute, path,
+                                    self, MTIME_ATTRIBUTE)
+        base = path.rstrip("/") + "/"
+        if stored is None:
+            mtimes = [self.get_mtime(base + info.name) for info in entries]
+        else:
+            mtimes = [None if data is None else _decode_mtime(data, base + info.name)
+                      for info, data in zip(entries, stored)]
+        return list(zip(self._with_unsynced_sizes(path, entries), mtimes))
+
+    def _with_unsynced_sizes(self, path: str, entries: list[FileInfo]) -> list[FileInfo]:
+        """``entries`` of directory ``path`` with the sizes open files have not committed."""
         if self._open and any(f._unsynced for f in self._open):
             sizes = self._run("scandir", path, None, _unsynced_sizes, self)
             base = path.rstrip("/") + "/"
@@ -979,11 +1003,7 @@ class Filesystem:
     def get_mtime(self, path: str) -> int | None:
         """The mtime stored with ``set_mtime`` (ns since the epoch), or None if never set."""
         data = self.get_attribute(path, MTIME_ATTRIBUTE)
-        if data is None:
-            return None
-        if len(data) != _MTIME.size:
-            raise CorruptFilesystemError(errno.EIO, "malformed mtime attribute", path)
-        return _MTIME.unpack(data)[0]
+        return None if data is None else _decode_mtime(data, path)
 
     def set_mtime(self, path: str, mtime_ns: int) -> None:
         if not MTIME_MIN_NS <= mtime_ns <= MTIME_MAX_NS:
@@ -1549,6 +1569,27 @@ def _read_directory(handle, path: str) -> list[FileInfo]:
     finally:
         lfs.dir_close(handle, directory)
     return entries
+
+
+def _read_directory_attribute(handle, path: str, fs: Filesystem, kind: int):
+    """``(entries, attributes)``: attribute ``kind`` of each entry as the directory's logs
+    hold it, or None for the caller to ask littlefs (see ``_lfsdir``). Reading the logs
+    goes to the device directly: a device error there also means asking littlefs, whose
+    callbacks report it properly."""
+    entries = _read_directory(handle, path)
+    cfg = fs._cfg
+    try:
+        stored = directory_attribute(fs.device.read, cfg.block_count, cfg.metadata_max or cfg.block_size,
+                                     path, entries, kind)
+    except Exception:
+        stored = None
+    return entries, stored
+
+
+def _decode_mtime(data: bytes, path: str) -> int:
+    if len(data) != _MTIME.size:
+        raise CorruptFilesystemError(errno.EIO, "malformed mtime attribute", path)
+    return _MTIME.unpack(data)[0]
 
 
 def _parent_dir(handle, path: str) -> None:

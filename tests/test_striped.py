@@ -669,3 +669,32 @@ def test_cache_lives_in_the_owners_sram_budget(sched):
     device = make_device(sched, cache_blocks=4)
     assert sched.sram.memory(0).used == before + 4 * BLOCK
     assert device.cache.tile == 0
+
+
+def test_a_big_directory_is_listed_with_its_mtimes_in_one_pass(sched):
+    """littlefs looks each name up from its directory's first metadata pair: asking it
+    for every entry's mtime walks a directory longer than the cache once per entry, each
+    walk missing on every pair. The listing reads the pairs once instead."""
+    block, head = 2048, 512
+    device = make_device(sched, share=32 * 1024, cache_blocks=12, heads=16, block=block, head=head)
+    fs = new_filesystem(sched, device, read_size=head, cache_size=head, metadata_max=head)
+    fs.mkdir("/d")
+    for i in range(300):
+        with fs.open(f"/d/tile{i:04d}", "w") as f:
+            f.write(b"result")
+        fs.set_mtime(f"/d/tile{i:04d}", i * 1_000_000_000)
+
+    def exchanges(listing):
+        fs.unmount()
+        fs.mount()
+        sched.call_wait(device.drop_cache)
+        before = device.transfers
+        mtimes = listing()
+        assert mtimes == [i * 1_000_000_000 for i in range(300)]
+        return device.transfers - before
+
+    one_pass = exchanges(lambda: [mtime for _, mtime in fs.scandir_mtimes("/d")])
+    per_entry = exchanges(lambda: [fs.get_mtime(f"/d/{name}") for name in fs.listdir("/d")])
+    # (deterministic counts: 38 and 3,166 when written)
+    assert one_pass * 50 < per_entry, (one_pass, per_entry)
+    assert one_pass < 60, one_pass

@@ -317,10 +317,9 @@ class LittlefsBackend(Backend):
         base = path.rstrip("/") + "/"
         owner.fs_depth += 1
         try:
-            infos = fs.scandir(path)
-            mtime = self._mtime
-            return [Entry(info.name, info.is_dir, info.size, mtime(base + info.name))
-                    for info in infos]
+            stamps = self._stamps
+            return [Entry(info.name, info.is_dir, info.size, stamps.get(base + info.name, mtime or 0))
+                    for info, mtime in fs.scandir_mtimes(path)]
         finally:
             owner.fs_depth -= 1
 
