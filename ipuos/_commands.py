@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ._host import HaltRefused, HostedJob, MachineHost
-from ._plural import plural
 from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Request, finite_number
 from ._rundir import hint
 from ._runjson import run_result_to_json
