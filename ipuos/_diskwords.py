@@ -11,17 +11,22 @@ from ._plural import plural
 from ._tilespec import describe_tiles, tiles_alike
 
 
+_ENTRY, _ENTRIES = "file or directory", "files and directories"
+
+
 def times_alike(unwritten: dict) -> list[tuple[list[int], str, str]]:
-    """(tiles, mount, how many files) of ``{(tile, mount): files}`` whose mtimes a full
-    disk had no room for, the tiles of each mount together: ``"17 to 20 files each"``."""
+    """(tiles, mount, how many entries) of ``{(tile, mount): entries}`` whose mtimes a full
+    disk had no room for, the tiles of each mount together: ``"17 to 20 files and
+    directories each"`` (a directory's time changes with every entry made in it)."""
     told = []
     for tiles, mount in tiles_alike(sorted((tile, mount) for tile, mount in unwritten)):
         counts = [unwritten[tile, mount] for tile in tiles]
         low, high = min(counts), max(counts)
         if len(tiles) == 1:
-            files = plural(low, "file")
+            files = plural(low, _ENTRY, _ENTRIES)
         else:
-            files = f"{plural(low, 'file')} each" if low == high else f"{low} to {high} files each"
+            files = (f"{plural(low, _ENTRY, _ENTRIES)} each" if low == high
+                     else f"{low} to {high} {_ENTRIES} each")
         told.append((tiles, mount, files))
     return told
 

@@ -971,13 +971,13 @@ def test_times_a_full_disk_had_no_room_for_are_told_by_backup_and_halt_if_saved(
     assert cli(machine, "run", "--tiles", "3", fill).returncode == 0
     image = tmp_path / "full.img"
     result = cli(machine, "backup", str(image), "--tiles", "3")
-    told = re.search(r"note: not in the image: the modification times of (\d+) files on the disk of tile 3, "
+    told = re.search(r"note: not in the image: the modification times of (\d+) files and directories on the disk of tile 3, "
                      r"which is too full to write them \(free some space on it, then back up again\)",
                      result.stderr)
     assert told, result.stderr
     refused = cli(machine, "halt", "--if-saved", check=False)
     assert refused.returncode == 1
-    assert (f"the modification times of {told.group(1)} files on the disk of tile 3 are not on it (it is too full "
+    assert (f"the modification times of {told.group(1)} files and directories on the disk of tile 3 are not on it (it is too full "
             "to write them), and no backup holds them") in refused.stderr, refused.stderr
     assert "free some space on the full disk" in refused.stderr
     cli(machine, "run", "--tiles", "3", _write(tmp_path, "import os\nos.remove('/f0'); os.remove('/f1')\n"))
@@ -997,22 +997,24 @@ def test_times_full_disks_had_no_room_for_are_told_once_for_a_range_of_tiles(mac
     result = cli(machine, "backup", str(tmp_path / "full.img"), "--tiles", "2-4")
     notes = [line for line in result.stderr.splitlines() if "modification times" in line]
     assert len(notes) == 1, result.stderr
-    assert re.fullmatch(r"ipuos: note: not in the image: the modification times of \d+( to \d+)? files each on "
+    assert re.fullmatch(r"ipuos: note: not in the image: the modification times of \d+( to \d+)? files and directories each on "
                         r"the disks of tiles 2-4, which are too full to write them \(free some space on them, "
                         r"then back up again\)", notes[0]), notes
     refused = cli(machine, "halt", "--if-saved", check=False)
     assert refused.returncode == 1
-    assert re.search(r"the modification times of \d+( to \d+)? files each on the disks of tiles 2-4 are not on "
+    assert re.search(r"the modification times of \d+( to \d+)? files and directories each on the disks of tiles 2-4 are "
+                     r"not on "
                      r"them \(they are too full to write them\), and no backup holds them", refused.stderr), refused.stderr
     assert refused.stderr.count("modification times") == 1
 
 
-def test_the_words_for_times_left_out_count_files_per_tile():
+def test_the_words_for_times_left_out_count_entries_per_tile():
     from ipuos._diskwords import disks_of, times_alike
 
-    assert times_alike({(2, "/"): 1, (3, "/"): 1}) == [([2, 3], "/", "1 file each")]
+    # (a directory's time is counted with the files': "30 files" was said of 29 and "/")
+    assert times_alike({(2, "/"): 1, (3, "/"): 1}) == [([2, 3], "/", "1 file or directory each")]
     assert times_alike({(4, "/"): 7, (2, "/"): 3, (3, "/"): 7, (2, "/img"): 1}) == [
-        ([2, 3, 4], "/", "3 to 7 files each"), ([2], "/img", "1 file")]
+        ([2, 3, 4], "/", "3 to 7 files and directories each"), ([2], "/img", "1 file or directory")]
     assert (disks_of("/", [2, 3, 4]), disks_of("/img", [2])) == ("the disks of tiles 2-4", "/img of tile 2")
 
 
