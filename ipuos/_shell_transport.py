@@ -72,6 +72,8 @@ class DaemonTransport:
         #: why the session ended under the terminal (the machine halted), once it has
         self._lost: str | None = None
         self._on_lost: list = []
+        #: the session's holder has finished (and set ``_lost`` if the session was lost)
+        self._held = threading.Event()
         self._holder = Client(paths)
         self._thread = threading.Thread(target=self._hold, args=(width,), daemon=True,
                                         name="ipuos-shell-attach")
@@ -104,8 +106,11 @@ class DaemonTransport:
             self._error = exc
         finally:
             self._attached.set()
-            if self.state and not self._closing:
-                self._session_lost()
+            try:
+                if self.state and not self._closing:
+                    self._session_lost()
+            finally:
+                self._held.set()
 
     def _session_lost(self) -> None:
         # a halting daemon drops sessions while it still answers for a moment: wait for
@@ -130,6 +135,12 @@ class DaemonTransport:
         self._lost = f"the shell session ended: {why}"
         for callback in list(self._on_lost):
             callback(self._lost)
+
+    def _why_lost(self) -> str | None:
+        """Why the session ended, when a request finds the machine gone: the holder tells
+        a halt from a crash (a request's broken connection cannot), once it has looked."""
+        self._held.wait(HALTING_SECONDS + 2.0)
+        return self._lost
 
     def when_lost(self, callback) -> None:
         """Call ``callback(message)`` (from another thread) if the session ends under the
@@ -159,10 +170,11 @@ class DaemonTransport:
                 return self._line().request(cmd, {"session": self.session, **args}, payload, **options)
             except MachineNotRunning as exc:
                 self._client = None
-                raise _Fatal(str(exc)) from None
+                raise _Fatal(self._why_lost() or str(exc)) from None
             except DaemonError as exc:
                 if exc.code == "disconnected":
                     self._client = None
+                    raise _Fatal(self._why_lost() or exc.message) from None
                 raise _remote(exc) from None
             except KeyboardInterrupt:
                 # the reply may be half read: this connection is out of step from here on

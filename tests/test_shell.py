@@ -368,6 +368,24 @@ def test_a_halt_during_a_script_ends_it_with_status_1_as_at_an_interactive_promp
     assert out == f"[1 tile: 2]\nmachine {machine.name!r} is halting\n"
 
 
+def test_a_halt_between_piped_lines_says_the_machine_halted_not_that_it_may_have_crashed(machine):
+    """The next line's request meets a closed connection, which cannot tell a halt from a
+    crash; the session's own connection can, and its word is the one given."""
+    script = subprocess.Popen([IPUOS, "shell"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=machine.env())
+    try:
+        script.stdin.write("echo one\n")
+        script.stdin.flush()
+        assert script.stdout.readline() == "one\n"
+        assert run_cli("halt", env=machine.env()).returncode == 0
+        out, err = script.communicate("echo two\n", timeout=30)
+    finally:
+        if script.poll() is None:
+            script.kill()
+    assert (script.returncode, out) == (1, ""), (out, err)
+    assert err == f"ipuos: the shell session ended: machine {machine.name!r} has halted\n"
+
+
 def test_mv_between_tile_0s_tree_and_tiles_0_renames_in_place(machine):
     """Both name tile 0's own disk: a rename, with no room needed for a copy (it copied,
     and on a disk too full for two copies failed with ENOSPC)."""
