@@ -1112,7 +1112,7 @@ class TileProgram:
                 code = exc.code
                 self.exit_codes[rank] = code if isinstance(code, int) else (0 if code is None else 1)
                 if code is not None and not isinstance(code, int):
-                    output.write(f"{code}\n")
+                    self.reports[rank] = f"{code}\n"  # (the error stream, as Python prints it)
             else:
                 self.exit_codes[rank] = 0
             return self.exit_codes[rank]
@@ -1606,7 +1606,7 @@ class ReplBlock:
             self.exited.add(rank)
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
-                output.write(f"{exc.code}\n")
+                self.reports[rank] = f"{exc.code}\n"  # (the error stream, as Python prints it)
         except _machine_ending(api):
             raise
         except TileInterrupt as exc:  # the machine or the user stops the block (Ctrl-C, kill, a budget)

@@ -200,6 +200,15 @@ def test_a_tile_that_exits_non_zero_shows_its_code_even_when_it_printed_nothing(
     assert text.endswith("... 14 more distinct outputs from 14 tiles (1 failed)\n")
 
 
+def test_an_exit_message_is_the_error_not_the_output_as_python_prints_it_to_stderr(machine):
+    result = machine.run("print('out')\nraise SystemExit('bye')", tiles="0-1")
+    assert [(t.output, t.error, t.exit_code) for t in result.tiles] == [("out\n", "bye\n", 1)] * 2
+    assert result.exit_status == 1
+    with machine.repl(tiles="2") as repl:
+        block = repl.run("print('out')\nexit('gone')")
+    assert [(t.output, t.error, t.exit_code) for t in block.tiles] == [("out\n", "gone\n", 1)]
+
+
 def test_grouped_output_keeps_blank_lines_and_counts_in_the_singular():
     text = format_groups(group_texts({0: "a\n\n", 1: "a\n", 2: "b", 3: ""}), max_groups=2)
     assert text == "[1 tile: 0]\na\n\n[1 tile: 1]\na\n... 1 more distinct output from 1 tile\n"

@@ -424,6 +424,10 @@ def test_any_exit_a_block_calls_leaves_python_and_multirepl(server, mode, block,
     assert session.run("pwd")["text"] == "/\n"  # a shell command again
     result = session.run("python -c 'exit(4)'")  # one block in the shell: the shell stays
     assert (result["status"], result["mode"]) == (4, "shell")
+    # the message of exit('bye') goes where Python prints it: the error stream
+    streamed = []
+    result = session.run("python -c \"print('out'); exit('bye')\"", emit=streamed.extend)
+    assert (result["status"], streamed + result["output"]) == (1, [["out", "out\n"], ["err", "bye\n"]]), result
 
 
 def test_exit_on_some_tiles_ends_the_multirepl_saying_where_and_with_which_status(server):
