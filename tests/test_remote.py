@@ -570,3 +570,34 @@ def test_a_tile_that_leaves_a_collective_by_an_exception_gets_its_room_back(mach
     result = handle.wait(30)
     assert result.ok, result.format()
     assert [t.output for t in result.tiles] == ["1000\n", "left\n"]
+
+
+def test_a_paged_listing_is_the_directory_as_it_was_at_its_first_page(machine):
+    """Pages came from listing the directory again: a name made or removed before the
+    cursor shifted the rest, and one nobody touched was skipped or given twice."""
+    call = machine.fs.call
+    call(5, "fs.mkdir", "/paged")
+    names = [f"k{i:02d}" for i in range(12)]
+    for name in names:
+        call(5, "fs.close", call(5, "fs.open", f"/paged/{name}", os.O_WRONLY | os.O_CREAT))
+
+    def listed_while(change, *args):
+        listed, cursor = call(5, "fs.listdir_page", "/paged", 0, 200)
+        assert cursor is not None and 0 < len(listed) < 12
+        call(5, change, *args)
+        while cursor is not None:
+            page, cursor = call(5, "fs.listdir_page", "/paged", cursor, 200)
+            listed += page
+        return [entry[0] for entry in listed]
+
+    assert listed_while("fs.unlink", "/paged/k00") == names  # the rest moved up one: k04 was skipped
+    names.remove("k00")
+    assert listed_while("fs.mkdir", "/paged/a0") == names  # down one: k03 was given twice
+    # a tile keeps a few listings; a reader whose listing it let go of starts again
+    stale = call(5, "fs.listdir_page", "/paged", 0, 200)[1]
+    for _ in range(20):
+        call(5, "fs.listdir_page", "/paged", 0, 200)
+    assert call(5, "fs.listdir_page", "/paged", stale, 200) == (None, None)
+    client = TileFsClient.__new__(TileFsClient)  # (only its paging: calls go through the host)
+    client.call, client.listing_page = call, 200
+    assert [entry.name for entry in client.entries(5, "/paged")] == ["a0"] + names

@@ -40,6 +40,8 @@ __all__ = ["FsClient", "HostFsClient", "TileFsClient", "RemoteFile"]
 HOST_CHUNK = 1 << 20
 #: room a request or reply needs besides its data (tags, service name, handle, offset)
 _ENVELOPE = 512
+#: times a paged listing is started again when the tile let go of it half-way
+_LISTING_TRIES = 3
 
 
 class FsClient:
@@ -74,12 +76,18 @@ class FsClient:
         page where a reply must fit an exchange buffer (:attr:`listing_page`)."""
         if self.listing_page is None:
             return [Entry(*item) for item in self.call(tile, "fs.listdir", path)]
-        out: list[Entry] = []
-        start = 0
-        while start is not None:
-            page, start = self.call(tile, "fs.listdir_page", path, start, self.listing_page)
-            out.extend(Entry(*item) for item in page)
-        return out
+        for _ in range(_LISTING_TRIES):
+            out: list[Entry] = []
+            start = 0
+            while start is not None:
+                page, start = self.call(tile, "fs.listdir_page", path, start, self.listing_page)
+                if page is None:
+                    break  # the tile let go of this listing (others were read meanwhile): again
+                out.extend(Entry(*item) for item in page)
+            else:
+                return out
+        raise fs_error(errno.EAGAIN, path, f"tile {tile} let go of this directory's listing "
+                       f"{_LISTING_TRIES} times before it was read; try again")
 
     def listdir(self, tile: int, path: str = "/") -> list[str]:
         return [entry.name for entry in self.entries(tile, path)]

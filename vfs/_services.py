@@ -16,7 +16,7 @@ in a per-tile handle table; a handle is a small int valid on that tile only.
 | ``fs.boot`` | | None (the tile's storage is up) |
 | ``fs.stat`` | path | (name, is_dir, size, mtime_ns) |
 | ``fs.listdir`` | path | [(name, is_dir, size, mtime_ns), ...] |
-| ``fs.listdir_page`` | path, start, max_bytes | (entries from ``start`` that fit, next start or None) |
+| ``fs.listdir_page`` | path, 0 or a cursor, max_bytes | (entries that fit, the next page's cursor or None) |
 | ``fs.open`` | path, flags (``os.O_*`` or a mode string) | handle |
 | ``fs.read`` | handle, offset or None, size | bytes (short at end of file) |
 | ``fs.write`` | handle, offset or None, data | position after the write |
@@ -38,6 +38,7 @@ in a per-tile handle table; a handle is a small int valid on that tile only.
 from __future__ import annotations
 
 import errno
+import itertools
 from typing import Callable
 
 from ._backend import fs_error
@@ -48,6 +49,7 @@ __all__ = ["register_services", "HandleTable", "SERVICE_NAMES", "MAX_HANDLES"]
 #: open files one tile keeps for remote callers
 MAX_HANDLES = 1024
 _HANDLES_KEY = "fs.handles"
+_LISTINGS_KEY = "fs.listings"
 
 
 class HandleTable:
@@ -114,17 +116,62 @@ _ENTRY_OVERHEAD = 48
 
 
 def _listdir_page(tile, vfs, path, start, max_bytes):
-    """A directory a page at a time: a tile's reply must fit its exchange buffer."""
-    entries = vfs.entries(_absolute(path))
+    """A directory a page at a time: a tile's reply must fit its exchange buffer.
+
+    ``start`` is 0 for a new listing, else the cursor the previous page returned. Every
+    page of one listing comes from the directory as it was at the first: listing it again
+    for each page, an entry made or removed before the cursor shifted the rest, and a
+    name nobody touched was skipped or given twice. A cursor whose listing is no longer
+    kept (see :class:`_Listings`) gets ``(None, None)``: the caller starts again."""
+    listings = tile.kernel_state(_LISTINGS_KEY, _Listings)
+    if start == 0:
+        entries = [tuple(entry) for entry in vfs.entries(_absolute(path))]
+        token = None
+    else:
+        token, start = start
+        entries = listings.get(token)
+        if entries is None:
+            return None, None
     page, used = [], 0
     for entry in entries[start:]:
         size = len(entry[0].encode("utf-8", "surrogateescape")) + _ENTRY_OVERHEAD
         if page and used + size > max_bytes:
             break
-        page.append(tuple(entry))
+        page.append(entry)
         used += size
     end = start + len(page)
-    return page, (end if end < len(entries) else None)
+    if end >= len(entries):
+        if token is not None:
+            listings.drop(token)
+        return page, None
+    if token is None:
+        token = listings.keep(entries)
+    return page, (token, end)
+
+
+class _Listings:
+    """Directory listings being read a page at a time, by token. A reader that stops
+    half-way never says so, so only the latest few are kept: a listing read that slowly
+    is started again by its reader (it gets ``(None, None)``)."""
+
+    KEPT = 16
+
+    def __init__(self):
+        self._kept: dict[int, list] = {}
+        self._tokens = itertools.count(1)
+
+    def keep(self, entries: list) -> int:
+        token = next(self._tokens)
+        self._kept[token] = entries
+        while len(self._kept) > self.KEPT:
+            del self._kept[next(iter(self._kept))]
+        return token
+
+    def get(self, token: int):
+        return self._kept.get(token)
+
+    def drop(self, token: int) -> None:
+        self._kept.pop(token, None)
 
 
 def _open(tile, vfs, path, flags):
