@@ -45,8 +45,10 @@ def _mtime(mtime_ns: int, zone) -> str:
 
 
 def _local_time(ns: int, form: str, zone) -> str:
-    """``ns`` since the epoch as ``form`` in ``zone`` (a tzinfo; None: this process's own)."""
-    return datetime.datetime.fromtimestamp(ns / 1e9, zone).strftime(form)
+    """``ns`` since the epoch as ``form`` in ``zone`` (a tzinfo; None: this process's own),
+    in whole seconds toward the past, as ``ls`` and ``stat`` show times: ``ns / 1e9``
+    rounded 16:44:59.9999999 up to 16:45:00, and -1 ns to 1970."""
+    return datetime.datetime.fromtimestamp(ns // 1_000_000_000, zone).strftime(form)
 
 
 def _columns(names: list[str], width: int) -> str:

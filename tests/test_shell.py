@@ -8,6 +8,7 @@ Python traceback. (The interactive terminal is tested through a pty in test_shel
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -1366,3 +1367,18 @@ def test_times_are_shown_in_the_zone_of_the_users_tz_not_the_daemons(runtime_dir
             assert f" {shown} /tz.txt\n" in done.stdout and f"Modified: {shown}:40\n" in done.stdout, (tz, done.stdout)
     finally:
         booted.halt()
+
+
+def test_times_are_shown_in_whole_seconds_toward_the_past_as_ls_and_stat_show_them(shared_machine):
+    """``ns / 1e9`` rounded a time a nanosecond before a minute up into that minute, and
+    one a nanosecond before the epoch up to 1970."""
+    stamp = ("import os\n"
+             "for name, ns in (('late', 1690000019_999999999), ('before', -1)):\n"
+             "    open('/' + name, 'w').close()\n"
+             "    os.utime('/' + name, ns=(ns, ns))\n")
+    assert shell(shared_machine, f"python -c {shlex.quote(stamp)}").returncode == 0
+    env = dict(shared_machine.env(), TZ="UTC")
+    done = shell(shared_machine, "ls -l /late /before; stat /late /before", env=env)
+    assert done.returncode == 0, done.stderr
+    assert " 2023-07-22 04:26 /late\n" in done.stdout and "Modified: 2023-07-22 04:26:59\n" in done.stdout
+    assert " 1969-12-31 23:59 /before\n" in done.stdout and "Modified: 1969-12-31 23:59:59\n" in done.stdout
