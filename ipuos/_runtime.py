@@ -849,12 +849,17 @@ TILE_ERRORS = (ExchangeError, DeadlockError, CollectiveMismatchError, JobAborted
 TILE_BUILTINS = _make_builtins()
 
 
+#: what a script's module namespace starts with (its docstring, if any, replaces __doc__
+#: as it runs; without these, __doc__ found the builtins module's and __spec__ was a NameError)
+_SCRIPT_NAMES = {"__name__": "__main__", "__doc__": None, "__package__": None, "__spec__": None}
+
+
 def make_namespace(api: TileAPI, ctx: TileContext, tiledata: str = "") -> dict:
     """A fresh module namespace for one tile's program."""
     names = ctx.extras.get("__names__", {})
     ctx.builtins.update(names)
     namespace = {
-        "__name__": "__main__",
+        **_SCRIPT_NAMES,
         "__builtins__": ctx.builtins,
         TILE_GLOBALS_MARKER: ctx,
         "print": ctx.print,
@@ -931,7 +936,7 @@ def preview_namespace(tiledata: str = "") -> dict:
     """The names a tile's namespace starts with, before any block has run there (name
     completion needs them before the tile has made the real one): the ids are 0, the
     primitives TileAPI's own functions, so attributes complete as they will."""
-    namespace = {"__name__": "__main__", "__builtins__": TILE_BUILTINS, "print": print,
+    namespace = {**_SCRIPT_NAMES, "__builtins__": TILE_BUILTINS, "print": print,
                  "__tiledata": tiledata, "__tileid": 0, "__numtiles": 1, "__physical_tile": 0}
     namespace.update((name, getattr(TileAPI, name)) for name in PRIMITIVES)
     return namespace

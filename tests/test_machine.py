@@ -209,6 +209,17 @@ def test_an_exit_message_is_the_error_not_the_output_as_python_prints_it_to_stde
     assert [(t.output, t.error, t.exit_code) for t in block.tiles] == [("out\n", "gone\n", 1)]
 
 
+def test_a_programs_doc_and_spec_are_a_scripts(machine):
+    """``print(__doc__)`` for usage text printed the builtins module's documentation, and
+    ``__spec__`` was a NameError."""
+    bare = machine.run("print(repr(__doc__), __spec__, __package__)", tiles="0")
+    assert bare.tiles[0].output == "None None None\n", bare.format()
+    documented = machine.run('"""Usage: prog FILE"""\nprint(__doc__)', tiles="0")
+    assert documented.tiles[0].output == "Usage: prog FILE\n", documented.format()
+    with machine.repl(tiles="1") as repl:
+        assert repl.run("print(repr(__doc__))").tiles[0].output == "None\n"
+
+
 def test_grouped_output_keeps_blank_lines_and_counts_in_the_singular():
     text = format_groups(group_texts({0: "a\n\n", 1: "a\n", 2: "b", 3: ""}), max_groups=2)
     assert text == "[1 tile: 0]\na\n\n[1 tile: 1]\na\n... 1 more distinct output from 1 tile\n"
