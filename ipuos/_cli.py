@@ -28,7 +28,7 @@ import click
 from click.core import ParameterSource
 
 from ._client import (RESULT_LINGER_SECONDS, STOPPED, STUCK_IN_C, Client, DaemonError, MachineNotRunning,
-                      SocketMissing, process_stopped, stuck_daemon)
+                      SocketMissing, interrupt_call, process_stopped, stuck_daemon)
 from ._entry import interrupted
 from ._protocol import BAD_VERSION, BUSY, REQUEST_LIMITS
 from ._plural import first_few, plural
@@ -55,7 +55,7 @@ from ._runjson import refused_run_json, run_result_from_json, run_result_to_json
 from ._runresult import EXIT_INTERRUPTED, RunResult
 from ._spelling import program_option_slip
 from ._spawn import BOOT_SECONDS, BootFailed, boot as boot_daemon, ensure_running, hello, wait_halted
-from ._terminate import Terminated, die_of
+from ._terminate import Terminated, die_of, on_termination
 from ._tilespec import TileSpecError, parse_tiles
 from ._views import format_ps, format_status, human_bytes, ps_json
 
@@ -571,7 +571,8 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     slip for run's own (--tile, --dat): it is refused, and after `--` it is passed on.
     -h, like --help, is run's own before `--` (a program's -h goes after it).
     Starts the machine if it is not running. Ctrl-C interrupts the program and still
-    prints what its tiles printed. Each tile's output is kept up to 64 KiB (65,536
+    prints what its tiles printed; so do SIGTERM and SIGHUP, which stop it for good,
+    then end ipuos run by the signal. Each tile's output is kept up to 64 KiB (65,536
     characters); a last line `[output truncated: N more characters]` counts the rest.
     """
     filename = getattr(file, "name", "<stdin>")  # ("-" is stdin, named so by Python)
@@ -585,7 +586,17 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
     args = {"filename": filename, "source_len": len(source), "tiles": tile_spec,
             "budget": budget, "has_data": data is not None, "args": list(program_args)}
     progress = _RunProgress(not as_json and _stderr_is_terminal(), paths)
-    with _Errors(), Client(paths) as client, progress:
+    terminated: list[int] = []
+
+    def stop_for_good(signum: int) -> None:
+        # SIGTERM or SIGHUP (`timeout`, a CI runner, a closed terminal): stop the job
+        # whatever it catches, as a second Ctrl-C does, print what the tiles printed, then
+        # die of the signal (left to their default action, the output was lost unseen)
+        terminated.append(signum)
+        if not (interrupt_call() and interrupt_call()):
+            raise KeyboardInterrupt  # (not in the call: ended as a second Ctrl-C is)
+
+    with _Errors(), Client(paths) as client, progress, on_termination(stop_for_good):
         try:
             doc = client.call("run", args, source + (data or b""), wait=None, interruptible=True,
                               linger=RESULT_LINGER_SECONDS,
@@ -602,10 +613,15 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
         except KeyboardInterrupt:
             progress.clear()
             job = f" for job {progress.job}" if progress.job else ""  # (unknown before it starts)
-            _fail(f"stopped waiting{job}; it is being interrupted ({hint('ps', paths.name)} "
-                  "shows it)", EXIT_INTERRUPTED)
+            message = f"stopped waiting{job}; it is being interrupted ({hint('ps', paths.name)} shows it)"
+            if terminated:
+                click.echo(f"ipuos: {message}", err=True)
+                die_of(terminated[0])
+            _fail(message, EXIT_INTERRUPTED)
     result = run_result_from_json(doc)
     _print_result(result, as_json, show_stats)
+    if terminated:
+        die_of(terminated[0])
     sys.exit(result.exit_status)
 
 

@@ -564,6 +564,21 @@ def test_a_second_ctrl_c_stops_a_program_that_swallowed_the_first(machine, progr
     wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_stops_the_job_prints_what_the_tiles_printed_and_dies_of_it(machine, program, signum):
+    """`timeout 60 ipuos run ...`, a CI runner's kill, a closed terminal: the client died
+    at once, its tiles' output unseen; a job swallowing KeyboardInterrupt is stopped too."""
+    path = program("print('started', __tileid)\nwhile True:\n    try:\n        sync()\n"
+                   "    except KeyboardInterrupt:\n        pass\n")
+    with _client_running(machine, path, "0-1", lambda states: states[:2] != "ii") as client:
+        client.send_signal(signum)
+        out, err = client.communicate(timeout=30)
+    assert client.returncode == -signum, (out, err)
+    for tile in range(2):
+        assert f"started {tile}\ninterrupted for good" in out, out
+    wait_for(lambda: machine.call("ps")["states"] == "i" * 16, what="the job to stop")
+
+
 def test_a_client_gone_without_ctrl_c_stops_a_program_that_swallows_it(machine, program):
     """Its terminal closed, say: nobody waits for the job, which must not hold its tiles."""
     path = program("while True:\n    try:\n        sync()\n    except KeyboardInterrupt:\n        pass\n")
