@@ -1193,10 +1193,11 @@ class _ProgramGlobals(ProgramGlobals):
                 scope = vars(self.ctx.import_module(module, namespace, None, ("__name__",)))
             return _lookup(scope, qualname)
         except Exception as exc:  # (what else pickle's own lookup can raise is a wrong name)
+            # (the same lookup serves the exchange and pickle.load of a file: say neither)
             raise pickle.UnpicklingError(
-                f"received an object of {module}.{qualname}, which this tile does not define "
-                f"({type(exc).__name__}: {exc}); every tile must define it, as each runs "
-                "its own copy of the program"
+                f"cannot load an object of {module}.{qualname}: this tile's program does not define it "
+                f"({type(exc).__name__}: {exc}); classes and functions are pickled by name, so the "
+                "program that loads one must define it too (every tile runs its own copy of the program)"
             ) from None
 
     def find_class(self, module: str, name: str):

@@ -420,7 +420,28 @@ def test_a_class_the_receiver_lacks_is_a_clear_error(machine):
             recv(0)
     """, tiles="0-1")
     assert result.tiles[0].output.startswith("cannot send an object of type function")
-    assert "received an object of __main__.Secret, which this tile does not define" in result.tiles[1].error
+    assert "cannot load an object of __main__.Secret: this tile's program does not define it" in result.tiles[1].error
+
+
+def test_a_pickle_file_of_a_class_the_loading_program_lacks_says_so_without_speaking_of_the_exchange(machine):
+    assert run(machine, """
+        import pickle
+        class Rec:
+            pass
+        with open('/rec.pkl', 'wb') as f:
+            pickle.dump([Rec()], f)
+    """, tiles="3").ok
+    result = run(machine, """
+        import pickle
+        with open('/rec.pkl', 'rb') as f:
+            pickle.load(f)
+    """, tiles="3")
+    error = result.tiles[0].error
+    assert error.endswith("_pickle.UnpicklingError: cannot load an object of __main__.Rec: this tile's program "
+                          "does not define it (KeyError: 'Rec'); "
+                          "classes and functions are pickled by name, so the program that loads one must define "
+                          "it too (every tile runs its own copy of the program)\n"), error
+    assert "received" not in error
 
 
 def test_what_cannot_be_sent_fails_with_the_error_that_says_why(machine):
