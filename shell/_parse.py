@@ -78,7 +78,8 @@ class Command:
 
 
 def parse_line(line: str) -> list[Command]:
-    """The commands of ``line`` in order (empty ones, like ``;;``, are dropped)."""
+    """The commands of ``line`` in order (empty lines are dropped; an empty command
+    before ``;``, as in ``a;;b`` or ``; b``, is a syntax error, as in ``sh``)."""
     commands: list[Command] = []
     words: list[Word] = []
     redirect: tuple[Word, bool] | None = None
@@ -106,6 +107,9 @@ def parse_line(line: str) -> list[Command]:
             pos += 2
             continue
         if char in ";\n":
+            if char == ";" and not words and redirect is None and pending_redirect is None:
+                token = ";;" if line.startswith(";;", pos) or line[pos - 1 : pos] == ";" else ";"
+                raise ShellSyntaxError(f"syntax error near {token!r}: no command before it")
             finish(pos)
             pos += 1
             start = pos

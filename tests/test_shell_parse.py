@@ -18,8 +18,16 @@ def argvs(line):
 def test_words_and_semicolons():
     assert argvs("mkdir /d; ls /") == [["mkdir", "/d"], ["ls", "/"]]
     assert argvs("  ls   -l  ") == [["ls", "-l"]]
-    assert argvs(";;") == []
     assert argvs("a\nb") == [["a"], ["b"]]
+    assert argvs("a;\n\nb;") == [["a"], ["b"]]  # (empty lines, and a ; ending a command, as in sh)
+
+
+@pytest.mark.parametrize("line, token", [("echo a;;echo b", ";;"), ("echo a; ; echo b", ";"), (";", ";"),
+                                         ("; echo b", ";"), ("echo a\n;echo b", ";"), (";;", ";;")])
+def test_a_semicolon_with_no_command_before_it_is_a_syntax_error_as_in_sh(line, token):
+    """(``a;;b`` ran both commands: sh refuses the line, so nothing of it runs)"""
+    with pytest.raises(ShellSyntaxError, match=f"^syntax error near '{token}': no command before it$"):
+        parse_line(line)
 
 
 def test_quoting_keeps_blanks_and_specials():
