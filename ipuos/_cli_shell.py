@@ -57,13 +57,13 @@ def _attach_terminal(name: str, preset, ipus, command_text: str | None, first_li
             lines = command_text.split("\n")
             while lines and not lines[-1]:
                 lines.pop()
-            return terminal.run_script(lines, command_text=True)
+            return terminal.finish(terminal.run_script(lines, command_text=True))
         if interactive:
             if first_line is None:
                 click.echo(f"ipuos shell on machine {name!r} ({_geometry(info)}): `help` lists "
                            "commands, Ctrl-D leaves.")
-            return terminal.interact()
-        return terminal.run_script(sys.stdin)
+            return terminal.finish(terminal.interact())
+        return terminal.finish(terminal.run_script(sys.stdin))
     finally:
         transport.close()
 

@@ -269,6 +269,28 @@ def repl_line(sh, source: str, eof: bool) -> int:
     return status
 
 
+def end_sessions(sh) -> None:
+    """The terminal's input has ended: the ``python`` names and a multirepl's are let go
+    of, as Python's are at exit (``__del__`` methods run), and what that prints is shown,
+    tile 0's as it is, a multirepl's grouped. Left to the session's close, which comes
+    once the terminal has gone, nobody saw it."""
+    session = sh.session
+    ending_python, ending_repl = session.python, session.repl
+    session.python = session.repl = None
+    session.mode = SHELL
+    for repl, grouped in ((ending_python, False), (ending_repl, True)):
+        ending = repl.close() if repl is not None else None
+        if ending is None:
+            continue
+        sh.wait(ending)
+        text, _, per_tile = ending.report(MAX_GROUPS)
+        if grouped:
+            sh.write(text)
+        else:
+            for _, output, error in per_tile:
+                sh.write_output_and_error(output, error)
+
+
 def _tiles_by_status(exits: list[tuple[int, int]]) -> str:
     """``tile 2 (status 3)``, ``tiles 0-1 (status 0) and tile 5 (status 3)``."""
     by_status: dict[int, list[int]] = {}

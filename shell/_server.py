@@ -6,7 +6,7 @@ tile 0 through kernel requests, served on tile 0's greenlet like any file reques
 | service | arguments | result |
 |---|---|---|
 | ``shell.open`` | client pid, terminal width, time zone | ``{"session", "status", "cwd", "mode", "prompt", "ntiles", "sram_per_tile"}`` |
-| ``shell.exec`` | session, seq, line, payload, eof, width, emit, echoes_ctrl_c | ``{"status", "cwd", "mode", "prompt", "output"}`` |
+| ``shell.exec`` | session, seq, line, payload, eof, width, emit, echoes_ctrl_c | ``{"status", "cwd", "mode", "prompt", "output"}`` (``eof`` in the shell: the input has ended; the python and multirepl names are let go of) |
 | ``shell.complete`` | session, text before the cursor | ``(start, [words])`` |
 | ``shell.put`` | session, path, host name, bytes, offset, last, cancelled | the path written (None: given up) |
 | ``shell.put_abort`` | session | None (the put under way will not finish: its file goes) |
@@ -178,7 +178,12 @@ class ShellServer:
         session.echoes_ctrl_c = echoes_ctrl_c
         try:
             vfs = self.vfs_of(tile)
-            if session.mode == SHELL:
+            if session.mode == SHELL and eof:  # the terminal's input has ended
+                sh = Context(server=self, tile=tile, session=session, fs=SessionFs(vfs, session),
+                             output=output, payload=b"", name="sh")
+                self._guarded(sh, lambda: _progcmds.end_sessions(sh))
+                status = session.status
+            elif session.mode == SHELL:
                 status = self._run_line(tile, session, vfs, line, payload or b"", output)
             else:
                 sh = Context(server=self, tile=tile, session=session, fs=SessionFs(vfs, session),

@@ -132,6 +132,8 @@ class Terminal:
         self._histories: dict = {}
         self.interactive = False
         self._done = False
+        #: the session ended under the terminal (the machine halted or went away)
+        self._session_ended = False
         #: the last command was stopped by the user's Ctrl-C: a script stops there, as a
         #: bash script does (a program's own exit status 130 is not one)
         self.ctrl_c = False
@@ -187,6 +189,17 @@ class Terminal:
             self._report_ctrl_c()
             return EXIT_INTERRUPTED
         return self.status
+
+    def finish(self, status: int) -> int:
+        """The input has ended with ``status``: the tiles let go of the ``python`` and
+        multirepl names, and what their ``__del__`` methods print is shown, as Python
+        shows it at exit. Returns the exit status: ``status``, unless a Ctrl-C stopped
+        that or the session has ended meanwhile."""
+        if self._session_ended:
+            return status
+        self.status = status
+        self._execute("", eof=True)
+        return self.status if self.ctrl_c or self._session_ended else status
 
     def interact(self) -> int:
         """The interactive loop on a terminal (prompt_toolkit)."""
@@ -432,12 +445,12 @@ class Terminal:
             self._write_err(f"ipuos: {exc}\n")
             self.status = 1
             if getattr(exc, "fatal", False):
-                self._done = True
+                self._done = self._session_ended = True
             return
         if result.get("ended"):  # the machine halts: as when it does at the prompt (1, not a Ctrl-C's 130)
             self._write_err(f"ipuos: the shell session ended: {result['ended']}\n")
             self.status = 1
-            self._done = True
+            self._done = self._session_ended = True
             return
         was_repl = self.mode != SHELL
         self.status = result["status"]

@@ -1382,3 +1382,13 @@ def test_times_are_shown_in_whole_seconds_toward_the_past_as_ls_and_stat_show_th
     assert done.returncode == 0, done.stderr
     assert " 2023-07-22 04:26 /late\n" in done.stdout and "Modified: 2023-07-22 04:26:59\n" in done.stdout
     assert " 1969-12-31 23:59 /before\n" in done.stdout and "Modified: 1969-12-31 23:59:59\n" in done.stdout
+
+
+@pytest.mark.parametrize("how", ["-c", "stdin"])
+def test_python_names_are_let_go_of_when_the_input_ends_and_what_that_prints_is_shown(machine, how):
+    """As Python's at exit: the __del__ of an object a python session kept printed into a
+    session nobody read any more."""
+    lines = ("python\nclass A:\n    def __del__(self):\n        print('deleted')\n\na = A()\n"
+             "print('made')\nexit()\necho after\nexit 3")
+    done = shell(machine, lines) if how == "-c" else shell(machine, stdin=lines + "\n")
+    assert (done.returncode, done.stdout, done.stderr) == (3, "made\nafter\ndeleted\n", "")
