@@ -214,6 +214,13 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
         return 1, []
     except (TileBusyError, ValueError) as exc:
         return sh.error(str(exc)), []
+    return _wait_and_show(sh, launched, grouped, live), launched.exits()
+
+
+def _wait_and_show(sh, launched, grouped: bool, live: "_LiveOutput | None" = None) -> int:
+    """Wait for a repl's job and show what its tiles printed: grouped, or each tile's
+    output and error as they are (after what ``live`` showed as it was printed); its
+    status."""
     sh.wait(launched)
     text, status, per_tile = launched.report(MAX_GROUPS)
     if grouped:
@@ -223,7 +230,7 @@ def run_block(sh, repl, source: str, *, grouped: bool, echo: bool = True,
             if live is not None and not live.ends_line and (output or error):
                 sh.write("\n")  # (what follows the streamed output starts a line of its own)
             sh.write_output_and_error(output, error)
-    return status, launched.exits()
+    return status
 
 
 class _LiveOutput:
@@ -280,15 +287,8 @@ def end_sessions(sh) -> None:
     session.mode = SHELL
     for repl, grouped in ((ending_python, False), (ending_repl, True)):
         ending = repl.close() if repl is not None else None
-        if ending is None:
-            continue
-        sh.wait(ending)
-        text, _, per_tile = ending.report(MAX_GROUPS)
-        if grouped:
-            sh.write(text)
-        else:
-            for _, output, error in per_tile:
-                sh.write_output_and_error(output, error)
+        if ending is not None:
+            _wait_and_show(sh, ending, grouped)
 
 
 def _tiles_by_status(exits: list[tuple[int, int]]) -> str:
@@ -310,5 +310,4 @@ def _leave_repl(sh) -> None:
         session.repl = None
         ending = repl.close()
         if ending is not None:
-            sh.wait(ending)
-            sh.write(ending.report(MAX_GROUPS)[0])
+            _wait_and_show(sh, ending, grouped=True)
