@@ -128,7 +128,10 @@ def _listdir_page(tile, vfs, path, start, max_bytes):
         entries = [tuple(entry) for entry in vfs.entries(_absolute(path))]
         token = None
     else:
-        token, start = start
+        try:
+            token, start = start
+        except (TypeError, ValueError):
+            raise TypeError(f"fs.listdir_page: start is 0 or the cursor the last page gave, not {start!r}") from None
         entries = listings.get(token)
         if entries is None:
             return None, None
