@@ -26,7 +26,7 @@ import click
 
 from ._cli import (_Errors, _fail, _paths, attach_machine, ipus_option, json_option, main, name_option, preset_option,
                    not_utf8_path)
-from ._client import Client, DaemonError, MachineNotRunning
+from ._client import Client, DaemonError, MachineNotRunning, interrupt_call
 from ._plural import plural
 from ._presets import largest_machine_tiles
 from ._rundir import machine_paths
@@ -123,11 +123,10 @@ def _mount_foreground(client: Client, args: dict, name: str) -> dict:
                        "there, served until closed (Ctrl-C again stops waiting)", err=True)
 
     def terminate(signum, frame) -> None:
-        # hand SIGTERM to whatever handles Ctrl-C now: the client's cancel-and-wait
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signum, frame)
-        else:
+        # a Ctrl-C for the call: it cancels and waits for the unmount (through the call's
+        # own count, not its SIGINT handler, which a job started with & does not have:
+        # SIGINT stays ignored there, and SIGTERM gave up waiting at once)
+        if not interrupt_call():
             raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminate)

@@ -324,9 +324,10 @@ def test_umount_of_a_busy_mount_refuses_unless_lazy(machine, mountpoint):
     assert restored.returncode == 0, restored.stderr
 
 
-def _foreground(machine, path: str, *args) -> subprocess.Popen:
+def _foreground(machine, path: str, *args, preexec_fn=None) -> subprocess.Popen:
     process = subprocess.Popen([IPUOS, "mount", "--foreground", path, *args], env=machine.env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=preexec_fn)
     try:
         wait_for(lambda: mounted(path) or process.poll() is not None, what="the foreground mount")
     except AssertionError:
@@ -336,9 +337,17 @@ def _foreground(machine, path: str, *args) -> subprocess.Popen:
     return process
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_foreground_mount_ends_with_its_command(machine, mountpoint, signum):
-    process = _foreground(machine, mountpoint)
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (as `cmd &` in a script starts cmd)
+
+
+@pytest.mark.parametrize("signum, preexec_fn", [(signal.SIGTERM, None), (signal.SIGINT, None),
+                                                (signal.SIGTERM, _ignore_sigint)],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-with-SIGINT-ignored"])
+def test_foreground_mount_ends_with_its_command(machine, mountpoint, signum, preexec_fn):
+    # (started with SIGINT ignored, SIGTERM found no Ctrl-C handler to hand over to: the
+    # command gave up waiting at once, status 130, before the unmount)
+    process = _foreground(machine, mountpoint, preexec_fn=preexec_fn)
     (item,) = json.loads(cli(machine, "mount", "--json").stdout)["mounts"]
     assert item["foreground"] is True and item["client_pid"] == process.pid
     Path(mountpoint, "tiles", "3", "f").write_text("while mounted")
