@@ -26,6 +26,7 @@ import stat
 import sys
 import tempfile
 import termios
+from collections.abc import Callable
 from pathlib import Path
 
 from prompt_toolkit import PromptSession
@@ -106,6 +107,27 @@ def _ending_backslash(text: str, command_text: bool) -> str:
         return text
     return text + "\\" if command_text else text[:-1]
 
+
+
+class KeptHistory(FileHistory):
+    """A history file that may stop taking lines mid-session (its disk full, its directory
+    removed): that is said once, and the session's lines are kept in memory only.
+    (prompt_toolkit let the OSError out of every line entered: a traceback, and a line
+    run only after one more Enter.)"""
+
+    def __init__(self, filename: str, warn: Callable[[str], None]):
+        super().__init__(filename)
+        self._warn = warn
+        self._failed = False
+
+    def store_string(self, string: str) -> None:
+        if self._failed:
+            return
+        try:
+            super().store_string(string)
+        except OSError as exc:
+            self._failed = True
+            self._warn(f"ipuos: history is not kept from here on: {self.filename}: {exc.strerror}\n")
 
 class Terminal:
     """One attached terminal (see module doc). ``state`` is the session's first state."""
@@ -223,6 +245,9 @@ class Terminal:
         # in a Ctrl-R search Tab ends the search and leaves the line found to be edited,
         # as readline's does (completing there went to the search text, or did nothing)
         bindings.add("tab", filter=is_searching)(search_bindings.accept_search)
+
+        # Enter runs the line found, as readline's does (it only ended the search)
+        bindings.add("enter", filter=is_searching)(search_bindings.accept_search_and_accept_input)
 
         def _continues() -> bool:
             return self.mode == SHELL and continues_on_next_line(get_app().current_buffer.text)
@@ -349,7 +374,7 @@ class Terminal:
             else:
                 try:
                     _private_file(path)
-                    history = FileHistory(str(path))
+                    history = KeptHistory(str(path), self._write_err)
                 except OSError as exc:
                     self._write_err(f"ipuos: history is not kept: {path}: {exc.strerror}\n")
                     history = InMemoryHistory()

@@ -205,6 +205,36 @@ def test_tab_in_a_history_search_ends_it_with_the_line_found(terminal):
     assert term.prompt().split("\n", 1)[1] == "searched-for\n"
 
 
+def test_enter_in_a_history_search_runs_the_line_found(terminal):
+    """As readline's does (it only ended the search: a second Enter ran the line)."""
+    term = terminal()
+    term.prompt()
+    term.run("echo three-found")
+    term.run("echo other")
+    term.child.send("\x12three")  # Ctrl-R
+    term.expect("reverse-i-search")
+    term.child.send("\r")
+    assert term.prompt().split("\n", 1)[1] == "three-found\n"
+
+
+def test_a_history_file_that_stops_taking_lines_is_said_once_and_the_shell_goes_on(tmp_path):
+    """(prompt_toolkit let the OSError out of every line: a traceback, and the line ran
+    only after one more Enter)"""
+    from ipuos.shell._terminal import KeptHistory
+
+    folder = tmp_path / "ipuos"
+    folder.mkdir()
+    said = []
+    history = KeptHistory(str(folder / "history"), said.append)
+    history.append_string("echo kept")
+    (folder / "history").unlink()
+    folder.rmdir()  # (a full disk fails the same way, with ENOSPC)
+    history.append_string("echo one")
+    history.append_string("echo two")
+    assert said == [f"ipuos: history is not kept from here on: {folder / 'history'}: No such file or directory\n"]
+    assert list(history.get_strings()) == ["echo kept", "echo one", "echo two"]  # (this session's, still)
+
+
 def private_history(home, name: str = "history") -> str:
     """The text of a history file in ``home``, which only its user may read."""
     path = home / ".local" / "share" / "ipuos" / name
