@@ -190,6 +190,11 @@ class DaemonTransport:
     def execute(self, line: str, *, payload: bytes = b"", eof: bool = False, on_output, width: int = 0,
                 echoes_ctrl_c: bool = False) -> dict:
         def event(ev: dict) -> None:
+            if pressed:
+                # a Ctrl-C drops what the command printed that the terminal has not shown
+                # yet, as a terminal's own INTR flushes the output it holds (a big `cat`
+                # went on printing for seconds, to its end, after the Ctrl-C)
+                return
             for stream, text in ev.get("output") or ():
                 on_output(stream, text)
 

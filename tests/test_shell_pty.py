@@ -675,3 +675,18 @@ def test_a_halt_while_a_command_runs_ends_the_shell_after_it(machine, tmp_path):
         assert "[3 tiles: 1-3]" in out  # the program's report first: halt interrupted it
     finally:
         term.close()
+
+
+def test_ctrl_c_during_a_big_output_drops_what_was_not_shown_yet(terminal, shared_machine):
+    """As a terminal's INTR flushes the output it holds: a big `cat` printed on to its end,
+    seconds after the Ctrl-C."""
+    term = terminal()
+    term.prompt()
+    term.run("python -c \"open('/chip/lines.txt', 'w').write(''.join('line %06d\\n' % i for i in range(18000)))\"")
+    term.child.sendline("cat " + " ".join(["/chip/lines.txt"] * 60))  # ~12 MB, 1,080,000 lines
+    term.child.expect("line 000100")
+    time.sleep(2)  # a slow terminal: tile 0 prints on, and the output piles up behind it
+    term.child.sendintr()
+    shown = term.prompt()
+    assert shown.count("line ") < 500_000, shown.count("line ")  # (dropped: most of it)
+    assert term.run("echo after") == "after\n"
