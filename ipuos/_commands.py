@@ -36,7 +36,7 @@ from ._protocol import BAD_REQUEST, SUPPORTED_VERSIONS, TIMEOUT, VERSION, Reques
 from ._rundir import hint
 from ._runjson import run_result_to_json
 from ._runresult import STOPPED_FOR_GOOD
-from ._runtime import split_truncation, truncation_note
+from ._truncation import split_truncation, truncation_note
 from ._source import source_problem, source_text
 from ._tilespec import TileSpecError, format_tiles
 from .scheduler import TileBusyError, budget_seconds, describe_syntax_error

@@ -50,6 +50,7 @@ from ipuos.scheduler import (TILE_GLOBALS_MARKER, TILE_SOURCE_LINES, CollectiveM
                              ctrl_cs_dropped_are_told, ended_call)
 
 from ._plural import plural
+from ._truncation import truncation_note
 from ._rebind import with_globals
 from ._runresult import EXIT_INTERRUPTED
 from ._source import source_text
@@ -78,29 +79,6 @@ HOST_MODULES = frozenset(
 )
 
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
-
-
-def truncation_note(dropped: int, why: str = "") -> str:
-    """The line that ends a tile's output cut short: how many characters are not shown."""
-    return f"[output truncated{why}: {plural(dropped, 'more character')}]\n"
-
-
-#: the last line of a tile's output that ends with :func:`truncation_note`
-_TRUNCATION_NOTE = re.compile(r"\[output truncated[^:\]\n]*: (\d+) more characters?\]\n")
-
-
-def split_truncation(text: str) -> tuple[str, int]:
-    """``text`` without the truncation note it ends with, and the characters that note
-    counts (0 if none): text cut again counts those too, in one note. (Only the last
-    line is looked at: outputs are large.)"""
-    if not text.endswith("]\n"):
-        return text, 0
-    start = text.rfind("\n", 0, len(text) - 1) + 1
-    note = _TRUNCATION_NOTE.fullmatch(text, start)
-    if note is None:
-        return text, 0
-    body = text[:start]
-    return (body[:-1] if body.endswith("\n") else body), int(note[1])
 
 
 class OutputBuffer:

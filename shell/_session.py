@@ -24,6 +24,7 @@ import posixpath
 import re
 from typing import Callable
 
+from ipuos._truncation import split_truncation, truncation_note
 from ipuos.scheduler import TileInterrupt
 
 __all__ = ["Session", "SessionFs", "Context", "Output", "ShellInterrupt", "absolute"]
@@ -328,6 +329,12 @@ class Context:
         """What a program printed, then its error (a traceback) on the error stream, as
         Python writes one (and a SyntaxError here), after the output, on a line of its
         own; with ``> file``, the output goes into the file."""
+        if self.redirect is not None:
+            # (a note that the output was cut short is no part of it: into the file it went
+            # as if the program had printed it)
+            output, dropped = split_truncation(output)
+            if dropped:
+                error = truncation_note(dropped, " (a block's output is kept up to 64 KiB)") + error
         separator = "" if not error or not output or output.endswith("\n") or self.redirect else "\n"
         self.write(output + separator)
         if error:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: modules of the ipuos package that form the machine core, below every layer
 CORE = {"ipuos._affinity", "ipuos._presets", "ipuos._sram", "ipuos._tilespec", "ipuos._costmodel", "ipuos._grouping",
         "ipuos._tiledata", "ipuos._lazy", "ipuos._plural", "ipuos._terminate", "ipuos._spelling",
-        "ipuos._signals", "ipuos._readlimit", "ipuos._shown", "ipuos._source"}
+        "ipuos._signals", "ipuos._readlimit", "ipuos._shown", "ipuos._source", "ipuos._truncation"}
 LAYERS = ["core", "ipuos.scheduler", "ipuos.blockdev", "ipuos.vfs", "ipuos.shell", "top"]
 FOLDERS = {"scheduler": "ipuos.scheduler", "blockdev": "ipuos.blockdev", "vfs": "ipuos.vfs",
            "shell": "ipuos.shell", "ipuos": "ipuos"}

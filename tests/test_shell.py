@@ -1392,3 +1392,13 @@ def test_python_names_are_let_go_of_when_the_input_ends_and_what_that_prints_is_
              "print('made')\nexit()\necho after\nexit 3")
     done = shell(machine, lines) if how == "-c" else shell(machine, stdin=lines + "\n")
     assert (done.returncode, done.stdout, done.stderr) == (3, "made\nafter\ndeleted\n", "")
+
+
+def test_a_python_blocks_output_cut_short_into_a_file_is_said_on_the_error_stream_not_in_the_file(shared_machine):
+    """(the note went into the file, as if the program had printed it)"""
+    done = shell(shared_machine, "python -c \"for i in range(20000): print(i)\" > /chip/cut.txt; cat /chip/cut.txt")
+    assert done.returncode == 0, done.stderr
+    kept = "".join(f"{i}\n" for i in range(20000))[:65536]
+    assert done.stdout == kept
+    assert done.stderr == ("[output truncated (a block's output is kept up to 64 KiB): "
+                           f"{len(''.join(f'{i}' + chr(10) for i in range(20000))) - 65536} more characters]\n")
