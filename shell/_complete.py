@@ -18,6 +18,7 @@ import builtins
 import inspect
 import keyword
 import re
+import shlex
 
 from ._filecmds import natural_order
 from ._session import MULTIREPL, PYTHON, SHELL
@@ -156,10 +157,25 @@ def _attributes(target) -> set[str]:
 
 def host_word(text: str) -> tuple[int, str] | None:
     """If the word being completed is a *host* path (``put``'s first operand, ``get``'s
-    second), (its start, the word); else None. The terminal completes those itself."""
+    second, ``multirepl --data``'s), (its start, the word); else None. The terminal
+    completes those itself."""
     start, word, before = _current_word(text)
-    words = before.split()
-    if words and ((words[0] == "put" and len(words) == 1) or (words[0] == "get" and len(words) == 2)):
+    try:
+        words = shlex.split(before)  # (quoted and escaped words as the shell reads them)
+    except ValueError:
+        return None
+    if not words:
+        return None
+    name, args = words[0], words[1:]
+    if name == "multirepl":
+        if args and args[-1] == "--data":
+            return start, word
+        if word.startswith("--data="):
+            return start + len("--data="), word[len("--data="):]
+        return None
+    if "--" in args:  # (the first ends the options: it is no operand)
+        args.remove("--")
+    if (name == "put" and not args) or (name == "get" and len(args) == 1):
         return start, word
     return None
 

@@ -185,6 +185,15 @@ def test_host_paths_of_put_and_get_are_completed_on_the_host():
     assert host_word("put ~/da") == (4, "~/da")
     assert host_word("get /chip/x ho") == (12, "ho")
     assert host_word("get /ch") is None and host_word("put a /ch") is None and host_word("ls a") is None
+    # after --, after a chip path quoted or escaped with a space in it, and multirepl --data
+    # (none of these completed)
+    assert host_word("put -- ~/da") == (7, "~/da")
+    assert host_word("get -- /chip/x ho") == (15, "ho")
+    assert host_word('get "/chip/my file" ho') == (20, "ho")
+    assert host_word("get /chip/my\\ file ho") == (19, "ho")
+    assert host_word("multirepl --tiles 0-3 --data ~/wo") == (29, "~/wo")
+    assert host_word("multirepl --data=~/wo") == (17, "~/wo")
+    assert host_word("multirepl --tiles 0-3 --dat") is None and host_word("get 'unclosed ho") is None
     listing = {"dir/": [("data.txt", False), ("deep", True), (".dot", False)]}
     assert complete_host_path("dir/d", lambda d: listing[d]) == ["dir/data.txt ", "dir/deep/"]
 
