@@ -260,6 +260,12 @@ class Terminal:
             buffer.cursor_position = len(buffer.text)
             buffer.insert_text("\n")
 
+        @bindings.add("c-d", filter=Condition(_continues) & ~is_searching)
+        def _end_of_input_in_a_quote(event):
+            # Ctrl-D on a "> " line: the line runs as it is, and is refused as sh refuses
+            # it (a quote never closed), rather than the key doing nothing
+            event.current_buffer.validate_and_handle()
+
         # shell lines and Python lines each have a history of their own, as bash's and
         # Python's do: Up in python mode brings back Python, not a shell command
         sessions: dict[str, PromptSession] = {}

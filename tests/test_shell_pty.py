@@ -690,3 +690,14 @@ def test_ctrl_c_during_a_big_output_drops_what_was_not_shown_yet(terminal, share
     shown = term.prompt()
     assert shown.count("line ") < 500_000, shown.count("line ")  # (dropped: most of it)
     assert term.run("echo after") == "after\n"
+
+
+def test_ctrl_d_in_an_open_quote_ends_the_line_which_is_refused_as_in_sh(terminal):
+    """(the key did nothing: only Ctrl-C got out)"""
+    term = terminal()
+    term.prompt()
+    term.child.sendline('echo "abc')
+    term.child.expect_exact("\r\n\x1b[0m>")  # the "> " line
+    term.child.sendcontrol("d")
+    assert "sh: syntax error: unterminated \" quote" in term.prompt()
+    assert term.run("echo after") == "after\n"
