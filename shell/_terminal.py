@@ -220,7 +220,10 @@ class Terminal:
         if self._session_ended:
             return status
         self.status = status
-        self._execute("", eof=True)
+        if self.mode != SHELL:  # (a script stopped inside python or the multirepl: leave it)
+            self._execute("", eof=True)
+        if self.mode == SHELL and not (self.ctrl_c or self._session_ended):
+            self._execute("", eof=True)
         return self.status if self.ctrl_c or self._session_ended else status
 
     def interact(self) -> int:
