@@ -231,22 +231,41 @@ def _exec(call: Call):
             args["eof"], args["width"], pieces.put, args["echoes_ctrl_c"])
     except RuntimeError as exc:  # the machine is stopping
         raise CommandError("not_running", str(exc)) from None
-    call.on_cancel(lambda: server.interrupt(args["session"], args["seq"]))
+
+    def cancelled() -> None:
+        pieces.put(_CUT)  # (before the tile hears of it: what it prints from now on comes after)
+        server.interrupt(args["session"], args["seq"])
+
+    call.on_cancel(cancelled)
     # (the terminal's second Ctrl-C, or its going away, gives up on the line: a program
     # that caught the first Ctrl-C and runs on is stopped whatever it catches)
     call.on_abandon(lambda: server.interrupt(args["session"], args["seq"], ctrl_c=False, reason=STOPPED_FOR_GOOD))
     future.add_done_callback(lambda _: pieces.put(done))
-    finished = False
+    finished = passed_cut = False
     while not finished:
         batch = [pieces.get()]
         size = 0
         # what piled up meanwhile goes as one event (of a size the reply's header limit
         # takes even with every character escaped in JSON)
         while batch[-1] is not done and size < MAX_EVENT_CHARS and not pieces.empty():
-            size += sum(len(text) for _, text in batch[-1])
+            if batch[-1] is not _CUT:
+                size += sum(len(text) for _, text in batch[-1])
             batch.append(pieces.get())
         finished = batch[-1] is done
-        output = _joined([piece for item in batch if item is not done for piece in item])
+        if call.cancelled.is_set() and not passed_cut:
+            # a Ctrl-C: what the tile printed before it and the terminal has not been sent
+            # is dropped, as a terminal's INTR flushes the output it holds (a big `cat` to
+            # a slow terminal went on for seconds, to its end); what the command prints
+            # after it (a handler's cleanup) goes on, after a "cut" event that tells the
+            # terminal to show output again
+            cuts = [index for index, item in enumerate(batch) if item is _CUT]
+            if cuts:
+                batch = batch[cuts[-1] + 1:]
+                passed_cut = True
+                call.emit({"event": "cut"})
+            else:
+                batch = []
+        output = _joined([piece for item in batch if item is not done and item is not _CUT for piece in item])
         if output:
             call.emit({"output": output})
     try:
@@ -254,6 +273,9 @@ def _exec(call: Call):
     except LookupError as exc:
         raise CommandError("no_session", str(exc.args[0] if exc.args else exc)) from None
 
+
+#: in a line's output queue: the client's Ctrl-C came here (see _exec)
+_CUT = object()
 
 #: the output characters one ``output`` event gathers, at most (about; see _exec)
 MAX_EVENT_CHARS = 1024 * 1024

@@ -189,11 +189,17 @@ class DaemonTransport:
 
     def execute(self, line: str, *, payload: bytes = b"", eof: bool = False, on_output, width: int = 0,
                 echoes_ctrl_c: bool = False) -> dict:
+        #: after a Ctrl-C, until the daemon says where it cut the output ("cut"): what
+        #: arrives meanwhile was printed before the Ctrl-C, and is dropped as a terminal's
+        #: INTR drops the output it holds (what the command prints after, a handler's
+        #: cleanup, comes after the cut and is shown)
+        dropping = []
+
         def event(ev: dict) -> None:
-            if pressed:
-                # a Ctrl-C drops what the command printed that the terminal has not shown
-                # yet, as a terminal's own INTR flushes the output it holds (a big `cat`
-                # went on printing for seconds, to its end, after the Ctrl-C)
+            if ev.get("event") == "cut":
+                dropping.clear()
+                return
+            if dropping:
                 return
             for stream, text in ev.get("output") or ():
                 on_output(stream, text)
@@ -206,6 +212,8 @@ class DaemonTransport:
 
         def interrupted(count: int) -> None:
             pressed.append(count)
+            if count == 1:
+                dropping.append(True)
             on_output("err", "\n")  # (after the ^C a terminal echoes: what follows starts a line)
 
         args = {"seq": next(self._seq), "line": line, "eof": eof, "width": width, "echoes_ctrl_c": echoes_ctrl_c}

@@ -701,3 +701,21 @@ def test_ctrl_d_in_an_open_quote_ends_the_line_which_is_refused_as_in_sh(termina
     term.child.sendcontrol("d")
     assert "sh: syntax error: unterminated \" quote" in term.prompt()
     assert term.run("echo after") == "after\n"
+
+
+def test_what_a_python_block_prints_after_ctrl_c_is_shown(terminal):
+    """The Ctrl-C drops only what was printed before it (test above): a handler's
+    cleanup, printed after, is shown (dropping everything after the Ctrl-C lost it)."""
+    term = terminal()
+    term.prompt()
+    term.child.sendline("python")
+    term.expect_prompt(">>>")
+    for line in ("try:", "    print('started')", "    while True:", "        x = 1",
+                 "except KeyboardInterrupt:", "    print('cleaning up')",
+                 "    for i in range(3 * 10**6):", "        x = i", ""):
+        term.child.sendline(line)
+    term.child.expect("started")
+    time.sleep(0.5)
+    term.child.sendintr()
+    out = term.expect_prompt(">>>")
+    assert "cleaning up" in out, out
