@@ -53,17 +53,20 @@ class _Entry:
         self.attrs: dict[int, bytes] = {}
 
 
-def directory_attribute(read: Read, block_count: int, window: int, path: str,
+def directory_attribute(read: Read, block_count: int, block_size: int, window: int, path: str,
                         listing: Sequence, kind: int) -> list[bytes | None] | None:
     """Attribute ``kind`` of each entry in ``listing`` (what ``lfs_dir_read`` reported for
     the directory ``path``, each with ``name``, ``is_dir`` and ``size``), or None when the
     logs do not show exactly those entries.
 
-    ``read(block, offset, size)`` reads the device; ``window`` is how much of a block a
-    metadata log may use (littlefs' metadata_max, or the block size).
+    ``read(block, offset, size)`` reads the device. ``window`` is how much of a block the
+    logs use (littlefs' metadata_max, or the block size): it is read first, and the rest
+    of the block only for a log that goes on past it (one written with a bigger
+    metadata_max: littlefs reads a log to the block's end).
     """
+    geometry = (read, block_count, block_size, window)
     try:
-        entries = _chain(read, block_count, window, _directory_pair(read, block_count, window, path))
+        entries = _chain(geometry, _directory_pair(geometry, path))
     except _Unexpected:
         return None
     named = [entry for entry in entries if entry.type in (_REG, _DIR)]
@@ -76,11 +79,11 @@ def directory_attribute(read: Read, block_count: int, window: int, path: str,
     return [entry.attrs.get(kind) for entry in named]
 
 
-def _directory_pair(read: Read, block_count: int, window: int, path: str) -> tuple[int, int]:
+def _directory_pair(geometry, path: str) -> tuple[int, int]:
     pair = _ROOT
     for name in filter(None, path.split("/")):
         wanted = name.encode("utf-8")
-        for entry in _chain(read, block_count, window, pair):
+        for entry in _chain(geometry, pair):
             if entry.name == wanted and entry.type == _DIR and entry.pair is not None:
                 pair = entry.pair
                 break
@@ -89,35 +92,45 @@ def _directory_pair(read: Read, block_count: int, window: int, path: str) -> tup
     return pair
 
 
-def _chain(read: Read, block_count: int, window: int, pair: tuple[int, int]) -> list[_Entry]:
+def _chain(geometry, pair: tuple[int, int]) -> list[_Entry]:
     """The entries of the directory whose first pair is ``pair``, in littlefs' order."""
+    block_count = geometry[1]
     entries: list[_Entry] = []
     seen = set()
     while True:
         if pair in seen or not (0 <= pair[0] < block_count and 0 <= pair[1] < block_count):
             raise _Unexpected(f"bad or looping tail {pair}")
         seen.add(pair)
-        found, tail, split = _fetch(read, window, pair)
+        found, tail, split = _fetch(geometry, pair)
         entries += found
         if not split:
             return entries
         pair = tail
 
 
-def _fetch(read: Read, window: int, pair: tuple[int, int]):
+def _fetch(geometry, pair: tuple[int, int]):
     """``(entries, tail, split)`` of a metadata pair: its newer block's log, or the other
     block's when the newer holds no valid commit (as littlefs' fetch decides)."""
+    read, _, block_size, window = geometry
     revisions = [int.from_bytes(read(block, 0, 4), "little") for block in pair]
     newer = 1 if 0 < (revisions[1] - revisions[0]) & _MASK < 0x80000000 else 0
     for block in (pair[newer], pair[1 - newer]):
-        state = _replay(read(block, 0, window))
+        state = _replay(read(block, 0, window), whole=window >= block_size)
+        if state is _RAN_OUT:  # a log longer than the window: littlefs reads on
+            state = _replay(read(block, 0, block_size), whole=True)
         if state is not None:
             return state
     raise _Unexpected(f"no valid commit in pair {pair}")
 
 
-def _replay(log: bytes):
-    """The state after the last commit of ``log`` whose CRC checks, None if none does."""
+#: what :func:`_replay` says of a log that goes on past the bytes it was given
+_RAN_OUT = object()
+
+
+def _replay(log: bytes, whole: bool):
+    """The state after the last commit of ``log`` whose CRC checks, None if none does.
+    ``whole``: ``log`` is the whole block, whose end ends the log, as in littlefs; else
+    ``_RAN_OUT`` if the log may go on past ``log``'s end (a tag reaches it)."""
     entries: list[_Entry] = []
     tail, split = None, False
     committed = None
@@ -126,19 +139,24 @@ def _replay(log: bytes):
     off = 4
     ptag = _MASK
     end = len(log)
-    while off + 4 <= end:
+    while True:
+        if off + 4 > end:
+            if whole:
+                break
+            return _RAN_OUT
         tag = int.from_bytes(log[off : off + 4], "big") ^ ptag
         if tag & 0x80000000:
             break  # not programmed yet: the log ends
         size = tag & 0x3FF
         dsize = 4 + (0 if size == _DELETED_SIZE else size)
         if off + dsize > end:
-            break
+            if whole:
+                break
+            return _RAN_OUT
         ptag = tag
         type3 = (tag >> 20) & 0x7FF
         if type3 & 0x780 == _CRC:  # a commit's CRC (not the erase CRC, 0x5ff)
-            if off + 8 > end or (zlib.crc32(log[start : off + 4]) ^ _MASK
-                                 != int.from_bytes(log[off + 4 : off + 8], "little")):
+            if zlib.crc32(log[start : off + 4]) ^ _MASK != int.from_bytes(log[off + 4 : off + 8], "little"):
                 break
             ptag ^= (type3 & 1) << 31  # the next commit's valid bit
             for item in pending:

@@ -1579,8 +1579,8 @@ def _read_directory_attribute(handle, path: str, fs: Filesystem, kind: int):
     entries = _read_directory(handle, path)
     cfg = fs._cfg
     try:
-        stored = directory_attribute(fs.device.read, cfg.block_count, cfg.metadata_max or cfg.block_size,
-                                     path, entries, kind)
+        stored = directory_attribute(fs.device.read, cfg.block_count, cfg.block_size,
+                                     cfg.metadata_max or cfg.block_size, path, entries, kind)
     except Exception:
         stored = None
     return entries, stored

@@ -29,8 +29,8 @@ def new_filesystem(blocks: int = 512) -> Filesystem:
 def from_the_logs(fs: Filesystem, path: str, listing=None):
     cfg = fs.config
     listing = fs.scandir(path) if listing is None else listing
-    return directory_attribute(fs.device.read, cfg["block_count"], cfg["metadata_max"] or BLOCK,
-                               path, listing, MTIME_ATTRIBUTE)
+    return directory_attribute(fs.device.read, cfg["block_count"], cfg["block_size"],
+                               cfg["metadata_max"] or cfg["block_size"], path, listing, MTIME_ATTRIBUTE)
 
 
 def from_littlefs(fs: Filesystem, path: str) -> list:
@@ -49,10 +49,11 @@ def pairs_of(fs: Filesystem, path: str) -> int:
         return fs.device.read(block, off, size)
 
     cfg = fs.config
-    directory_attribute(read, cfg["block_count"], BLOCK, "/", fs.scandir("/"), MTIME_ATTRIBUTE)
+    directory_attribute(read, cfg["block_count"], BLOCK, BLOCK, "/", fs.scandir("/"), MTIME_ATTRIBUTE)
     root = len(revisions)
     revisions.clear()
-    assert directory_attribute(read, cfg["block_count"], BLOCK, path, fs.scandir(path), MTIME_ATTRIBUTE) is not None
+    assert directory_attribute(read, cfg["block_count"], BLOCK, BLOCK, path, fs.scandir(path),
+                               MTIME_ATTRIBUTE) is not None
     return (len(revisions) - (root if path != "/" else 0)) // 2
 
 
@@ -203,3 +204,25 @@ def test_after_a_power_cut_at_any_write_the_listing_mtimes_are_littlefs_own(torn
     assert writes > 50
     assert read_by_logs > 1.8 * writes  # nearly every image reads straight from the logs
     assert refused > 0  # and the pending move was met, and refused
+
+
+def test_a_log_longer_than_the_window_is_read_to_its_end():
+    """littlefs reads a metadata log to its block's end, whatever metadata_max: an image
+    written with a bigger one (as the chip disk's were before it had one) has logs past
+    the window, whose later commits changed only times, so every name and size still
+    matched and the older mtime came back."""
+    device = MemoryDevice.new(16384, 64)
+    writer = Filesystem(device, metadata_max=16384)
+    writer.format()
+    writer.mount()
+    for n in range(3):
+        with writer.open(f"/f{n}", "w") as f:
+            f.write(b"x")
+    for k in range(1, 400):
+        writer.set_mtime("/f0", k)
+    writer.unmount()
+    fs = Filesystem(device)  # the default: a 4 KiB window in 16 KiB blocks
+    fs.mount()
+    assert fs.config["metadata_max"] == 4096
+    assert from_the_logs(fs, "/") == from_littlefs(fs, "/")
+    assert fs.scandir_mtimes("/")[0] == (fs.stat("/f0"), 399)
