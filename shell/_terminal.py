@@ -156,6 +156,8 @@ class Terminal:
         self._done = False
         #: the session ended under the terminal (the machine halted or went away)
         self._session_ended = False
+        #: python or the multirepl has run in this session: tiles may hold its names
+        self._names_made = self.mode != SHELL
         #: the last command was stopped by the user's Ctrl-C: a script stops there, as a
         #: bash script does (a program's own exit status 130 is not one)
         self.ctrl_c = False
@@ -217,8 +219,8 @@ class Terminal:
         multirepl names, and what their ``__del__`` methods print is shown, as Python
         shows it at exit. Returns the exit status: ``status``, unless a Ctrl-C stopped
         that or the session has ended meanwhile."""
-        if self._session_ended:
-            return status
+        if self._session_ended or not self._names_made:
+            return status  # (nothing to let go of: no request)
         self.status = status
         if self.mode != SHELL:  # (a script stopped inside python or the multirepl: leave it)
             self._execute("", eof=True)
@@ -308,6 +310,7 @@ class Terminal:
                 if lost:
                     self._write_err(f"\nipuos: {lost[0]}\n")
                     self.status = 1
+                    self._session_ended = True  # (finish must not ask, and say it again)
                     break
                 session = session_for(SHELL if self.mode == SHELL else _PYTHON_LINES)
                 active[:] = [session]
@@ -490,6 +493,7 @@ class Terminal:
         self.status = result["status"]
         self.ctrl_c = result.get("ctrl_c", False)
         self.mode = result["mode"]
+        self._names_made = self._names_made or self.mode != SHELL
         self.prompt = result["prompt"]
         if was_repl and self.mode == SHELL and self.exit_on_leave:
             self._done = True

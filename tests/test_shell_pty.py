@@ -643,6 +643,12 @@ def test_the_shell_ends_at_once_when_its_machine_halts(machine, tmp_path):
     term = Terminal(machine, tmp_path)
     try:
         term.prompt()
+        # (python has run: at its end the shell lets go of its names, unless the session
+        # is gone, as here; it asked, and said the session had ended twice)
+        term.child.sendline("python")
+        term.expect_prompt(">>>")
+        term.child.sendline("exit()")
+        term.prompt()
         _halt_and_see_the_shell_end(term, machine)
     finally:
         term.close()
@@ -656,6 +662,10 @@ def _halt_and_see_the_shell_end(term: Terminal, machine, state: str = "has halte
     term.child.expect(pexpect.EOF)
     out = plain(term.child.before)
     assert f"ipuos: the shell session ended: machine {machine.name!r} {state}\n" in out
+    # (said once, last: python having run, the shell asked to let go of its names after,
+    # and a second message followed)
+    assert out.endswith(f"ipuos: the shell session ended: machine {machine.name!r} {state}\n"), out
+    assert out.count("the shell session ended") == 1, out
     assert "Traceback" not in out
     term.child.close()
     assert term.child.exitstatus == 1
