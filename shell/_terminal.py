@@ -265,10 +265,15 @@ class Terminal:
             buffer.cursor_position = len(buffer.text)
             buffer.insert_text("\n")
 
-        @bindings.add("c-d", filter=Condition(_continues) & ~is_searching)
+        def _on_an_empty_continuation_line() -> bool:
+            document = get_app().current_buffer.document
+            return _continues() and document.current_line == ""
+
+        @bindings.add("c-d", filter=Condition(_on_an_empty_continuation_line) & ~is_searching)
         def _end_of_input_in_a_quote(event):
-            # Ctrl-D on a "> " line: the line runs as it is, and is refused as sh refuses
-            # it (a quote never closed), rather than the key doing nothing
+            # Ctrl-D on an empty "> " line: the line runs as it is, and is refused as sh
+            # refuses it (a quote never closed), rather than the key doing nothing (where
+            # something is typed it deletes a character, as readline's does)
             event.current_buffer.validate_and_handle()
 
         # shell lines and Python lines each have a history of their own, as bash's and

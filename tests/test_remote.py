@@ -598,6 +598,9 @@ def test_a_paged_listing_is_the_directory_as_it_was_at_its_first_page(machine):
     for _ in range(20):
         call(5, "fs.listdir_page", "/paged", 0, 200)
     assert call(5, "fs.listdir_page", "/paged", stale, 200) == (None, None)
+    # a cursor is for its own directory only
+    cursor = call(5, "fs.listdir_page", "/paged", 0, 200)[1]
+    assert call(5, "fs.listdir_page", "/", cursor, 200) == (None, None)
     client = TileFsClient.__new__(TileFsClient)  # (only its paging: calls go through the host)
     client.call, client.listing_page = call, 200
     assert [entry.name for entry in client.entries(5, "/paged")] == ["a0"] + names

@@ -711,6 +711,11 @@ def test_ctrl_d_in_an_open_quote_ends_the_line_which_is_refused_as_in_sh(termina
     term.child.sendcontrol("d")
     assert "sh: syntax error: unterminated \" quote" in term.prompt()
     assert term.run("echo after") == "after\n"
+    # where something is typed, Ctrl-D deletes the character under the cursor, as readline's does
+    term.child.send('echo "ab\rc')
+    term.child.send("\x1b[D\x04")  # (left, Ctrl-D: the "c" goes)
+    term.child.send('"\r')
+    assert term.prompt().endswith('ab\n\n'), "the line was not run as edited"
 
 
 def test_what_a_python_block_prints_after_ctrl_c_is_shown(terminal):

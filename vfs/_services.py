@@ -132,7 +132,7 @@ def _listdir_page(tile, vfs, path, start, max_bytes):
             token, start = start
         except (TypeError, ValueError):
             raise TypeError(f"fs.listdir_page: start is 0 or the cursor the last page gave, not {start!r}") from None
-        entries = listings.get(token)
+        entries = listings.get(token, path)
         if entries is None:
             return None, None
     page, used = [], 0
@@ -148,7 +148,7 @@ def _listdir_page(tile, vfs, path, start, max_bytes):
             listings.drop(token)
         return page, None
     if token is None:
-        token = listings.keep(entries)
+        token = listings.keep(path, entries)
     return page, (token, end)
 
 
@@ -160,18 +160,20 @@ class _Listings:
     KEPT = 16
 
     def __init__(self):
-        self._kept: dict[int, list] = {}
+        self._kept: dict[int, tuple[str, list]] = {}
         self._tokens = itertools.count(1)
 
-    def keep(self, entries: list) -> int:
+    def keep(self, path: str, entries: list) -> int:
         token = next(self._tokens)
-        self._kept[token] = entries
+        self._kept[token] = (path, entries)
         while len(self._kept) > self.KEPT:
             del self._kept[next(iter(self._kept))]
         return token
 
-    def get(self, token: int):
-        return self._kept.get(token)
+    def get(self, token: int, path: str):
+        """The listing of ``path`` kept under ``token`` (None: none, or another's)."""
+        kept = self._kept.get(token)
+        return kept[1] if kept is not None and kept[0] == path else None
 
     def drop(self, token: int) -> None:
         self._kept.pop(token, None)
