@@ -190,31 +190,22 @@ def test_keys_typed_right_after_tab_are_taken_after_the_completion(terminal):
     term.prompt("/typed-ahead/wdir/sub1")
 
 
-def test_tab_in_a_history_search_ends_it_with_the_line_found(terminal):
-    """As readline's does: Tab, then Enter runs the line found. (Tab did nothing there,
-    so the Enter only ended the search; in python mode it indented the search text.)"""
+@pytest.mark.parametrize("key", ["tab", "enter"])
+def test_a_history_search_ends_with_the_line_found_as_in_readline(terminal, key):
+    """As readline's: Tab ends the search, leaving the line found to edit, then Enter runs
+    it; Enter runs it at once. (Tab did nothing there, so the Enter only ended the search;
+    in python mode it indented the search text. Enter alone only ended the search.)"""
     term = terminal()
     term.prompt()
     term.run("echo searched-for")
     term.run("echo something-else")
     term.child.send("\x12searched")  # Ctrl-R
     term.expect("reverse-i-search")
-    term.child.send("\t")
-    term.expect("ipuos:/$ echo searched-for")
+    if key == "tab":
+        term.child.send("\t")
+        term.expect("ipuos:/$ echo searched-for")
     term.child.send("\r")
     assert term.prompt().split("\n", 1)[1] == "searched-for\n"
-
-
-def test_enter_in_a_history_search_runs_the_line_found(terminal):
-    """As readline's does (it only ended the search: a second Enter ran the line)."""
-    term = terminal()
-    term.prompt()
-    term.run("echo three-found")
-    term.run("echo other")
-    term.child.send("\x12three")  # Ctrl-R
-    term.expect("reverse-i-search")
-    term.child.send("\r")
-    assert term.prompt().split("\n", 1)[1] == "three-found\n"
 
 
 def test_a_history_file_that_stops_taking_lines_is_said_once_and_the_shell_goes_on(tmp_path):
