@@ -133,7 +133,7 @@ def _replay(log: bytes, whole: bool):
     ``_RAN_OUT`` if the log may go on past ``log``'s end (a tag reaches it)."""
     entries: list[_Entry] = []
     tail, split = None, False
-    committed = None
+    committed = False
     pending: list[tuple[int, int, int, bytes]] = []
     start = 0  # where the CRC of the commit being read begins (the revision, at first)
     off = 4
@@ -162,18 +162,17 @@ def _replay(log: bytes, whole: bool):
             for item in pending:
                 tail, split = _apply(entries, item, tail, split)
             pending.clear()
-            committed = (entries, tail, split)
+            committed = True
             off += dsize
             start = off
             continue
         pending.append((type3, (tag >> 10) & 0x3FF, size, log[off + 4 : off + dsize]))
         off += dsize
-    if committed is None:
+    if not committed:
         return None
-    found, tail, split = committed
     if split and tail is None:
         raise _Unexpected("a split pair without a tail")
-    return found, tail, split
+    return entries, tail, split
 
 
 def _apply(entries: list[_Entry], item, tail, split):

@@ -1571,12 +1571,20 @@ def _read_directory(handle, path: str) -> list[FileInfo]:
     return entries
 
 
+#: entries from which reading a directory's logs once beats asking littlefs per entry:
+#: each lookup walks the directory, but the logs are parsed in Python (on a tile disk,
+#: 1 entry: 131 us against 40; 16: 599 against 605; 200: 3.7 ms against 16 ms)
+_ONE_PASS_FROM = 16
+
+
 def _read_directory_attribute(handle, path: str, fs: Filesystem, kind: int):
     """``(entries, attributes)``: attribute ``kind`` of each entry as the directory's logs
-    hold it, or None for the caller to ask littlefs (see ``_lfsdir``). Reading the logs
-    goes to the device directly: a device error there also means asking littlefs, whose
-    callbacks report it properly."""
+    hold it, or None for the caller to ask littlefs (see ``_lfsdir``; always for a small
+    directory, see ``_ONE_PASS_FROM``). Reading the logs goes to the device directly: a
+    device error there also means asking littlefs, whose callbacks report it properly."""
     entries = _read_directory(handle, path)
+    if len(entries) < _ONE_PASS_FROM:
+        return entries, None
     cfg = fs._cfg
     try:
         stored = directory_attribute(fs.device.read, cfg.block_count, cfg.block_size,
