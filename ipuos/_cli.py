@@ -593,8 +593,7 @@ def run(file, program_args, tile_spec, data_file, budget, as_json, show_stats, p
         # whatever it catches, as a second Ctrl-C does, print what the tiles printed, then
         # die of the signal (left to their default action, the output was lost unseen)
         terminated.append(signum)
-        if not (interrupt_call() and interrupt_call()):
-            raise KeyboardInterrupt  # (not in the call: ended as a second Ctrl-C is)
+        interrupt_call(times=2)
 
     with _Errors(), Client(paths) as client, progress, on_termination(stop_for_good):
         try:

@@ -139,8 +139,7 @@ def _progress_call(client: Client, cmd: str, args: dict, quiet: bool, after_ctrl
 
     def cancel(signum: int) -> None:
         terminated.append(signum)
-        if not interrupt_call():  # (counted by the call as a Ctrl-C: see Client.call)
-            raise KeyboardInterrupt  # (not in the call yet, or past it: ended as a second Ctrl-C is)
+        interrupt_call()  # (counted by the call as a Ctrl-C: see Client.call)
 
     def end(message: str) -> NoReturn:
         if not terminated:

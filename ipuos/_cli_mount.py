@@ -126,8 +126,7 @@ def _mount_foreground(client: Client, args: dict, name: str) -> dict:
         # a Ctrl-C for the call: it cancels and waits for the unmount (through the call's
         # own count, not its SIGINT handler, which a job started with & does not have:
         # SIGINT stays ignored there, and SIGTERM gave up waiting at once)
-        if not interrupt_call():
-            raise KeyboardInterrupt
+        interrupt_call()
 
     previous = signal.signal(signal.SIGTERM, terminate)
     try:

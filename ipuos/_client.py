@@ -435,15 +435,15 @@ class Client:
 
 
 
-def interrupt_call() -> bool:
-    """Count a Ctrl-C for the interruptible call the main thread is making (a SIGTERM
-    handler cancels that way, as Ctrl-C does, even where SIGINT is ignored, as in a
-    script's background job); False if there is none."""
+def interrupt_call(times: int = 1) -> None:
+    """Count ``times`` Ctrl-Cs for the interruptible call the main thread is making (a
+    SIGTERM handler cancels that way, as Ctrl-C does, even where SIGINT is ignored, as in
+    a script's background job; twice stops a job for good). KeyboardInterrupt if there is
+    none (not in the call yet, or past it): the command then ends as after a Ctrl-C."""
     flag = _InterruptFlag.active
     if flag is None:
-        return False
-    flag.count += 1
-    return True
+        raise KeyboardInterrupt
+    flag.count += times
 
 
 class _InterruptFlag:
